@@ -1,0 +1,78 @@
+// Llama-family template builder.
+//
+// From model dimensions and a fusion factor (decoder layers per scheduled
+// operator, default 8 as in the paper) it builds two templates:
+//
+//   <name>/prefill  symbols B (batch), S (prompt tokens)
+//       $tokens[B,S] -> embed -> g0 -> ... -> g{G-1} -> head -> sample
+//       each group retains its KV cache kv[2,F,B,S,NKV,HD] as a checkpoint
+//   <name>/decode   symbols B (batch), C (tokens already cached)
+//       $tokens[B,1] -> embed -> g0 (@kv0) -> ... -> head -> sample
+//       each group grows its attached KV checkpoint from C to C+1 tokens
+//
+// Byte counts are exact for the weights and the KV cache; activations are the
+// op outputs; workspace is the transient peak of one layer (QKV projections,
+// fp32 attention scores, the SwiGLU gate and up projections).
+//
+// Weight keys ("<name>/layers0-7", ...) are shared by both templates, so a
+// device holding a group's weights can run that group's prefill and decode.
+//
+// Candidate partitions: "single" (everything on one slot), "pp2" (first half
+// of the groups with the embedding on slot 0, the rest with the head on slot
+// 1) and, when there are at least 4 groups and their count is divisible by 4,
+// "pp4".
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "slicesched/common/config.h"
+#include "slicesched/gmg/dtype.h"
+#include "slicesched/gmg/graph_template.h"
+
+namespace slicesched {
+
+struct LlamaDims {
+  std::string name = "llama";
+  int64_t layers = 0;
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t ffn = 0;
+  int64_t vocab = 0;
+  DType dtype = DType::kBF16;
+  int64_t fusion = 8;  // layers per fused operator
+
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t num_groups() const { return layers / fusion; }
+  int64_t ParamsPerLayer() const;
+  int64_t ParamsPerGroup() const { return ParamsPerLayer() * fusion; }
+  int64_t EmbeddingParams() const { return vocab * hidden; }
+  int64_t LmHeadParams() const { return vocab * hidden + hidden; }  // + final norm
+  int64_t TotalParams() const {
+    return EmbeddingParams() + ParamsPerLayer() * layers + LmHeadParams();
+  }
+  // 2 (K and V) x kv_heads x head_dim x element size.
+  int64_t KvBytesPerTokenPerLayer() const { return 2 * kv_heads * head_dim() * DTypeSize(dtype); }
+
+  absl::Status Validate() const;
+  // Parses a `model:` section (name, layers, hidden, heads, kv_heads, ffn,
+  // vocab, dtype, fusion).
+  static LlamaDims FromConfig(const ConfigReader& model);
+};
+
+struct LlamaTemplates {
+  std::shared_ptr<const GraphTemplate> prefill;
+  std::shared_ptr<const GraphTemplate> decode;
+};
+
+absl::StatusOr<LlamaTemplates> BuildLlamaTemplates(const LlamaDims& dims);
+
+// Weight key of fused group g ("<name>/layers0-7").
+std::string LlamaGroupWeightKey(const LlamaDims& dims, int64_t group);
+
+// Presets compiled into the binary: "llama3-8b" and "tiny".
+absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name);
+
+}  // namespace slicesched

@@ -1,0 +1,979 @@
+#include "slicesched/gmg/gmg.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/gmg/snapshot.h"
+
+namespace slicesched {
+
+absl::string_view NodeStateName(NodeState s) {
+  switch (s) {
+    case NodeState::kUnscheduled: return "unscheduled";
+    case NodeState::kIssued: return "issued";
+    case NodeState::kRunning: return "running";
+    case NodeState::kDone: return "done";
+    case NodeState::kFailed: return "failed";
+    case NodeState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+absl::string_view PriorityClassName(PriorityClass c) {
+  return c == PriorityClass::kOnline ? "online" : "offline";
+}
+
+absl::string_view InstanceStateName(InstanceState s) {
+  switch (s) {
+    case InstanceState::kPending: return "pending";
+    case InstanceState::kRunning: return "running";
+    case InstanceState::kDone: return "done";
+    case InstanceState::kFailed: return "failed";
+    case InstanceState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string NodeName(const Instance& inst, const OpNode& node) {
+  if (node.kind == OpKind::kTransfer) return StrCat(node.id, " (transfer)");
+  return StrCat(node.id, " (", inst.tpl->name(), "/", inst.tpl->op(node.op_index).name, ")");
+}
+
+}  // namespace
+
+GlobalMappingGraph::GlobalMappingGraph(AcceleratorSet accelerators)
+    : accel_(std::move(accelerators)),
+      weights_(accel_.size()),
+      memory_(accel_.size()),
+      running_compute_(accel_.size()),
+      active_transfer_(accel_.size()) {}
+
+absl::StatusOr<TemplateId> GlobalMappingGraph::RegisterTemplate(
+    std::shared_ptr<const GraphTemplate> tpl) {
+  return templates_.Register(std::move(tpl));
+}
+
+// ---------------------------------------------------------------------------
+// Lookup
+
+OpNode* GlobalMappingGraph::MutableNode(NodeId id) {
+  if (IsTransferId(id)) {
+    auto it = transfers_.find(id.value());
+    return it == transfers_.end() ? nullptr : &it->second;
+  }
+  auto it = instances_.find(InstanceOfComputeId(id).value());
+  if (it == instances_.end()) return nullptr;
+  const int op = OpIndexOfComputeId(id);
+  if (op >= static_cast<int>(it->second->nodes.size())) return nullptr;
+  return &it->second->nodes[op];
+}
+
+const OpNode* GlobalMappingGraph::FindNode(NodeId id) const {
+  return const_cast<GlobalMappingGraph*>(this)->MutableNode(id);
+}
+
+Instance* GlobalMappingGraph::MutableInstance(InstanceId id) {
+  auto it = instances_.find(id.value());
+  return it == instances_.end() ? nullptr : it->second.get();
+}
+
+const Instance* GlobalMappingGraph::FindInstance(InstanceId id) const {
+  return const_cast<GlobalMappingGraph*>(this)->MutableInstance(id);
+}
+
+absl::StatusOr<NodeId> GlobalMappingGraph::NodeOf(InstanceId instance,
+                                                  absl::string_view op_name) const {
+  const Instance* inst = FindInstance(instance);
+  if (inst == nullptr) return absl::NotFoundError(StrCat("no live instance ", instance));
+  SLICESCHED_ASSIGN_OR_RETURN(int op, inst->tpl->FindOp(op_name));
+  return inst->nodes[op].id;
+}
+
+const Checkpoint* GlobalMappingGraph::FindCheckpoint(CheckpointId id) const {
+  auto it = checkpoints_.find(id.value());
+  return it == checkpoints_.end() ? nullptr : &it->second;
+}
+
+void GlobalMappingGraph::Charge(DeviceId d, Bytes DeviceMemory::*field, Bytes delta) {
+  memory_[d.value()].*field += delta;
+}
+
+// ---------------------------------------------------------------------------
+// Frontiers
+
+FrontierKey GlobalMappingGraph::KeyOf(const Instance& inst, const OpNode& node) const {
+  return FrontierKey{inst.spec.priority_class, -inst.spec.priority, inst.spec.arrival, node.id};
+}
+
+void GlobalMappingGraph::AddToUnscheduled(const Instance& inst, const OpNode& node) {
+  unscheduled_.insert(KeyOf(inst, node));
+}
+
+void GlobalMappingGraph::RemoveFromUnscheduled(const Instance& inst, const OpNode& node) {
+  unscheduled_.erase(KeyOf(inst, node));
+}
+
+// ---------------------------------------------------------------------------
+// Instantiation
+
+absl::StatusOr<InstanceId> GlobalMappingGraph::Instantiate(const InstanceSpec& spec) {
+  const GraphTemplate* tpl = templates_.Find(spec.template_id);
+  if (tpl == nullptr) {
+    return absl::NotFoundError(StrCat("no template with id ", spec.template_id));
+  }
+  auto fail = [&](absl::StatusCode code, std::string msg) {
+    return absl::Status(code, StrCat("instance of '", tpl->name(), "': ", msg));
+  };
+  if (tpl->num_ops() >= (1 << kOpIndexBits)) {
+    return fail(absl::StatusCode::kInvalidArgument, "template has too many ops");
+  }
+
+  auto inst = std::make_unique<Instance>();
+  inst->id = InstanceId(next_instance_);
+  inst->tpl = tpl;
+  inst->spec = spec;
+  inst->symbols = tpl->defines();
+  for (const auto& [name, value] : spec.bindings) {
+    auto sym = tpl->symbols().Find(name);
+    if (!sym.has_value()) {
+      return fail(absl::StatusCode::kInvalidArgument, StrCat("unknown symbol '", name, "'"));
+    }
+    if (tpl->defines().IsBound(*sym)) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  StrCat("symbol '", name, "' is fixed by the template"));
+    }
+    if (inst->symbols.IsBound(*sym)) {
+      return fail(absl::StatusCode::kInvalidArgument, StrCat("symbol '", name, "' bound twice"));
+    }
+    inst->symbols.Set(*sym, value);
+  }
+  for (size_t s = 0; s < tpl->symbols().size(); ++s) {
+    if (!inst->symbols.IsBound(static_cast<int>(s))) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  StrCat("symbol '", tpl->symbols().name(static_cast<int>(s)), "' is not bound"));
+    }
+  }
+
+  // Checkpoints: each checkpoint input attached exactly once, to a resident,
+  // idle checkpoint of exactly the expected size.
+  inst->attached.assign(tpl->checkpoint_inputs().size(), CheckpointId());
+  for (const auto& [name, ck_id] : spec.checkpoints) {
+    int ck = tpl->FindCheckpointInput(name);
+    if (ck < 0) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  StrCat("template has no checkpoint input '@", name, "'"));
+    }
+    if (inst->attached[ck].valid()) {
+      return fail(absl::StatusCode::kInvalidArgument, StrCat("checkpoint '@", name, "' attached twice"));
+    }
+    const Checkpoint* c = FindCheckpoint(ck_id);
+    if (c == nullptr) {
+      return fail(absl::StatusCode::kNotFound,
+                  StrCat("checkpoint ", ck_id, " for '@", name, "' is not retained"));
+    }
+    if (c->updating.valid()) {
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  StrCat("checkpoint ", ck_id, " is being updated by node ", c->updating));
+    }
+    const auto& cin = tpl->checkpoint_inputs()[ck];
+    auto elems = NumElements(cin.dims, inst->symbols);
+    if (!elems.ok()) return Annotate(elems.status(), StrCat("instance of '", tpl->name(), "': checkpoint '@", name, "'"));
+    const Bytes expect(*elems * DTypeSize(cin.dtype));
+    if (expect != c->bytes) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  StrCat("checkpoint ", ck_id, " for '@", name, "' holds ", c->bytes.count(),
+                               " bytes but the template expects ", expect.count()));
+    }
+    inst->attached[ck] = ck_id;
+  }
+  for (size_t ck = 0; ck < inst->attached.size(); ++ck) {
+    if (!inst->attached[ck].valid()) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  StrCat("checkpoint input '@", tpl->checkpoint_inputs()[ck].name, "' is not attached"));
+    }
+  }
+
+  // Nodes with concrete bytes.
+  inst->nodes.resize(tpl->num_ops());
+  for (int i = 0; i < tpl->num_ops(); ++i) {
+    const OpSpec& op = tpl->op(i);
+    OpNode& n = inst->nodes[i];
+    n.id = ComputeNodeId(inst->id, i);
+    n.instance = inst->id;
+    n.kind = op.kind;
+    n.op_index = i;
+    n.unscheduled_preds = static_cast<int32_t>(op.preds.size());
+    n.unscheduled_succs = static_cast<int32_t>(op.succs.size());
+    n.outputs.resize(op.outputs.size());
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const TensorSpec& ts = op.outputs[o];
+      auto shape = EvaluateShape(ts.dims, inst->symbols);
+      if (!shape.ok()) {
+        return Annotate(shape.status(), StrCat("instance of '", tpl->name(), "': op '",
+                                                     op.name, "' output '", ts.name, "'"));
+      }
+      auto elems = NumElements(ts.dims, inst->symbols);
+      if (!elems.ok()) return elems.status();
+      int64_t bytes = 0;
+      if (__builtin_mul_overflow(*elems, DTypeSize(ts.dtype), &bytes)) {
+        return fail(absl::StatusCode::kOutOfRange,
+                    StrCat("op '", op.name, "' output '", ts.name, "' is too large"));
+      }
+      TensorState& t = n.outputs[o];
+      t.bytes = Bytes(bytes);
+      t.pending_consumers = tpl->NumConsumers(i, static_cast<int>(o));
+      t.retained = ts.retain;
+      if (!ts.updates.empty()) {
+        t.update_of = op.checkpoint_update_of;
+        const Checkpoint* c = FindCheckpoint(inst->attached[t.update_of]);
+        if (t.bytes < c->bytes) {
+          return fail(absl::StatusCode::kInvalidArgument,
+                      StrCat("op '", op.name, "' output '", ts.name, "' would shrink checkpoint ",
+                                   c->id, " from ", c->bytes.count(), " to ", t.bytes.count(), " bytes"));
+        }
+        t.bytes = t.bytes - c->bytes;  // an update is charged its growth only
+      }
+    }
+    auto ws = op.workspace.Evaluate(inst->symbols);
+    if (!ws.ok()) {
+      return Annotate(ws.status(), StrCat("instance of '", tpl->name(), "': op '", op.name, "' workspace"));
+    }
+    if (*ws < 0) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  StrCat("op '", op.name, "' workspace evaluated to ", *ws, " bytes"));
+    }
+    n.workspace = Bytes(*ws);
+    for (const auto& [aname, expr] : op.attrs) {
+      auto v = expr.Evaluate(inst->symbols);
+      if (!v.ok()) {
+        return Annotate(v.status(), StrCat("instance of '", tpl->name(), "': op '", op.name,
+                                                 "' attribute '", aname, "'"));
+      }
+      n.attrs.push_back(*v);
+    }
+  }
+
+  // Commit.
+  ++next_instance_;
+  inst->unfinished = tpl->num_ops();
+  for (int i = 0; i < tpl->num_ops(); ++i) {
+    const int ck = tpl->op(i).checkpoint_update_of;
+    if (ck >= 0) checkpoints_[inst->attached[ck].value()].updating = inst->nodes[i].id;
+  }
+  Instance& ref = *inst;
+  instances_.emplace(ref.id.value(), std::move(inst));
+  num_nodes_ += ref.nodes.size();
+  for (const OpNode& n : ref.nodes) {
+    if (n.unscheduled_preds == 0) AddToUnscheduled(ref, n);
+  }
+  return ref.id;
+}
+
+// ---------------------------------------------------------------------------
+// Readiness
+
+bool GlobalMappingGraph::ComputeReady(const Instance& inst, const OpNode& node) const {
+  const OpSpec& op = inst.tpl->op(node.op_index);
+  for (const InputRef& r : op.inputs) {
+    if (r.kind == InputRef::Kind::kOp) {
+      const OpNode& p = inst.nodes[r.index];
+      if (p.state != NodeState::kDone) return false;
+      const auto& copies = p.outputs[r.output].copies;
+      if (std::find(copies.begin(), copies.end(), node.device) == copies.end()) return false;
+    } else if (r.kind == InputRef::Kind::kCheckpoint) {
+      const Checkpoint* c = FindCheckpoint(inst.attached[r.index]);
+      if (c == nullptr || c->device != node.device) return false;
+      if (c->updating.valid() && c->updating != node.id) return false;
+    }
+  }
+  // Predecessors are exactly the op inputs' producers, checked above.
+  return true;
+}
+
+bool GlobalMappingGraph::TransferReady(const OpNode& node) const {
+  const OpNode* p = FindNode(node.src_node);
+  if (p == nullptr || p->state != NodeState::kDone) return false;
+  const auto& copies = p->outputs[node.src_output].copies;
+  return std::find(copies.begin(), copies.end(), node.device) != copies.end();
+}
+
+bool GlobalMappingGraph::IsReady(NodeId id) const {
+  const OpNode* n = FindNode(id);
+  if (n == nullptr || n->state != NodeState::kIssued) return false;
+  if (n->kind == OpKind::kTransfer) return TransferReady(*n);
+  return ComputeReady(*FindInstance(n->instance), *n);
+}
+
+// ---------------------------------------------------------------------------
+// Issue
+
+absl::Status GlobalMappingGraph::Issue(NodeId id, DeviceId device, Timestamp now) {
+  if (IsTransferId(id)) {
+    return absl::InvalidArgumentError(StrCat("node ", id, " is a transfer; use IssueTransfer"));
+  }
+  OpNode* node = MutableNode(id);
+  if (node == nullptr) return absl::NotFoundError(StrCat("no live node ", id));
+  Instance& inst = *MutableInstance(node->instance);
+  if (node->state != NodeState::kUnscheduled) {
+    return absl::FailedPreconditionError(StrCat("node ", NodeName(inst, *node), " is ",
+                                                      NodeStateName(node->state),
+                                                      "; only unscheduled nodes can be issued"));
+  }
+  if (!device.valid() || device.value() >= accel_.size()) {
+    return absl::InvalidArgumentError(StrCat("node ", NodeName(inst, *node), ": no device ", device));
+  }
+  if (node->unscheduled_preds > 0) {
+    return absl::FailedPreconditionError(StrCat(
+        "node ", NodeName(inst, *node), " has ", node->unscheduled_preds,
+        " unscheduled predecessor(s); issue in dependency order"));
+  }
+  const OpSpec& op = inst.tpl->op(node->op_index);
+  if (!op.weight_key.empty() && !HasWeights(device, op.weight_key)) {
+    return absl::FailedPreconditionError(StrCat("node ", NodeName(inst, *node), ": weights '",
+                                                      op.weight_key, "' are not resident on ",
+                                                      accel_.device(device).name));
+  }
+  for (const InputRef& r : op.inputs) {
+    if (r.kind != InputRef::Kind::kCheckpoint) continue;
+    const Checkpoint* c = FindCheckpoint(inst.attached[r.index]);
+    if (c == nullptr) {
+      return absl::FailedPreconditionError(StrCat("node ", NodeName(inst, *node),
+                                                        ": attached checkpoint was released"));
+    }
+    if (op.checkpoint_update_of == r.index && c->device != device) {
+      return absl::InvalidArgumentError(StrCat(
+          "node ", NodeName(inst, *node), " grows checkpoint ", c->id, " which lives on ",
+          accel_.device(c->device).name, "; it must run there"));
+    }
+  }
+
+  RemoveFromUnscheduled(inst, *node);
+  node->state = NodeState::kIssued;
+  node->device = device;
+  node->times.issue = now;
+  if (inst.state == InstanceState::kPending) inst.state = InstanceState::kRunning;
+  for (int p : op.preds) {
+    OpNode& pn = inst.nodes[p];
+    if (--pn.unscheduled_succs == 0) scheduled_frontier_.erase(pn.id);
+  }
+  if (node->unscheduled_succs > 0) scheduled_frontier_.insert(node->id);
+  for (int s : op.succs) {
+    OpNode& sn = inst.nodes[s];
+    if (--sn.unscheduled_preds == 0 && sn.state == NodeState::kUnscheduled) AddToUnscheduled(inst, sn);
+  }
+  if (ComputeReady(inst, *node)) node->times.ready = now;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NodeId> GlobalMappingGraph::IssueTransfer(NodeId producer, int output, DeviceId dst,
+                                                         NodeId consumer, int32_t priority,
+                                                         Timestamp now) {
+  if (IsTransferId(producer) || IsTransferId(consumer)) {
+    return absl::InvalidArgumentError("transfers connect compute nodes");
+  }
+  OpNode* p = MutableNode(producer);
+  OpNode* c = MutableNode(consumer);
+  if (p == nullptr) return absl::NotFoundError(StrCat("no live producer node ", producer));
+  if (c == nullptr) return absl::NotFoundError(StrCat("no live consumer node ", consumer));
+  if (p->instance != c->instance) {
+    return absl::InvalidArgumentError("producer and consumer belong to different instances");
+  }
+  Instance& inst = *MutableInstance(p->instance);
+  if (output < 0 || output >= static_cast<int>(p->outputs.size())) {
+    return absl::InvalidArgumentError(StrCat("node ", NodeName(inst, *p), " has no output ", output));
+  }
+  if (!IsScheduled(p->state) || !IsScheduled(c->state) || c->state == NodeState::kDone) {
+    return absl::FailedPreconditionError(StrCat(
+        "transfer needs a scheduled producer and an unfinished scheduled consumer (producer ",
+        NodeStateName(p->state), ", consumer ", NodeStateName(c->state), ")"));
+  }
+  if (c->device != dst) {
+    return absl::InvalidArgumentError(StrCat("consumer ", NodeName(inst, *c), " runs on ",
+                                                   accel_.device(c->device).name, ", not on ",
+                                                   dst.valid() && dst.value() < accel_.size()
+                                                       ? accel_.device(dst).name : "?"));
+  }
+  if (p->device == dst) {
+    return absl::InvalidArgumentError("producer and consumer share a device; no transfer needed");
+  }
+  const OpSpec& cop = inst.tpl->op(c->op_index);
+  bool reads = std::any_of(cop.inputs.begin(), cop.inputs.end(), [&](const InputRef& r) {
+    return r.kind == InputRef::Kind::kOp && r.index == p->op_index && r.output == output;
+  });
+  if (!reads) {
+    return absl::InvalidArgumentError(StrCat(NodeName(inst, *c), " does not read output ",
+                                                   output, " of ", NodeName(inst, *p)));
+  }
+  TensorState& t = p->outputs[output];
+  if (std::find(t.copies.begin(), t.copies.end(), dst) != t.copies.end()) {
+    return absl::AlreadyExistsError("the tensor already has a copy on the destination");
+  }
+  for (NodeId tid : inst.transfers) {
+    const OpNode& tn = transfers_.at(tid.value());
+    if (tn.src_node == producer && tn.src_output == output && tn.dst_device == dst &&
+        !IsTerminal(tn.state)) {
+      return absl::AlreadyExistsError(StrCat("transfer ", tid, " already moves this tensor there"));
+    }
+  }
+  OpNode n;
+  n.id = NodeId(kTransferIdBit | next_transfer_++);
+  n.instance = inst.id;
+  n.kind = OpKind::kTransfer;
+  n.state = NodeState::kIssued;
+  n.device = p->device;
+  n.dst_device = dst;
+  n.src_node = producer;
+  n.src_output = output;
+  n.consumer = consumer;
+  n.transfer_priority = priority;
+  n.times.issue = now;
+  t.pending_consumers += 1;
+  inst.transfers.push_back(n.id);
+  ++num_nodes_;
+  auto [it, inserted] = transfers_.emplace(n.id.value(), std::move(n));
+  if (TransferReady(it->second)) it->second.times.ready = now;
+  return it->second.id;
+}
+
+// ---------------------------------------------------------------------------
+// Start
+
+absl::Status GlobalMappingGraph::Start(NodeId id, Timestamp now) {
+  OpNode* node = MutableNode(id);
+  if (node == nullptr) return absl::NotFoundError(StrCat("no live node ", id));
+  Instance& inst = *MutableInstance(node->instance);
+  if (node->state != NodeState::kIssued) {
+    return absl::FailedPreconditionError(StrCat("node ", NodeName(inst, *node), " is ",
+                                                      NodeStateName(node->state),
+                                                      "; only issued nodes can start"));
+  }
+  if (node->kind == OpKind::kTransfer) return StartTransfer(*node, now);
+  return StartCompute(inst, *node, now);
+}
+
+absl::Status GlobalMappingGraph::StartCompute(Instance& inst, OpNode& node, Timestamp now) {
+  const DeviceId d = node.device;
+  if (running_compute_[d.value()].valid()) {
+    return absl::FailedPreconditionError(StrCat(
+        "node ", NodeName(inst, node), ": device ", accel_.device(d).name,
+        " is already running node ", running_compute_[d.value()]));
+  }
+  if (!ComputeReady(inst, node)) {
+    return absl::FailedPreconditionError(StrCat(
+        "node ", NodeName(inst, node), " is not ready on ", accel_.device(d).name,
+        " (a predecessor is not done or an input is not on this device)"));
+  }
+  for (TensorState& t : node.outputs) {
+    if (t.update_of >= 0) {
+      Checkpoint& c = checkpoints_[inst.attached[t.update_of].value()];
+      c.bytes += t.bytes;
+      Charge(d, &DeviceMemory::checkpoints, t.bytes);
+    } else {
+      Charge(d, &DeviceMemory::activations, t.bytes);
+      t.copies.assign(1, d);
+    }
+    t.allocated = true;
+  }
+  Charge(d, &DeviceMemory::workspace, node.workspace);
+  if (node.times.ready.is_never()) node.times.ready = now;
+  node.times.start = now;
+  node.state = NodeState::kRunning;
+  running_compute_[d.value()] = node.id;
+  return absl::OkStatus();
+}
+
+absl::Status GlobalMappingGraph::StartTransfer(OpNode& node, Timestamp now) {
+  const DeviceId s = node.device, d = node.dst_device;
+  for (DeviceId end : {s, d}) {
+    if (active_transfer_[end.value()].valid()) {
+      return absl::FailedPreconditionError(StrCat(
+          "transfer ", node.id, ": device ", accel_.device(end).name,
+          " is already in transfer ", active_transfer_[end.value()]));
+    }
+  }
+  if (!TransferReady(node)) {
+    return absl::FailedPreconditionError(
+        StrCat("transfer ", node.id, " is not ready: its tensor is not yet on the source"));
+  }
+  const OpNode& p = *FindNode(node.src_node);
+  Charge(d, &DeviceMemory::activations, p.outputs[node.src_output].bytes);
+  if (node.times.ready.is_never()) node.times.ready = now;
+  node.times.start = now;
+  node.state = NodeState::kRunning;
+  active_transfer_[s.value()] = node.id;
+  active_transfer_[d.value()] = node.id;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Finish
+
+void GlobalMappingGraph::FreeTensor(OpNode& producer, TensorState& t) {
+  if (t.freed || !t.allocated) return;
+  if (t.update_of < 0 && !(t.retained && producer.state == NodeState::kDone)) {
+    for (DeviceId d : t.copies) Charge(d, &DeviceMemory::activations, Bytes(0) - t.bytes);
+  }
+  t.copies.clear();
+  t.freed = true;
+}
+
+void GlobalMappingGraph::ConsumeTensor(NodeId producer, int output) {
+  OpNode* p = MutableNode(producer);
+  if (p == nullptr) return;
+  TensorState& t = p->outputs[output];
+  if (--t.pending_consumers == 0 && p->state == NodeState::kDone) FreeTensor(*p, t);
+}
+
+absl::Status GlobalMappingGraph::Finish(NodeId id, Timestamp now) {
+  OpNode* node = MutableNode(id);
+  if (node == nullptr) return absl::NotFoundError(StrCat("no live node ", id));
+  Instance& inst = *MutableInstance(node->instance);
+  if (node->state != NodeState::kRunning) {
+    return absl::FailedPreconditionError(StrCat("node ", NodeName(inst, *node), " is ",
+                                                      NodeStateName(node->state),
+                                                      "; only running nodes can finish"));
+  }
+  if (node->kind == OpKind::kTransfer) return FinishTransfer(*node, now);
+  return FinishCompute(inst, *node, now);
+}
+
+absl::Status GlobalMappingGraph::FinishCompute(Instance& inst, OpNode& node, Timestamp now) {
+  const DeviceId d = node.device;
+  const OpSpec& op = inst.tpl->op(node.op_index);
+  Charge(d, &DeviceMemory::workspace, Bytes(0) - node.workspace);
+  node.state = NodeState::kDone;
+  node.times.end = now;
+  running_compute_[d.value()] = NodeId();
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    TensorState& t = node.outputs[o];
+    if (t.update_of >= 0) {
+      checkpoints_[inst.attached[t.update_of].value()].updating = NodeId();
+      t.freed = true;  // the growth now belongs to the checkpoint
+    } else if (t.retained) {
+      Charge(d, &DeviceMemory::activations, Bytes(0) - t.bytes);
+      Charge(d, &DeviceMemory::checkpoints, t.bytes);
+      Checkpoint c;
+      c.id = CheckpointId(next_checkpoint_++);
+      c.device = d;
+      c.bytes = t.bytes;
+      c.dtype = op.outputs[o].dtype;
+      c.created_by = inst.id;
+      c.name = StrCat(inst.tpl->name(), "/", op.name, ":", op.outputs[o].name);
+      inst.produced.push_back(c.id);
+      checkpoint_ids_.emplace(c.id.value(), c.id);
+      checkpoints_.emplace(c.id.value(), std::move(c));
+      t.copies.clear();
+      t.freed = true;
+    } else if (t.pending_consumers == 0) {
+      FreeTensor(node, t);
+    }
+  }
+  for (const InputRef& r : op.inputs) {
+    if (r.kind == InputRef::Kind::kOp) ConsumeTensor(inst.nodes[r.index].id, r.output);
+  }
+  for (int s : op.succs) {
+    OpNode& sn = inst.nodes[s];
+    if (sn.state == NodeState::kIssued && sn.times.ready.is_never() && ComputeReady(inst, sn)) {
+      sn.times.ready = now;
+    }
+  }
+  for (NodeId tid : inst.transfers) {
+    OpNode& tn = transfers_.at(tid.value());
+    if (tn.src_node == node.id && tn.state == NodeState::kIssued && TransferReady(tn)) tn.times.ready = now;
+  }
+  if (--inst.unfinished == 0) {
+    inst.state = InstanceState::kDone;
+    inst.finished = now;
+    MaybeRetire(inst);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlobalMappingGraph::FinishTransfer(OpNode& node, Timestamp now) {
+  node.state = NodeState::kDone;
+  node.times.end = now;
+  active_transfer_[node.device.value()] = NodeId();
+  active_transfer_[node.dst_device.value()] = NodeId();
+  OpNode& p = *MutableNode(node.src_node);
+  TensorState& t = p.outputs[node.src_output];
+  t.copies.push_back(node.dst_device);
+  ConsumeTensor(node.src_node, node.src_output);
+  Instance& inst = *MutableInstance(node.instance);
+  OpNode* c = MutableNode(node.consumer);
+  if (c != nullptr && c->state == NodeState::kIssued && c->times.ready.is_never() &&
+      ComputeReady(inst, *c)) {
+    c->times.ready = now;
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Failure and cancellation
+
+void GlobalMappingGraph::ReleaseNodeHoldings(Instance& inst, OpNode& node) {
+  if (node.state != NodeState::kRunning) return;
+  if (node.kind == OpKind::kTransfer) {
+    const OpNode* p = FindNode(node.src_node);
+    Charge(node.dst_device, &DeviceMemory::activations, Bytes(0) - p->outputs[node.src_output].bytes);
+    active_transfer_[node.device.value()] = NodeId();
+    active_transfer_[node.dst_device.value()] = NodeId();
+    return;
+  }
+  const DeviceId d = node.device;
+  Charge(d, &DeviceMemory::workspace, Bytes(0) - node.workspace);
+  for (TensorState& t : node.outputs) {
+    if (t.update_of >= 0 && t.allocated && !t.freed) {
+      Checkpoint* c = &checkpoints_[inst.attached[t.update_of].value()];
+      c->bytes -= t.bytes;
+      Charge(d, &DeviceMemory::checkpoints, Bytes(0) - t.bytes);
+      t.freed = true;
+    }
+  }
+  running_compute_[d.value()] = NodeId();
+}
+
+void GlobalMappingGraph::FailInstance(Instance& inst, absl::string_view reason, Timestamp now,
+                                      NodeState terminal_for_others) {
+  for (NodeId tid : inst.transfers) {
+    OpNode& tn = transfers_.at(tid.value());
+    if (IsTerminal(tn.state)) continue;
+    ReleaseNodeHoldings(inst, tn);
+    tn.state = terminal_for_others;
+    tn.times.end = now;
+  }
+  for (OpNode& n : inst.nodes) {
+    if (n.state == NodeState::kUnscheduled && n.unscheduled_preds == 0) RemoveFromUnscheduled(inst, n);
+    scheduled_frontier_.erase(n.id);
+    if (IsTerminal(n.state)) continue;
+    ReleaseNodeHoldings(inst, n);
+    n.state = terminal_for_others;
+    n.times.end = now;
+    if (n.failure.empty()) n.failure = std::string(reason);
+  }
+  for (OpNode& n : inst.nodes) {
+    for (TensorState& t : n.outputs) {
+      if (t.update_of >= 0) continue;
+      if (t.retained) {
+        if (n.state == NodeState::kDone) continue;  // already a checkpoint
+        // A retained output of a node that never finished: free as activation.
+        if (t.allocated && !t.freed) {
+          for (DeviceId d : t.copies) Charge(d, &DeviceMemory::activations, Bytes(0) - t.bytes);
+          t.copies.clear();
+          t.freed = true;
+        }
+        continue;
+      }
+      if (t.allocated && !t.freed) {
+        for (DeviceId d : t.copies) Charge(d, &DeviceMemory::activations, Bytes(0) - t.bytes);
+        t.copies.clear();
+        t.freed = true;
+      }
+    }
+    const int ck = inst.tpl->op(n.op_index).checkpoint_update_of;
+    if (ck >= 0) {
+      auto it = checkpoints_.find(inst.attached[ck].value());
+      if (it != checkpoints_.end() && it->second.updating == n.id) it->second.updating = NodeId();
+    }
+  }
+  // Checkpoints this instance produced go with it: nobody can attach to them.
+  for (CheckpointId c : inst.produced) (void)ReleaseCheckpoint(c);
+  inst.produced.clear();
+  inst.unfinished = 0;
+  inst.state = terminal_for_others == NodeState::kCancelled && inst.failure.empty()
+                   ? InstanceState::kCancelled
+                   : InstanceState::kFailed;
+  if (inst.failure.empty()) inst.failure = std::string(reason);
+  inst.finished = now;
+  MaybeRetire(inst);
+}
+
+absl::Status GlobalMappingGraph::Fail(NodeId id, absl::string_view reason, Timestamp now) {
+  OpNode* node = MutableNode(id);
+  if (node == nullptr) return absl::NotFoundError(StrCat("no live node ", id));
+  Instance& inst = *MutableInstance(node->instance);
+  if (node->state != NodeState::kIssued && node->state != NodeState::kRunning) {
+    return absl::FailedPreconditionError(StrCat("node ", NodeName(inst, *node), " is ",
+                                                      NodeStateName(node->state),
+                                                      "; only issued or running nodes can fail"));
+  }
+  ReleaseNodeHoldings(inst, *node);
+  node->state = NodeState::kFailed;
+  node->times.end = now;
+  node->failure = std::string(reason);
+  inst.failure = StrCat("node ", NodeName(inst, *node), " failed: ", reason);
+  FailInstance(inst, inst.failure, now, NodeState::kCancelled);
+  return absl::OkStatus();
+}
+
+absl::Status GlobalMappingGraph::CancelInstance(InstanceId id, absl::string_view reason, Timestamp now) {
+  Instance* inst = MutableInstance(id);
+  if (inst == nullptr) return absl::NotFoundError(StrCat("no live instance ", id));
+  FailInstance(*inst, reason, now, NodeState::kCancelled);
+  return absl::OkStatus();
+}
+
+absl::Status GlobalMappingGraph::SetPrediction(NodeId id, Timestamp start, Timestamp end) {
+  OpNode* node = MutableNode(id);
+  if (node == nullptr) return absl::NotFoundError(StrCat("no live node ", id));
+  if (end < start) return absl::InvalidArgumentError("predicted end precedes predicted start");
+  node->times.predicted_start = start;
+  node->times.predicted_end = end;
+  return absl::OkStatus();
+}
+
+void GlobalMappingGraph::MaybeRetire(Instance& inst) {
+  if (inst.state != InstanceState::kDone && inst.state != InstanceState::kFailed &&
+      inst.state != InstanceState::kCancelled) {
+    return;
+  }
+  RetiredInstance r;
+  r.id = inst.id;
+  r.template_id = inst.tpl->id();
+  r.label = inst.spec.label;
+  r.state = inst.state;
+  r.priority_class = inst.spec.priority_class;
+  r.arrival = inst.spec.arrival;
+  r.deadline = inst.spec.deadline;
+  r.finished = inst.finished;
+  r.produced = inst.produced;
+  r.failure = inst.failure;
+  retired_.push_back(std::move(r));
+  for (const OpNode& n : inst.nodes) scheduled_frontier_.erase(n.id);
+  for (NodeId tid : inst.transfers) transfers_.erase(tid.value());
+  num_nodes_ -= inst.nodes.size() + inst.transfers.size();
+  instances_.erase(inst.id.value());
+}
+
+std::vector<RetiredInstance> GlobalMappingGraph::TakeRetired() {
+  std::vector<RetiredInstance> out;
+  out.swap(retired_);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Weights and checkpoints
+
+absl::Status GlobalMappingGraph::LoadWeights(DeviceId device, absl::string_view key, Bytes bytes) {
+  if (!device.valid() || device.value() >= accel_.size()) {
+    return absl::InvalidArgumentError(StrCat("no device ", device));
+  }
+  if (key.empty()) return absl::InvalidArgumentError("empty weight key");
+  if (bytes < Bytes(0)) return absl::InvalidArgumentError("negative weight bytes");
+  auto& w = weights_[device.value()];
+  if (w.contains(key)) return absl::OkStatus();  // already resident
+  w.emplace(std::string(key), bytes);
+  Charge(device, &DeviceMemory::weights, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status GlobalMappingGraph::UnloadWeights(DeviceId device, absl::string_view key) {
+  if (!device.valid() || device.value() >= accel_.size()) {
+    return absl::InvalidArgumentError(StrCat("no device ", device));
+  }
+  auto& w = weights_[device.value()];
+  auto it = w.find(key);
+  if (it == w.end()) {
+    return absl::NotFoundError(StrCat("weights '", key, "' are not resident on ",
+                                            accel_.device(device).name));
+  }
+  // Refuse while a scheduled, unfinished node needs them there.
+  for (const auto& [iid, inst] : instances_) {
+    for (const OpNode& n : inst->nodes) {
+      if ((n.state == NodeState::kIssued || n.state == NodeState::kRunning) && n.device == device &&
+          inst->tpl->op(n.op_index).weight_key == key) {
+        return absl::FailedPreconditionError(StrCat("weights '", key, "' are in use by node ", n.id));
+      }
+    }
+  }
+  Charge(device, &DeviceMemory::weights, Bytes(0) - it->second);
+  w.erase(it);
+  return absl::OkStatus();
+}
+
+bool GlobalMappingGraph::HasWeights(DeviceId device, absl::string_view key) const {
+  if (!device.valid() || device.value() >= accel_.size()) return false;
+  return weights_[device.value()].contains(key);
+}
+
+absl::Status GlobalMappingGraph::ReleaseCheckpoint(CheckpointId id) {
+  auto it = checkpoints_.find(id.value());
+  if (it == checkpoints_.end()) return absl::NotFoundError(StrCat("checkpoint ", id, " is not retained"));
+  if (it->second.updating.valid()) {
+    return absl::FailedPreconditionError(
+        StrCat("checkpoint ", id, " is reserved for update by node ", it->second.updating));
+  }
+  // Refuse while a live instance still reads it.
+  for (const auto& [iid, inst] : instances_) {
+    if (std::find(inst->attached.begin(), inst->attached.end(), id) != inst->attached.end() &&
+        inst->state != InstanceState::kDone) {
+      return absl::FailedPreconditionError(
+          StrCat("checkpoint ", id, " is attached to live instance ", inst->id));
+    }
+  }
+  Charge(it->second.device, &DeviceMemory::checkpoints, Bytes(0) - it->second.bytes);
+  checkpoint_ids_.erase(id.value());
+  checkpoints_.erase(it);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Queries and verification
+
+std::vector<ResidentItem> GlobalMappingGraph::ResidentSet(DeviceId d) const {
+  std::vector<ResidentItem> out;
+  if (!d.valid() || d.value() >= accel_.size()) return out;
+  for (const auto& [key, bytes] : weights_[d.value()]) {
+    out.push_back({ResidentItem::Kind::kWeights, key, bytes});
+  }
+  for (const auto& [iid, inst] : instances_) {
+    for (const OpNode& n : inst->nodes) {
+      if (n.state == NodeState::kRunning && n.device == d && n.workspace > Bytes(0)) {
+        out.push_back({ResidentItem::Kind::kWorkspace, StrCat(n.id), n.workspace});
+      }
+      for (size_t o = 0; o < n.outputs.size(); ++o) {
+        const TensorState& t = n.outputs[o];
+        if (!t.allocated || t.freed || t.update_of >= 0) continue;
+        if (std::find(t.copies.begin(), t.copies.end(), d) != t.copies.end()) {
+          out.push_back({ResidentItem::Kind::kActivation, StrCat(n.id, ":", o), t.bytes});
+        }
+      }
+    }
+    for (NodeId tid : inst->transfers) {
+      const OpNode& tn = transfers_.at(tid.value());
+      if (tn.state == NodeState::kRunning && tn.dst_device == d) {
+        const OpNode* p = FindNode(tn.src_node);
+        out.push_back({ResidentItem::Kind::kActivation,
+                       StrCat(tn.src_node, ":", tn.src_output, " (receiving)"),
+                       p->outputs[tn.src_output].bytes});
+      }
+    }
+  }
+  for (const auto& [cid, id] : checkpoint_ids_) {
+    const Checkpoint& c = checkpoints_.at(cid);
+    if (c.device == d) out.push_back({ResidentItem::Kind::kCheckpoint, StrCat(c.id), c.bytes});
+  }
+  return out;
+}
+
+absl::Status GlobalMappingGraph::VerifyInvariants() const {
+  std::vector<DeviceMemory> mem(accel_.size());
+  absl::btree_set<FrontierKey> unsched;
+  absl::btree_set<NodeId> sched;
+  std::vector<NodeId> running(accel_.size()), transferring(accel_.size());
+  size_t nodes = 0;
+  for (size_t d = 0; d < accel_.size(); ++d) {
+    for (const auto& [key, bytes] : weights_[d]) mem[d].weights += bytes;
+  }
+  for (const auto& [cid, c] : checkpoints_) mem[c.device.value()].checkpoints += c.bytes;
+  for (const auto& [iid, inst] : instances_) {
+    const GraphTemplate& tpl = *inst->tpl;
+    if (inst->state != InstanceState::kPending && inst->state != InstanceState::kRunning) {
+      return absl::InternalError(StrCat("terminal instance ", inst->id, " was not retired"));
+    }
+    nodes += inst->nodes.size() + inst->transfers.size();
+    int unfinished = 0;
+    for (const OpNode& n : inst->nodes) {
+      const OpSpec& op = tpl.op(n.op_index);
+      int up = 0, us = 0;
+      for (int p : op.preds) up += inst->nodes[p].state == NodeState::kUnscheduled;
+      for (int s : op.succs) us += inst->nodes[s].state == NodeState::kUnscheduled;
+      if (!IsTerminal(n.state)) ++unfinished;
+      if (n.state == NodeState::kUnscheduled && up != n.unscheduled_preds) {
+        return absl::InternalError(StrCat("node ", n.id, ": unscheduled_preds ",
+                                                n.unscheduled_preds, " != ", up));
+      }
+      if (IsScheduled(n.state) && us != n.unscheduled_succs) {
+        return absl::InternalError(StrCat("node ", n.id, ": unscheduled_succs ",
+                                                n.unscheduled_succs, " != ", us));
+      }
+      if (n.state == NodeState::kUnscheduled && up == 0) unsched.insert(KeyOf(*inst, n));
+      if (IsScheduled(n.state) && us > 0) sched.insert(n.id);
+      if (n.state == NodeState::kRunning) {
+        if (running[n.device.value()].valid()) {
+          return absl::InternalError(StrCat("two running nodes on device ", n.device));
+        }
+        running[n.device.value()] = n.id;
+        mem[n.device.value()].workspace += n.workspace;
+      }
+      for (const TensorState& t : n.outputs) {
+        if (!t.allocated || t.freed || t.update_of >= 0) continue;
+        if (t.retained && n.state == NodeState::kDone) continue;
+        for (DeviceId d : t.copies) mem[d.value()].activations += t.bytes;
+      }
+      // Pending consumers: template consumers not done + transfers not done.
+      for (size_t o = 0; o < n.outputs.size(); ++o) {
+        int pending = 0;
+        for (int s : op.succs) {
+          for (const InputRef& r : tpl.op(s).inputs) {
+            if (r.kind == InputRef::Kind::kOp && r.index == n.op_index &&
+                r.output == static_cast<int>(o) && inst->nodes[s].state != NodeState::kDone) {
+              ++pending;
+            }
+          }
+        }
+        for (NodeId tid : inst->transfers) {
+          const OpNode& tn = transfers_.at(tid.value());
+          if (tn.src_node == n.id && tn.src_output == static_cast<int>(o) && tn.state != NodeState::kDone) {
+            ++pending;
+          }
+        }
+        if (pending != n.outputs[o].pending_consumers) {
+          return absl::InternalError(StrCat("node ", n.id, " output ", o, ": pending_consumers ",
+                                                  n.outputs[o].pending_consumers, " != ", pending));
+        }
+      }
+    }
+    if (unfinished != inst->unfinished) {
+      return absl::InternalError(StrCat("instance ", inst->id, ": unfinished count ",
+                                              inst->unfinished, " != ", unfinished));
+    }
+    for (NodeId tid : inst->transfers) {
+      const OpNode& tn = transfers_.at(tid.value());
+      if (tn.state == NodeState::kRunning) {
+        for (DeviceId end : {tn.device, tn.dst_device}) {
+          if (transferring[end.value()].valid()) {
+            return absl::InternalError(StrCat("two active transfers on device ", end));
+          }
+          transferring[end.value()] = tn.id;
+        }
+        const OpNode* p = FindNode(tn.src_node);
+        mem[tn.dst_device.value()].activations += p->outputs[tn.src_output].bytes;
+      }
+    }
+  }
+  if (nodes != num_nodes_) {
+    return absl::InternalError(StrCat("node count ", num_nodes_, " != ", nodes));
+  }
+  if (transfers_.size() > nodes) return absl::InternalError("orphan transfer nodes");
+  for (size_t d = 0; d < accel_.size(); ++d) {
+    if (!(mem[d] == memory_[d])) {
+      return absl::InternalError(StrCat(
+          "device ", accel_.device(DeviceId(d)).name, " memory mismatch: incremental (w ",
+          memory_[d].weights.count(), ", a ", memory_[d].activations.count(), ", ws ",
+          memory_[d].workspace.count(), ", ck ", memory_[d].checkpoints.count(), ") vs recomputed (w ",
+          mem[d].weights.count(), ", a ", mem[d].activations.count(), ", ws ", mem[d].workspace.count(),
+          ", ck ", mem[d].checkpoints.count(), ")"));
+    }
+    if (running[d] != running_compute_[d]) {
+      return absl::InternalError(StrCat("device ", d, " running node mismatch"));
+    }
+    if (transferring[d] != active_transfer_[d]) {
+      return absl::InternalError(StrCat("device ", d, " active transfer mismatch"));
+    }
+  }
+  if (unsched != unscheduled_) {
+    return absl::InternalError(StrCat("unscheduled frontier mismatch: incremental ",
+                                            unscheduled_.size(), " vs recomputed ", unsched.size()));
+  }
+  if (sched != scheduled_frontier_) {
+    return absl::InternalError(StrCat("scheduled frontier mismatch: incremental ",
+                                            scheduled_frontier_.size(), " vs recomputed ", sched.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace slicesched

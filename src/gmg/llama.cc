@@ -1,0 +1,207 @@
+#include "slicesched/gmg/llama.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+
+namespace slicesched {
+namespace presets {
+extern const std::string_view kLlama3_8bYaml;
+extern const std::string_view kTinyYaml;
+}  // namespace presets
+
+int64_t LlamaDims::ParamsPerLayer() const {
+  const int64_t hd = head_dim();
+  const int64_t attn = hidden * heads * hd          // q
+                       + 2 * hidden * kv_heads * hd // k, v
+                       + heads * hd * hidden;       // o
+  const int64_t mlp = 3 * hidden * ffn;             // gate, up, down
+  const int64_t norms = 2 * hidden;                 // attention and MLP RMSNorm
+  return attn + mlp + norms;
+}
+
+absl::Status LlamaDims::Validate() const {
+  auto bad = [&](std::string msg) {
+    return absl::InvalidArgumentError(StrCat("model '", name, "': ", msg));
+  };
+  if (name.empty()) return absl::InvalidArgumentError("model has no name");
+  for (auto [field, v] : {std::pair<const char*, int64_t>{"layers", layers}, {"hidden", hidden},
+                          {"heads", heads}, {"kv_heads", kv_heads}, {"ffn", ffn}, {"vocab", vocab},
+                          {"fusion", fusion}}) {
+    if (v <= 0) return bad(StrCat(field, " must be positive, got ", v));
+  }
+  if (hidden % heads != 0) return bad(StrCat("hidden ", hidden, " is not divisible by heads ", heads));
+  if (heads % kv_heads != 0) return bad(StrCat("heads ", heads, " is not divisible by kv_heads ", kv_heads));
+  if (layers % fusion != 0) return bad(StrCat("layers ", layers, " is not divisible by fusion ", fusion));
+  if (!IsFloating(dtype)) return bad("dtype must be floating point");
+  return absl::OkStatus();
+}
+
+LlamaDims LlamaDims::FromConfig(const ConfigReader& m) {
+  LlamaDims d;
+  m.RejectUnknownKeys({"name", "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab",
+                       "dtype", "fusion"});
+  d.name = m.Required<std::string>("name");
+  std::string family = m.Optional<std::string>("family", "llama");
+  m.Check(family == "llama", "family", StrCat("unsupported model family '", family, "'"));
+  d.layers = m.Required<int64_t>("layers");
+  d.hidden = m.Required<int64_t>("hidden");
+  d.heads = m.Required<int64_t>("heads");
+  d.kv_heads = m.Optional<int64_t>("kv_heads", d.heads);
+  d.ffn = m.Required<int64_t>("ffn");
+  d.vocab = m.Required<int64_t>("vocab");
+  d.fusion = m.Optional<int64_t>("fusion", 8);
+  for (auto [k, v] : {std::pair<const char*, int64_t>{"layers", d.layers}, {"hidden", d.hidden},
+                      {"heads", d.heads}, {"kv_heads", d.kv_heads}, {"ffn", d.ffn},
+                      {"vocab", d.vocab}, {"fusion", d.fusion}}) {
+    m.CheckPositive(k, v);
+  }
+  std::string dtype = m.Optional<std::string>("dtype", "bf16");
+  auto dt = ParseDType(dtype);
+  m.Check(dt.ok(), "dtype", dt.ok() ? "" : dt.status().message());
+  if (dt.ok()) d.dtype = *dt;
+  if (d.heads > 0 && d.kv_heads > 0 && d.fusion > 0) {
+    m.Check(d.hidden % d.heads == 0, "heads", "hidden must be divisible by heads");
+    m.Check(d.heads % d.kv_heads == 0, "kv_heads", "heads must be divisible by kv_heads");
+    m.Check(d.layers % d.fusion == 0, "fusion", "layers must be divisible by fusion");
+  }
+  return d;
+}
+
+std::string LlamaGroupWeightKey(const LlamaDims& dims, int64_t group) {
+  return StrCat(dims.name, "/layers", group * dims.fusion, "-", (group + 1) * dims.fusion - 1);
+}
+
+namespace {
+
+enum class Phase { kPrefill, kDecode };
+
+void DefineDims(TemplateBuilder& b, const LlamaDims& d) {
+  b.Define("H", d.hidden)
+      .Define("NH", d.heads)
+      .Define("NKV", d.kv_heads)
+      .Define("HD", d.head_dim())
+      .Define("FFN", d.ffn)
+      .Define("V", d.vocab)
+      .Define("F", d.fusion)
+      .Define("ES", DTypeSize(d.dtype));
+}
+
+std::vector<std::pair<std::string, std::vector<std::pair<std::string, int>>>> Partitions(
+    const LlamaDims& d) {
+  const int g = static_cast<int>(d.num_groups());
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, int>>>> out;
+  auto make = [&](std::string name, int slots) {
+    std::vector<std::pair<std::string, int>> m;
+    m.emplace_back("embed", 0);
+    for (int k = 0; k < g; ++k) m.emplace_back(StrCat("g", k), k * slots / g);
+    m.emplace_back("head", slots - 1);
+    m.emplace_back("sample", slots - 1);
+    out.emplace_back(std::move(name), std::move(m));
+  };
+  make("single", 1);
+  if (g >= 2 && g % 2 == 0) make("pp2", 2);
+  if (g >= 4 && g % 4 == 0) make("pp4", 4);
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> Build(const LlamaDims& d, Phase phase) {
+  const bool prefill = phase == Phase::kPrefill;
+  TemplateBuilder b(StrCat(d.name, prefill ? "/prefill" : "/decode"));
+  DefineDims(b, d);
+  const DType dt = d.dtype;
+  const std::string es = std::to_string(DTypeSize(dt));
+  // New tokens per sequence and the attention span.
+  const std::string s = prefill ? "S" : "1";
+  const std::string span = prefill ? "S" : "(C+1)";
+  const std::string ctx = prefill ? "0" : "C";
+  const int64_t groups = d.num_groups();
+
+  b.ExternalInput("tokens", DType::kI64, {"B", s});
+  if (!prefill) {
+    for (int64_t g = 0; g < groups; ++g) {
+      b.CheckpointInput(StrCat("kv", g), dt, {"2", "F", "B", "C", "NKV", "HD"});
+    }
+  }
+  b.Op("embed", OpKind::kEmbedding)
+      .Inputs({"$tokens"})
+      .Output("hidden", dt, {"B", s, "H"})
+      .Weights(StrCat(d.name, "/embed"), Bytes(d.EmbeddingParams() * DTypeSize(dt)),
+               d.EmbeddingParams())
+      .Attr("batch", "B")
+      .Attr("new_tokens", s)
+      .Attr("context", ctx);
+  std::string prev = "embed";
+  // Per-layer transient peak: QKV, fp32 attention scores, gate + up.
+  const std::string workspace = StrCat("B*", s, "*(H+2*NKV*HD)*ES + B*NH*", s, "*", span,
+                                             "*4 + 2*B*", s, "*FFN*ES");
+  for (int64_t g = 0; g < groups; ++g) {
+    const std::string name = StrCat("g", g);
+    b.Op(name, OpKind::kFusedLayers)
+        .Inputs(prefill ? std::vector<std::string>{prev}
+                        : std::vector<std::string>{prev, StrCat("@kv", g)})
+        .Output("hidden", dt, {"B", s, "H"});
+    if (prefill) {
+      b.RetainedOutput("kv", dt, {"2", "F", "B", "S", "NKV", "HD"});
+    } else {
+      b.UpdateOutput("kv", StrCat("kv", g), {"2", "F", "B", "C+1", "NKV", "HD"});
+    }
+    b.Weights(LlamaGroupWeightKey(d, g), Bytes(d.ParamsPerGroup() * DTypeSize(dt)), d.ParamsPerGroup())
+        .Workspace(workspace)
+        .Attr("batch", "B")
+        .Attr("new_tokens", s)
+        .Attr("context", ctx)
+        .Attr("layers", "F");
+    prev = StrCat(name, ":hidden");
+  }
+  b.Op("head", OpKind::kLmHead)
+      .Inputs({prev})
+      .Output("logits", DType::kF32, {"B", "V"})
+      .Weights(StrCat(d.name, "/lm_head"), Bytes(d.LmHeadParams() * DTypeSize(dt)),
+               d.LmHeadParams())
+      .Workspace("B*H*ES")
+      .Attr("batch", "B");
+  b.Op("sample", OpKind::kSample)
+      .Inputs({"head"})
+      .Output("token", DType::kI64, {"B", "1"})
+      .Workspace("B*V*4")
+      .Attr("batch", "B");
+  for (const auto& [pname, slots] : Partitions(d)) b.Partition(pname, slots);
+  return b.Build();
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaTemplates> BuildLlamaTemplates(const LlamaDims& dims) {
+  SLICESCHED_RETURN_IF_ERROR(dims.Validate());
+  LlamaTemplates t;
+  SLICESCHED_ASSIGN_OR_RETURN(t.prefill, Build(dims, Phase::kPrefill));
+  SLICESCHED_ASSIGN_OR_RETURN(t.decode, Build(dims, Phase::kDecode));
+  return t;
+}
+
+absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name) {
+  std::string_view text;
+  if (name == "llama3-8b") {
+    text = presets::kLlama3_8bYaml;
+  } else if (name == "tiny") {
+    text = presets::kTinyYaml;
+  } else {
+    return absl::NotFoundError(StrCat("no model preset named '", name,
+                                            "' (presets: llama3-8b, tiny)"));
+  }
+  const std::string source = StrCat("<embedded:configs/models/", name, ".yaml>");
+  SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlString(ToAbsl(text), source));
+  ConfigErrors errors;
+  ConfigReader r(root, source, &errors);
+  r.RejectUnknownKeys({"model"});
+  LlamaDims d = LlamaDims::FromConfig(r.RequiredChild("model"));
+  SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());
+  SLICESCHED_RETURN_IF_ERROR(d.Validate());
+  return d;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,90 @@
+#include "slicesched/gmg/accelerator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace slicesched {
+namespace {
+
+using ::testing::HasSubstr;
+
+AcceleratorSet Parse(const std::string& text, ConfigErrors* errors) {
+  auto root = LoadYamlString(text, "cluster.yaml");
+  EXPECT_TRUE(root.ok()) << root.status();
+  ConfigReader r(*root, "cluster.yaml", errors);
+  return AcceleratorSet::FromConfig(r, errors);
+}
+
+TEST(AcceleratorSetTest, ExpandsCountsAndLinks) {
+  ConfigErrors errors;
+  AcceleratorSet set = Parse(R"(
+devices:
+  - {name: gpu, count: 4, type: A16, memory: 64GiB, backend: virtual}
+  - {name: host, type: cpu, memory: 2GiB, backend: cpu}
+links:
+  default: {bandwidth: 12GB/s, latency: 20us}
+  pairs:
+    - {between: [gpu0, gpu1], bandwidth: 24GB/s, latency: 8us}
+)", &errors);
+  ASSERT_TRUE(errors.ok()) << errors.ToStatus();
+  ASSERT_EQ(set.size(), 5u);
+  EXPECT_EQ(set.device(DeviceId(3)).name, "gpu3");
+  EXPECT_EQ(set.device(DeviceId(3)).memory, Bytes::GiB(64));
+  EXPECT_EQ(set.device(DeviceId(4)).backend, DeviceBackend::kCpu);
+  EXPECT_DOUBLE_EQ(set.link(DeviceId(0), DeviceId(1)).bandwidth_bytes_per_s, 24e9);
+  EXPECT_DOUBLE_EQ(set.link(DeviceId(1), DeviceId(0)).bandwidth_bytes_per_s, 24e9);
+  EXPECT_DOUBLE_EQ(set.link(DeviceId(0), DeviceId(2)).bandwidth_bytes_per_s, 12e9);
+  EXPECT_EQ(set.link(DeviceId(0), DeviceId(2)).latency, Duration::Micros(20));
+  // 12 MB over 12 GB/s plus 20 us.
+  EXPECT_EQ(set.link(DeviceId(0), DeviceId(2)).TransferTime(Bytes(12000000)),
+            Duration::Micros(1020));
+  EXPECT_EQ(*set.FindDevice("host"), DeviceId(4));
+  EXPECT_FALSE(set.FindDevice("gpu9").ok());
+}
+
+TEST(AcceleratorSetTest, ErrorsNameFieldAndPosition) {
+  ConfigErrors errors;
+  Parse(R"(devices:
+  - {name: gpu, memory: lots}
+  - {name: gpu, memory: 1GiB, backend: quantum}
+links:
+  default: {bandwidth: fast}
+)", &errors);
+  ASSERT_FALSE(errors.ok());
+  const std::string msg(errors.ToStatus().message());
+  EXPECT_THAT(msg, HasSubstr("cluster.yaml:2:"));
+  EXPECT_THAT(msg, HasSubstr("devices[0].memory"));
+  EXPECT_THAT(msg, HasSubstr("unknown backend 'quantum'"));
+  EXPECT_THAT(msg, HasSubstr("links.default.bandwidth"));
+}
+
+TEST(AcceleratorSetTest, RejectsDuplicatesAndUnknownLinkEnds) {
+  ConfigErrors errors;
+  Parse(R"(devices:
+  - {name: a, memory: 1GiB}
+  - {name: a, memory: 1GiB}
+)", &errors);
+  EXPECT_THAT(std::string(errors.ToStatus().message()), HasSubstr("duplicate device name 'a'"));
+
+  ConfigErrors e2;
+  Parse(R"(devices:
+  - {name: a, memory: 1GiB}
+  - {name: b, memory: 1GiB}
+links:
+  pairs:
+    - {between: [a, zz], bandwidth: 1GB/s}
+)", &e2);
+  EXPECT_THAT(std::string(e2.ToStatus().message()), HasSubstr("no device named 'zz'"));
+}
+
+TEST(AcceleratorSetTest, ParseBandwidth) {
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("12GB/s"), 12e9);
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("1GiB/s"), 1073741824.0);
+  EXPECT_DOUBLE_EQ(*ParseBandwidth("5e9"), 5e9);
+  EXPECT_FALSE(ParseBandwidth("fast").ok());
+  EXPECT_FALSE(ParseBandwidth("-1GB/s").ok());
+  EXPECT_FALSE(ParseBandwidth("0").ok());
+}
+
+}  // namespace
+}  // namespace slicesched

@@ -1,0 +1,138 @@
+#include "slicesched/gmg/llama.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "slicesched/gmg/gmg.h"
+
+namespace slicesched {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(LlamaTest, Llama3_8bFusedOperatorSize) {
+  auto dims = LlamaPreset("llama3-8b");
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  EXPECT_EQ(dims->fusion, 8);
+  EXPECT_EQ(dims->head_dim(), 128);
+  // 8 layers: 1.745 G parameters within 0.5%, 3.49 GB in bf16.
+  const double params = static_cast<double>(dims->ParamsPerGroup());
+  EXPECT_NEAR(params / 1.745e9, 1.0, 0.005);
+  auto t = BuildLlamaTemplates(*dims);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const GraphTemplate& pre = *t->prefill;
+  auto g0 = pre.FindOp("g0");
+  ASSERT_TRUE(g0.ok());
+  EXPECT_NEAR(static_cast<double>(pre.op(*g0).weight_bytes.count()) / 3.49e9, 1.0, 0.005);
+  // KV bytes per token per layer: 2 x 8 kv heads x 128 x 2 bytes.
+  EXPECT_EQ(dims->KvBytesPerTokenPerLayer(), 2 * 8 * 128 * 2);
+  // The whole model: about 8.03 G parameters.
+  EXPECT_NEAR(static_cast<double>(dims->TotalParams()) / 8.03e9, 1.0, 0.01);
+}
+
+TEST(LlamaTest, TemplatesHaveExactKvAndPartitions) {
+  auto dims = *LlamaPreset("llama3-8b");
+  auto t = *BuildLlamaTemplates(dims);
+  EXPECT_EQ(t.prefill->num_ops(), 1 + 4 + 2);
+  EXPECT_EQ(t.decode->checkpoint_inputs().size(), 4u);
+  std::vector<std::string> names;
+  for (const auto& p : t.prefill->partitions()) names.push_back(p.name);
+  EXPECT_THAT(names, ::testing::ElementsAre("single", "pp2", "pp4"));
+
+  std::vector<DeviceSpec> devs(1);
+  devs[0].name = "gpu0";
+  devs[0].type = "A16";
+  devs[0].memory = Bytes::GiB(64);
+  GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{12e9, Duration::Micros(20)}));
+  TemplateId pre = *g.RegisterTemplate(t.prefill);
+  TemplateId dec = *g.RegisterTemplate(t.decode);
+  InstanceSpec s;
+  s.template_id = pre;
+  s.bindings = {{"B", 1}, {"S", 100}};
+  InstanceId i = *g.Instantiate(s);
+  const Instance* inst = g.FindInstance(i);
+  // g0's retained KV: 8 layers x 100 tokens x 4096 bytes.
+  EXPECT_EQ(inst->nodes[1].outputs[1].bytes, Bytes(8 * 100 * 4096));
+  EXPECT_TRUE(inst->nodes[1].outputs[1].retained);
+  EXPECT_EQ(inst->nodes[1].outputs[0].bytes, Bytes(100 * 4096 * 2));
+  // Decode attaches to a KV of C tokens and grows it by one token.
+  EXPECT_EQ(t.decode->FindCheckpointInput("kv3"), 3);
+  (void)dec;
+}
+
+TEST(LlamaTest, FullPrefillThenDecodeOnOneDevice) {
+  auto dims = *LlamaPreset("tiny");
+  auto t = *BuildLlamaTemplates(dims);
+  std::vector<DeviceSpec> devs(1);
+  devs[0].name = "cpu0";
+  devs[0].type = "cpu";
+  devs[0].memory = Bytes::MiB(64);
+  GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{1e9, Duration::Micros(1)}));
+  TemplateId pre = *g.RegisterTemplate(t.prefill);
+  TemplateId dec = *g.RegisterTemplate(t.decode);
+  for (const OpSpec& op : t.prefill->ops()) {
+    if (op.weight_key.empty()) continue;
+    ASSERT_TRUE(g.LoadWeights(DeviceId(0), op.weight_key, op.weight_bytes).ok());
+  }
+  auto run_all = [&](InstanceId id, int64_t t0) {
+    const Instance* inst = g.FindInstance(id);
+    std::vector<NodeId> nodes;
+    for (const OpNode& n : inst->nodes) nodes.push_back(n.id);
+    for (NodeId n : nodes) ASSERT_TRUE(g.Issue(n, DeviceId(0), Timestamp::FromNanos(t0)).ok());
+    for (NodeId n : nodes) {
+      ASSERT_TRUE(g.Start(n, Timestamp::FromNanos(t0 + 1)).ok());
+      ASSERT_TRUE(g.Finish(n, Timestamp::FromNanos(t0 + 2)).ok());
+    }
+  };
+  InstanceSpec s;
+  s.template_id = pre;
+  s.bindings = {{"B", 1}, {"S", 7}};
+  run_all(*g.Instantiate(s), 0);
+  auto retired = g.TakeRetired();
+  ASSERT_EQ(retired.size(), 1u);
+  ASSERT_EQ(retired[0].produced.size(), 2u);  // one KV per fused group
+  const Bytes kv_per_group(2 * dims.fusion * 7 * dims.kv_heads * dims.head_dim() * 4);
+  EXPECT_EQ(g.FindCheckpoint(retired[0].produced[0])->bytes, kv_per_group);
+  for (int step = 0; step < 3; ++step) {
+    InstanceSpec d;
+    d.template_id = dec;
+    d.bindings = {{"B", 1}, {"C", 7 + step}};
+    d.checkpoints = {{"kv0", retired[0].produced[0]}, {"kv1", retired[0].produced[1]}};
+    auto id = g.Instantiate(d);
+    ASSERT_TRUE(id.ok()) << id.status();
+    run_all(*id, 10 * (step + 1));
+  }
+  EXPECT_EQ(g.FindCheckpoint(retired[0].produced[0])->bytes,
+            Bytes(2 * dims.fusion * 10 * dims.kv_heads * dims.head_dim() * 4));
+  EXPECT_EQ(g.memory(DeviceId(0)).activations, Bytes(0));
+  EXPECT_TRUE(g.VerifyInvariants().ok());
+}
+
+TEST(LlamaTest, RejectsBadDims) {
+  LlamaDims d = *LlamaPreset("tiny");
+  d.heads = 3;
+  EXPECT_THAT(BuildLlamaTemplates(d).status().message(), HasSubstr("not divisible by heads"));
+  d = *LlamaPreset("tiny");
+  d.fusion = 3;
+  EXPECT_THAT(BuildLlamaTemplates(d).status().message(), HasSubstr("not divisible by fusion"));
+  d = *LlamaPreset("tiny");
+  d.vocab = 0;
+  EXPECT_THAT(BuildLlamaTemplates(d).status().message(), HasSubstr("vocab must be positive"));
+  EXPECT_EQ(LlamaPreset("gpt5").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(LlamaTest, ParsesModelConfigWithPositions) {
+  auto root = LoadYamlString("model:\n  name: m\n  layers: 4\n  hidden: 64\n  heads: 4\n  ffn: x\n  vocab: 10\n  colour: red\n", "m.yaml");
+  ASSERT_TRUE(root.ok());
+  ConfigErrors errors;
+  ConfigReader r(*root, "m.yaml", &errors);
+  LlamaDims d = LlamaDims::FromConfig(r.Child("model"));
+  ASSERT_FALSE(errors.ok());
+  const std::string msg(errors.ToStatus().message());
+  EXPECT_THAT(msg, HasSubstr("m.yaml:6:8: model.ffn"));
+  EXPECT_THAT(msg, HasSubstr("colour"));
+  (void)d;
+}
+
+}  // namespace
+}  // namespace slicesched
