@@ -1,0 +1,201 @@
+// Estimators: predicted operator and transfer times, learned online.
+//
+// Transfer (paper Eq 1): per ordered (source, destination) device pair,
+//   t = alpha * size + c,
+// fitted by least squares over a bounded window of recent observations and
+// seeded from the link table's priors (latency, 1 / bandwidth) until the
+// window holds at least two distinct sizes. The fit, like the operator fit,
+// minimises relative error (weights 1 / t^2) under alpha >= 0, c >= 0 (NNLS),
+// so the latency term that dominates small transfers is not drowned by the
+// large ones.
+//
+// Operator (paper Eq 2): per (device type, template, template op) key, linear
+// in a feature basis chosen by the op kind (see FeatureBasis), fitted by
+// non-negative least squares (coefficients >= 0, so every prediction is >= 0)
+// on relative error (each sample weighted by 1 / t^2, which is what MAPE
+// measures) over a bounded window. Until a key has as many samples as
+// features, predictions come from the key's prior (SetPrior) or, failing
+// that, the configured default duration.
+//
+// Both keep, per key, the sample count and the MAPE of their predictions
+// measured *before* each observation was added (an honest online error), and
+// save/restore their coefficients as YAML so a restarted daemon starts warm.
+//
+// The hot path (Predict) does no allocation and no hashing: callers resolve a
+// key to a dense handle once (Register) and keep it. Observe refits the key
+// (a few microseconds for a 256-sample window). Neither class is thread-safe.
+//
+// Saved state holds coefficients, priors, sample counts and MAPE, not the
+// windows: after Restore a key keeps its restored coefficients until it has
+// collected enough new samples to refit.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "slicesched/common/units.h"
+#include "slicesched/gmg/accelerator.h"
+#include "slicesched/gmg/graph_template.h"
+
+namespace slicesched {
+
+inline constexpr int kMaxFeatures = 6;
+
+struct Features {
+  std::array<double, kMaxFeatures> v{};
+  int n = 0;
+};
+
+// The feature basis of one template op, chosen by its kind, reading the op's
+// evaluated integer attributes (GraphTemplate attrs, in declaration order):
+//   matmul          attrs b, m, n, k:           [b*m*n*k, b*m*k, b*k*n, b*m*n, 1]
+//   fused_layers,   attrs batch (B), new_tokens (S), context (C):
+//   train_forward,    [B*S, B*S*(C+S), B*(C+S), 1]
+//   train_backward    (GEMM FLOPs, attention FLOPs, KV bytes read, launch)
+//   embedding       [B*S, 1]
+//   lm_head, sample [B, 1]
+//   anything else   [1]
+// A missing attribute counts as 1 (batch) or 0 (context).
+class FeatureBasis {
+ public:
+  static FeatureBasis For(const OpSpec& op);
+  int size() const { return size_; }
+  Features Compute(std::span<const int64_t> attrs) const;
+  std::vector<std::string> names() const;
+
+ private:
+  enum class Kind : uint8_t { kConstant, kMatmul, kLayers, kTokens, kBatch };
+  Kind kind_ = Kind::kConstant;
+  int size_ = 1;
+  // Attribute positions (or -1): b, m, n, k for matmul; batch, new_tokens,
+  // context for the others.
+  std::array<int, 4> pos_{-1, -1, -1, -1};
+};
+
+struct OpEstimatorOptions {
+  int window = 256;                               // samples kept per key
+  Duration default_duration = Duration::Millis(1);  // no prior, no fit
+};
+
+class OpEstimator {
+ public:
+  explicit OpEstimator(OpEstimatorOptions options = {});
+  ~OpEstimator();
+  OpEstimator(OpEstimator&&) noexcept;
+  OpEstimator& operator=(OpEstimator&&) noexcept;
+
+  // Dense handle for (device type, template op); idempotent. -1 when `op` is
+  // not an op of `tpl`. A key restored earlier (Restore) with the same names
+  // and feature basis starts from the restored state.
+  int Register(std::string_view device_type, const GraphTemplate& tpl, int op);
+  int num_keys() const;
+
+  // Predicted duration in nanoseconds; never negative. `attrs` are the op's
+  // evaluated attributes in declaration order. An unknown key predicts the
+  // default duration.
+  double PredictNs(int key, std::span<const int64_t> attrs) const;
+  Duration Predict(int key, std::span<const int64_t> attrs) const;
+
+  // Adds a measurement and refits the key.
+  void Observe(int key, std::span<const int64_t> attrs, Duration measured);
+  // Prior coefficients (one per basis feature, nanoseconds per unit; finite
+  // and >= 0). Used until the key is fitted.
+  absl::Status SetPrior(int key, std::span<const double> coeffs);
+
+  struct KeyStats {
+    std::string device_type, template_name, op_name;
+    std::vector<std::string> feature_names;
+    std::vector<double> coeffs;
+    int64_t samples = 0;
+    double mape_pct = 0;  // of predictions made before each sample
+    bool fitted = false;
+  };
+  // Registered keys in handle order; coeffs are those in use (fit, prior, or
+  // [0, ..., default duration]).
+  std::vector<KeyStats> Stats() const;
+
+  // YAML text with every key's coefficients, counts and MAPE (keys restored
+  // but not registered yet included).
+  std::string Save() const;
+  // Restores keys saved by Save(); keys are matched by name when registered
+  // later, so Restore may run before Register. Malformed text, or a saved
+  // basis that differs from a registered key's, gives InvalidArgumentError
+  // listing every problem, and nothing changes.
+  absl::Status Restore(std::string_view text);
+
+ private:
+  struct Key;  // defined in the .cc
+  // A key's state as read by Restore(): applied at once to a registered key,
+  // or kept in pending_ until Register() creates the key.
+  struct Restored {
+    std::string device_type, template_name, op_name;
+    std::vector<std::string> feature_names;
+    std::vector<double> coeffs;  // coefficients in use when saved
+    std::vector<double> prior;   // empty: no prior was set
+    bool fitted = false;
+    int64_t samples = 0;
+    double mape_pct = 0;
+  };
+  void Refit(Key& key);
+  void ResetCoeffs(Key& key) const;  // prior if set, else the default duration
+  void Apply(const Restored& restored, Key& key) const;
+
+  OpEstimatorOptions options_;
+  std::vector<Key> keys_;
+  absl::flat_hash_map<std::string, int> by_name_;  // "type|template|op" -> key
+  absl::flat_hash_map<std::string, Restored> pending_;  // restored, not registered
+};
+
+struct TransferEstimatorOptions {
+  int window = 128;
+};
+
+class TransferEstimator {
+ public:
+  TransferEstimator(const AcceleratorSet& accelerators, TransferEstimatorOptions options = {});
+  ~TransferEstimator();
+  TransferEstimator(TransferEstimator&&) noexcept;
+  TransferEstimator& operator=(TransferEstimator&&) noexcept;
+
+  // 0 when src == dst (or either id is out of range).
+  double PredictNs(DeviceId src, DeviceId dst, int64_t bytes) const;
+  Duration Predict(DeviceId src, DeviceId dst, Bytes size) const;
+  // Same-device (and out-of-range) observations are ignored.
+  void Observe(DeviceId src, DeviceId dst, Bytes size, Duration measured);
+
+  struct PairStats {
+    std::string src, dst;
+    double alpha_ns_per_byte = 0, c_ns = 0;
+    int64_t samples = 0;
+    double mape_pct = 0;
+  };
+  std::vector<PairStats> Stats() const;  // pairs with at least one sample
+  // YAML text keyed by device names (pairs with samples only).
+  std::string Save() const;
+  // All or nothing; unknown device names are an InvalidArgumentError.
+  absl::Status Restore(std::string_view text);
+
+ private:
+  struct Pair;  // defined in the .cc
+  void Refit(Pair& pair);
+  TransferEstimatorOptions options_;
+  std::vector<std::string> names_;
+  std::vector<Pair> pairs_;  // row-major [src][dst]
+};
+
+// Error accounting shared by both estimators.
+struct MapeCounter {
+  int64_t n = 0;
+  double sum_abs_pct = 0;
+  // Adds |predicted - actual| / actual * 100; ignored when actual <= 0.
+  void Add(double predicted, double actual);
+  double mape_pct() const { return n == 0 ? 0.0 : sum_abs_pct / static_cast<double>(n); }
+};
+
+}  // namespace slicesched

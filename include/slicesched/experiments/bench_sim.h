@@ -1,0 +1,43 @@
+// `slicesim bench-sim`: simulator throughput on a realistic snapshot.
+//
+// Builds a server of N A16-class devices serving Llama3-8B (8 layers per
+// fused operator) with a mix of issued work: decode steps of conversations
+// whose KV caches live on device pairs (pp2, several online priorities),
+// online and offline prefills placed pp2 or pp4 across devices with the
+// cross-device transfers those placements imply, and one operator running on
+// every device. Then it times Simulator::Create (construction) and Run (to
+// completion) over a few repetitions and reports the median.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace slicesched {
+
+struct BenchSimOptions {
+  int devices = 8;
+  int ops = 6000;        // issued compute operators in the snapshot (at least)
+  int repetitions = 5;
+  uint64_t seed = 1;
+};
+
+struct BenchSimResult {
+  int devices = 0;
+  int64_t ops = 0;            // operators and transfers simulated
+  int64_t compute_ops = 0;
+  int64_t transfers = 0;
+  int64_t instances = 0;
+  double snapshot_us = 0;     // GMG -> snapshot (not part of ops_per_ms)
+  double construct_us = 0;    // snapshot -> simulator state
+  double simulate_us = 0;     // run to completion
+  double ops_per_ms = 0;      // ops / (construct + simulate)
+  double compute_ops_per_ms = 0;  // the same counting compute operators only
+  double makespan_ms = 0;     // simulated time to drain the snapshot
+  std::string ToJson() const;
+};
+
+absl::StatusOr<BenchSimResult> RunBenchSim(const BenchSimOptions& options);
+
+}  // namespace slicesched

@@ -1,0 +1,118 @@
+// The queue discipline: which ready operator a device runs next.
+//
+// One implementation, used by both the simulator and the executors
+// (DESIGN.md invariant 2), so a snapshot can be replayed exactly:
+//
+//   1. online before offline (PriorityClass order);
+//   2. higher numeric priority first;
+//   3. earlier ready time first (the moment its last input became local);
+//   4. lower tiebreak first (the GMG node id: instance order, then template
+//      op order).
+//
+// RunsBefore() states the order; ReadyQueue implements it efficiently for a
+// device's ready operators: one FIFO bucket per (class, priority), each kept
+// sorted by (ready time, tiebreak). Ready times arrive in nondecreasing order
+// during execution, so a push is an append (a bucket that receives an
+// out-of-order push is re-sorted lazily on the next pop) and a pop takes the
+// head of the first non-empty bucket. The order is total, so choices at equal
+// times are deterministic.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace slicesched {
+
+struct DisciplineKey {
+  uint8_t priority_class = 0;  // PriorityClass value: 0 online, 1 offline
+  int32_t priority = 0;
+  int64_t ready_ns = 0;
+  uint64_t tiebreak = 0;
+};
+
+// True when `a` runs before `b`.
+constexpr bool RunsBefore(const DisciplineKey& a, const DisciplineKey& b) {
+  if (a.priority_class != b.priority_class) return a.priority_class < b.priority_class;
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.ready_ns != b.ready_ns) return a.ready_ns < b.ready_ns;
+  return a.tiebreak < b.tiebreak;
+}
+
+// The ready operators of one device, popped in RunsBefore order.
+class ReadyQueue {
+ public:
+  void Clear() {
+    for (Bucket& b : buckets_) {
+      b.q.clear();
+      b.head = 0;
+      b.sorted = true;
+    }
+    size_ = 0;
+  }
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+
+  void Push(const DisciplineKey& key, uint32_t item) {
+    Bucket& b = BucketFor(key.priority_class, key.priority);
+    const Entry e{key.ready_ns, key.tiebreak, item};
+    if (b.q.size() > b.head && Before(e, b.q.back())) b.sorted = false;
+    b.q.push_back(e);
+    ++size_;
+  }
+
+  // Removes and returns the item that runs first. Requires !empty().
+  uint32_t Pop(DisciplineKey* key = nullptr) {
+    for (Bucket& b : buckets_) {
+      if (b.head == b.q.size()) continue;
+      if (!b.sorted) {
+        std::sort(b.q.begin() + static_cast<std::ptrdiff_t>(b.head), b.q.end(), Before);
+        b.sorted = true;
+      }
+      const Entry e = b.q[b.head++];
+      if (b.head == b.q.size()) {
+        b.q.clear();
+        b.head = 0;
+      }
+      --size_;
+      if (key != nullptr) *key = DisciplineKey{b.cls, b.prio, e.ready_ns, e.tiebreak};
+      return e.item;
+    }
+    return 0;
+  }
+
+ private:
+  struct Entry {
+    int64_t ready_ns;
+    uint64_t tiebreak;
+    uint32_t item;
+  };
+  struct Bucket {
+    uint8_t cls;
+    int32_t prio;
+    std::vector<Entry> q;
+    size_t head = 0;
+    bool sorted = true;
+  };
+  static bool Before(const Entry& a, const Entry& b) {
+    return a.ready_ns != b.ready_ns ? a.ready_ns < b.ready_ns : a.tiebreak < b.tiebreak;
+  }
+  Bucket& BucketFor(uint8_t cls, int32_t prio) {
+    // Buckets stay ordered by (class, -priority); there are a handful.
+    size_t i = 0;
+    for (; i < buckets_.size(); ++i) {
+      const Bucket& b = buckets_[i];
+      if (b.cls == cls && b.prio == prio) return buckets_[i];
+      if (b.cls > cls || (b.cls == cls && b.prio < prio)) break;
+    }
+    Bucket nb;
+    nb.cls = cls;
+    nb.prio = prio;
+    return *buckets_.insert(buckets_.begin() + static_cast<std::ptrdiff_t>(i), std::move(nb));
+  }
+
+  std::vector<Bucket> buckets_;
+  size_t size_ = 0;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,681 @@
+#include "slicesched/sim/simulator.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "slicesched/comm/arbitration.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/gmg/gmg.h"
+#include "slicesched/sim/queue_discipline.h"
+
+namespace slicesched {
+
+// ---------------------------------------------------------------------------
+// SimContext
+
+SimContext::SimContext(const TemplateRegistry* templates, OpEstimator* ops,
+                       const TransferEstimator* transfers)
+    : templates_(templates), ops_(ops), transfers_(transfers) {}
+
+int SimContext::OpKey(const std::string& device_type, uint32_t template_id, int op) {
+  const std::vector<int>& keys = OpKeys(device_type, template_id);
+  return op >= 0 && op < static_cast<int>(keys.size()) ? keys[op] : -1;
+}
+
+const std::vector<int>& SimContext::OpKeys(const std::string& device_type, uint32_t template_id) {
+  size_t type = 0;
+  while (type < types_.size() && types_[type] != device_type) ++type;
+  if (type == types_.size()) {
+    types_.push_back(device_type);
+    keys_.emplace_back();
+  }
+  auto& by_tpl = keys_[type];
+  if (template_id >= by_tpl.size()) by_tpl.resize(template_id + 1);
+  auto& by_op = by_tpl[template_id];
+  if (by_op.empty()) {
+    const GraphTemplate* tpl = templates_->Find(TemplateId(template_id));
+    if (tpl != nullptr) {
+      for (int op = 0; op < tpl->num_ops(); ++op) by_op.push_back(ops_->Register(device_type, *tpl, op));
+    }
+  }
+  return by_op;
+}
+
+// ---------------------------------------------------------------------------
+// Layout. Everything a run touches per node sits in one small struct (one
+// cache line or less), immutable facts apart from the mutable run state, so
+// an event costs a few cache misses rather than one per field.
+
+namespace {
+
+constexpr uint32_t kNone = GmgSnapshot::kNone;
+constexpr uint16_t kNoDevice = 0xffff;
+
+enum SimState : uint8_t { kUnplaced = 0, kWaiting = 1, kQueued = 2, kRunning = 3, kDone = 4 };
+
+struct Event {
+  int64_t time;
+  uint64_t seq;
+  uint32_t node;
+};
+struct EventLater {
+  bool operator()(const Event& a, const Event& b) const {
+    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+  }
+};
+
+// Immutable per compute node.
+struct NodeInfo {
+  uint64_t id;          // tiebreak of the queue discipline
+  int64_t alloc_bytes;  // outputs (growth for checkpoint updates) + workspace, at start
+  int64_t workspace;    // released at finish
+  uint32_t instance;
+  int32_t priority;
+  uint32_t in_begin, in_end;    // snapshot inputs range
+  uint32_t out_begin, out_end;  // snapshot tensors range
+  uint8_t priority_class;
+};
+
+// Immutable per tensor.
+struct TensorInfo {
+  int64_t bytes;
+  uint32_t producer;
+  uint8_t keep;  // retained or a checkpoint update: never freed
+};
+
+// Mutable per node (compute and transfer).
+struct NodeRun {
+  int64_t dur;
+  int64_t start;
+  int64_t end;
+  int64_t ready;
+  int32_t wait;  // inputs not yet local
+  uint16_t dev;  // compute: device; transfer: source
+  uint8_t st;
+};
+
+// Mutable per tensor.
+struct TensorRun {
+  int32_t pending;          // consumers (compute and transfers) not finished
+  uint32_t first_transfer;  // transfers of this tensor, linked through TransferRun::next
+  uint8_t freed;
+};
+
+// Mutable per transfer (indexed by node - num_compute).
+struct TransferRun {
+  uint64_t seq;            // arbitration sequence (GMG transfer id order)
+  uint32_t tensor;
+  uint32_t next;           // next transfer of the same tensor, or kNone
+  int32_t priority;
+  uint16_t dst;
+};
+
+}  // namespace
+
+struct Simulator::Model {
+  const GmgSnapshot* snap = nullptr;
+  SimContext* ctx = nullptr;
+  int64_t now = 0;
+  uint32_t num_compute = 0;
+  std::vector<int64_t> capacity;
+  std::vector<std::string> device_type;
+  std::vector<NodeInfo> info;        // per compute node
+  std::vector<TensorInfo> tinfo;     // per tensor
+  std::vector<uint32_t> tcons_off, tcons;  // compute consumers per tensor (CSR)
+  std::vector<uint8_t> tcons_cnt;          // how many inputs of that consumer read the tensor
+  std::vector<uint32_t> fill_scratch;      // construction only
+  std::vector<uint32_t> copy_off;          // snapshot copies of tensor t: copies[copy_off[t]..copy_off[t+1])
+
+  // Copies recorded in the snapshot (the tensor was present before it).
+  bool InitialCopy(uint32_t t, uint16_t d) const {
+    for (uint32_t k = copy_off[t]; k < copy_off[t + 1]; ++k) {
+      if (snap->copies[k].device == d) return true;
+    }
+    return false;
+  }
+
+  struct State {
+    std::vector<NodeRun> node;
+    std::vector<TransferRun> xfer;
+    std::vector<TensorRun> tensor;         // per tensor
+    std::vector<int64_t> mem, peak;        // per device
+    std::vector<uint32_t> running;         // per device
+    std::vector<int32_t> unfinished;       // per instance
+  } init;
+};
+
+struct SimScratch::Impl {
+  Simulator::Model::State state;
+  std::vector<Event> events;
+  std::vector<ReadyQueue> ready;
+  std::vector<TransferRequest> pending;
+  std::vector<uint8_t> busy;
+  std::vector<uint32_t> granted;
+  std::vector<uint32_t> batch;
+  std::vector<uint8_t> in_batch;
+  std::vector<std::pair<uint32_t, int64_t>> inst_end;
+};
+
+SimScratch::SimScratch() : impl_(std::make_unique<Impl>()) {}
+SimScratch::~SimScratch() = default;
+SimScratch::SimScratch(SimScratch&&) noexcept = default;
+SimScratch& SimScratch::operator=(SimScratch&&) noexcept = default;
+
+namespace {
+
+using Model = Simulator::Model;
+
+// One run over a scratch: the state copied from the model's initial state
+// (vector assignment reuses capacity) and the event machinery.
+class Engine {
+ public:
+  Engine(const Model& m, SimScratch::Impl& x, SimResult& result)
+      : m_(m),
+        s_(x.state),
+        snap_(*m.snap),
+        events_(x.events),
+        ready_(x.ready),
+        pending_(x.pending),
+        busy_(x.busy),
+        granted_(x.granted),
+        batch_(x.batch),
+        in_batch_(x.in_batch),
+        inst_end_(x.inst_end),
+        result_(result) {
+    s_.node = m.init.node;
+    s_.xfer = m.init.xfer;
+    s_.tensor = m.init.tensor;
+    s_.mem = m.init.mem;
+    s_.peak = m.init.peak;
+    s_.running = m.init.running;
+    s_.unfinished = m.init.unfinished;
+    const size_t nd = m.capacity.size();
+    ready_.resize(nd);
+    for (ReadyQueue& q : ready_) q.Clear();
+    busy_.assign(nd, 0);
+    events_.clear();
+    pending_.clear();
+    granted_.clear();
+    batch_.clear();
+    in_batch_.clear();
+    inst_end_.clear();
+    result_.start_ns = m.now;
+    result_.end_ns = m.now;
+    result_.oom = false;
+    result_.oom_device = -1;
+    result_.oom_at_ns = -1;
+    result_.simulated_ops = 0;
+    result_.batch_mean_completion_ns = 0;
+    result_.batch_completed = 0;
+    result_.inserted_transfers = 0;
+    now_ = m.now;
+  }
+
+  absl::Status Place(const Placement& pl) {
+    const uint32_t n = pl.node;
+    if (n >= m_.num_compute || s_.node[n].st != kUnplaced) {
+      return absl::InvalidArgumentError(StrCat("what-if: node index ", n, " is not an unscheduled compute node"));
+    }
+    if (pl.device >= m_.capacity.size()) {
+      return absl::InvalidArgumentError(StrCat("what-if: node index ", n, ": no device ", pl.device));
+    }
+    const GmgSnapshot::Node& node = snap_.nodes[n];
+    NodeRun& r = s_.node[n];
+    r.dev = pl.device;
+    r.st = kWaiting;
+    r.wait = 0;
+    const int key = m_.ctx->OpKey(m_.device_type[pl.device], snap_.instances[node.instance].template_id,
+                                  node.op_index);
+    r.dur = static_cast<int64_t>(m_.ctx->ops().PredictNs(
+        key, std::span<const int64_t>(snap_.attrs.data() + snap_.attr_offsets[n],
+                                      snap_.attr_offsets[n + 1] - snap_.attr_offsets[n])));
+    const int32_t prio = TransferPriority(node.priority_class, node.priority);
+    for (uint32_t k = snap_.input_offsets[n]; k < snap_.input_offsets[n + 1]; ++k) {
+      const uint32_t t = snap_.inputs[k];
+      const uint32_t p = m_.tinfo[t].producer;
+      if (s_.node[p].st == kUnplaced) {
+        return absl::InvalidArgumentError(StrCat("what-if: node ", node.id, " reads node ", snap_.nodes[p].id,
+                                                 " which is neither scheduled nor earlier in the batch"));
+      }
+      if (TensorOn(t, pl.device) || InitialCopy(t, pl.device)) continue;
+      ++r.wait;
+      if (s_.node[p].dev == pl.device) continue;  // arrives when the producer finishes
+      bool coming = false;
+      for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) coming |= Xfer(x).dst == pl.device;
+      if (!coming) {
+        AddTransfer(t, pl.device, prio);
+        ++result_.inserted_transfers;
+      }
+    }
+    batch_.push_back(n);
+    if (in_batch_.size() <= n) in_batch_.resize(m_.num_compute, 0);
+    in_batch_[n] = 1;
+    return absl::OkStatus();
+  }
+
+  void Run(const SimOptions& options) {
+    horizon_end_ = options.horizon == Duration::Infinite()
+                       ? std::numeric_limits<int64_t>::max()
+                       : m_.now + options.horizon.nanos();
+    stop_when_batch_done_ = options.stop_when_batch_done && !batch_.empty();
+    batch_left_ = static_cast<int>(batch_.size());
+    const uint32_t n_nodes = static_cast<uint32_t>(s_.node.size());
+    for (uint32_t n = 0; n < n_nodes; ++n) {
+      const NodeRun& r = s_.node[n];
+      if (r.st == kRunning) {
+        if (n >= m_.num_compute) {
+          busy_[r.dev] = 1;
+          busy_[Xfer(n).dst] = 1;
+        }
+        Push(std::max(m_.now, r.start + r.dur), n);
+      } else if (r.st == kWaiting && r.wait == 0) {
+        MakeReady(n, r.ready >= 0 ? r.ready : m_.now, false);
+      }
+    }
+    for (uint16_t d = 0; d < m_.capacity.size(); ++d) Dispatch(d);
+    Arbitrate();
+    while (!events_.empty() && !(stop_when_batch_done_ && batch_left_ == 0)) {
+      if (events_.front().time > horizon_end_) break;
+      std::pop_heap(events_.begin(), events_.end(), EventLater());
+      const Event e = events_.back();
+      events_.pop_back();
+      now_ = e.time;
+      result_.end_ns = now_;
+      if (e.node < m_.num_compute) {
+        FinishCompute(e.node);
+      } else {
+        FinishTransfer(e.node);
+      }
+    }
+    Collect();
+  }
+
+ private:
+  TransferRun& Xfer(uint32_t n) { return s_.xfer[n - m_.num_compute]; }
+
+  uint32_t AddTransfer(uint32_t t, uint16_t dst, int32_t prio) {
+    const uint32_t x = static_cast<uint32_t>(s_.node.size());
+    const uint16_t src = s_.node[m_.tinfo[t].producer].dev;
+    NodeRun r{};
+    r.dur = static_cast<int64_t>(m_.ctx->transfers().PredictNs(DeviceId(src), DeviceId(dst), m_.tinfo[t].bytes));
+    r.start = r.end = r.ready = -1;
+    r.wait = TensorOn(t, src) || InitialCopy(t, src) ? 0 : 1;
+    r.dev = src;
+    r.st = kWaiting;
+    s_.node.push_back(r);
+    s_.xfer.push_back({(uint64_t{1} << 62) + x, t, s_.tensor[t].first_transfer, prio, dst});
+    s_.tensor[t].first_transfer = x;
+    s_.tensor[t].pending += 1;
+    return x;
+  }
+
+  // Tensor t is present on device d (produced or received during the run).
+  bool TensorOn(uint32_t t, uint16_t d) {
+    const NodeRun& p = s_.node[m_.tinfo[t].producer];
+    if (p.st == kDone && p.dev == d) return true;
+    for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) {
+      if (s_.node[x].st == kDone && Xfer(x).dst == d) return true;
+    }
+    return false;
+  }
+  bool InitialCopy(uint32_t t, uint16_t d) const { return m_.InitialCopy(t, d); }
+
+  void Push(int64_t time, uint32_t node) {
+    events_.push_back({time, seq_++, node});
+    std::push_heap(events_.begin(), events_.end(), EventLater());
+  }
+
+  void Alloc(uint16_t d, int64_t bytes) {
+    int64_t& mem = s_.mem[d];
+    mem += bytes;
+    if (mem > s_.peak[d]) {
+      s_.peak[d] = mem;
+      if (mem > m_.capacity[d] && !result_.oom) {
+        result_.oom = true;
+        result_.oom_device = d;
+        result_.oom_at_ns = now_;
+      }
+    }
+  }
+
+  void MakeReady(uint32_t n, int64_t ready_at, bool dispatch) {
+    NodeRun& r = s_.node[n];
+    r.ready = ready_at;
+    r.st = kQueued;
+    if (n < m_.num_compute) {
+      const NodeInfo& info = m_.info[n];
+      ready_[r.dev].Push(DisciplineKey{info.priority_class, info.priority, ready_at, info.id}, n);
+      if (dispatch) Dispatch(r.dev);
+    } else {
+      const TransferRun& x = Xfer(n);
+      pending_.push_back({n, r.dev, x.dst, x.priority, ready_at, x.seq});
+      if (dispatch) Arbitrate();
+    }
+  }
+
+  void Dispatch(uint16_t d) {
+    if (s_.running[d] != kNone || ready_[d].empty()) return;
+    const uint32_t n = ready_[d].Pop();
+    NodeRun& r = s_.node[n];
+    s_.running[d] = n;
+    r.st = kRunning;
+    r.start = now_;
+    Alloc(d, m_.info[n].alloc_bytes);
+    Push(now_ + r.dur, n);
+  }
+
+  void Arbitrate() {
+    if (pending_.empty()) return;
+    granted_.clear();
+    ArbitrateTransfers(&pending_, &busy_, &granted_);
+    for (uint32_t x : granted_) {
+      NodeRun& r = s_.node[x];
+      r.st = kRunning;
+      r.start = now_;
+      Alloc(Xfer(x).dst, m_.tinfo[Xfer(x).tensor].bytes);
+      Push(now_ + r.dur, x);
+    }
+  }
+
+  // Tensor t became present on device d: wake its consumers there.
+  void Arrived(uint32_t t, uint16_t d) {
+    for (uint32_t k = m_.tcons_off[t]; k < m_.tcons_off[t + 1]; ++k) {
+      const uint32_t c = m_.tcons[k];
+      NodeRun& r = s_.node[c];
+      if (r.st != kWaiting || r.dev != d) continue;
+      r.wait -= m_.tcons_cnt[k];  // every input occurrence of t
+      if (r.wait <= 0) MakeReady(c, now_, true);
+    }
+    for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) {
+      NodeRun& r = s_.node[x];
+      if (r.st == kWaiting && r.dev == d && --r.wait <= 0) MakeReady(x, now_, true);
+    }
+  }
+
+  void Consume(uint32_t t) {
+    if (--s_.tensor[t].pending > 0 || s_.tensor[t].freed) return;
+    if (s_.node[m_.tinfo[t].producer].st != kDone) return;
+    Free(t);
+  }
+
+  void Free(uint32_t t) {
+    const TensorInfo& ti = m_.tinfo[t];
+    if (ti.keep || s_.tensor[t].freed) return;
+    s_.tensor[t].freed = 1;
+    s_.mem[s_.node[ti.producer].dev] -= ti.bytes;
+    for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) {
+      const uint8_t st = s_.node[x].st;
+      if (st == kRunning || st == kDone) s_.mem[Xfer(x).dst] -= ti.bytes;
+    }
+  }
+
+  void FinishCompute(uint32_t n) {
+    NodeRun& r = s_.node[n];
+    const NodeInfo& info = m_.info[n];
+    const uint16_t d = r.dev;
+    r.st = kDone;
+    r.end = now_;
+    s_.running[d] = kNone;
+    ++result_.simulated_ops;
+    s_.mem[d] -= info.workspace;
+    if (--s_.unfinished[info.instance] == 0) inst_end_.emplace_back(info.instance, now_);
+    if (stop_when_batch_done_ && in_batch_[n]) --batch_left_;
+    const uint32_t out_begin = info.out_begin, out_end = info.out_end;
+    for (uint32_t t = out_begin; t < out_end; ++t) {
+      if (s_.tensor[t].pending == 0) Free(t);
+    }
+    for (uint32_t k = info.in_begin; k < info.in_end; ++k) Consume(snap_.inputs[k]);
+    for (uint32_t t = out_begin; t < out_end; ++t) Arrived(t, d);
+    Dispatch(d);
+  }
+
+  void FinishTransfer(uint32_t x) {
+    NodeRun& r = s_.node[x];
+    const TransferRun& xr = Xfer(x);
+    r.st = kDone;
+    r.end = now_;
+    ++result_.simulated_ops;
+    busy_[r.dev] = 0;
+    busy_[xr.dst] = 0;
+    Arrived(xr.tensor, xr.dst);
+    Consume(xr.tensor);
+    Arbitrate();
+  }
+
+  void Collect() {
+    SimResult& r = result_;
+    const size_t n = s_.node.size();
+    r.node_start_ns.resize(n);
+    r.node_end_ns.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const NodeRun& nr = s_.node[i];
+      const bool reached = nr.st == kRunning || nr.st == kDone;
+      r.node_start_ns[i] = reached ? nr.start : -1;
+      r.node_end_ns[i] = nr.st == kDone ? nr.end : -1;
+    }
+    r.peak_bytes.swap(s_.peak);
+    r.final_bytes.swap(s_.mem);
+    r.instance_end_ns.assign(snap_.instances.size(), -1);
+    for (const auto& [inst, t] : inst_end_) r.instance_end_ns[inst] = t;
+    double sum = 0;
+    for (uint32_t b : batch_) {
+      if (r.node_end_ns[b] >= 0) {
+        sum += static_cast<double>(r.node_end_ns[b] - m_.now);
+        ++r.batch_completed;
+      }
+    }
+    r.batch_mean_completion_ns = r.batch_completed > 0 ? sum / r.batch_completed : 0;
+  }
+
+  const Model& m_;
+  Model::State& s_;
+  const GmgSnapshot& snap_;
+  std::vector<Event>& events_;
+  std::vector<ReadyQueue>& ready_;
+  std::vector<TransferRequest>& pending_;
+  std::vector<uint8_t>& busy_;
+  std::vector<uint32_t>& granted_;
+  std::vector<uint32_t>& batch_;
+  std::vector<uint8_t>& in_batch_;
+  std::vector<std::pair<uint32_t, int64_t>>& inst_end_;
+  SimResult& result_;
+  int64_t now_ = 0;
+  int64_t horizon_end_ = 0;
+  uint64_t seq_ = 0;
+  bool stop_when_batch_done_ = false;
+  int batch_left_ = 0;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Simulator
+
+Simulator::Simulator() : model_(std::make_unique<Model>()) {}
+Simulator::Simulator(Simulator&&) noexcept = default;
+Simulator& Simulator::operator=(Simulator&&) noexcept = default;
+Simulator::~Simulator() = default;
+
+size_t Simulator::num_nodes() const { return model_->init.node.size(); }
+size_t Simulator::num_devices() const { return model_->capacity.size(); }
+int64_t Simulator::duration_ns(uint32_t node) const { return model_->init.node[node].dur; }
+
+absl::StatusOr<Simulator> Simulator::Create(const GmgSnapshot& snap, SimContext& ctx) {
+  Simulator sim;
+  SLICESCHED_RETURN_IF_ERROR(sim.Rebuild(snap, ctx));
+  return sim;
+}
+
+absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
+  Model& m = *model_;
+  m.snap = &snap;
+  m.ctx = &ctx;
+  m.now = snap.taken_at.nanos();
+  m.num_compute = snap.num_compute_nodes;
+  const size_t nd = snap.devices.size();
+  const size_t nn = snap.nodes.size();
+  const size_t nt = snap.tensors.size();
+  Model::State& s = m.init;
+
+  for (const GmgSnapshot::Instance& inst : snap.instances) {
+    if (ctx.templates().Find(TemplateId(inst.template_id)) == nullptr) {
+      return absl::FailedPreconditionError(StrCat("snapshot instance ", inst.id, " uses template ",
+                                                  inst.template_id, " unknown to the registry"));
+    }
+  }
+
+  // Devices.
+  m.capacity.resize(nd);
+  m.device_type.resize(nd);
+  s.mem.resize(nd);
+  s.running.assign(nd, kNone);
+  for (size_t d = 0; d < nd; ++d) {
+    const GmgSnapshot::Device& dev = snap.devices[d];
+    m.capacity[d] = dev.capacity;
+    m.device_type[d] = snap.device_types[dev.type];
+    s.mem[d] = dev.weights + dev.activations + dev.workspace + dev.checkpoints;
+    s.running[d] = dev.running;
+  }
+  s.peak = s.mem;
+
+  // Tensors.
+  m.tinfo.resize(nt);
+  s.tensor.resize(nt);
+  for (size_t t = 0; t < nt; ++t) {
+    const GmgSnapshot::Tensor& ts = snap.tensors[t];
+    m.tinfo[t] = {ts.bytes, ts.node, static_cast<uint8_t>(ts.retained || ts.update_of >= 0)};
+    s.tensor[t] = {ts.pending_consumers, kNone, ts.freed};
+  }
+
+  // Compute consumers of each tensor (CSR by counting sort; a consumer that
+  // reads a tensor twice is listed once).
+  m.tcons_off.assign(nt + 1, 0);
+  for (uint32_t n = 0; n < m.num_compute; ++n) {
+    uint32_t last = kNone;
+    for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
+      if (snap.inputs[k] != last) m.tcons_off[snap.inputs[k] + 1]++;
+      last = snap.inputs[k];
+    }
+  }
+  for (size_t t = 0; t < nt; ++t) m.tcons_off[t + 1] += m.tcons_off[t];
+  m.tcons.resize(m.tcons_off[nt]);
+  m.tcons_cnt.assign(m.tcons_off[nt], 0);
+  {
+    std::vector<uint32_t>& fill = m.fill_scratch;
+    fill.assign(m.tcons_off.begin(), m.tcons_off.end() - 1);
+    for (uint32_t n = 0; n < m.num_compute; ++n) {
+      uint32_t last = kNone;
+      for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
+        const uint32_t t = snap.inputs[k];
+        if (t != last) {
+          m.tcons[fill[t]] = n;
+          m.tcons_cnt[fill[t]++] = 1;
+        } else {
+          m.tcons_cnt[fill[t] - 1]++;
+        }
+        last = t;
+      }
+    }
+  }
+
+  // Snapshot copies per tensor (the snapshot lists them in tensor order).
+  m.copy_off.assign(nt + 1, 0);
+  for (const GmgSnapshot::Copy& c : snap.copies) m.copy_off[c.tensor + 1]++;
+  for (size_t t = 0; t < nt; ++t) m.copy_off[t + 1] += m.copy_off[t];
+  auto copy_on = [&m](uint32_t t, uint16_t d) { return m.InitialCopy(t, d); };
+
+  // Nodes: placement, state, durations, initial wait counts.
+  m.info.resize(m.num_compute);
+  s.node.resize(nn);
+  s.xfer.resize(nn - m.num_compute);
+  s.unfinished.assign(snap.instances.size(), 0);
+  uint32_t cached_type = kNone, cached_tpl = kNone;
+  const std::vector<int>* keys = nullptr;
+  for (uint32_t n = 0; n < nn; ++n) {
+    const GmgSnapshot::Node& node = snap.nodes[n];
+    const NodeState state = static_cast<NodeState>(node.state);
+    NodeRun& r = s.node[n];
+    r.dur = 0;
+    r.start = node.start_ns;
+    r.end = -1;
+    r.ready = node.ready_ns != Timestamp::Never().nanos() ? node.ready_ns : -1;
+    r.wait = 0;
+    r.dev = node.device;
+    switch (state) {
+      case NodeState::kUnscheduled: r.st = kUnplaced; break;
+      case NodeState::kIssued: r.st = kWaiting; break;
+      case NodeState::kRunning: r.st = kRunning; break;
+      default: r.st = kDone; break;  // failed/cancelled never appear live
+    }
+    if (n >= m.num_compute) {
+      const uint32_t t = snap.inputs[snap.input_offsets[n]];
+      TransferRun& x = s.xfer[n - m.num_compute];
+      x = {node.id, t, s.tensor[t].first_transfer, node.priority, node.dst_device};
+      s.tensor[t].first_transfer = n;
+      r.dur = static_cast<int64_t>(
+          ctx.transfers().PredictNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
+      if (r.st == kWaiting && !copy_on(t, node.device)) r.wait = 1;
+      continue;
+    }
+    NodeInfo& info = m.info[n];
+    info.id = node.id;
+    info.workspace = node.workspace_bytes;
+    info.alloc_bytes = node.workspace_bytes;
+    for (uint32_t t = snap.tensor_offsets[n]; t < snap.tensor_offsets[n + 1]; ++t) info.alloc_bytes += snap.tensors[t].bytes;
+    info.instance = node.instance;
+    info.priority = node.priority;
+    info.in_begin = snap.input_offsets[n];
+    info.in_end = snap.input_offsets[n + 1];
+    info.out_begin = snap.tensor_offsets[n];
+    info.out_end = snap.tensor_offsets[n + 1];
+    info.priority_class = node.priority_class;
+    s.unfinished[node.instance] += r.st != kDone;
+    if (r.st == kUnplaced) continue;
+    const uint32_t type = snap.devices[node.device].type;
+    const uint32_t tpl = snap.instances[node.instance].template_id;
+    if (type != cached_type || tpl != cached_tpl) {
+      keys = &ctx.OpKeys(snap.device_types[type], tpl);
+      cached_type = type;
+      cached_tpl = tpl;
+    }
+    r.dur = static_cast<int64_t>(ctx.ops().PredictNs(
+        (*keys)[node.op_index], std::span<const int64_t>(snap.attrs.data() + snap.attr_offsets[n],
+                                                         snap.attr_offsets[n + 1] - snap.attr_offsets[n])));
+    if (r.st == kWaiting) {
+      for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
+        if (!copy_on(snap.inputs[k], node.device)) ++r.wait;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+SimResult Simulator::Run(const SimOptions& options) const {
+  SimScratch scratch;
+  SimResult result;
+  RunInto(options, &scratch, &result);
+  return result;
+}
+
+void Simulator::RunInto(const SimOptions& options, SimScratch* scratch, SimResult* result) const {
+  Engine engine(*model_, *scratch->impl_, *result);
+  engine.Run(options);
+}
+
+absl::StatusOr<SimResult> Simulator::WhatIf(std::span<const Placement> batch, const SimOptions& options) const {
+  SimScratch scratch;
+  SimResult result;
+  SLICESCHED_RETURN_IF_ERROR(WhatIfInto(batch, options, &scratch, &result));
+  return result;
+}
+
+absl::Status Simulator::WhatIfInto(std::span<const Placement> batch, const SimOptions& options,
+                                   SimScratch* scratch, SimResult* result) const {
+  Engine engine(*model_, *scratch->impl_, *result);
+  for (const Placement& p : batch) SLICESCHED_RETURN_IF_ERROR(engine.Place(p));
+  engine.Run(options);
+  return absl::OkStatus();
+}
+
+}  // namespace slicesched

@@ -1,0 +1,316 @@
+#include "slicesched/sim/simulator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "slicesched/gmg/gmg.h"
+
+namespace slicesched {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kMs = 1000000;
+Timestamp T(int64_t ms) { return Timestamp::FromNanos(ms * kMs); }
+
+// Templates of generic ops (feature basis [1]) whose durations are set by
+// estimator priors, on devices with 1 GB/s, 0-latency links (1 byte = 1 ns).
+class SimTest : public ::testing::Test {
+ protected:
+  void SetUpCluster(int devices, Bytes capacity = Bytes::GiB(1)) {
+    std::vector<DeviceSpec> devs(devices);
+    for (int d = 0; d < devices; ++d) {
+      devs[d].name = "d" + std::to_string(d);
+      devs[d].type = "cpu";
+      devs[d].memory = capacity;
+    }
+    g_ = std::make_unique<GlobalMappingGraph>(*AcceleratorSet::Create(devs, LinkSpec{1e9, Duration::Zero()}));
+    transfers_ = std::make_unique<TransferEstimator>(g_->accelerators());
+    ctx_ = std::make_unique<SimContext>(&g_->templates(), &ops_, transfers_.get());
+  }
+  // ops: name -> (inputs, output bytes, duration ms, retained)
+  struct OpDef {
+    std::string name;
+    std::vector<std::string> inputs;
+    int64_t out_bytes;
+    double ms;
+    bool retain = false;
+    int64_t workspace = 0;
+  };
+  TemplateId Register(const std::string& name, const std::vector<OpDef>& ops) {
+    TemplateBuilder b(name);
+    for (const OpDef& op : ops) {
+      b.Op(op.name, OpKind::kGeneric).Inputs(op.inputs);
+      b.Output("out", DType::kU8, {std::to_string(op.out_bytes)});
+      if (op.retain) b.RetainedOutput("keep", DType::kU8, {"64"});
+      b.Workspace(std::to_string(op.workspace));
+    }
+    TemplateId id = *g_->RegisterTemplate(*b.Build());
+    const GraphTemplate* tpl = g_->templates().Find(id);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const double ns = ops[i].ms * kMs;
+      EXPECT_TRUE(ops_.SetPrior(ctx_->OpKey("cpu", id.value(), static_cast<int>(i)), std::vector<double>{ns}).ok());
+    }
+    (void)tpl;
+    return id;
+  }
+  InstanceId New(TemplateId t, PriorityClass cls = PriorityClass::kOffline, int prio = 0) {
+    InstanceSpec s;
+    s.template_id = t;
+    s.priority_class = cls;
+    s.priority = prio;
+    return *g_->Instantiate(s);
+  }
+  NodeId N(InstanceId i, const char* op) { return *g_->NodeOf(i, op); }
+  void IssueOn(InstanceId i, const char* op, int d, Timestamp now = T(0)) {
+    ASSERT_TRUE(g_->Issue(N(i, op), DeviceId(d), now).ok());
+  }
+  uint32_t Index(const GmgSnapshot& s, NodeId id) {
+    for (uint32_t n = 0; n < s.nodes.size(); ++n) {
+      if (s.nodes[n].id == id.value()) return n;
+    }
+    ADD_FAILURE() << "node not in snapshot";
+    return 0;
+  }
+  SimResult RunAt(Timestamp now, GmgSnapshot* snap, const SimOptions& o = {}) {
+    *snap = g_->Snapshot(now);
+    auto sim = Simulator::Create(*snap, *ctx_);
+    EXPECT_TRUE(sim.ok()) << sim.status();
+    return sim->Run(o);
+  }
+
+  std::unique_ptr<GlobalMappingGraph> g_;
+  OpEstimator ops_;
+  std::unique_ptr<TransferEstimator> transfers_;
+  std::unique_ptr<SimContext> ctx_;
+};
+
+TEST_F(SimTest, ChainOnOneDevice) {
+  SetUpCluster(1);
+  TemplateId t = Register("chain", {{"a", {}, 100, 10}, {"b", {"a"}, 100, 20}, {"c", {"b"}, 100, 30}});
+  InstanceId i = New(t);
+  for (const char* op : {"a", "b", "c"}) IssueOn(i, op, 0);
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "a"))], 10 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "b"))], 30 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "c"))], 60 * kMs);
+  EXPECT_EQ(r.instance_end_ns[0], 60 * kMs);
+  EXPECT_EQ(r.simulated_ops, 3);
+  EXPECT_FALSE(r.oom);
+}
+
+TEST_F(SimTest, SimultaneousCompletionsAreDeterministic) {
+  SetUpCluster(2);
+  TemplateId t = Register("pair", {{"a", {}, 10, 10}, {"b", {"a"}, 10, 10}});
+  InstanceId i = New(t), j = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 0);
+  IssueOn(j, "a", 1);
+  IssueOn(j, "b", 1);
+  GmgSnapshot snap;
+  SimResult r1 = RunAt(T(0), &snap);
+  auto sim = Simulator::Create(snap, *ctx_);
+  SimResult r2 = sim->Run();
+  EXPECT_EQ(r1.node_end_ns, r2.node_end_ns);
+  EXPECT_EQ(r1.instance_end_ns, (std::vector<int64_t>{20 * kMs, 20 * kMs}));
+}
+
+TEST_F(SimTest, ZeroDurationOperators) {
+  SetUpCluster(1);
+  TemplateId t = Register("zero", {{"a", {}, 10, 0}, {"b", {"a"}, 10, 0}, {"c", {"b"}, 10, 5}});
+  InstanceId i = New(t);
+  for (const char* op : {"a", "b", "c"}) IssueOn(i, op, 0);
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(7), &snap);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "b"))], 7 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "b"))], 7 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "c"))], 12 * kMs);
+}
+
+TEST_F(SimTest, QueueDisciplineRunsOnlineFirst) {
+  SetUpCluster(1);
+  TemplateId t = Register("one", {{"a", {}, 10, 10}});
+  InstanceId off = New(t, PriorityClass::kOffline, 9);
+  InstanceId on = New(t, PriorityClass::kOnline, 0);
+  IssueOn(off, "a", 0);
+  IssueOn(on, "a", 0);
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(on, "a"))], 10 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(off, "a"))], 20 * kMs);
+}
+
+TEST_F(SimTest, TransferHeldBackByArbitration) {
+  SetUpCluster(3);
+  // a on d0 feeds b on d1 and c on d2: two transfers out of d0 at once.
+  TemplateId t = Register("fan", {{"a", {}, 5 * kMs, 1}, {"b", {"a"}, 1, 1}, {"c", {"a"}, 1, 1}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 1);
+  IssueOn(i, "c", 2);
+  auto tb = g_->IssueTransfer(N(i, "a"), 0, DeviceId(1), N(i, "b"), 1, T(0));
+  auto tc = g_->IssueTransfer(N(i, "a"), 0, DeviceId(2), N(i, "c"), 7, T(0));
+  ASSERT_TRUE(tb.ok() && tc.ok());
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  // 5 MB at 1 GB/s = 5 ms each; the higher-priority one (to d2) goes first.
+  EXPECT_EQ(r.node_start_ns[Index(snap, *tc)], 1 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, *tc)], 6 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, *tb)], 6 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, *tb)], 11 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "b"))], 12 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "c"))], 7 * kMs);
+  // Buffers: both destinations held a copy while the tensor was live.
+  EXPECT_EQ(r.peak_bytes[1], 5 * kMs + 1);
+}
+
+TEST_F(SimTest, OperatorWithInputsOnTwoDevices) {
+  SetUpCluster(2);
+  TemplateId t = Register("join", {{"a", {}, 1000, 3}, {"b", {}, 2 * kMs, 4}, {"c", {"a", "b"}, 10, 1}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 1);
+  IssueOn(i, "c", 0);
+  auto x = g_->IssueTransfer(N(i, "b"), 0, DeviceId(0), N(i, "c"), 0, T(0));
+  ASSERT_TRUE(x.ok());
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  // b ends at 4 ms; its 2 MB take 2 ms; c starts at 6 ms although a ended at 3.
+  EXPECT_EQ(r.node_end_ns[Index(snap, *x)], 6 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "c"))], 6 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "c"))], 7 * kMs);
+}
+
+TEST_F(SimTest, MemoryFreedAtLastConsumerAndCheckpointRetained) {
+  SetUpCluster(1);
+  // a (1000 B) is read by b and d; b -> c -> d. a's bytes stay until d ends.
+  TemplateId t = Register("mem", {{"a", {}, 1000, 1, false, 50},
+                                  {"b", {"a"}, 100, 1},
+                                  {"c", {"b"}, 10, 1, true},
+                                  {"d", {"a", "c"}, 1, 1}});
+  InstanceId i = New(t);
+  for (const char* op : {"a", "b", "c", "d"}) IssueOn(i, op, 0);
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  // Peak while c runs: a 1000 + b 100 + c 10 + keep 64 (+ a's workspace 50 only while a ran).
+  EXPECT_EQ(r.peak_bytes[0], 1000 + 100 + 10 + 64);
+  // After d: only the retained 64 bytes remain.
+  EXPECT_EQ(r.final_bytes[0], 64);
+}
+
+TEST_F(SimTest, OomFoundAtTheRightInstant) {
+  SetUpCluster(1, Bytes(1500));
+  TemplateId t = Register("big", {{"a", {}, 1000, 10}, {"b", {"a"}, 1000, 10}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 0);
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(2), &snap);
+  EXPECT_TRUE(r.oom);
+  EXPECT_EQ(r.oom_device, 0);
+  EXPECT_EQ(r.oom_at_ns, 12 * kMs);  // b starts (a's output still live)
+  EXPECT_EQ(r.peak_bytes[0], 2000);
+}
+
+TEST_F(SimTest, RunningOperatorKeepsItsRemainingTime) {
+  SetUpCluster(1);
+  TemplateId t = Register("run", {{"a", {}, 10, 10}, {"b", {"a"}, 10, 10}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 0);
+  ASSERT_TRUE(g_->Start(N(i, "a"), T(5)).ok());
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(8), &snap);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "a"))], 15 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "b"))], 25 * kMs);
+  // Overdue: started at 5 with 10 ms predicted, snapshot at 20 -> ends now.
+  SimResult late = RunAt(T(20), &snap);
+  EXPECT_EQ(late.node_end_ns[Index(snap, N(i, "a"))], 20 * kMs);
+}
+
+TEST_F(SimTest, HorizonStopsTheRun) {
+  SetUpCluster(1);
+  TemplateId t = Register("chain", {{"a", {}, 1, 10}, {"b", {"a"}, 1, 10}, {"c", {"b"}, 1, 10}});
+  InstanceId i = New(t);
+  for (const char* op : {"a", "b", "c"}) IssueOn(i, op, 0);
+  GmgSnapshot snap;
+  SimOptions o;
+  o.horizon = Duration::Millis(15);
+  SimResult r = RunAt(T(0), &snap, o);
+  EXPECT_EQ(r.simulated_ops, 1);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "c"))], -1);
+  EXPECT_EQ(r.instance_end_ns[0], -1);
+}
+
+TEST_F(SimTest, WhatIfPlacesABatchWithoutTouchingTheGmg) {
+  SetUpCluster(2);
+  TemplateId t = Register("w", {{"a", {}, 3 * kMs, 2}, {"b", {"a"}, 1, 2}});
+  InstanceId busy = New(t);
+  IssueOn(busy, "a", 0);
+  IssueOn(busy, "b", 0);
+  InstanceId i = New(t);
+  GmgSnapshot snap = g_->Snapshot(T(0));
+  auto sim = Simulator::Create(snap, *ctx_);
+  ASSERT_TRUE(sim.ok());
+  const uint32_t a = Index(snap, N(i, "a")), b = Index(snap, N(i, "b"));
+  // Candidate 1: both on the busy device 0 -> wait 4 ms, then 2 + 2.
+  std::vector<Placement> same = {{a, 0}, {b, 0}};
+  auto r1 = sim->WhatIf(same);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->batch_completed, 2);
+  EXPECT_EQ(r1->node_end_ns[b], 8 * kMs);
+  EXPECT_EQ(r1->inserted_transfers, 0);
+  // Candidate 2: a on idle device 1, b on 0 -> needs a transfer of 3 MB.
+  std::vector<Placement> split = {{a, 1}, {b, 0}};
+  auto r2 = sim->WhatIf(split);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->inserted_transfers, 1);
+  EXPECT_EQ(r2->node_end_ns[a], 2 * kMs);
+  EXPECT_EQ(r2->node_end_ns[b], 7 * kMs);  // transfer 2..5, b waits for device 0 until 4 -> 5..7
+  EXPECT_LT(r2->batch_mean_completion_ns, r1->batch_mean_completion_ns);
+  // Candidate 3: all on device 1.
+  std::vector<Placement> other = {{a, 1}, {b, 1}};
+  auto r3 = sim->WhatIf(other);
+  EXPECT_EQ(r3->node_end_ns[b], 4 * kMs);
+  // Errors name the problem; the GMG is untouched.
+  std::vector<Placement> wrong_order = {{b, 0}};
+  EXPECT_THAT(sim->WhatIf(wrong_order).status().message(), HasSubstr("neither scheduled nor earlier in the batch"));
+  std::vector<Placement> bad_device = {{a, 9}};
+  EXPECT_THAT(sim->WhatIf(bad_device).status().message(), HasSubstr("no device 9"));
+  std::vector<Placement> scheduled = {{Index(snap, N(busy, "a")), 1}};
+  EXPECT_THAT(sim->WhatIf(scheduled).status().message(), HasSubstr("not an unscheduled compute node"));
+  EXPECT_EQ(g_->FindNode(N(i, "a"))->state, NodeState::kUnscheduled);
+  EXPECT_TRUE(g_->VerifyInvariants().ok());
+}
+
+TEST_F(SimTest, SnapshotMidRunMatchesTheGmg) {
+  // Drive the GMG by the simulator's own schedule and check that at each
+  // completion the GMG's running node is what the simulator said.
+  SetUpCluster(2);
+  TemplateId t = Register("x", {{"a", {}, 100, 3}, {"b", {"a"}, 100, 5}, {"c", {"a"}, 100, 2}});
+  InstanceId i = New(t), j = New(t, PriorityClass::kOnline);
+  for (InstanceId k : {i, j}) {
+    IssueOn(k, "a", 0);
+    IssueOn(k, "b", 0);
+    IssueOn(k, "c", 1);
+    ASSERT_TRUE(g_->IssueTransfer(N(k, "a"), 0, DeviceId(1), N(k, "c"), 0, T(0)).ok());
+  }
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  // Online j runs first on device 0.
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(j, "a"))], 3 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "a"))], 11 * kMs);  // after j.b (3..8)
+  // Replay in the GMG by event order and re-simulate from a mid-run snapshot.
+  std::vector<std::pair<int64_t, uint32_t>> order;
+  for (uint32_t n = 0; n < snap.nodes.size(); ++n) order.emplace_back(r.node_start_ns[n], n);
+  std::sort(order.begin(), order.end());
+  ASSERT_TRUE(g_->Start(NodeId(snap.nodes[order[0].second].id), T(0)).ok());
+  ASSERT_TRUE(g_->Finish(NodeId(snap.nodes[order[0].second].id), Timestamp::FromNanos(r.node_end_ns[order[0].second])).ok());
+  GmgSnapshot mid;
+  SimResult r2 = RunAt(Timestamp::FromNanos(r.node_end_ns[order[0].second]), &mid);
+  EXPECT_EQ(r2.instance_end_ns, r.instance_end_ns);
+}
+
+}  // namespace
+}  // namespace slicesched
