@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "slicesched/experiments/accuracy.h"
 #include "slicesched/experiments/bench_sim.h"
 #include "slicesched/experiments/gmg_demo.h"
 
@@ -24,6 +25,10 @@ int Usage(FILE* to) {
                "                        print what it holds\n"
                "  bench-sim [--devices N] [--ops K] [--repetitions R] [--seed S] [--json]\n"
                "                        time the simulator on a realistic Llama3-8B snapshot\n"
+               "  bench-sim --sweep DIR  the same over 8/64/512 devices x 1k..50k operators\n"
+               "  accuracy [--trace FILE] [--minutes M] [--load-scale X] [--seed S] [--json]\n"
+               "                        simulator and estimator accuracy against a ground-truth\n"
+               "                        cluster replaying a trace (default: built-in Azure-derived model)\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -66,10 +71,13 @@ bool IntFlag(const std::vector<std::string>& args, size_t* i, const char* name, 
 int BenchSim(const std::vector<std::string>& args) {
   slicesched::BenchSimOptions o;
   bool json = false;
+  std::string sweep_dir;
   for (size_t i = 0; i < args.size(); ++i) {
     int64_t v = 0;
     if (args[i] == "--json") {
       json = true;
+    } else if (args[i] == "--sweep" && i + 1 < args.size()) {
+      sweep_dir = args[++i];
     } else if (IntFlag(args, &i, "--devices", &v)) {
       o.devices = static_cast<int>(v);
     } else if (IntFlag(args, &i, "--ops", &v)) {
@@ -78,10 +86,23 @@ int BenchSim(const std::vector<std::string>& args) {
       o.repetitions = static_cast<int>(v);
     } else if (IntFlag(args, &i, "--seed", &v)) {
       o.seed = static_cast<uint64_t>(v);
+    } else if (IntFlag(args, &i, "--horizon-us", &v)) {
+      o.horizon_us = v;
     } else {
       std::fprintf(stderr, "slicesim bench-sim: unknown argument '%s'\n", args[i].c_str());
       return 2;
     }
+  }
+  if (!sweep_dir.empty()) {
+    absl::Status st = slicesched::RunBenchSimSweep({8, 64, 512}, {1000, 2000, 5000, 10000, 20000, 50000},
+                                                   o.repetitions, sweep_dir);
+    if (!st.ok()) {
+      std::fprintf(stderr, "slicesim bench-sim: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    std::printf("wrote %s/bench_sim.csv (plot: bench/plots/plot_bench_sim.py %s)\n", sweep_dir.c_str(),
+                sweep_dir.c_str());
+    return 0;
   }
   auto r = slicesched::RunBenchSim(o);
   if (!r.ok()) {
@@ -101,6 +122,55 @@ int BenchSim(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Parses "--name VALUE" floating-point flags.
+bool DoubleFlag(const std::vector<std::string>& args, size_t* i, const char* name, double* out) {
+  if (args[*i] != name) return false;
+  if (*i + 1 >= args.size() || !absl::SimpleAtod(args[*i + 1], out)) {
+    std::fprintf(stderr, "slicesim: %s needs a number\n", name);
+    std::exit(2);
+  }
+  ++*i;
+  return true;
+}
+
+int Accuracy(const std::vector<std::string>& args) {
+  slicesched::AccuracyOptions o;
+  bool json = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    int64_t v = 0;
+    if (args[i] == "--json") {
+      json = true;
+    } else if (args[i] == "--trace" && i + 1 < args.size()) {
+      o.trace = args[++i];
+    } else if (DoubleFlag(args, &i, "--minutes", &o.minutes) || DoubleFlag(args, &i, "--load-scale", &o.load_scale) ||
+               DoubleFlag(args, &i, "--warmup", &o.warmup_s) ||
+               DoubleFlag(args, &i, "--predict-every", &o.predict_every_s)) {
+    } else if (IntFlag(args, &i, "--seed", &v)) {
+      o.seed = static_cast<uint64_t>(v);
+    } else {
+      std::fprintf(stderr, "slicesim accuracy: unknown argument '%s'\n", args[i].c_str());
+      return 2;
+    }
+  }
+  auto r = slicesched::RunAccuracy(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "slicesim accuracy: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  if (json) {
+    std::printf("%s\n", r->ToJson().c_str());
+  } else {
+    std::printf("workload: %s\n%lld requests, %lld instances, %lld operators, %lld transfers over %.0f s\n"
+                "completion MAPE %.2f%% (p90 %.2f%%) over %lld predictions (paper: 1.83%%)\n"
+                "operator estimator MAPE %.2f%% (paper 0.32%%), transfer estimator MAPE %.2f%% (paper 0.92%%)\n",
+                r->workload.c_str(), static_cast<long long>(r->requests), static_cast<long long>(r->instances),
+                static_cast<long long>(r->ops), static_cast<long long>(r->transfers), r->simulated_s,
+                r->completion_mape_pct, r->completion_p90_ape_pct, static_cast<long long>(r->predictions),
+                r->op_mape_pct, r->transfer_mape_pct);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,6 +179,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (cmd == "gmg") return Gmg(args);
   if (cmd == "bench-sim") return BenchSim(args);
+  if (cmd == "accuracy") return Accuracy(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);

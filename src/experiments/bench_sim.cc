@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "absl/strings/str_format.h"
@@ -10,6 +12,7 @@
 #include "slicesched/estimate/estimators.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/llama.h"
+#include "slicesched/gmg/placement.h"
 #include "slicesched/gmg/snapshot.h"
 #include "slicesched/sim/simulator.h"
 
@@ -115,19 +118,7 @@ class Builder {
   Timestamp Tick() { return now_ = now_ + Duration::Micros(1); }
 
   absl::Status Place(InstanceId id, const CandidatePartition& p, const std::vector<DeviceId>& slots) {
-    const Instance* inst = g_->FindInstance(id);
-    for (int op : inst->tpl->topo_order()) {
-      SLICESCHED_RETURN_IF_ERROR(g_->Issue(inst->nodes[op].id, slots[p.slot_of_op[op]], now_));
-    }
-    for (int op : inst->tpl->topo_order()) {
-      for (const InputRef& r : inst->tpl->op(op).inputs) {
-        if (r.kind != InputRef::Kind::kOp || slots[p.slot_of_op[r.index]] == slots[p.slot_of_op[op]]) continue;
-        auto x = g_->IssueTransfer(inst->nodes[r.index].id, r.output, slots[p.slot_of_op[op]],
-                                   inst->nodes[op].id, 0, now_);
-        if (!x.ok() && x.status().code() != absl::StatusCode::kAlreadyExists) return x.status();
-      }
-    }
-    return absl::OkStatus();
+    return IssueByPartition(*g_, id, p, slots, 0, now_).status();
   }
 
   std::vector<DeviceId> Pair(int pair) const {
@@ -219,7 +210,9 @@ absl::StatusOr<BenchSimResult> RunBenchSim(const BenchSimOptions& o) {
     auto t1 = std::chrono::steady_clock::now();
     SLICESCHED_RETURN_IF_ERROR(sim.Rebuild(snap, b.ctx()));
     auto t2 = std::chrono::steady_clock::now();
-    sim.RunInto(SimOptions{}, &scratch, &res);
+    SimOptions so;
+    if (o.horizon_us >= 0) so.horizon = Duration::Micros(o.horizon_us);
+    sim.RunInto(so, &scratch, &res);
     auto t3 = std::chrono::steady_clock::now();
     snap_us.push_back(Micros(t1 - t0));
     construct_us.push_back(Micros(t2 - t1));
@@ -240,6 +233,30 @@ absl::StatusOr<BenchSimResult> RunBenchSim(const BenchSimOptions& o) {
   r.ops_per_ms = static_cast<double>(r.ops) / ((r.construct_us + r.simulate_us) / 1000.0);
   r.compute_ops_per_ms = static_cast<double>(r.compute_ops) / ((r.construct_us + r.simulate_us) / 1000.0);
   return r;
+}
+
+absl::Status RunBenchSimSweep(const std::vector<int>& devices, const std::vector<int>& ops, int repetitions,
+                              const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return absl::InvalidArgumentError(StrCat("cannot create ", out_dir, ": ", ec.message()));
+  const std::string path = out_dir + "/bench_sim.csv";
+  std::ofstream out(path);
+  if (!out) return absl::InvalidArgumentError(StrCat("cannot write ", path));
+  out << "devices,ops,simulated_ops,instances,snapshot_us,construct_us,simulate_us,ops_per_ms\n";
+  for (int d : devices) {
+    for (int k : ops) {
+      BenchSimOptions o;
+      o.devices = d;
+      o.ops = k;
+      o.repetitions = repetitions;
+      SLICESCHED_ASSIGN_OR_RETURN(BenchSimResult r, RunBenchSim(o));
+      out << absl::StrFormat("%d,%d,%d,%d,%.1f,%.1f,%.1f,%.1f\n", d, k, r.ops, r.instances, r.snapshot_us,
+                             r.construct_us, r.simulate_us, r.ops_per_ms);
+      out.flush();
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace slicesched

@@ -8,6 +8,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/gmg/gmg.h"
+#include "slicesched/gmg/placement.h"
 #include "slicesched/gmg/snapshot.h"
 
 namespace slicesched {
@@ -76,27 +77,6 @@ void MemoryTable(const GlobalMappingGraph& g, std::string* out) {
   absl::StrAppendFormat(out, "  frontiers: %d unscheduled, %d scheduled; live instances %d, nodes %d\n",
                         g.unscheduled_frontier().size(), g.scheduled_frontier().size(),
                         g.num_instances(), g.num_nodes());
-}
-
-// Issues every node of `inst` by `partition` (slots -> devices), inserting
-// the transfers that cross slots.
-absl::Status Place(GlobalMappingGraph& g, InstanceId id, const CandidatePartition& partition,
-                   const std::vector<DeviceId>& slots, ManualClock& clock) {
-  const Instance* inst = g.FindInstance(id);
-  const GraphTemplate& tpl = *inst->tpl;
-  for (int op : tpl.topo_order()) {
-    SLICESCHED_RETURN_IF_ERROR(g.Issue(inst->nodes[op].id, slots[partition.slot_of_op[op]], clock.Now()));
-  }
-  for (int op : tpl.topo_order()) {
-    const DeviceId dst = slots[partition.slot_of_op[op]];
-    for (const InputRef& r : tpl.op(op).inputs) {
-      if (r.kind != InputRef::Kind::kOp) continue;
-      if (slots[partition.slot_of_op[r.index]] == dst) continue;
-      auto t = g.IssueTransfer(inst->nodes[r.index].id, r.output, dst, inst->nodes[op].id, 0, clock.Now());
-      if (!t.ok() && t.status().code() != absl::StatusCode::kAlreadyExists) return t.status();
-    }
-  }
-  return absl::OkStatus();
 }
 
 // Runs every issued node of the instance in dependency order, one event per
@@ -212,7 +192,7 @@ absl::StatusOr<std::string> RunGmgDemo(const GmgDemoConfig& c) {
   ps.arrival = clock.Now();
   ps.label = "demo prefill";
   SLICESCHED_ASSIGN_OR_RETURN(InstanceId pre, g.Instantiate(ps));
-  SLICESCHED_RETURN_IF_ERROR(Place(g, pre, *partition, slots, clock));
+  SLICESCHED_RETURN_IF_ERROR(IssueByPartition(g, pre, *partition, slots, 0, clock.Now()).status());
   absl::StrAppendFormat(&out, "\nPrefill of %d tokens issued (%d nodes including transfers):\n",
                         c.prefill_tokens, g.num_nodes());
   MemoryTable(g, &out);
@@ -235,7 +215,7 @@ absl::StatusOr<std::string> RunGmgDemo(const GmgDemoConfig& c) {
     ds.arrival = clock.Now();
     for (size_t k = 0; k < kv.size(); ++k) ds.checkpoints.emplace_back(StrCat("kv", k), kv[k]);
     SLICESCHED_ASSIGN_OR_RETURN(InstanceId dec, g.Instantiate(ds));
-    SLICESCHED_RETURN_IF_ERROR(Place(g, dec, *partition, slots, clock));
+    SLICESCHED_RETURN_IF_ERROR(IssueByPartition(g, dec, *partition, slots, 0, clock.Now()).status());
     SLICESCHED_RETURN_IF_ERROR(RunToCompletion(g, dec, clock, &events));
   }
   (void)g.TakeRetired();

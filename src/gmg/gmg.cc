@@ -52,6 +52,27 @@ GlobalMappingGraph::GlobalMappingGraph(AcceleratorSet accelerators)
       running_compute_(accel_.size()),
       active_transfer_(accel_.size()) {}
 
+GlobalMappingGraph GlobalMappingGraph::Clone() const {
+  GlobalMappingGraph c(accel_);
+  c.templates_ = templates_;
+  c.next_instance_ = next_instance_;
+  c.next_transfer_ = next_transfer_;
+  c.next_checkpoint_ = next_checkpoint_;
+  c.num_nodes_ = num_nodes_;
+  for (const auto& [id, inst] : instances_) c.instances_.emplace(id, std::make_unique<Instance>(*inst));
+  c.transfers_ = transfers_;
+  c.checkpoint_ids_ = checkpoint_ids_;
+  c.checkpoints_ = checkpoints_;
+  c.weights_ = weights_;
+  c.memory_ = memory_;
+  c.running_compute_ = running_compute_;
+  c.active_transfer_ = active_transfer_;
+  c.unscheduled_ = unscheduled_;
+  c.scheduled_frontier_ = scheduled_frontier_;
+  c.retired_ = retired_;
+  return c;
+}
+
 absl::StatusOr<TemplateId> GlobalMappingGraph::RegisterTemplate(
     std::shared_ptr<const GraphTemplate> tpl) {
   return templates_.Register(std::move(tpl));

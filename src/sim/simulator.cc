@@ -120,6 +120,9 @@ struct Simulator::Model {
   uint32_t num_compute = 0;
   std::vector<int64_t> capacity;
   std::vector<std::string> device_type;
+  std::vector<double> device_factor;   // calibration, per device
+  double overlap_factor = 1.0;          // compute while a transfer touches the device
+  double transfer_overlap_factor = 1.0; // transfer while an end computes
   std::vector<NodeInfo> info;        // per compute node
   std::vector<TensorInfo> tinfo;     // per tensor
   std::vector<uint32_t> tcons_off, tcons;  // compute consumers per tensor (CSR)
@@ -127,8 +130,11 @@ struct Simulator::Model {
   std::vector<uint32_t> fill_scratch;      // construction only
   std::vector<uint32_t> copy_off;          // snapshot copies of tensor t: copies[copy_off[t]..copy_off[t+1])
 
-  // Copies recorded in the snapshot (the tensor was present before it).
+  // Copies recorded in the snapshot (the tensor was present before it). The
+  // GMG allocates an output's buffer when its producer starts, so a copy
+  // counts only once the producer is done.
   bool InitialCopy(uint32_t t, uint16_t d) const {
+    if (snap->nodes[tinfo[t].producer].state != static_cast<uint8_t>(NodeState::kDone)) return false;
     for (uint32_t k = copy_off[t]; k < copy_off[t + 1]; ++k) {
       if (snap->copies[k].device == d) return true;
     }
@@ -228,8 +234,9 @@ class Engine {
     const int key = m_.ctx->OpKey(m_.device_type[pl.device], snap_.instances[node.instance].template_id,
                                   node.op_index);
     r.dur = static_cast<int64_t>(m_.ctx->ops().PredictNs(
-        key, std::span<const int64_t>(snap_.attrs.data() + snap_.attr_offsets[n],
-                                      snap_.attr_offsets[n + 1] - snap_.attr_offsets[n])));
+                                     key, std::span<const int64_t>(snap_.attrs.data() + snap_.attr_offsets[n],
+                                                                   snap_.attr_offsets[n + 1] - snap_.attr_offsets[n])) *
+                                 m_.device_factor[pl.device]);
     const int32_t prio = TransferPriority(node.priority_class, node.priority);
     for (uint32_t k = snap_.input_offsets[n]; k < snap_.input_offsets[n + 1]; ++k) {
       const uint32_t t = snap_.inputs[k];
@@ -362,6 +369,7 @@ class Engine {
     r.st = kRunning;
     r.start = now_;
     Alloc(d, m_.info[n].alloc_bytes);
+    if (busy_[d]) r.dur = static_cast<int64_t>(static_cast<double>(r.dur) * m_.overlap_factor);
     Push(now_ + r.dur, n);
   }
 
@@ -374,6 +382,9 @@ class Engine {
       r.st = kRunning;
       r.start = now_;
       Alloc(Xfer(x).dst, m_.tinfo[Xfer(x).tensor].bytes);
+      if (s_.running[r.dev] != kNone || s_.running[Xfer(x).dst] != kNone) {
+        r.dur = static_cast<int64_t>(static_cast<double>(r.dur) * m_.transfer_overlap_factor);
+      }
       Push(now_ + r.dur, x);
     }
   }
@@ -528,6 +539,14 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   // Devices.
   m.capacity.resize(nd);
   m.device_type.resize(nd);
+  m.device_factor.assign(nd, 1.0);
+  if (const RuntimeCalibration* cal = ctx.calibration()) {
+    for (size_t d = 0; d < nd; ++d) m.device_factor[d] = cal->device_factor(DeviceId(static_cast<uint16_t>(d)));
+    m.overlap_factor = cal->overlap_factor();
+    m.transfer_overlap_factor = cal->transfer_overlap_factor();
+  } else {
+    m.overlap_factor = m.transfer_overlap_factor = 1.0;
+  }
   s.mem.resize(nd);
   s.running.assign(nd, kNone);
   for (size_t d = 0; d < nd; ++d) {
@@ -640,8 +659,10 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
       cached_tpl = tpl;
     }
     r.dur = static_cast<int64_t>(ctx.ops().PredictNs(
-        (*keys)[node.op_index], std::span<const int64_t>(snap.attrs.data() + snap.attr_offsets[n],
-                                                         snap.attr_offsets[n + 1] - snap.attr_offsets[n])));
+                                     (*keys)[node.op_index],
+                                     std::span<const int64_t>(snap.attrs.data() + snap.attr_offsets[n],
+                                                              snap.attr_offsets[n + 1] - snap.attr_offsets[n])) *
+                                 m.device_factor[node.device]);
     if (r.st == kWaiting) {
       for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
         if (!copy_on(snap.inputs[k], node.device)) ++r.wait;

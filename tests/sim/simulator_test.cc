@@ -229,6 +229,25 @@ TEST_F(SimTest, RunningOperatorKeepsItsRemainingTime) {
   EXPECT_EQ(late.node_end_ns[Index(snap, N(i, "a"))], 20 * kMs);
 }
 
+TEST_F(SimTest, OutputOfARunningProducerIsNotYetAvailable) {
+  // The GMG allocates a running node's output buffer at start; the simulator
+  // must still wait for the producer before moving or consuming it.
+  SetUpCluster(2);
+  TemplateId t = Register("r", {{"a", {}, 1 * kMs, 10}, {"b", {"a"}, 1, 1}, {"c", {"a"}, 1, 1}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 1);
+  IssueOn(i, "c", 0);
+  auto x = g_->IssueTransfer(N(i, "a"), 0, DeviceId(1), N(i, "b"), 0, T(0));
+  ASSERT_TRUE(x.ok());
+  ASSERT_TRUE(g_->Start(N(i, "a"), T(0)).ok());
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(2), &snap);
+  EXPECT_EQ(r.node_start_ns[Index(snap, *x)], 10 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "c"))], 10 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "b"))], 11 * kMs);
+}
+
 TEST_F(SimTest, HorizonStopsTheRun) {
   SetUpCluster(1);
   TemplateId t = Register("chain", {{"a", {}, 1, 10}, {"b", {"a"}, 1, 10}, {"c", {"b"}, 1, 10}});

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -21,6 +22,7 @@ struct BenchSimOptions {
   int ops = 6000;        // issued compute operators in the snapshot (at least)
   int repetitions = 5;
   uint64_t seed = 1;
+  int64_t horizon_us = -1;  // stop the run early (profiling); -1 = to completion
 };
 
 struct BenchSimResult {
@@ -39,5 +41,10 @@ struct BenchSimResult {
 };
 
 absl::StatusOr<BenchSimResult> RunBenchSim(const BenchSimOptions& options);
+
+// Runs the grid ops x devices and writes DIR/bench_sim.csv (one row per
+// point: devices, ops, construct_us, simulate_us, ops_per_ms, ...).
+absl::Status RunBenchSimSweep(const std::vector<int>& devices, const std::vector<int>& ops, int repetitions,
+                              const std::string& out_dir);
 
 }  // namespace slicesched

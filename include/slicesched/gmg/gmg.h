@@ -205,6 +205,12 @@ struct FrontierKey {
 class GlobalMappingGraph {
  public:
   explicit GlobalMappingGraph(AcceleratorSet accelerators);
+  GlobalMappingGraph(GlobalMappingGraph&&) = default;
+  GlobalMappingGraph& operator=(GlobalMappingGraph&&) = default;
+
+  // A deep copy (templates are shared, immutable). For counterfactual runs
+  // such as the accuracy experiment's "what happens with no new arrivals".
+  GlobalMappingGraph Clone() const;
 
   // ---- templates and instances ------------------------------------------
   absl::StatusOr<TemplateId> RegisterTemplate(std::shared_ptr<const GraphTemplate> tpl);

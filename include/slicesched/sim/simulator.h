@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "slicesched/estimate/calibration.h"
 #include "slicesched/estimate/estimators.h"
 #include "slicesched/gmg/graph_template.h"
 #include "slicesched/gmg/snapshot.h"
@@ -60,6 +61,9 @@ class SimContext {
   const TemplateRegistry& templates() const { return *templates_; }
   const OpEstimator& ops() const { return *ops_; }
   const TransferEstimator& transfers() const { return *transfers_; }
+  // Optional runtime calibration (per-device speed, overlap slowdowns).
+  void set_calibration(const RuntimeCalibration* c) { calibration_ = c; }
+  const RuntimeCalibration* calibration() const { return calibration_; }
   // Estimator key of (device type, template, op), registered on first use.
   int OpKey(const std::string& device_type, uint32_t template_id, int op);
   // Keys of every op of a template on a device type (empty if unknown).
@@ -69,6 +73,7 @@ class SimContext {
   const TemplateRegistry* templates_;
   OpEstimator* ops_;
   const TransferEstimator* transfers_;
+  const RuntimeCalibration* calibration_ = nullptr;
   std::vector<std::string> types_;
   // keys_[type][template] = per-op keys (-1 = not yet registered)
   std::vector<std::vector<std::vector<int>>> keys_;

@@ -1,0 +1,263 @@
+#include "slicesched/experiments/accuracy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "slicesched/cluster/ground_truth.h"
+#include "slicesched/cluster/virtual_cluster.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/estimate/calibration.h"
+#include "slicesched/estimate/estimators.h"
+#include "slicesched/experiments/gmg_demo.h"
+#include "slicesched/gmg/llama.h"
+#include "slicesched/gmg/placement.h"
+#include "slicesched/gmg/snapshot.h"
+#include "slicesched/sim/simulator.h"
+#include "slicesched/workload/trace.h"
+
+namespace slicesched {
+
+std::string AccuracyResult::ToJson() const {
+  return absl::StrFormat(
+      "{\"workload\": \"%s\", \"requests\": %d, \"instances\": %d, \"ops\": %d, \"transfers\": %d, "
+      "\"predictions\": %d, \"completion_mape_pct\": %.3f, \"completion_p90_ape_pct\": %.3f, "
+      "\"completion_bias_pct\": %.3f, \"open_loop_mape_pct\": %.3f, "
+      "\"op_mape_pct\": %.3f, \"transfer_mape_pct\": %.3f, \"simulated_s\": %.1f}",
+      workload, requests, instances, ops, transfers, predictions, completion_mape_pct, completion_p90_ape_pct,
+      completion_bias_pct, open_loop_mape_pct, op_mape_pct, transfer_mape_pct, simulated_s);
+}
+
+namespace {
+
+struct Conversation {
+  int pair = 0;
+  int64_t context = 0;    // tokens in the KV cache
+  int64_t remaining = 0;  // decode steps still to run
+  std::vector<CheckpointId> kv;
+};
+
+struct Prediction {
+  int64_t at_ns;
+  int64_t predicted_end_ns;
+  int64_t arrival_ns;
+};
+
+}  // namespace
+
+absl::StatusOr<AccuracyResult> RunAccuracy(const AccuracyOptions& o) {
+  if (!(o.minutes > 0) || !(o.load_scale > 0) || !(o.predict_every_s > 0)) {
+    return absl::InvalidArgumentError("--minutes, --load-scale and --predict-every must be positive");
+  }
+  AccuracyResult result;
+  // Workload.
+  std::vector<Request> requests;
+  if (o.trace.empty()) {
+    requests = GenerateBuiltInWorkload(BuiltInWorkloadModel{}, o.minutes * 60.0 / o.load_scale, o.seed);
+    result.workload = "built-in (derived from the Azure code trace)";
+  } else {
+    SLICESCHED_ASSIGN_OR_RETURN(requests, LoadAzureLlmTrace(o.trace));
+    result.workload = o.trace;
+  }
+  requests = Window(ScaleLoad(requests, o.load_scale), 0, o.minutes * 60.0);
+
+  // Cluster: the embedded default (8 x A16, PCIe links), Llama3-8B.
+  SLICESCHED_ASSIGN_OR_RETURN(GmgDemoConfig cfg, DefaultGmgDemoConfig());
+  GlobalMappingGraph g(cfg.cluster);
+  SLICESCHED_ASSIGN_OR_RETURN(LlamaTemplates t, BuildLlamaTemplates(cfg.model));
+  SLICESCHED_ASSIGN_OR_RETURN(TemplateId pre_id, g.RegisterTemplate(t.prefill));
+  SLICESCHED_ASSIGN_OR_RETURN(TemplateId dec_id, g.RegisterTemplate(t.decode));
+  const CandidatePartition& pp2 = t.prefill->partitions()[1];
+  const int pairs = static_cast<int>(g.accelerators().size() / 2);
+  for (int p = 0; p < pairs; ++p) {
+    for (int op = 0; op < t.prefill->num_ops(); ++op) {
+      const OpSpec& spec = t.prefill->op(op);
+      if (spec.weight_key.empty()) continue;
+      SLICESCHED_RETURN_IF_ERROR(g.LoadWeights(DeviceId(2 * p + pp2.slot_of_op[op]), spec.weight_key, spec.weight_bytes));
+    }
+  }
+  GroundTruthModel truth(g.accelerators());
+  VirtualCluster cluster(&g, &truth, o.seed);
+  OpEstimator ops;
+  TransferEstimator transfers(g.accelerators());
+  RuntimeCalibration calibration(g.accelerators().size());
+  SimContext ctx(&g.templates(), &ops, &transfers);
+  ctx.set_calibration(&calibration);
+
+  absl::flat_hash_map<uint64_t, Conversation> conv;      // by live instance id
+  absl::flat_hash_map<uint64_t, std::vector<Prediction>> preds;
+  // |predicted - actual| / (actual - snapshot time), percent: against the
+  // counterfactual without later arrivals (closed) and the real run (open).
+  std::vector<double> closed_ape, open_ape;
+  double closed_signed = 0;
+  MapeCounter op_err, xfer_err;
+  const int64_t warmup_ns = static_cast<int64_t>(o.warmup_s * 1e9);
+  const int64_t end_ns = static_cast<int64_t>(o.minutes * 60e9);
+
+  auto issue = [&](InstanceId id, int pair, Timestamp now) -> absl::Status {
+    const DeviceId slots[2] = {DeviceId(static_cast<uint16_t>(2 * pair)), DeviceId(static_cast<uint16_t>(2 * pair + 1))};
+    const Instance* inst = g.FindInstance(id);
+    SLICESCHED_ASSIGN_OR_RETURN(std::vector<NodeId> issued,
+                                IssueByPartition(g, id, inst->tpl->partitions()[1], slots, 0, now));
+    for (NodeId n : issued) cluster.NodeIssued(n);
+    ++result.instances;
+    return absl::OkStatus();
+  };
+  auto start_decode = [&](Conversation c, Timestamp now) -> absl::Status {
+    InstanceSpec ds;
+    ds.template_id = dec_id;
+    ds.bindings = {{"B", 1}, {"C", c.context}};
+    ds.priority_class = PriorityClass::kOnline;
+    ds.arrival = now;
+    for (size_t k = 0; k < c.kv.size(); ++k) ds.checkpoints.emplace_back(StrCat("kv", k), c.kv[k]);
+    SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ds));
+    const int pair = c.pair;
+    conv[id.value()] = std::move(c);
+    return issue(id, pair, now);
+  };
+
+  GmgSnapshot snap;
+  SLICESCHED_ASSIGN_OR_RETURN(Simulator sim, Simulator::Create(snap, ctx));
+  SimScratch scratch;
+  SimResult res;
+  std::vector<Feedback> feedback;
+  size_t next_req = 0;
+  int64_t next_predict = static_cast<int64_t>(o.predict_every_s * 1e9);
+  int64_t now_ns = 0;
+  while (true) {
+    const int64_t arrival = next_req < requests.size() ? static_cast<int64_t>(requests[next_req].arrival_s * 1e9)
+                                                       : std::numeric_limits<int64_t>::max();
+    const int64_t event = cluster.NextEventTime().nanos();
+    const int64_t predict = next_predict <= end_ns ? next_predict : std::numeric_limits<int64_t>::max();
+    const int64_t next = std::min({arrival, event, predict});
+    if (next == std::numeric_limits<int64_t>::max()) break;  // drained
+    now_ns = next;
+    const Timestamp now = Timestamp::FromNanos(now_ns);
+    feedback.clear();
+    SLICESCHED_RETURN_IF_ERROR(cluster.AdvanceTo(now, &feedback));
+    for (const Feedback& f : feedback) {
+      const bool scored = f.start.nanos() >= warmup_ns;
+      if (f.kind == Feedback::Kind::kOp) {
+        const GraphTemplate* tpl = g.templates().Find(f.tpl);
+        const std::string& type = g.accelerators().device(f.device).type;
+        const int key = ctx.OpKey(type, f.tpl.value(), f.op);
+        const double model = ops.PredictNs(key, f.attrs);
+        const double measured = static_cast<double>(f.measured().nanos());
+        const double predicted = model * calibration.device_factor(f.device) *
+                                 (f.overlapped ? calibration.overlap_factor() : 1.0);
+        if (scored) op_err.Add(predicted, measured);
+        ops.Observe(key, f.attrs,
+                    Duration::Nanos(static_cast<int64_t>(calibration.NormalizeOp(f.device, measured, f.overlapped))));
+        calibration.ObserveOp(f.device, model, measured, f.overlapped);
+        (void)tpl;
+        ++result.ops;
+      } else {
+        const double model = transfers.PredictNs(f.device, f.dst, f.bytes.count());
+        const double measured = static_cast<double>(f.measured().nanos());
+        if (scored) xfer_err.Add(model * (f.overlapped ? calibration.transfer_overlap_factor() : 1.0), measured);
+        transfers.Observe(f.device, f.dst, f.bytes,
+                          Duration::Nanos(static_cast<int64_t>(calibration.NormalizeTransfer(measured, f.overlapped))));
+        calibration.ObserveTransfer(model, measured, f.overlapped);
+        ++result.transfers;
+      }
+    }
+    // Finished instances: score predictions, continue conversations.
+    for (const RetiredInstance& r : g.TakeRetired()) {
+      if (auto it = preds.find(r.id.value()); it != preds.end()) {
+        for (const Prediction& p : it->second) {
+          const double remaining = static_cast<double>(r.finished.nanos() - p.at_ns);
+          const double latency = static_cast<double>(r.finished.nanos() - p.arrival_ns);
+          const double err = static_cast<double>(p.predicted_end_ns - r.finished.nanos());
+          if (remaining > 0 && latency > 0) open_ape.push_back(100.0 * std::abs(err) / remaining);
+        }
+        preds.erase(it);
+      }
+      auto cit = conv.find(r.id.value());
+      if (cit == conv.end()) continue;
+      Conversation c = std::move(cit->second);
+      conv.erase(cit);
+      if (r.state != InstanceState::kDone) continue;
+      if (r.template_id == pre_id) c.kv = r.produced;
+      if (c.remaining > 0) {
+        --c.remaining;
+        if (r.template_id == dec_id) ++c.context;
+        SLICESCHED_RETURN_IF_ERROR(start_decode(std::move(c), now));
+      } else {
+        for (CheckpointId k : c.kv) SLICESCHED_RETURN_IF_ERROR(g.ReleaseCheckpoint(k));
+      }
+    }
+    // Arrivals.
+    while (next_req < requests.size() && static_cast<int64_t>(requests[next_req].arrival_s * 1e9) <= now_ns) {
+      const Request& req = requests[next_req];
+      InstanceSpec ps;
+      ps.template_id = pre_id;
+      ps.bindings = {{"B", 1}, {"S", std::max<int64_t>(1, req.context_tokens)}};
+      ps.priority_class = PriorityClass::kOnline;
+      ps.arrival = now;
+      SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ps));
+      Conversation c;
+      c.pair = static_cast<int>(next_req % pairs);
+      c.context = std::max<int64_t>(1, req.context_tokens);
+      c.remaining = std::max<int64_t>(0, req.generated_tokens - 1);  // the prefill samples the first
+      const int pair = c.pair;
+      conv[id.value()] = std::move(c);
+      SLICESCHED_RETURN_IF_ERROR(issue(id, pair, now));
+      ++result.requests;
+      ++next_req;
+    }
+    SLICESCHED_RETURN_IF_ERROR(cluster.Dispatch(now));
+    // Predictions.
+    if (now_ns == next_predict) {
+      next_predict += static_cast<int64_t>(o.predict_every_s * 1e9);
+      g.SnapshotInto(now, &snap);
+      SLICESCHED_RETURN_IF_ERROR(sim.Rebuild(snap, ctx));
+      sim.RunInto(SimOptions{}, &scratch, &res);
+      if (now_ns >= warmup_ns) {
+        for (size_t i = 0; i < snap.instances.size(); ++i) {
+          if (res.instance_end_ns[i] < 0) continue;
+          preds[snap.instances[i].id].push_back({now_ns, res.instance_end_ns[i], snap.instances[i].arrival_ns});
+        }
+        // Counterfactual: the ground truth from the same state with no
+        // further arrivals (the work the snapshot knows), run to the end.
+        GlobalMappingGraph g2 = g.Clone();
+        VirtualCluster c2 = cluster.Fork(&g2);
+        std::vector<Feedback> ignored;
+        while (c2.NextEventTime() != Timestamp::Infinite()) {
+          SLICESCHED_RETURN_IF_ERROR(c2.AdvanceTo(c2.NextEventTime(), &ignored));
+          ignored.clear();
+        }
+        absl::flat_hash_map<uint64_t, int64_t> finished;
+        for (const RetiredInstance& r : g2.TakeRetired()) finished[r.id.value()] = r.finished.nanos();
+        for (size_t i = 0; i < snap.instances.size(); ++i) {
+          auto it = finished.find(snap.instances[i].id);
+          if (res.instance_end_ns[i] < 0 || it == finished.end() || it->second <= now_ns) continue;
+          closed_ape.push_back(100.0 * std::abs(static_cast<double>(res.instance_end_ns[i] - it->second)) /
+                               static_cast<double>(it->second - now_ns));
+          closed_signed += 100.0 * static_cast<double>(res.instance_end_ns[i] - it->second) /
+                           static_cast<double>(it->second - now_ns);
+        }
+      }
+    }
+  }
+  result.simulated_s = static_cast<double>(now_ns) / 1e9;
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double a : v) sum += a;
+    return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+  };
+  result.predictions = static_cast<int64_t>(closed_ape.size());
+  result.completion_mape_pct = mean(closed_ape);
+  result.completion_bias_pct = closed_ape.empty() ? 0.0 : closed_signed / static_cast<double>(closed_ape.size());
+  if (!closed_ape.empty()) {
+    std::sort(closed_ape.begin(), closed_ape.end());
+    result.completion_p90_ape_pct = closed_ape[closed_ape.size() * 9 / 10];
+  }
+  result.open_loop_mape_pct = mean(open_ape);
+  result.op_mape_pct = op_err.mape_pct();
+  result.transfer_mape_pct = xfer_err.mape_pct();
+  return result;
+}
+
+}  // namespace slicesched
