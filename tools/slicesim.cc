@@ -13,6 +13,7 @@
 #include "slicesched/experiments/accuracy.h"
 #include "slicesched/experiments/bench_sim.h"
 #include "slicesched/experiments/gmg_demo.h"
+#include "slicesched/experiments/replay.h"
 
 namespace {
 
@@ -29,6 +30,9 @@ int Usage(FILE* to) {
                "  accuracy [--trace FILE] [--minutes M] [--load-scale X] [--seed S] [--json]\n"
                "                        simulator and estimator accuracy against a ground-truth\n"
                "                        cluster replaying a trace (default: built-in Azure-derived model)\n"
+               "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
+               "         [--load-scale X] [--out DIR]\n"
+               "                        the paper's co-location experiment on the virtual cluster\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -171,6 +175,72 @@ int Accuracy(const std::vector<std::string>& args) {
   return 0;
 }
 
+int Replay(const std::vector<std::string>& args) {
+  slicesched::ReplayOptions o;
+  bool json = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    int64_t v = 0;
+    if (args[i] == "--json") {
+      json = true;
+    } else if (args[i] == "--trace" && i + 1 < args.size()) {
+      o.trace = args[++i];
+    } else if (args[i] == "--policy" && i + 1 < args.size()) {
+      o.policy = args[++i];
+    } else if (args[i] == "--out" && i + 1 < args.size()) {
+      o.out_dir = args[++i];
+    } else if (args[i] == "--no-progress") {
+      o.progress = false;
+    } else if (DoubleFlag(args, &i, "--minutes", &o.minutes) || DoubleFlag(args, &i, "--load-scale", &o.load_scale)) {
+    } else if (IntFlag(args, &i, "--seed", &v)) {
+      o.seed = static_cast<uint64_t>(v);
+    } else if (IntFlag(args, &i, "--threads", &v)) {
+      o.threads = static_cast<int>(v);
+    } else {
+      std::fprintf(stderr, "slicesim replay: unknown argument '%s'\n", args[i].c_str());
+      return 2;
+    }
+  }
+  auto r = slicesched::RunReplay(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "slicesim replay: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  std::printf("workload: %s, %.0f minutes, load scale %.3f, seed %llu\n", r->workload.c_str(), o.minutes,
+              r->load_scale, static_cast<unsigned long long>(o.seed));
+  std::printf("SLO: TTFT <= %.0f ms (Static-Online p90)\n", r->slo_ttft_ms);
+  std::printf("%-15s %8s %8s %7s %7s %10s %10s %9s %9s\n", "policy", "req/s", "tok/s", "SLO", "util",
+              "ttft p50", "ttft p99", "onl req/s", "off tok/s");
+  for (const auto& p : r->policies) {
+    std::printf("%-15s %8.3f %8.2f %6.1f%% %6.1f%% %8.0fms %8.0fms %9.3f %9.2f\n", p.policy.c_str(), p.req_per_s,
+                p.tok_per_s, 100 * p.slo_attainment, 100 * p.gpu_util, p.ttft_p50_ms, p.ttft_p99_ms,
+                p.online_req_per_s, p.offline_tok_per_s);
+  }
+  std::printf("Static-Online idle slices (10 ms..20 s): p50 %.0f ms, p90 %.0f ms, p99 %.0f ms; "
+              "below-p99 share of idle time %.1f%%; utilisation %.1f%%\n",
+              r->idle.p50_ms, r->idle.p90_ms, r->idle.p99_ms, 100 * r->idle.share_of_idle_below_p99,
+              100 * r->idle.utilization);
+  std::printf("idle overlap across the four model instances: pairwise Jaccard %.1f%%, all idle together %.1f%%\n",
+              100 * r->overlap.pairwise_jaccard_mean, 100 * r->overlap.all_idle_share);
+  for (const auto& p : r->policies) {
+    if (p.round_p50_us > 0) {
+      std::printf("%s decision latency: p50 %.0f us, p99 %.0f us over rounds with %.1f candidates on average\n",
+                  p.policy.c_str(), p.round_p50_us, p.round_p99_us, p.mean_candidates);
+    }
+  }
+  if (!o.out_dir.empty()) {
+    const std::string script = std::string(SLICESCHED_SOURCE_DIR) + "/bench/plots/plot_replay.py";
+    const std::string cmd = "/usr/bin/python3 '" + script + "' '" + o.out_dir + "' > /dev/null";
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "slicesim replay: plots not drawn (needs /usr/bin/python3 with matplotlib); CSVs are in %s\n",
+                   o.out_dir.c_str());
+    } else {
+      std::printf("wrote %s/summary.csv, idle_slices.csv, idle_overlap.csv and PNG plots\n", o.out_dir.c_str());
+    }
+  }
+  (void)json;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,6 +250,7 @@ int main(int argc, char** argv) {
   if (cmd == "gmg") return Gmg(args);
   if (cmd == "bench-sim") return BenchSim(args);
   if (cmd == "accuracy") return Accuracy(args);
+  if (cmd == "replay") return Replay(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);

@@ -15,6 +15,7 @@
 #include "slicesched/gmg/llama.h"
 #include "slicesched/gmg/placement.h"
 #include "slicesched/gmg/snapshot.h"
+#include "slicesched/sched/learner.h"
 #include "slicesched/sim/simulator.h"
 #include "slicesched/workload/trace.h"
 
@@ -85,6 +86,7 @@ absl::StatusOr<AccuracyResult> RunAccuracy(const AccuracyOptions& o) {
   RuntimeCalibration calibration(g.accelerators().size());
   SimContext ctx(&g.templates(), &ops, &transfers);
   ctx.set_calibration(&calibration);
+  OnlineLearner learner(&g, &ctx, &ops, &transfers, &calibration);
 
   absl::flat_hash_map<uint64_t, Conversation> conv;      // by live instance id
   absl::flat_hash_map<uint64_t, std::vector<Prediction>> preds;
@@ -92,7 +94,6 @@ absl::StatusOr<AccuracyResult> RunAccuracy(const AccuracyOptions& o) {
   // counterfactual without later arrivals (closed) and the real run (open).
   std::vector<double> closed_ape, open_ape;
   double closed_signed = 0;
-  MapeCounter op_err, xfer_err;
   const int64_t warmup_ns = static_cast<int64_t>(o.warmup_s * 1e9);
   const int64_t end_ns = static_cast<int64_t>(o.minutes * 60e9);
 
@@ -138,28 +139,10 @@ absl::StatusOr<AccuracyResult> RunAccuracy(const AccuracyOptions& o) {
     feedback.clear();
     SLICESCHED_RETURN_IF_ERROR(cluster.AdvanceTo(now, &feedback));
     for (const Feedback& f : feedback) {
-      const bool scored = f.start.nanos() >= warmup_ns;
+      learner.Apply(f, f.start.nanos() >= warmup_ns);
       if (f.kind == Feedback::Kind::kOp) {
-        const GraphTemplate* tpl = g.templates().Find(f.tpl);
-        const std::string& type = g.accelerators().device(f.device).type;
-        const int key = ctx.OpKey(type, f.tpl.value(), f.op);
-        const double model = ops.PredictNs(key, f.attrs);
-        const double measured = static_cast<double>(f.measured().nanos());
-        const double predicted = model * calibration.device_factor(f.device) *
-                                 (f.overlapped ? calibration.overlap_factor() : 1.0);
-        if (scored) op_err.Add(predicted, measured);
-        ops.Observe(key, f.attrs,
-                    Duration::Nanos(static_cast<int64_t>(calibration.NormalizeOp(f.device, measured, f.overlapped))));
-        calibration.ObserveOp(f.device, model, measured, f.overlapped);
-        (void)tpl;
         ++result.ops;
       } else {
-        const double model = transfers.PredictNs(f.device, f.dst, f.bytes.count());
-        const double measured = static_cast<double>(f.measured().nanos());
-        if (scored) xfer_err.Add(model * (f.overlapped ? calibration.transfer_overlap_factor() : 1.0), measured);
-        transfers.Observe(f.device, f.dst, f.bytes,
-                          Duration::Nanos(static_cast<int64_t>(calibration.NormalizeTransfer(measured, f.overlapped))));
-        calibration.ObserveTransfer(model, measured, f.overlapped);
         ++result.transfers;
       }
     }
@@ -255,8 +238,8 @@ absl::StatusOr<AccuracyResult> RunAccuracy(const AccuracyOptions& o) {
     result.completion_p90_ape_pct = closed_ape[closed_ape.size() * 9 / 10];
   }
   result.open_loop_mape_pct = mean(open_ape);
-  result.op_mape_pct = op_err.mape_pct();
-  result.transfer_mape_pct = xfer_err.mape_pct();
+  result.op_mape_pct = learner.op_error().mape_pct();
+  result.transfer_mape_pct = learner.transfer_error().mape_pct();
   return result;
 }
 

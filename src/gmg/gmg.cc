@@ -50,7 +50,8 @@ GlobalMappingGraph::GlobalMappingGraph(AcceleratorSet accelerators)
       weights_(accel_.size()),
       memory_(accel_.size()),
       running_compute_(accel_.size()),
-      active_transfer_(accel_.size()) {}
+      active_transfer_(accel_.size()),
+      outstanding_(accel_.size(), 0) {}
 
 GlobalMappingGraph GlobalMappingGraph::Clone() const {
   GlobalMappingGraph c(accel_);
@@ -66,6 +67,8 @@ GlobalMappingGraph GlobalMappingGraph::Clone() const {
   c.weights_ = weights_;
   c.memory_ = memory_;
   c.running_compute_ = running_compute_;
+  c.outstanding_ = outstanding_;
+  c.total_outstanding_ = total_outstanding_;
   c.active_transfer_ = active_transfer_;
   c.unscheduled_ = unscheduled_;
   c.scheduled_frontier_ = scheduled_frontier_;
@@ -374,6 +377,8 @@ absl::Status GlobalMappingGraph::Issue(NodeId id, DeviceId device, Timestamp now
 
   RemoveFromUnscheduled(inst, *node);
   node->state = NodeState::kIssued;
+  ++outstanding_[device.value()];
+  ++total_outstanding_;
   node->device = device;
   node->times.issue = now;
   if (inst.state == InstanceState::kPending) inst.state = InstanceState::kRunning;
@@ -569,6 +574,8 @@ absl::Status GlobalMappingGraph::FinishCompute(Instance& inst, OpNode& node, Tim
   node.state = NodeState::kDone;
   node.times.end = now;
   running_compute_[d.value()] = NodeId();
+  --outstanding_[d.value()];
+  --total_outstanding_;
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     TensorState& t = node.outputs[o];
     if (t.update_of >= 0) {
@@ -671,6 +678,10 @@ void GlobalMappingGraph::FailInstance(Instance& inst, absl::string_view reason, 
     scheduled_frontier_.erase(n.id);
     if (IsTerminal(n.state)) continue;
     ReleaseNodeHoldings(inst, n);
+    if (IsScheduled(n.state)) {
+      --outstanding_[n.device.value()];
+      --total_outstanding_;
+    }
     n.state = terminal_for_others;
     n.times.end = now;
     if (n.failure.empty()) n.failure = std::string(reason);
@@ -722,6 +733,10 @@ absl::Status GlobalMappingGraph::Fail(NodeId id, absl::string_view reason, Times
                                                       "; only issued or running nodes can fail"));
   }
   ReleaseNodeHoldings(inst, *node);
+  if (node->kind != OpKind::kTransfer) {
+    --outstanding_[node->device.value()];
+    --total_outstanding_;
+  }
   node->state = NodeState::kFailed;
   node->times.end = now;
   node->failure = std::string(reason);
@@ -885,6 +900,7 @@ absl::Status GlobalMappingGraph::VerifyInvariants() const {
   absl::btree_set<FrontierKey> unsched;
   absl::btree_set<NodeId> sched;
   std::vector<NodeId> running(accel_.size()), transferring(accel_.size());
+  std::vector<int32_t> outstanding(accel_.size(), 0);
   size_t nodes = 0;
   for (size_t d = 0; d < accel_.size(); ++d) {
     for (const auto& [key, bytes] : weights_[d]) mem[d].weights += bytes;
@@ -903,6 +919,7 @@ absl::Status GlobalMappingGraph::VerifyInvariants() const {
       for (int p : op.preds) up += inst->nodes[p].state == NodeState::kUnscheduled;
       for (int s : op.succs) us += inst->nodes[s].state == NodeState::kUnscheduled;
       if (!IsTerminal(n.state)) ++unfinished;
+      if (n.state == NodeState::kIssued || n.state == NodeState::kRunning) ++outstanding[n.device.value()];
       if (n.state == NodeState::kUnscheduled && up != n.unscheduled_preds) {
         return absl::InternalError(StrCat("node ", n.id, ": unscheduled_preds ",
                                                 n.unscheduled_preds, " != ", up));
@@ -978,6 +995,10 @@ absl::Status GlobalMappingGraph::VerifyInvariants() const {
           memory_[d].workspace.count(), ", ck ", memory_[d].checkpoints.count(), ") vs recomputed (w ",
           mem[d].weights.count(), ", a ", mem[d].activations.count(), ", ws ", mem[d].workspace.count(),
           ", ck ", mem[d].checkpoints.count(), ")"));
+    }
+    if (outstanding[d] != outstanding_[d]) {
+      return absl::InternalError(absl::StrCat("device ", d, " outstanding count ", outstanding_[d], " != ",
+                                              outstanding[d]));
     }
     if (running[d] != running_compute_[d]) {
       return absl::InternalError(StrCat("device ", d, " running node mismatch"));

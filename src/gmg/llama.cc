@@ -105,6 +105,7 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, int>>>> Pa
   make("single", 1);
   if (g >= 2 && g % 2 == 0) make("pp2", 2);
   if (g >= 4 && g % 4 == 0) make("pp4", 4);
+  if (g >= 8 && g % 8 == 0) make("pp8", 8);
   return out;
 }
 

@@ -471,6 +471,19 @@ TraceSummary Summarize(const std::vector<Request>& requests) {
   return s;
 }
 
+std::vector<Request> Thin(const std::vector<Request>& requests, double keep, uint64_t seed) {
+  ABSL_INTERNAL_CHECK(std::isfinite(keep) && keep > 0 && keep <= 1, "Thin: keep must be in (0, 1]");
+  std::mt19937_64 rng(seed);
+  std::vector<Request> out;
+  out.reserve(static_cast<size_t>(static_cast<double>(requests.size()) * keep) + 1);
+  for (const Request& r : requests) {
+    // 53 random bits -> [0, 1); one draw per request keeps it reproducible.
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    if (u < keep) out.push_back(r);
+  }
+  return out;
+}
+
 std::vector<Request> ScaleLoad(const std::vector<Request>& requests, double scale) {
   ABSL_INTERNAL_CHECK(std::isfinite(scale) && scale > 0, "ScaleLoad: scale must be finite and > 0");
   std::vector<Request> out = requests;

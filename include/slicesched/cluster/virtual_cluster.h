@@ -21,30 +21,12 @@
 #include "slicesched/cluster/ground_truth.h"
 #include "slicesched/comm/arbitration.h"
 #include "slicesched/gmg/gmg.h"
+#include "slicesched/sched/backend.h"
 #include "slicesched/sim/queue_discipline.h"
 
 namespace slicesched {
 
-// One measured execution, as an executor would report it.
-struct Feedback {
-  enum class Kind : uint8_t { kOp, kTransfer };
-  Kind kind = Kind::kOp;
-  NodeId node;
-  InstanceId instance;
-  DeviceId device;  // transfers: source
-  DeviceId dst;     // transfers only
-  TemplateId tpl;
-  int op = -1;
-  absl::InlinedVector<int64_t, 4> attrs;
-  Bytes bytes;  // transfers
-  Timestamp start, end;
-  // A transfer was active on the device when the operator started (for a
-  // transfer: one of its ends was computing).
-  bool overlapped = false;
-  Duration measured() const { return end - start; }
-};
-
-class VirtualCluster {
+class VirtualCluster final : public ExecutionBackend {
  public:
   VirtualCluster(GlobalMappingGraph* gmg, const GroundTruthModel* truth, uint64_t seed);
 
@@ -57,14 +39,14 @@ class VirtualCluster {
   }
 
   // Tells the cluster that `node` (compute or transfer) was issued.
-  void NodeIssued(NodeId node);
+  void NodeIssued(NodeId node) override;
   // Starts whatever can start at `now`.
-  absl::Status Dispatch(Timestamp now);
+  absl::Status Dispatch(Timestamp now) override;
   // Time of the next completion, or Timestamp::Infinite() when idle.
-  Timestamp NextEventTime() const;
+  Timestamp NextEventTime() const override;
   // Completes, in time order, everything finishing at or before `t`,
   // starting successors as devices free up; appends feedback records.
-  absl::Status AdvanceTo(Timestamp t, std::vector<Feedback>* feedback);
+  absl::Status AdvanceTo(Timestamp t, std::vector<Feedback>* feedback) override;
 
   // Compute time each device has spent running operators so far.
   Duration busy_time(DeviceId d) const { return Duration::Nanos(busy_ns_[d.value()]); }

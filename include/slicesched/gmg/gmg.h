@@ -251,6 +251,9 @@ class GlobalMappingGraph {
   const DeviceMemory& memory(DeviceId d) const { return memory_[d.value()]; }
   std::vector<ResidentItem> ResidentSet(DeviceId d) const;
   NodeId running_compute(DeviceId d) const { return running_compute_[d.value()]; }
+  // Compute nodes issued to `d` and not finished (queued or running).
+  int32_t outstanding_compute(DeviceId d) const { return outstanding_[d.value()]; }
+  int64_t total_outstanding_compute() const { return total_outstanding_; }
   NodeId active_transfer(DeviceId d) const { return active_transfer_[d.value()]; }
   size_t num_instances() const { return instances_.size(); }
   size_t num_nodes() const { return num_nodes_; }
@@ -302,6 +305,8 @@ class GlobalMappingGraph {
   std::vector<DeviceMemory> memory_;
   std::vector<NodeId> running_compute_;
   std::vector<NodeId> active_transfer_;
+  std::vector<int32_t> outstanding_;  // issued or running compute nodes per device
+  int64_t total_outstanding_ = 0;
   absl::btree_set<FrontierKey> unscheduled_;
   absl::btree_set<NodeId> scheduled_frontier_;
   std::vector<RetiredInstance> retired_;

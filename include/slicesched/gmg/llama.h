@@ -19,8 +19,8 @@
 //
 // Candidate partitions: "single" (everything on one slot), "pp2" (first half
 // of the groups with the embedding on slot 0, the rest with the head on slot
-// 1) and, when there are at least 4 groups and their count is divisible by 4,
-// "pp4".
+// 1) and, when the group count allows, "pp4" and "pp8" (one group per slot,
+// the embedding on the first slot, the head on the last).
 #pragma once
 
 #include <memory>

@@ -78,6 +78,12 @@ TraceSummary Summarize(const std::vector<Request>& requests);
 // positive (checked).
 std::vector<Request> ScaleLoad(const std::vector<Request>& requests, double scale);
 
+// Keeps each request independently with probability `keep` (0 < keep <= 1),
+// deterministically for a seed: the timeline, its bursts and lulls stay where
+// they are, only thinner. Replay uses this for load scales below 1, so a
+// replay window still covers the same stretch of the trace.
+std::vector<Request> Thin(const std::vector<Request>& requests, double keep, uint64_t seed);
+
 // The requests that arrive in [start_s, start_s + duration_s), in input
 // order, with arrival_s - start_s as their arrival: the window's start is the
 // new time 0, so idle time at the start of the window is kept. Empty when

@@ -1,0 +1,57 @@
+// Placement policies: the scheduler's decision logic, apart from mechanism.
+//
+// A policy looks at the GMG's unscheduled frontier and issues work into the
+// GMG (IssuePlacements / IssueByPartition), telling the backend what it
+// issued. SliceScheduler and every baseline implement the same interface and
+// run on the same mechanism (GMG, backend, estimators), so experiments
+// compare policies, not plumbing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "slicesched/common/thread_pool.h"
+#include "slicesched/gmg/gmg.h"
+#include "slicesched/sched/backend.h"
+#include "slicesched/sim/simulator.h"
+
+namespace slicesched {
+
+// Everything a policy may use. Owned by the caller (the master loop).
+struct SchedulerEnv {
+  GlobalMappingGraph* gmg = nullptr;
+  ExecutionBackend* backend = nullptr;
+  SimContext* sim = nullptr;  // templates, estimators, calibration
+  ThreadPool* pool = nullptr; // for parallel what-if (may be null: serial)
+};
+
+// What one Schedule() call did.
+struct ScheduleStats {
+  int rounds = 0;           // batches decided
+  int issued_nodes = 0;     // compute nodes issued
+  int whatif_runs = 0;      // simulations run
+  int rejected_oom = 0;     // candidates discarded for OOM
+};
+
+class PlacementPolicy {
+ public:
+  virtual ~PlacementPolicy() = default;
+  virtual std::string_view name() const = 0;
+  // Whether this deployment serves offline requests at all.
+  virtual bool accepts_offline() const { return true; }
+  // How many more offline requests may enter the GMG now (admission control:
+  // offline work waits outside the GMG until the policy can use it).
+  virtual int OfflineAdmissions(const SchedulerEnv& env, Timestamp now) = 0;
+  // Issues work from the unscheduled frontier at `now`.
+  virtual absl::StatusOr<ScheduleStats> Schedule(SchedulerEnv& env, Timestamp now) = 0;
+};
+
+// Tenants mark which model instance a request belongs to: online instance k
+// (0..3 in the paper's setup) has tenant k; offline work has tenants from
+// kOfflineTenantBase on.
+constexpr uint32_t kOfflineTenantBase = 100;
+
+}  // namespace slicesched

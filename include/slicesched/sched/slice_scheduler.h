@@ -1,0 +1,82 @@
+// SliceScheduler: operator-level placement by what-if simulation (paper §3.4).
+//
+// Each round:
+//   1. the seed is the first operator of the unscheduled frontier (online
+//      before offline, then priority, then arrival); an offline operator
+//      that has waited longer than `offline_aging` goes first instead, so
+//      offline work is never starved;
+//   2. the batch grows from the seed along its instance's successors, in
+//      topological order, while the predicted execution time stays within
+//      the scheduling volume v;
+//   3. candidates are the template's predefined partitions, each bound to
+//      aligned device groups (device g*k .. g*k+k-1 for a k-slot partition),
+//      kept when every batch operator's weights are resident there and every
+//      operator that grows a KV checkpoint runs where that checkpoint lives;
+//      offline batches only go where each device has at most
+//      `offline_queue_limit` outstanding operators (they fill gaps rather
+//      than queue ahead of online work);
+//   4. every candidate is scored by a what-if simulation of the whole server
+//      (in parallel on the thread pool), OOM candidates are dropped, and the
+//      one with the minimum predicted mean completion of the batch wins (ties:
+//      the earlier candidate);
+//   5. the batch is issued with the transfers its placement implies.
+// Issued-but-unfinished operators are bounded by B from the paper's Eq 3,
+// t = (N*l + 1) / (s*g): B = t*s*g - 1 for a timeliness target t, simulator
+// throughput s (ops/ms) and operator granularity g (ms).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "slicesched/gmg/placement.h"
+#include "slicesched/gmg/snapshot.h"
+#include "slicesched/sched/policy.h"
+
+namespace slicesched {
+
+struct SliceSchedulerOptions {
+  Duration volume = Duration::Millis(50);          // v
+  Duration whatif_horizon = Duration::Seconds(120);  // safety bound on a what-if run
+  double timeliness = 0.1;                         // t of Eq 3
+  double sim_ops_per_ms = 8000;                    // s of Eq 3 (bench-sim on this machine)
+  double op_granularity_ms = 10.575;               // g of Eq 3 (paper: Llama3-8B, 8 layers, A16)
+  int64_t max_outstanding = -1;                    // B; -1 = from Eq 3
+  int offline_queue_limit = 1;
+  Duration offline_aging = Duration::Seconds(30);
+  int max_rounds_per_call = 256;
+  int offline_window = 16;  // offline instances admitted into the GMG at once
+};
+
+class SliceScheduler final : public PlacementPolicy {
+ public:
+  explicit SliceScheduler(SliceSchedulerOptions options = {});
+  std::string_view name() const override { return "SliceScheduler"; }
+  absl::StatusOr<ScheduleStats> Schedule(SchedulerEnv& env, Timestamp now) override;
+  // Offline requests in the GMG are kept to `offline_window` at a time.
+  int OfflineAdmissions(const SchedulerEnv& env, Timestamp now) override;
+
+  int64_t outstanding_bound() const { return bound_; }
+  // Wall-clock latency of each round that ran what-if simulations, in us
+  // (for reports; never used in decisions).
+  const std::vector<double>& round_latency_us() const { return round_latency_us_; }
+  const std::vector<int>& round_candidates() const { return round_candidates_; }
+
+ private:
+  struct Candidate {
+    std::vector<NodePlacement> placements;
+    std::vector<uint32_t> snapshot_nodes;  // indices of the batch in the snapshot
+  };
+
+  // The seed and its batch; empty when nothing can be scheduled.
+  std::vector<int> CollectBatch(const SchedulerEnv& env, const Instance& inst, int seed_op) const;
+  std::vector<Candidate> Candidates(const SchedulerEnv& env, const Instance& inst, const std::vector<int>& batch,
+                                    bool offline_gap_rule) const;
+
+  SliceSchedulerOptions o_;
+  int64_t bound_;
+  GmgSnapshot snap_;
+  std::vector<double> round_latency_us_;
+  std::vector<int> round_candidates_;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,142 @@
+#include "slicesched/sched/baselines.h"
+
+#include <algorithm>
+
+#include "slicesched/comm/arbitration.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/gmg/placement.h"
+
+namespace slicesched {
+namespace {
+
+std::vector<DeviceId> Range(int first, int count) {
+  std::vector<DeviceId> d;
+  for (int i = 0; i < count; ++i) d.push_back(DeviceId(static_cast<uint16_t>(first + i)));
+  return d;
+}
+
+const CandidatePartition* FindPartition(const GraphTemplate& tpl, std::string_view name) {
+  for (const CandidatePartition& p : tpl.partitions()) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+bool IsPrefill(const Instance& inst) { return inst.tpl->checkpoint_inputs().empty(); }
+
+// A decode step goes where its KV caches are: the first partition whose
+// slots the checkpoints fully determine.
+absl::StatusOr<std::vector<NodeId>> PlaceByKv(GlobalMappingGraph& g, const Instance& inst, Timestamp now) {
+  for (const CandidatePartition& p : inst.tpl->partitions()) {
+    auto forced = ForcedSlots(g, inst, p);
+    if (!forced.has_value()) continue;
+    bool all = true;
+    for (const DeviceId& d : *forced) all &= d.valid();
+    if (!all) continue;
+    return IssueByPartition(g, inst.id, p, *forced,
+                            TransferPriority(static_cast<uint8_t>(inst.spec.priority_class), inst.spec.priority), now);
+  }
+  return absl::FailedPreconditionError(StrCat("no partition of '", inst.tpl->name(), "' fits the KV caches of ", inst.id));
+}
+
+}  // namespace
+
+PinnedPolicy::PinnedPolicy(std::string name, std::vector<OfflineGroup> groups, bool interference_aware)
+    : name_(std::move(name)), groups_(std::move(groups)), interference_aware_(interference_aware),
+      inflight_(groups_.size()) {}
+
+PinnedPolicy PinnedPolicy::StaticOnline() { return PinnedPolicy("Static-Online", {}, false); }
+PinnedPolicy PinnedPolicy::FullShare() { return PinnedPolicy("Full-Share", {{Range(0, 8), "pp8"}}, false); }
+PinnedPolicy PinnedPolicy::SubsetShare() { return PinnedPolicy("Subset-Share", {{Range(4, 4), "pp4"}}, false); }
+PinnedPolicy PinnedPolicy::DualShare() {
+  return PinnedPolicy("Dual-Share", {{Range(0, 4), "pp4"}, {Range(4, 4), "pp4"}}, true);
+}
+
+int PinnedPolicy::InFlight(const GlobalMappingGraph& g, size_t group) {
+  auto& ids = inflight_[group];
+  ids.erase(std::remove_if(ids.begin(), ids.end(), [&](uint64_t id) { return g.FindInstance(InstanceId(id)) == nullptr; }),
+            ids.end());
+  return static_cast<int>(ids.size());
+}
+
+bool PinnedPolicy::Quiet(const GlobalMappingGraph& g, size_t group) const {
+  for (DeviceId d : groups_[group].devices) {
+    if (g.outstanding_compute(d) > 1) return false;
+  }
+  return true;
+}
+
+int PinnedPolicy::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
+  if (groups_.empty()) return 0;
+  int capacity = 0;
+  for (size_t k = 0; k < groups_.size(); ++k) capacity += static_cast<int>(groups_[k].devices.size());
+  int live = 0;
+  for (const auto& [id, inst] : env.gmg->instances()) {
+    live += inst->spec.tenant.value() >= kOfflineTenantBase;
+  }
+  return std::max(0, capacity - live);
+}
+
+absl::StatusOr<ScheduleStats> PinnedPolicy::Schedule(SchedulerEnv& env, Timestamp now) {
+  ScheduleStats stats;
+  GlobalMappingGraph& g = *env.gmg;
+  // Instances with unscheduled roots, in frontier order.
+  std::vector<InstanceId> todo;
+  for (const FrontierKey& k : g.unscheduled_frontier()) {
+    const InstanceId id = InstanceOfComputeId(k.node);
+    if (todo.empty() || todo.back() != id) todo.push_back(id);
+  }
+  for (InstanceId id : todo) {
+    const Instance* inst = g.FindInstance(id);
+    if (inst == nullptr) continue;
+    const uint32_t tenant = inst->spec.tenant.value();
+    absl::StatusOr<std::vector<NodeId>> issued = std::vector<NodeId>{};
+    if (!IsPrefill(*inst)) {
+      issued = PlaceByKv(g, *inst, now);
+    } else if (tenant < kOfflineTenantBase) {
+      const CandidatePartition* pp2 = FindPartition(*inst->tpl, "pp2");
+      if (pp2 == nullptr) return absl::FailedPreconditionError(StrCat(inst->tpl->name(), " has no pp2 partition"));
+      const int pair = static_cast<int>(tenant % (g.accelerators().size() / 2));
+      const std::vector<DeviceId> slots = Range(2 * pair, 2);
+      issued = IssueByPartition(g, id, *pp2, slots, TransferPriority(0, inst->spec.priority), now);
+    } else {
+      // Offline prefill: the least-loaded group with a free pipeline stage.
+      size_t best = groups_.size();
+      int best_load = 0;
+      for (size_t k = 0; k < groups_.size(); ++k) {
+        const int load = InFlight(g, k);
+        if (load >= static_cast<int>(groups_[k].devices.size())) continue;
+        if (interference_aware_ && !Quiet(g, k)) continue;
+        if (best == groups_.size() || load < best_load) {
+          best = k;
+          best_load = load;
+        }
+      }
+      if (best == groups_.size()) continue;
+      const CandidatePartition* p = FindPartition(*inst->tpl, groups_[best].partition);
+      if (p == nullptr) {
+        return absl::FailedPreconditionError(StrCat(inst->tpl->name(), " has no partition ", groups_[best].partition));
+      }
+      issued = IssueByPartition(g, id, *p, groups_[best].devices, TransferPriority(1, inst->spec.priority), now);
+      if (issued.ok()) inflight_[best].push_back(id.value());
+    }
+    SLICESCHED_RETURN_IF_ERROR(issued.status());
+    // Decode steps of an offline conversation stay in its group's count.
+    if (!IsPrefill(*inst) && tenant >= kOfflineTenantBase) {
+      for (size_t k = 0; k < groups_.size(); ++k) {
+        const DeviceId d = g.FindNode(inst->nodes[1].id)->device;
+        if (std::find(groups_[k].devices.begin(), groups_[k].devices.end(), d) != groups_[k].devices.end()) {
+          inflight_[k].push_back(id.value());
+          break;
+        }
+      }
+    }
+    for (NodeId n : *issued) env.backend->NodeIssued(n);
+    ++stats.rounds;
+    stats.issued_nodes += static_cast<int>(issued->size());
+  }
+  return stats;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,212 @@
+#include "slicesched/sched/slice_scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "slicesched/comm/arbitration.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+
+namespace slicesched {
+
+SliceScheduler::SliceScheduler(SliceSchedulerOptions options) : o_(options) {
+  bound_ = o_.max_outstanding >= 0
+               ? o_.max_outstanding
+               : std::max<int64_t>(1, static_cast<int64_t>(o_.timeliness * o_.sim_ops_per_ms * o_.op_granularity_ms) - 1);
+}
+
+std::vector<int> SliceScheduler::CollectBatch(const SchedulerEnv& env, const Instance& inst, int seed_op) const {
+  const GraphTemplate& tpl = *inst.tpl;
+  const std::string& type = env.gmg->accelerators().device(DeviceId(0)).type;
+  const std::vector<int>& keys = env.sim->OpKeys(type, tpl.id().value());
+  auto predicted = [&](int op) {
+    return env.sim->ops().PredictNs(keys[op], inst.nodes[op].attrs);
+  };
+  std::vector<int> batch = {seed_op};
+  std::vector<uint8_t> in(tpl.num_ops(), 0);
+  in[seed_op] = 1;
+  double total = predicted(seed_op);
+  const double budget = static_cast<double>(o_.volume.nanos());
+  for (int op : tpl.topo_order()) {
+    if (in[op] || inst.nodes[op].state != NodeState::kUnscheduled) continue;
+    bool ready = true, connected = false;
+    for (int p : tpl.op(op).preds) {
+      if (in[p]) {
+        connected = true;
+      } else if (inst.nodes[p].state == NodeState::kUnscheduled) {
+        ready = false;
+      }
+    }
+    if (!ready || !connected) continue;
+    const double t = predicted(op);
+    if (total + t > budget) break;
+    total += t;
+    in[op] = 1;
+    batch.push_back(op);
+  }
+  return batch;
+}
+
+std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const SchedulerEnv& env, const Instance& inst,
+                                                                   const std::vector<int>& batch,
+                                                                   bool offline_gap_rule) const {
+  const GlobalMappingGraph& g = *env.gmg;
+  const GraphTemplate& tpl = *inst.tpl;
+  const int n = static_cast<int>(g.accelerators().size());
+  std::vector<Candidate> out;
+  absl::flat_hash_set<std::vector<uint16_t>> seen;
+  for (const CandidatePartition& p : tpl.partitions()) {
+    auto forced = ForcedSlots(g, inst, p);
+    if (!forced.has_value()) continue;
+    const int k = p.num_slots;
+    std::vector<std::vector<DeviceId>> bindings;
+    bool all_forced = true;
+    for (const DeviceId& d : *forced) all_forced &= d.valid();
+    if (all_forced) {
+      bindings.push_back(*forced);
+    } else {
+      for (int group = 0; group + 1 <= n / k; ++group) {
+        std::vector<DeviceId> b(k);
+        bool ok = true;
+        for (int s = 0; s < k; ++s) {
+          b[s] = DeviceId(static_cast<uint16_t>(group * k + s));
+          if ((*forced)[s].valid() && (*forced)[s] != b[s]) ok = false;
+        }
+        if (ok) bindings.push_back(std::move(b));
+      }
+    }
+    for (const std::vector<DeviceId>& b : bindings) {
+      Candidate c;
+      std::vector<uint16_t> key;
+      bool ok = true;
+      for (int op : batch) {
+        const DeviceId d = b[p.slot_of_op[op]];
+        const OpSpec& spec = tpl.op(op);
+        if (!spec.weight_key.empty() && !g.HasWeights(d, spec.weight_key)) ok = false;
+        if (offline_gap_rule && g.outstanding_compute(d) > o_.offline_queue_limit) ok = false;
+        c.placements.push_back({inst.nodes[op].id, d});
+        key.push_back(d.value());
+      }
+      if (ok && seen.insert(key).second) out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+int SliceScheduler::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
+  int live = 0;
+  for (const auto& [id, inst] : env.gmg->instances()) {
+    live += inst->spec.priority_class == PriorityClass::kOffline && inst->spec.tenant.value() >= kOfflineTenantBase;
+  }
+  return std::max(0, o_.offline_window - live);
+}
+
+absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timestamp now) {
+  ScheduleStats stats;
+  GlobalMappingGraph& g = *env.gmg;
+  absl::flat_hash_set<uint64_t> blocked;  // instances with no candidate this call
+  for (int round = 0; round < o_.max_rounds_per_call; ++round) {
+    if (g.total_outstanding_compute() >= bound_) break;
+    // Seed: an aged offline operator, else the frontier's first.
+    const FrontierKey* seed = nullptr;
+    bool aged = false;
+    const auto& frontier = g.unscheduled_frontier();
+    for (auto it = frontier.lower_bound(FrontierKey{PriorityClass::kOffline, std::numeric_limits<int32_t>::min(),
+                                                    Timestamp::Never(), NodeId(0)});
+         it != frontier.end(); ++it) {
+      if (blocked.contains(InstanceOfComputeId(it->node).value())) continue;
+      if (now - it->arrival >= o_.offline_aging) {
+        seed = &*it;
+        aged = true;
+      }
+      break;
+    }
+    if (seed == nullptr) {
+      for (const FrontierKey& k : frontier) {
+        if (!blocked.contains(InstanceOfComputeId(k.node).value())) {
+          seed = &k;
+          break;
+        }
+      }
+    }
+    if (seed == nullptr) break;
+    const InstanceId inst_id = InstanceOfComputeId(seed->node);
+    const Instance& inst = *g.FindInstance(inst_id);
+    const bool offline = inst.spec.priority_class == PriorityClass::kOffline;
+    const std::vector<int> batch = CollectBatch(env, inst, OpIndexOfComputeId(seed->node));
+    std::vector<Candidate> cands = Candidates(env, inst, batch, offline && !aged);
+    if (cands.empty()) {
+      blocked.insert(inst_id.value());
+      continue;
+    }
+    size_t best = 0;
+    if (cands.size() > 1) {
+      const auto t0 = std::chrono::steady_clock::now();
+      g.SnapshotInto(now, &snap_);
+      SLICESCHED_ASSIGN_OR_RETURN(Simulator sim, Simulator::Create(snap_, *env.sim));
+      // Map the batch's nodes to snapshot indices (instances are in id order).
+      auto inst_it = std::lower_bound(snap_.instances.begin(), snap_.instances.end(), inst_id.value(),
+                                      [](const GmgSnapshot::Instance& i, uint64_t v) { return i.id < v; });
+      const uint32_t base = inst_it->first_node;
+      // Register estimator keys up front: the what-ifs below run in parallel
+      // and must only read the context.
+      for (const Candidate& c : cands) {
+        for (const NodePlacement& p : c.placements) {
+          (void)env.sim->OpKeys(g.accelerators().device(p.device).type, inst.tpl->id().value());
+        }
+      }
+      std::vector<double> score(cands.size(), std::numeric_limits<double>::infinity());
+      std::vector<uint8_t> oom(cands.size(), 0);
+      std::vector<int64_t> simulated(cands.size(), 0);
+      auto evaluate = [&](size_t i) {
+        thread_local SimScratch scratch;
+        thread_local SimResult result;
+        std::vector<Placement> pl;
+        pl.reserve(cands[i].placements.size());
+        for (const NodePlacement& p : cands[i].placements) {
+          pl.push_back({base + static_cast<uint32_t>(OpIndexOfComputeId(p.node)), p.device.value()});
+        }
+        SimOptions so;
+        so.horizon = o_.whatif_horizon;
+        if (!sim.WhatIfInto(pl, so, &scratch, &result).ok()) return;
+        simulated[i] = result.simulated_ops;
+        if (result.oom) {
+          oom[i] = 1;
+          return;
+        }
+        if (result.batch_completed == static_cast<int>(pl.size())) score[i] = result.batch_mean_completion_ns;
+      };
+      if (env.pool != nullptr) {
+        env.pool->ParallelFor(cands.size(), evaluate);
+      } else {
+        for (size_t i = 0; i < cands.size(); ++i) evaluate(i);
+      }
+      stats.whatif_runs += static_cast<int>(cands.size());
+      best = cands.size();
+      for (size_t i = 0; i < cands.size(); ++i) {
+        stats.rejected_oom += oom[i];
+        if (!oom[i] && score[i] < std::numeric_limits<double>::infinity() &&
+            (best == cands.size() || score[i] < score[best])) {
+          best = i;
+        }
+      }
+      round_latency_us_.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      round_candidates_.push_back(static_cast<int>(cands.size()));
+      if (best == cands.size()) {  // every candidate would OOM (or never finish)
+        blocked.insert(inst_id.value());
+        continue;
+      }
+    }
+    const int32_t prio = TransferPriority(static_cast<uint8_t>(inst.spec.priority_class), inst.spec.priority);
+    SLICESCHED_ASSIGN_OR_RETURN(std::vector<NodeId> issued, IssuePlacements(g, cands[best].placements, prio, now));
+    for (NodeId id : issued) env.backend->NodeIssued(id);
+    ++stats.rounds;
+    stats.issued_nodes += static_cast<int>(cands[best].placements.size());
+  }
+  return stats;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,254 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "slicesched/gmg/placement.h"
+#include "slicesched/sched/baselines.h"
+#include "slicesched/sched/slice_scheduler.h"
+
+namespace slicesched {
+namespace {
+
+using ::testing::ElementsAre;
+
+constexpr int64_t kMs = 1000000;
+Timestamp T(int64_t ms) { return Timestamp::FromNanos(ms * kMs); }
+
+// Records what the scheduler issued; executes nothing (a fake backend).
+class FakeBackend final : public ExecutionBackend {
+ public:
+  void NodeIssued(NodeId node) override { issued.push_back(node); }
+  absl::Status Dispatch(Timestamp) override { return absl::OkStatus(); }
+  Timestamp NextEventTime() const override { return Timestamp::Infinite(); }
+  absl::Status AdvanceTo(Timestamp, std::vector<Feedback>*) override { return absl::OkStatus(); }
+  std::vector<NodeId> issued;
+};
+
+struct OpDef {
+  std::string name;
+  std::vector<std::string> inputs;
+  double ms;
+  int64_t out_bytes = 1000;
+  std::string weights;
+};
+
+class SchedTest : public ::testing::Test {
+ protected:
+  void SetUpCluster(int devices, std::vector<Bytes> capacity = {}) {
+    std::vector<DeviceSpec> devs(devices);
+    for (int d = 0; d < devices; ++d) {
+      devs[d].name = "d" + std::to_string(d);
+      devs[d].type = "cpu";
+      devs[d].memory = capacity.empty() ? Bytes::GiB(1) : capacity[d];
+    }
+    g_ = std::make_unique<GlobalMappingGraph>(*AcceleratorSet::Create(devs, LinkSpec{1e9, Duration::Zero()}));
+    transfers_ = std::make_unique<TransferEstimator>(g_->accelerators());
+    ctx_ = std::make_unique<SimContext>(&g_->templates(), &ops_, transfers_.get());
+    env_ = SchedulerEnv{g_.get(), &backend_, ctx_.get(), nullptr};
+  }
+  TemplateId Register(const std::string& name, const std::vector<OpDef>& ops,
+                      const std::vector<std::pair<std::string, std::vector<std::pair<std::string, int>>>>& parts) {
+    TemplateBuilder b(name);
+    for (const OpDef& op : ops) {
+      b.Op(op.name, OpKind::kGeneric).Inputs(op.inputs).Output("out", DType::kU8, {std::to_string(op.out_bytes)});
+      if (!op.weights.empty()) b.Weights(op.weights, Bytes(10));
+    }
+    for (const auto& [pname, slots] : parts) b.Partition(pname, slots);
+    TemplateId id = *g_->RegisterTemplate(*b.Build());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      EXPECT_TRUE(ops_.SetPrior(ctx_->OpKey("cpu", id.value(), static_cast<int>(i)),
+                                std::vector<double>{ops[i].ms * kMs}).ok());
+    }
+    return id;
+  }
+  InstanceId New(TemplateId t, PriorityClass cls = PriorityClass::kOnline, int64_t arrival_ms = 0, uint32_t tenant = 0) {
+    InstanceSpec s;
+    s.template_id = t;
+    s.priority_class = cls;
+    s.arrival = T(arrival_ms);
+    s.tenant = TenantId(tenant);
+    return *g_->Instantiate(s);
+  }
+  const OpNode& Node(InstanceId i, const char* op) { return *g_->FindNode(*g_->NodeOf(i, op)); }
+
+  std::unique_ptr<GlobalMappingGraph> g_;
+  OpEstimator ops_;
+  std::unique_ptr<TransferEstimator> transfers_;
+  std::unique_ptr<SimContext> ctx_;
+  FakeBackend backend_;
+  SchedulerEnv env_;
+};
+
+std::vector<std::pair<std::string, int>> AllOn(std::vector<std::string> ops, int slot = 0) {
+  std::vector<std::pair<std::string, int>> m;
+  for (auto& o : ops) m.emplace_back(o, slot);
+  return m;
+}
+
+TEST_F(SchedTest, BatchFollowsSuccessorsWithinTheVolume) {
+  SetUpCluster(2);
+  TemplateId t = Register("chain", {{"a", {}, 10}, {"b", {"a"}, 10}, {"c", {"b"}, 10}, {"d", {"c"}, 100}},
+                          {{"single", AllOn({"a", "b", "c", "d"})}});
+  InstanceId i = New(t);
+  SliceSchedulerOptions o;
+  o.volume = Duration::Millis(35);
+  o.max_rounds_per_call = 1;
+  SliceScheduler s(o);
+  auto st = s.Schedule(env_, T(0));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->rounds, 1);
+  EXPECT_EQ(st->issued_nodes, 3);  // a, b, c fit in 35 ms; d does not
+  EXPECT_EQ(Node(i, "d").state, NodeState::kUnscheduled);
+  EXPECT_THAT(backend_.issued, ElementsAre(Node(i, "a").id, Node(i, "b").id, Node(i, "c").id));
+  st = s.Schedule(env_, T(0));
+  EXPECT_EQ(st->issued_nodes, 1);  // the next round takes d alone
+  EXPECT_EQ(Node(i, "d").state, NodeState::kIssued);
+  EXPECT_TRUE(g_->VerifyInvariants().ok());
+}
+
+TEST_F(SchedTest, PicksTheIdleDeviceByWhatIf) {
+  SetUpCluster(2);
+  TemplateId t = Register("one", {{"a", {}, 50}}, {{"single", AllOn({"a"})}});
+  InstanceId busy = New(t);
+  ASSERT_TRUE(g_->Issue(Node(busy, "a").id, DeviceId(0), T(0)).ok());
+  InstanceId i = New(t, PriorityClass::kOnline, 1);
+  SliceScheduler s;
+  auto st = s.Schedule(env_, T(0));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->whatif_runs, 2);
+  EXPECT_EQ(Node(i, "a").device, DeviceId(1));
+}
+
+TEST_F(SchedTest, CandidatesRespectWeightResidency) {
+  SetUpCluster(2);
+  TemplateId t = Register("w", {{"a", {}, 10, 1000, "wa"}}, {{"single", AllOn({"a"})}});
+  ASSERT_TRUE(g_->LoadWeights(DeviceId(1), "wa", Bytes(10)).ok());
+  InstanceId i = New(t);
+  SliceScheduler s;
+  ASSERT_TRUE(s.Schedule(env_, T(0)).ok());
+  EXPECT_EQ(Node(i, "a").device, DeviceId(1));  // the only device holding its weights
+  // No device holds the weights: nothing is issued, nothing breaks.
+  TemplateId t2 = Register("w2", {{"a", {}, 10, 1000, "nowhere"}}, {{"single", AllOn({"a"})}});
+  InstanceId j = New(t2);
+  auto st = s.Schedule(env_, T(0));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(Node(j, "a").state, NodeState::kUnscheduled);
+}
+
+TEST_F(SchedTest, CandidatesRespectKvLocality) {
+  SetUpCluster(4);
+  TemplateBuilder b("decode");
+  b.CheckpointInput("kv", DType::kU8, {"100"});
+  b.Op("e", OpKind::kGeneric).Output("h", DType::kU8, {"10"});
+  b.Op("l", OpKind::kGeneric).Inputs({"e", "@kv"}).UpdateOutput("kv", "kv", {"101"}).Output("h", DType::kU8, {"10"});
+  b.Partition("single", {{"e", 0}, {"l", 0}});
+  TemplateId dec = *g_->RegisterTemplate(*b.Build());
+  TemplateId pre = Register("kvmaker", {{"m", {}, 1, 100}}, {{"single", AllOn({"m"})}});
+  // Make a checkpoint on device 3 (a retained output of a finished instance).
+  TemplateBuilder r("retain");
+  r.Op("m", OpKind::kGeneric).RetainedOutput("kv", DType::kU8, {"100"});
+  TemplateId ret = *g_->RegisterTemplate(*r.Build());
+  (void)pre;
+  InstanceId maker = New(ret);
+  ASSERT_TRUE(g_->Issue(Node(maker, "m").id, DeviceId(3), T(0)).ok());
+  ASSERT_TRUE(g_->Start(Node(maker, "m").id, T(0)).ok());
+  ASSERT_TRUE(g_->Finish(Node(maker, "m").id, T(1)).ok());
+  CheckpointId kv = g_->TakeRetired()[0].produced[0];
+  InstanceSpec ds;
+  ds.template_id = dec;
+  ds.checkpoints = {{"kv", kv}};
+  InstanceId d = *g_->Instantiate(ds);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(ops_.SetPrior(ctx_->OpKey("cpu", dec.value(), k), std::vector<double>{1.0 * kMs}).ok());
+  }
+  SliceSchedulerOptions o;
+  o.volume = Duration::Millis(100);
+  SliceScheduler s(o);
+  ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+  EXPECT_EQ(Node(d, "l").device, DeviceId(3));
+  EXPECT_EQ(Node(d, "e").device, DeviceId(3));
+}
+
+TEST_F(SchedTest, OomCandidatesAreDiscarded) {
+  // Device 0 is idle but too small; device 1 is busy but fits.
+  SetUpCluster(2, {Bytes(500), Bytes::GiB(1)});
+  TemplateId t = Register("big", {{"a", {}, 10, 1000}}, {{"single", AllOn({"a"})}});
+  TemplateId small = Register("small", {{"x", {}, 30, 1}}, {{"single", AllOn({"x"})}});
+  InstanceId busy = New(small);
+  ASSERT_TRUE(g_->Issue(Node(busy, "x").id, DeviceId(1), T(0)).ok());
+  InstanceId i = New(t, PriorityClass::kOnline, 1);
+  SliceScheduler s;
+  auto st = s.Schedule(env_, T(0));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->rejected_oom, 1);
+  EXPECT_EQ(Node(i, "a").device, DeviceId(1));
+}
+
+TEST_F(SchedTest, OutstandingBoundFromEq3) {
+  SetUpCluster(2);
+  TemplateId t = Register("one", {{"a", {}, 1}}, {{"single", AllOn({"a"})}});
+  SliceSchedulerOptions o;
+  EXPECT_EQ(SliceScheduler(o).outstanding_bound(), static_cast<int64_t>(0.1 * 8000 * 10.575) - 1);
+  o.max_outstanding = 2;
+  SliceScheduler s(o);
+  for (int k = 0; k < 5; ++k) New(t, PriorityClass::kOnline, k);
+  auto st = s.Schedule(env_, T(0));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->issued_nodes, 2);
+  EXPECT_EQ(g_->total_outstanding_compute(), 2);
+}
+
+TEST_F(SchedTest, OfflineFillsGapsAndIsNotStarved) {
+  SetUpCluster(1);
+  TemplateId t = Register("one", {{"a", {}, 10}}, {{"single", AllOn({"a"})}});
+  SliceSchedulerOptions o;
+  o.offline_aging = Duration::Seconds(30);
+  SliceScheduler s(o);
+  // Sustained online load keeps two operators queued on the only device.
+  InstanceId off = New(t, PriorityClass::kOffline, 0, kOfflineTenantBase);
+  for (int k = 0; k < 3; ++k) New(t, PriorityClass::kOnline, 0);
+  ASSERT_TRUE(s.Schedule(env_, T(0)).ok());
+  EXPECT_EQ(Node(off, "a").state, NodeState::kUnscheduled);  // the device is not idle: wait
+  for (int k = 0; k < 3; ++k) New(t, PriorityClass::kOnline, 10 * k);
+  ASSERT_TRUE(s.Schedule(env_, T(20000)).ok());
+  EXPECT_EQ(Node(off, "a").state, NodeState::kUnscheduled);
+  // Past the aging limit it goes in regardless.
+  New(t, PriorityClass::kOnline, 31000);
+  ASSERT_TRUE(s.Schedule(env_, T(31000)).ok());
+  EXPECT_EQ(Node(off, "a").state, NodeState::kIssued);
+  EXPECT_TRUE(g_->VerifyInvariants().ok());
+}
+
+TEST_F(SchedTest, StaticOnlinePinsInstancesToPairs) {
+  SetUpCluster(8);
+  TemplateId t = Register("m", {{"a", {}, 1}, {"b", {"a"}, 1}},
+                          {{"pp2", {{"a", 0}, {"b", 1}}}});
+  InstanceId i = New(t, PriorityClass::kOnline, 0, 2);
+  PinnedPolicy p = PinnedPolicy::StaticOnline();
+  EXPECT_FALSE(p.accepts_offline());
+  EXPECT_EQ(p.OfflineAdmissions(env_, T(0)), 0);
+  ASSERT_TRUE(p.Schedule(env_, T(0)).ok());
+  EXPECT_EQ(Node(i, "a").device, DeviceId(4));
+  EXPECT_EQ(Node(i, "b").device, DeviceId(5));
+  EXPECT_EQ(backend_.issued.size(), 3u);  // two ops and the transfer between them
+}
+
+TEST_F(SchedTest, DualShareAdmitsOnlyToQuietSubsets) {
+  SetUpCluster(8);
+  TemplateId t = Register("m", {{"a", {}, 1}, {"b", {"a"}, 1}, {"c", {"b"}, 1}, {"d", {"c"}, 1}},
+                          {{"pp4", {{"a", 0}, {"b", 1}, {"c", 2}, {"d", 3}}}});
+  PinnedPolicy p = PinnedPolicy::DualShare();
+  EXPECT_EQ(p.OfflineAdmissions(env_, T(0)), 8);
+  // Busy the first subset: two operators queued on device 0.
+  TemplateId one = Register("one", {{"x", {}, 1}}, {});
+  for (int k = 0; k < 2; ++k) {
+    InstanceId b = New(one);
+    ASSERT_TRUE(g_->Issue(Node(b, "x").id, DeviceId(0), T(0)).ok());
+  }
+  InstanceId off = New(t, PriorityClass::kOffline, 0, kOfflineTenantBase);
+  ASSERT_TRUE(p.Schedule(env_, T(0)).ok());
+  EXPECT_EQ(Node(off, "a").device, DeviceId(4));  // the quiet subset
+  EXPECT_EQ(p.OfflineAdmissions(env_, T(0)), 7);
+}
+
+}  // namespace
+}  // namespace slicesched
