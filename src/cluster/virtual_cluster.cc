@@ -120,8 +120,13 @@ absl::Status VirtualCluster::Complete(const Event& e, std::vector<Feedback>* fee
   if (n->kind == OpKind::kTransfer) {
     f.kind = Feedback::Kind::kTransfer;
     f.dst = n->dst_device;
-    f.bytes = gmg_->FindNode(n->src_node)->outputs[n->src_output].bytes;
-    wake.push_back(n->consumer);
+    const OpNode* producer = gmg_->FindNode(n->src_node);
+    f.bytes = producer->outputs[n->src_output].bytes;
+    // The copy serves every consumer on the destination, not only the one
+    // the transfer was issued for (one transfer per tensor and device).
+    for (int s : inst->tpl->op(producer->op_index).succs) {
+      if (inst->nodes[s].device == n->dst_device) wake.push_back(inst->nodes[s].id);
+    }
     ++completed_transfers_;
   } else {
     f.kind = Feedback::Kind::kOp;

@@ -183,3 +183,43 @@ TEST(VirtualClusterTest, ForkRunsTheSameStateIndependently) {
 
 }  // namespace
 }  // namespace slicesched
+
+namespace slicesched {
+namespace {
+
+TEST(VirtualClusterTest, OneTransferServesEveryConsumerOnItsDevice) {
+  std::vector<DeviceSpec> devs(2);
+  for (int d = 0; d < 2; ++d) {
+    devs[d].name = "d" + std::to_string(d);
+    devs[d].type = "cpu";
+    devs[d].memory = Bytes::GiB(1);
+  }
+  GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{1e9, Duration::Micros(1)}));
+  TemplateBuilder b("diamond");
+  b.Op("a", OpKind::kGeneric).Output("x", DType::kF32, {"16"});
+  b.Op("b", OpKind::kGeneric).Inputs({"a"}).Output("y", DType::kF32, {"16"});
+  b.Op("c", OpKind::kGeneric).Inputs({"a"}).Output("z", DType::kF32, {"16"});
+  TemplateId t = *g.RegisterTemplate(*b.Build());
+  InstanceSpec s;
+  s.template_id = t;
+  InstanceId i = *g.Instantiate(s);
+  std::vector<NodePlacement> pl = {{*g.NodeOf(i, "a"), DeviceId(0)},
+                                   {*g.NodeOf(i, "b"), DeviceId(1)},
+                                   {*g.NodeOf(i, "c"), DeviceId(1)}};
+  auto issued = IssuePlacements(g, pl, 0, Timestamp::Epoch());
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  EXPECT_EQ(issued->size(), 4u);  // three ops, one transfer shared by b and c
+  GroundTruthModel truth(g.accelerators());
+  VirtualCluster cluster(&g, &truth, 1);
+  for (NodeId n : *issued) cluster.NodeIssued(n);
+  ASSERT_TRUE(cluster.Dispatch(Timestamp::Epoch()).ok());
+  std::vector<Feedback> fb;
+  for (int guard = 0; cluster.NextEventTime() != Timestamp::Infinite() && guard < 20; ++guard) {
+    ASSERT_TRUE(cluster.AdvanceTo(cluster.NextEventTime(), &fb).ok());
+  }
+  EXPECT_EQ(g.num_instances(), 0u);  // both consumers ran
+  EXPECT_EQ(fb.size(), 4u);
+}
+
+}  // namespace
+}  // namespace slicesched

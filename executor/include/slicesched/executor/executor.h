@@ -1,0 +1,211 @@
+// ExecutorSet: the per-device executors behind the ExecutionBackend interface.
+//
+// One std::thread per device runs that device's operators one at a time
+// (DESIGN.md invariant 1), always the ready operator the shared queue
+// discipline (ReadyQueue) puts first (invariant 2). Transfers go through the
+// CommGraph (Intent -> Recv on the destination, which allocates first and is
+// retried when that fails -> Send on the source), arbitrated by the shared
+// rule each round, and run on transfer worker threads.
+//
+// Threading
+//   The GMG has one owner thread: the thread that calls NodeIssued(),
+//   Dispatch(), AdvanceTo(), WaitForCompletion(), Pause()/Resume() and
+//   StopDevice(). Only it touches the GMG, the CommGraph and the tensor store.
+//   Device threads and transfer workers never see the GMG: the owner hands
+//   each ready operator to its device as a self-contained work item (inputs
+//   resolved to Buffers), and the workers post Started / Finished / Failed
+//   events to one completion queue that the owner drains in AdvanceTo() (and
+//   Dispatch()), making every GMG call (Start/Finish/Fail) itself.
+//   A device thread takes the lock only to pop its next item and to post an
+//   event; timestamps are read under the lock, so the completion queue is in
+//   time order and per-device events are in program order.
+//
+// Memory: outputs and workspace are allocated from the device's DevicePool
+// before the kernel runs (failure: the node fails with the pool's reason);
+// workspace is released when the kernel returns; outputs live in the
+// owner's tensor store, keyed by (producer node, output) and device, until
+// the GMG frees the tensor (its last consumer is done), mirroring the GMG's
+// accounting. Retained outputs move to a checkpoint store and are released
+// when the GMG no longer knows the checkpoint. Weights are not charged to the
+// pools (the GMG accounts for them).
+//
+// Time: execution is real (or driven by the kernels on a ManualClock); every
+// timestamp comes from the injected Clock. NextEventTime() is "now" while
+// completions (or Recv retries) are pending, else Infinite; the owner blocks
+// in WaitForCompletion() instead of sleeping.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "slicesched/comm/comm_graph.h"
+#include "slicesched/common/clock.h"
+#include "slicesched/common/thread_pool.h"
+#include "slicesched/executor/kernel.h"
+#include "slicesched/executor/memory_pool.h"
+#include "slicesched/gmg/gmg.h"
+#include "slicesched/sched/backend.h"
+#include "slicesched/sim/queue_discipline.h"
+
+namespace slicesched {
+
+struct ExecutorOptions {
+  // Per-device pool capacity; empty: each device's AcceleratorSet memory.
+  std::vector<Bytes> capacities;
+  // Transfer worker threads; 0: one per two devices (the most that can run).
+  int transfer_threads = 0;
+};
+
+class ExecutorSet final : public ExecutionBackend {
+ public:
+  // `gmg`, `clock`, `kernels` and `transfers` must outlive the set. Starts
+  // one thread per device of the GMG's accelerator set.
+  ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunner* kernels,
+              TransferBackend* transfers, ExecutorOptions options = {});
+  // Stops and joins every thread (running kernels finish first). Pending
+  // work is abandoned, not reported to the GMG; every buffer is released.
+  ~ExecutorSet() override;
+  ExecutorSet(const ExecutorSet&) = delete;
+  ExecutorSet& operator=(const ExecutorSet&) = delete;
+
+  // ---- ExecutionBackend (owner thread) -----------------------------------
+  void NodeIssued(NodeId node) override;
+  // Releases buffers the GMG has freed and runs one transfer arbitration
+  // round (Recv allocation, then Send). Completions are applied only by
+  // AdvanceTo(), which has a feedback sink; ready operators are queued on
+  // their devices as soon as they become ready.
+  absl::Status Dispatch(Timestamp now) override;
+  Timestamp NextEventTime() const override;
+  // Applies every completion posted at or before `t` (in time order) to the
+  // GMG, appends feedback, then dispatches.
+  absl::Status AdvanceTo(Timestamp t, std::vector<Feedback>* feedback) override;
+
+  // ---- owner-thread extras ------------------------------------------------
+  // Blocks until a completion is pending (true) or `timeout` passes (false).
+  // Returns true at once while Recv retries are waiting.
+  bool WaitForCompletion(absl::Duration timeout);
+  // Stops device `d`'s thread: its running node (once its kernel returns)
+  // and its queued nodes fail with a reason, as does anything later queued
+  // on it or any transfer touching it.
+  void StopDevice(DeviceId d);
+  bool device_stopped(DeviceId d) const;
+  // Pause hook: while paused, no device thread starts or finishes a node and
+  // no transfer completes (kernels already running go on, but their
+  // completion waits). After Pause(), AdvanceTo(now) brings the GMG up to
+  // date, and then the GMG and RunningNow() agree until Resume().
+  void Pause();
+  void Resume();
+
+  // ---- observation (any thread) -------------------------------------------
+  // The node each device's thread runs now (invalid when idle), by device.
+  std::vector<NodeId> RunningNow() const;
+  DevicePool& pool(DeviceId d) { return *pools_[d.value()]; }
+  const DevicePool& pool(DeviceId d) const { return *pools_[d.value()]; }
+  size_t num_devices() const { return pools_.size(); }
+
+  // ---- owner-thread statistics --------------------------------------------
+  const CommGraph& comm() const { return comm_; }
+  int64_t completed_ops() const { return completed_ops_; }
+  int64_t completed_transfers() const { return completed_transfers_; }
+  int64_t failed_nodes() const { return failed_nodes_; }
+  // Buffers held in the tensor and checkpoint stores.
+  size_t stored_tensors() const;
+
+ private:
+  struct Held {
+    Buffer buffer;
+    Allocation alloc;
+  };
+  // A ready operator, self-contained for its device thread.
+  struct WorkItem {
+    NodeId node;
+    InstanceId instance;
+    const GraphTemplate* tpl = nullptr;
+    int op_index = -1;
+    std::vector<int64_t> attrs;
+    std::vector<Buffer> inputs;
+    std::vector<Bytes> output_bytes;
+    Bytes workspace;
+    std::shared_ptr<std::atomic<bool>> cancelled;
+  };
+  struct Event {
+    enum class Kind : uint8_t { kStarted, kFinished, kFailed, kTransferDone, kTransferFailed };
+    Kind kind;
+    NodeId node;
+    DeviceId device;
+    Timestamp time;
+    std::string reason;
+    std::vector<Held> outputs;  // kFinished: the node's outputs; kTransferDone: the dst copy
+  };
+  struct DeviceState {
+    ReadyQueue ready;
+    std::vector<WorkItem> items;  // ReadyQueue item -> work
+    std::vector<uint32_t> free_items;
+    NodeId running;
+    bool stopped = false;
+    bool exited = false;
+  };
+  using TensorKey = std::pair<uint64_t, int>;  // (producer node, output)
+
+  void DeviceLoop(DeviceId d);
+  // Runs one popped item; returns the event to post (not yet timestamped
+  // for kFinished/kFailed).
+  void RunItem(DeviceId d, WorkItem& w);
+  void Post(Event e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Owner-thread helpers.
+  void MaybeQueue(NodeId id, Timestamp now);
+  absl::Status Drain(Timestamp t, std::vector<Feedback>* feedback);
+  absl::Status Apply(Event& e, std::vector<Feedback>* feedback);
+  absl::Status ArbitrateTransfers(Timestamp now);
+  absl::Status FailNode(NodeId id, absl::string_view reason, Timestamp now);
+  void CancelInstanceWork(InstanceId inst);
+  void Reconcile();
+  void ReconcileTensor(const TensorKey& key);
+  void Touch(NodeId producer, int output) { touched_.insert({producer.value(), output}); }
+
+  GlobalMappingGraph* gmg_;
+  const Clock* clock_;
+  KernelRunner* kernels_;
+  TransferBackend* transfers_;
+
+  // Pools first: every Allocation below is destroyed before them.
+  std::vector<std::unique_ptr<DevicePool>> pools_;
+
+  // ---- owner thread only ----
+  CommGraph comm_;
+  absl::flat_hash_set<uint64_t> queued_;       // compute nodes handed to a device
+  absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<bool>>> inst_cancel_;
+  absl::btree_map<TensorKey, absl::btree_map<uint16_t, Held>> tensors_;
+  absl::btree_map<uint64_t, std::vector<Held>> checkpoints_;  // by CheckpointId
+  absl::btree_set<TensorKey> touched_;
+  absl::flat_hash_map<uint64_t, bool> start_overlapped_;      // running node -> overlapped
+  int64_t completed_ops_ = 0;
+  int64_t completed_transfers_ = 0;
+  int64_t failed_nodes_ = 0;
+
+  // ---- shared ----
+  mutable absl::Mutex mu_;
+  absl::CondVar events_cv_;
+  std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::vector<std::thread> threads_;
+  std::unique_ptr<ThreadPool> transfer_pool_;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,66 @@
+// An opaque, copyable handle to a LibTorch tensor.
+//
+// Public executor headers are LibTorch-free (each TU that includes a LibTorch
+// header costs ~40 s to compile), so the tensor is held through a pimpl whose
+// definition lives in executor/src/tensor.cc. Copies share storage, like
+// at::Tensor copies. A default-constructed Tensor is undefined.
+//
+// The accessors and conversions never throw: on an undefined tensor or a
+// dtype they cannot convert they return an empty result.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "slicesched/common/units.h"
+#include "slicesched/gmg/dtype.h"
+
+namespace slicesched::executor {
+
+class Tensor {
+ public:
+  struct Impl;  // defined in executor/src/tensor.cc
+
+  Tensor();  // undefined
+  ~Tensor();
+  Tensor(const Tensor&);
+  Tensor(Tensor&&) noexcept;
+  Tensor& operator=(const Tensor&);
+  Tensor& operator=(Tensor&&) noexcept;
+
+  // Copies `values` into a new CPU tensor of the given shape. Returns an
+  // undefined tensor when the shape's element count differs from
+  // values.size() or a dimension is negative.
+  static Tensor FromInt64(std::span<const int64_t> values, std::vector<int64_t> shape);
+  static Tensor FromFloat(std::span<const float> values, std::vector<int64_t> shape);
+
+  bool defined() const;
+  std::vector<int64_t> shape() const;  // empty when undefined
+  int64_t numel() const;               // 0 when undefined
+  DType dtype() const;                 // kF32 when undefined
+  Bytes bytes() const;                 // numel x element size; 0 when undefined
+
+  // Row-major copies of the elements. ToInt64 accepts integer and bool
+  // tensors, ToFloat floating ones (converted to f32); otherwise empty.
+  std::vector<int64_t> ToInt64() const;
+  std::vector<float> ToFloat() const;
+
+  // Element-wise |a - b| <= atol + rtol * |b| with equal shapes (false when
+  // the shapes differ or either tensor is undefined).
+  bool AllClose(const Tensor& other, double rtol, double atol) const;
+  // max |a - b| over all elements; +infinity when the shapes differ or either
+  // tensor is undefined.
+  double MaxAbsDiff(const Tensor& other) const;
+
+  // "f32[2,3]" (or "undefined").
+  std::string DebugString() const;
+
+ private:
+  friend struct TensorAccess;  // executor/src/tensor_internal.h
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace slicesched::executor

@@ -1,0 +1,650 @@
+#include "slicesched/executor/executor.h"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+
+namespace slicesched {
+namespace {
+
+std::string NodeLabel(const GraphTemplate* tpl, int op, NodeId id) {
+  if (tpl == nullptr || op < 0) return id.ToString();
+  return StrCat(id, " (", tpl->name(), "/", tpl->op(op).name, ")");
+}
+
+}  // namespace
+
+ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunner* kernels,
+                         TransferBackend* transfers, ExecutorOptions options)
+    : gmg_(gmg),
+      clock_(clock),
+      kernels_(kernels),
+      transfers_(transfers),
+      comm_(gmg->accelerators().size()) {
+  const size_t n = gmg->accelerators().size();
+  for (size_t d = 0; d < n; ++d) {
+    const DeviceSpec& spec = gmg->accelerators().devices()[d];
+    const Bytes cap = d < options.capacities.size() ? options.capacities[d] : spec.memory;
+    pools_.push_back(std::make_unique<DevicePool>(spec.id, spec.name, cap));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    devices_.resize(n);
+  }
+  int workers = options.transfer_threads > 0 ? options.transfer_threads
+                                             : std::max<int>(1, static_cast<int>(n / 2));
+  transfer_pool_ = std::make_unique<ThreadPool>(workers);
+  threads_.reserve(n);
+  for (size_t d = 0; d < n; ++d) {
+    threads_.emplace_back([this, d] { DeviceLoop(DeviceId(static_cast<uint16_t>(d))); });
+  }
+}
+
+ExecutorSet::~ExecutorSet() {
+  {
+    absl::MutexLock l(&mu_);
+    shutdown_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+  transfer_pool_.reset();  // runs (and finishes) every queued Send
+  absl::MutexLock l(&mu_);
+  events_.clear();
+  for (DeviceState& s : devices_) s.items.clear();
+}
+
+// ---------------------------------------------------------------------------
+// Device threads
+
+void ExecutorSet::Post(Event e) {
+  e.time = clock_->Now();
+  events_.push_back(std::move(e));
+}
+
+void ExecutorSet::DeviceLoop(DeviceId d) {
+  const size_t di = d.value();
+  DevicePool& pool = *pools_[di];
+  const std::string& dev_name = pool.name();
+  for (;;) {
+    WorkItem w;
+    std::vector<Held> outs;
+    Allocation workspace;
+    {
+      absl::MutexLock l(&mu_);
+      auto can_go = [this, di]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        const DeviceState& s = devices_[di];
+        return shutdown_ || s.stopped || (!paused_ && !s.ready.empty());
+      };
+      mu_.Await(absl::Condition(&can_go));
+      if (shutdown_) return;
+      DeviceState& s = devices_[di];
+      if (s.stopped) {
+        // Fail everything still queued here, then exit.
+        while (!s.ready.empty()) {
+          const uint32_t item = s.ready.Pop();
+          WorkItem dead = std::move(s.items[item]);
+          s.free_items.push_back(item);
+          Post(Event{Event::Kind::kFailed, dead.node, d, Timestamp(),
+                     StrCat("device ", dev_name, " stopped before node ",
+                            NodeLabel(dead.tpl, dead.op_index, dead.node), " ran"),
+                     {}});
+        }
+        s.exited = true;
+        return;
+      }
+      const uint32_t item = s.ready.Pop();
+      w = std::move(s.items[item]);
+      s.free_items.push_back(item);
+      if (w.cancelled != nullptr && w.cancelled->load()) continue;
+      // Outputs and workspace first: a node that cannot get its memory
+      // fails here, before it starts.
+      absl::Status alloc;
+      for (Bytes b : w.output_bytes) {
+        absl::StatusOr<Allocation> a = pool.Allocate(b, AllocPurpose::kOutput);
+        if (!a.ok()) {
+          alloc = a.status();
+          break;
+        }
+        outs.push_back(Held{Buffer{b, d, kNoPayload, nullptr}, std::move(*a)});
+      }
+      if (alloc.ok()) {
+        absl::StatusOr<Allocation> a = pool.Allocate(w.workspace, AllocPurpose::kWorkspace);
+        if (a.ok()) {
+          workspace = std::move(*a);
+        } else {
+          alloc = a.status();
+        }
+      }
+      if (!alloc.ok()) {
+        outs.clear();
+        Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
+                   StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node),
+                          ": memory allocation failed: ", alloc.message()),
+                   {}});
+        continue;
+      }
+      s.running = w.node;
+      Post(Event{Event::Kind::kStarted, w.node, d, Timestamp(), "", {}});
+    }
+
+    // The kernel runs without the lock.
+    std::vector<Buffer> out_buffers;
+    out_buffers.reserve(outs.size());
+    for (Held& h : outs) out_buffers.push_back(h.buffer);
+    KernelCall call;
+    call.node = w.node;
+    call.instance = w.instance;
+    call.tpl = w.tpl;
+    call.op_index = w.op_index;
+    call.attrs = std::span<const int64_t>(w.attrs);
+    call.device = d;
+    call.inputs = std::span<const Buffer>(w.inputs);
+    call.outputs = std::span<Buffer>(out_buffers);
+    call.workspace = workspace.bytes();
+    absl::Status st;
+    try {
+      st = kernels_->Run(call);
+    } catch (const std::exception& e) {
+      st = absl::InternalError(StrCat("kernel threw: ", e.what()));
+    } catch (...) {
+      st = absl::InternalError("kernel threw a non-standard exception");
+    }
+    workspace.Release();
+
+    absl::MutexLock l(&mu_);
+    auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
+    mu_.Await(absl::Condition(&may_finish));
+    DeviceState& s = devices_[di];
+    s.running = NodeId();
+    if (st.ok() && s.stopped) {
+      st = absl::AbortedError(StrCat("device ", dev_name, " stopped while the node ran"));
+    }
+    if (st.ok()) {
+      for (size_t i = 0; i < outs.size(); ++i) {
+        outs[i].buffer.kind = out_buffers[i].kind;
+        outs[i].buffer.payload = std::move(out_buffers[i].payload);
+      }
+      Post(Event{Event::Kind::kFinished, w.node, d, Timestamp(), "", std::move(outs)});
+    } else {
+      outs.clear();
+      Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
+                 StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), " on ", dev_name, ": ",
+                        st.message()),
+                 {}});
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Owner thread
+
+void ExecutorSet::NodeIssued(NodeId id) {
+  const OpNode* n = gmg_->FindNode(id);
+  if (n == nullptr || n->state != NodeState::kIssued) return;
+  MaybeQueue(id, clock_->Now());
+}
+
+void ExecutorSet::MaybeQueue(NodeId id, Timestamp now) {
+  if (queued_.contains(id.value()) || !gmg_->IsReady(id)) return;
+  const OpNode* n = gmg_->FindNode(id);
+  const int64_t ready_ns = n->times.ready.is_never() ? now.nanos() : n->times.ready.nanos();
+  if (n->kind == OpKind::kTransfer) {
+    if (device_stopped(n->device) || device_stopped(n->dst_device)) {
+      (void)FailNode(id, StrCat("transfer ", id, ": device ",
+                                device_stopped(n->device) ? pools_[n->device.value()]->name()
+                                                          : pools_[n->dst_device.value()]->name(),
+                                " is stopped"),
+                     now);
+      return;
+    }
+    const OpNode* p = gmg_->FindNode(n->src_node);
+    const TransferIntent intent{id.value(), n->device, n->dst_device, n->transfer_priority,
+                                ready_ns, p->outputs[n->src_output].bytes};
+    if (comm_.AddIntent(intent).ok()) queued_.insert(id.value());
+    return;
+  }
+  const Instance* inst = gmg_->FindInstance(n->instance);
+  const OpSpec& op = inst->tpl->op(n->op_index);
+  WorkItem w;
+  w.node = id;
+  w.instance = n->instance;
+  w.tpl = inst->tpl;
+  w.op_index = n->op_index;
+  w.attrs.assign(n->attrs.begin(), n->attrs.end());
+  w.workspace = n->workspace;
+  const DeviceId d = n->device;
+  w.inputs.reserve(op.inputs.size());
+  for (const InputRef& r : op.inputs) {
+    Buffer b;
+    b.device = d;
+    if (r.kind == InputRef::Kind::kOp) {
+      const OpNode& p = inst->nodes[r.index];
+      b.bytes = p.outputs[r.output].bytes;
+      auto it = tensors_.find(TensorKey{p.id.value(), r.output});
+      if (it != tensors_.end()) {
+        auto c = it->second.find(d.value());
+        if (c != it->second.end()) b = c->second.buffer;
+      }
+    } else if (r.kind == InputRef::Kind::kCheckpoint) {
+      const CheckpointId cid = inst->attached[r.index];
+      if (const Checkpoint* c = gmg_->FindCheckpoint(cid)) b.bytes = c->bytes;
+      auto it = checkpoints_.find(cid.value());
+      if (it != checkpoints_.end() && !it->second.empty()) {
+        b.kind = it->second.front().buffer.kind;
+        b.payload = it->second.front().buffer.payload;
+      }
+    }
+    w.inputs.push_back(std::move(b));
+  }
+  for (const TensorState& t : n->outputs) w.output_bytes.push_back(t.bytes);
+  auto& flag = inst_cancel_[n->instance.value()];
+  if (flag == nullptr) flag = std::make_shared<std::atomic<bool>>(false);
+  w.cancelled = flag;
+  const DisciplineKey key{static_cast<uint8_t>(inst->spec.priority_class), inst->spec.priority,
+                          ready_ns, id.value()};
+  bool stopped;
+  {
+    absl::MutexLock l(&mu_);
+    DeviceState& s = devices_[d.value()];
+    stopped = s.stopped;
+    if (!stopped) {
+      uint32_t item;
+      if (!s.free_items.empty()) {
+        item = s.free_items.back();
+        s.free_items.pop_back();
+        s.items[item] = std::move(w);
+      } else {
+        item = static_cast<uint32_t>(s.items.size());
+        s.items.push_back(std::move(w));
+      }
+      s.ready.Push(key, item);
+    }
+  }
+  if (stopped) {
+    (void)FailNode(id, StrCat("node ", NodeLabel(inst->tpl, n->op_index, id), ": device ",
+                              pools_[d.value()]->name(), " is stopped"),
+                   now);
+    return;
+  }
+  queued_.insert(id.value());
+}
+
+absl::Status ExecutorSet::Dispatch(Timestamp now) {
+  Reconcile();
+  return ArbitrateTransfers(now);
+}
+
+absl::Status ExecutorSet::ArbitrateTransfers(Timestamp now) {
+  if (comm_.num_pending() == 0) return absl::OkStatus();
+  std::vector<uint8_t> blocked(pools_.size(), 0);
+  {
+    absl::MutexLock l(&mu_);
+    for (size_t d = 0; d < devices_.size(); ++d) blocked[d] = devices_[d].stopped;
+  }
+  for (const TransferIntent& g : comm_.Arbitrate(&blocked)) {
+    const NodeId id(g.id);
+    const OpNode* n = gmg_->FindNode(id);
+    if (n == nullptr || n->state != NodeState::kIssued) {
+      (void)comm_.Abort(g.id);
+      queued_.erase(g.id);
+      continue;
+    }
+    // Recv: the destination allocates first; a failure is retried later.
+    absl::StatusOr<Allocation> a = pools_[g.dst.value()]->Allocate(g.bytes, AllocPurpose::kRecv);
+    if (!a.ok()) {
+      SLICESCHED_RETURN_IF_ERROR(comm_.RecvFailed(g.id));
+      continue;
+    }
+    SLICESCHED_RETURN_IF_ERROR(comm_.RecvReady(g.id));
+    const bool overlapped =
+        gmg_->running_compute(g.src).valid() || gmg_->running_compute(g.dst).valid();
+    SLICESCHED_RETURN_IF_ERROR(gmg_->Start(id, now));
+    start_overlapped_[g.id] = overlapped;
+    Buffer from;
+    from.bytes = g.bytes;
+    from.device = g.src;
+    auto it = tensors_.find(TensorKey{n->src_node.value(), n->src_output});
+    if (it != tensors_.end()) {
+      auto c = it->second.find(g.src.value());
+      if (c != it->second.end()) from = c->second.buffer;
+    }
+    // Send: on a transfer worker; the receive buffer travels with it.
+    transfer_pool_->Schedule([this, id, g, from = std::move(from),
+                              alloc = std::move(*a)]() mutable {
+      Buffer to{g.bytes, g.dst, kNoPayload, nullptr};
+      const TransferCall call{id, g.src, g.dst, g.bytes, &from, &to};
+      absl::Status st;
+      try {
+        st = transfers_->Send(call);
+      } catch (const std::exception& e) {
+        st = absl::InternalError(StrCat("transfer backend threw: ", e.what()));
+      } catch (...) {
+        st = absl::InternalError("transfer backend threw a non-standard exception");
+      }
+      absl::MutexLock l(&mu_);
+      auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
+      mu_.Await(absl::Condition(&may_finish));
+      Event e{st.ok() ? Event::Kind::kTransferDone : Event::Kind::kTransferFailed,
+              id, g.dst, Timestamp(), "", {}};
+      if (st.ok()) {
+        e.outputs.push_back(Held{std::move(to), std::move(alloc)});
+      } else {
+        alloc.Release();
+        e.reason = StrCat("transfer ", id, " ", g.src, " -> ", g.dst, ": ", st.message());
+      }
+      Post(std::move(e));
+    });
+  }
+  return absl::OkStatus();
+}
+
+Timestamp ExecutorSet::NextEventTime() const {
+  if (comm_.num_retrying() > 0) return clock_->Now();
+  absl::MutexLock l(&mu_);
+  return events_.empty() ? Timestamp::Infinite() : clock_->Now();
+}
+
+bool ExecutorSet::WaitForCompletion(absl::Duration timeout) {
+  if (comm_.num_retrying() > 0) return true;
+  absl::MutexLock l(&mu_);
+  auto has_events = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&has_events), timeout);
+}
+
+absl::Status ExecutorSet::AdvanceTo(Timestamp t, std::vector<Feedback>* feedback) {
+  SLICESCHED_RETURN_IF_ERROR(Drain(t, feedback));
+  return Dispatch(t);
+}
+
+absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
+  std::vector<Event> batch;
+  {
+    absl::MutexLock l(&mu_);
+    size_t k = 0;
+    while (k < events_.size() && events_[k].time <= t) ++k;
+    batch.reserve(k);
+    for (size_t i = 0; i < k; ++i) batch.push_back(std::move(events_[i]));
+    events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  absl::Status status;
+  for (Event& e : batch) {
+    absl::Status s = Apply(e, feedback);
+    if (!s.ok() && status.ok()) status = s;
+  }
+  Reconcile();
+  return status;
+}
+
+absl::Status ExecutorSet::Apply(Event& e, std::vector<Feedback>* feedback) {
+  const OpNode* n = gmg_->FindNode(e.node);
+  switch (e.kind) {
+    case Event::Kind::kStarted: {
+      queued_.erase(e.node.value());
+      // The instance failed meanwhile: its completion is ignored too.
+      if (n == nullptr || n->state != NodeState::kIssued) return absl::OkStatus();
+      start_overlapped_[e.node.value()] = gmg_->active_transfer(e.device).valid();
+      return gmg_->Start(e.node, e.time);
+    }
+    case Event::Kind::kFailed: {
+      queued_.erase(e.node.value());
+      start_overlapped_.erase(e.node.value());
+      if (n == nullptr || IsTerminal(n->state)) return absl::OkStatus();
+      return FailNode(e.node, e.reason, e.time);
+    }
+    case Event::Kind::kFinished: {
+      auto ov = start_overlapped_.find(e.node.value());
+      const bool overlapped = ov != start_overlapped_.end() && ov->second;
+      if (ov != start_overlapped_.end()) start_overlapped_.erase(ov);
+      if (n == nullptr || n->state != NodeState::kRunning) return absl::OkStatus();
+      const Instance* inst = gmg_->FindInstance(n->instance);
+      const OpSpec& op = inst->tpl->op(n->op_index);
+      Feedback f;
+      f.kind = Feedback::Kind::kOp;
+      f.node = n->id;
+      f.instance = n->instance;
+      f.device = n->device;
+      f.tpl = inst->tpl->id();
+      f.op = n->op_index;
+      f.attrs = n->attrs;
+      f.start = n->times.start;
+      f.end = e.time;
+      f.overlapped = overlapped;
+      absl::InlinedVector<NodeId, 8> wake;
+      for (int s : op.succs) wake.push_back(inst->nodes[s].id);
+      for (NodeId t : inst->transfers) {
+        const OpNode* tn = gmg_->FindNode(t);
+        if (tn->src_node == n->id && tn->state == NodeState::kIssued) wake.push_back(t);
+      }
+      for (const InputRef& r : op.inputs) {
+        if (r.kind == InputRef::Kind::kOp) Touch(inst->nodes[r.index].id, r.output);
+      }
+      // Outputs: plain tensors go to the store; retained ones become
+      // checkpoints (matched by the ids Finish creates, in output order);
+      // checkpoint growth joins the checkpoint it grows.
+      std::vector<size_t> retained;
+      for (size_t o = 0; o < e.outputs.size() && o < n->outputs.size(); ++o) {
+        const TensorState& t = n->outputs[o];
+        if (t.update_of >= 0) {
+          checkpoints_[inst->attached[t.update_of].value()].push_back(std::move(e.outputs[o]));
+        } else if (t.retained) {
+          retained.push_back(o);
+        } else {
+          tensors_[TensorKey{n->id.value(), static_cast<int>(o)}].emplace(e.device.value(),
+                                                                          std::move(e.outputs[o]));
+          Touch(n->id, static_cast<int>(o));
+        }
+      }
+      const uint64_t prev_ckpt =
+          gmg_->checkpoint_index().empty() ? 0 : gmg_->checkpoint_index().rbegin()->first;
+      const NodeId id = n->id;
+      SLICESCHED_RETURN_IF_ERROR(gmg_->Finish(id, e.time));  // may retire the instance
+      size_t next = 0;
+      for (auto it = gmg_->checkpoint_index().upper_bound(prev_ckpt);
+           it != gmg_->checkpoint_index().end() && next < retained.size(); ++it) {
+        checkpoints_[it->first].push_back(std::move(e.outputs[retained[next++]]));
+      }
+      ++completed_ops_;
+      feedback->push_back(std::move(f));
+      for (NodeId w : wake) {
+        const OpNode* wn = gmg_->FindNode(w);
+        if (wn != nullptr && wn->state == NodeState::kIssued) MaybeQueue(w, e.time);
+      }
+      return absl::OkStatus();
+    }
+    case Event::Kind::kTransferDone:
+    case Event::Kind::kTransferFailed: {
+      queued_.erase(e.node.value());
+      auto ov = start_overlapped_.find(e.node.value());
+      const bool overlapped = ov != start_overlapped_.end() && ov->second;
+      if (ov != start_overlapped_.end()) start_overlapped_.erase(ov);
+      if (comm_.contains(e.node.value())) (void)comm_.Abort(e.node.value());
+      if (n == nullptr || n->state != NodeState::kRunning) return absl::OkStatus();
+      if (e.kind == Event::Kind::kTransferFailed) return FailNode(e.node, e.reason, e.time);
+      const OpNode* p = gmg_->FindNode(n->src_node);
+      Feedback f;
+      f.kind = Feedback::Kind::kTransfer;
+      f.node = n->id;
+      f.instance = n->instance;
+      f.device = n->device;
+      f.dst = n->dst_device;
+      f.bytes = p->outputs[n->src_output].bytes;
+      f.start = n->times.start;
+      f.end = e.time;
+      f.overlapped = overlapped;
+      // Every issued consumer of the tensor on the destination may be ready
+      // now (one transfer serves all consumers there), not only `consumer`.
+      absl::InlinedVector<NodeId, 4> wake{n->consumer};
+      if (const Instance* inst = gmg_->FindInstance(n->instance); inst != nullptr && p != nullptr) {
+        for (int s : inst->tpl->op(p->op_index).succs) {
+          const OpNode& sn = inst->nodes[s];
+          if (sn.id != n->consumer && sn.device == n->dst_device && sn.state == NodeState::kIssued) {
+            wake.push_back(sn.id);
+          }
+        }
+      }
+      const TensorKey key{n->src_node.value(), n->src_output};
+      tensors_[key].insert_or_assign(n->dst_device.value(), std::move(e.outputs.front()));
+      Touch(n->src_node, n->src_output);
+      SLICESCHED_RETURN_IF_ERROR(gmg_->Finish(e.node, e.time));
+      ++completed_transfers_;
+      feedback->push_back(std::move(f));
+      for (NodeId w : wake) {
+        const OpNode* c = gmg_->FindNode(w);
+        if (c != nullptr && c->state == NodeState::kIssued) MaybeQueue(w, e.time);
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExecutorSet::FailNode(NodeId id, absl::string_view reason, Timestamp now) {
+  const OpNode* n = gmg_->FindNode(id);
+  if (n == nullptr || IsTerminal(n->state)) return absl::OkStatus();
+  const InstanceId inst_id = n->instance;
+  SLICESCHED_RETURN_IF_ERROR(gmg_->Fail(id, reason, now));
+  ++failed_nodes_;
+  CancelInstanceWork(inst_id);
+  return absl::OkStatus();
+}
+
+// The instance failed (its nodes are terminal in the GMG): drop its queued
+// work, its pending transfers and, via Reconcile, its tensors.
+void ExecutorSet::CancelInstanceWork(InstanceId inst_id) {
+  auto flag = inst_cancel_.find(inst_id.value());
+  if (flag != inst_cancel_.end()) {
+    flag->second->store(true);
+    inst_cancel_.erase(flag);
+  }
+  const uint64_t lo = inst_id.value() << kOpIndexBits, hi = (inst_id.value() + 1) << kOpIndexBits;
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    const uint64_t v = *it;
+    if (v >= lo && v < hi) {
+      queued_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = tensors_.lower_bound(TensorKey{lo, 0});
+       it != tensors_.end() && it->first.first < hi; ++it) {
+    touched_.insert(it->first);
+  }
+  // Transfers of the instance: pending ones leave the communication graph;
+  // one being sent stays until its Send returns (its ends are in use).
+  std::vector<uint64_t> drop;
+  for (uint64_t q : queued_) {
+    if (!IsTransferId(NodeId(q)) || !comm_.contains(q)) continue;
+    const OpNode* tn = gmg_->FindNode(NodeId(q));
+    if ((tn == nullptr || tn->instance == inst_id) && comm_.phase(q) == CommGraph::Phase::kPending) {
+      drop.push_back(q);
+    }
+  }
+  for (uint64_t q : drop) {
+    (void)comm_.Abort(q);
+    queued_.erase(q);
+  }
+}
+
+void ExecutorSet::ReconcileTensor(const TensorKey& key) {
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) return;
+  const OpNode* n = gmg_->FindNode(NodeId(key.first));
+  if (n == nullptr || static_cast<size_t>(key.second) >= n->outputs.size()) {
+    tensors_.erase(it);
+    return;
+  }
+  const TensorState& t = n->outputs[key.second];
+  if (t.freed || !t.allocated) {
+    tensors_.erase(it);
+    return;
+  }
+  for (auto c = it->second.begin(); c != it->second.end();) {
+    if (std::find(t.copies.begin(), t.copies.end(), DeviceId(c->first)) == t.copies.end()) {
+      c = it->second.erase(c);
+    } else {
+      ++c;
+    }
+  }
+  if (it->second.empty()) tensors_.erase(it);
+}
+
+void ExecutorSet::Reconcile() {
+  for (const TensorKey& k : touched_) ReconcileTensor(k);
+  touched_.clear();
+  for (auto it = checkpoints_.begin(); it != checkpoints_.end();) {
+    if (gmg_->FindCheckpoint(CheckpointId(it->first)) == nullptr) {
+      it = checkpoints_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = inst_cancel_.begin(); it != inst_cancel_.end();) {
+    const Instance* inst = gmg_->FindInstance(InstanceId(it->first));
+    if (inst == nullptr || inst->state == InstanceState::kDone ||
+        inst->state == InstanceState::kFailed || inst->state == InstanceState::kCancelled) {
+      if (inst != nullptr && inst->state != InstanceState::kDone) it->second->store(true);
+      inst_cancel_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ExecutorSet::StopDevice(DeviceId d) {
+  {
+    absl::MutexLock l(&mu_);
+    devices_[d.value()].stopped = true;
+  }
+  // Pending transfers touching the device fail now.
+  std::vector<uint64_t> dead;
+  for (uint64_t q : queued_) {
+    if (!IsTransferId(NodeId(q)) || !comm_.contains(q)) continue;
+    if (comm_.phase(q) != CommGraph::Phase::kPending) continue;
+    const OpNode* tn = gmg_->FindNode(NodeId(q));
+    if (tn == nullptr || tn->device == d || tn->dst_device == d) dead.push_back(q);
+  }
+  const Timestamp now = clock_->Now();
+  for (uint64_t q : dead) {
+    if (!comm_.contains(q)) continue;  // dropped with an instance failed earlier in this loop
+    (void)comm_.Abort(q);
+    queued_.erase(q);
+    (void)FailNode(NodeId(q), StrCat("transfer ", NodeId(q), ": device ", pools_[d.value()]->name(),
+                                     " stopped"),
+                   now);
+  }
+  Reconcile();
+}
+
+bool ExecutorSet::device_stopped(DeviceId d) const {
+  absl::MutexLock l(&mu_);
+  return devices_[d.value()].stopped;
+}
+
+void ExecutorSet::Pause() {
+  absl::MutexLock l(&mu_);
+  paused_ = true;
+}
+
+void ExecutorSet::Resume() {
+  absl::MutexLock l(&mu_);
+  paused_ = false;
+}
+
+std::vector<NodeId> ExecutorSet::RunningNow() const {
+  absl::MutexLock l(&mu_);
+  std::vector<NodeId> out;
+  out.reserve(devices_.size());
+  for (const DeviceState& s : devices_) out.push_back(s.running);
+  return out;
+}
+
+size_t ExecutorSet::stored_tensors() const {
+  size_t n = 0;
+  for (const auto& [k, copies] : tensors_) n += copies.size();
+  for (const auto& [k, held] : checkpoints_) n += held.size();
+  return n;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,156 @@
+// LlamaWeights bookkeeping and safetensors loading (torch-free TU; FromSeed
+// lives in llama_ops.cc).
+#include <cmath>
+
+#include "llama_internal.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/safetensors.h"
+
+namespace slicesched::executor {
+
+namespace internal {
+
+std::vector<LlamaParamSpec> LlamaParamSpecs(const LlamaDims& d) {
+  const int64_t hd = d.head_dim();
+  const double norm_std = 0.1;
+  auto proj_std = [](int64_t in) { return 1.0 / std::sqrt(static_cast<double>(in)); };
+  std::vector<LlamaParamSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {d.vocab, d.hidden}, ParamInit::kNormal, 1.0});
+  for (int64_t i = 0; i < d.layers; ++i) {
+    const std::string p = StrCat("model.layers.", i, ".");
+    specs.push_back({p + "self_attn.q_proj.weight", {d.heads * hd, d.hidden}, ParamInit::kNormal,
+                     proj_std(d.hidden)});
+    specs.push_back({p + "self_attn.k_proj.weight", {d.kv_heads * hd, d.hidden}, ParamInit::kNormal,
+                     proj_std(d.hidden)});
+    specs.push_back({p + "self_attn.v_proj.weight", {d.kv_heads * hd, d.hidden}, ParamInit::kNormal,
+                     proj_std(d.hidden)});
+    specs.push_back({p + "self_attn.o_proj.weight", {d.hidden, d.heads * hd}, ParamInit::kNormal,
+                     proj_std(d.heads * hd)});
+    specs.push_back({p + "mlp.gate_proj.weight", {d.ffn, d.hidden}, ParamInit::kNormal,
+                     proj_std(d.hidden)});
+    specs.push_back({p + "mlp.up_proj.weight", {d.ffn, d.hidden}, ParamInit::kNormal,
+                     proj_std(d.hidden)});
+    specs.push_back({p + "mlp.down_proj.weight", {d.hidden, d.ffn}, ParamInit::kNormal,
+                     proj_std(d.ffn)});
+    specs.push_back({p + "input_layernorm.weight", {d.hidden}, ParamInit::kNorm, norm_std});
+    specs.push_back({p + "post_attention_layernorm.weight", {d.hidden}, ParamInit::kNorm, norm_std});
+  }
+  specs.push_back({"model.norm.weight", {d.hidden}, ParamInit::kNorm, norm_std});
+  specs.push_back({"lm_head.weight", {d.vocab, d.hidden}, ParamInit::kNormal, proj_std(d.hidden)});
+  return specs;
+}
+
+}  // namespace internal
+
+absl::Status LlamaWeights::CheckDims(const LlamaDims& dims) {
+  SLICESCHED_RETURN_IF_ERROR(dims.Validate());
+  if (dims.head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        StrCat("model '", dims.name, "': head_dim ", dims.head_dim(),
+               " must be even for rotary embeddings"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const LlamaWeights>> LlamaWeights::Assemble(
+    const LlamaDims& dims, const LlamaOptions& options, std::vector<Tensor> tensors) {
+  SLICESCHED_RETURN_IF_ERROR(CheckDims(dims));
+  const auto specs = internal::LlamaParamSpecs(dims);
+  if (tensors.size() != specs.size()) {
+    return absl::InternalError(StrCat("LlamaWeights: got ", tensors.size(), " tensors, expected ",
+                                      specs.size()));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (tensors[i].shape() != specs[i].shape || tensors[i].dtype() != dims.dtype) {
+      return absl::InternalError(StrCat("LlamaWeights: ", specs[i].name, " is ",
+                                        tensors[i].DebugString()));
+    }
+  }
+  auto w = std::shared_ptr<LlamaWeights>(new LlamaWeights());
+  w->dims_ = dims;
+  w->options_ = options;
+  size_t k = 0;
+  w->embed_tokens_ = std::move(tensors[k++]);
+  w->layers_.resize(static_cast<size_t>(dims.layers));
+  for (auto& l : w->layers_) {
+    l.q_proj = std::move(tensors[k++]);
+    l.k_proj = std::move(tensors[k++]);
+    l.v_proj = std::move(tensors[k++]);
+    l.o_proj = std::move(tensors[k++]);
+    l.gate_proj = std::move(tensors[k++]);
+    l.up_proj = std::move(tensors[k++]);
+    l.down_proj = std::move(tensors[k++]);
+    l.input_layernorm = std::move(tensors[k++]);
+    l.post_attention_layernorm = std::move(tensors[k++]);
+  }
+  w->norm_ = std::move(tensors[k++]);
+  w->lm_head_ = std::move(tensors[k++]);
+  return std::shared_ptr<const LlamaWeights>(std::move(w));
+}
+
+absl::StatusOr<std::shared_ptr<const LlamaWeights>> LlamaWeights::FromSafetensors(
+    const LlamaDims& dims, const std::string& path, const LlamaOptions& options) {
+  SLICESCHED_RETURN_IF_ERROR(CheckDims(dims));
+  SLICESCHED_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  std::vector<Tensor> tensors;
+  for (const auto& spec : internal::LlamaParamSpecs(dims)) {
+    SLICESCHED_ASSIGN_OR_RETURN(Tensor t, file.Get(spec.name, spec.shape, dims.dtype));
+    tensors.push_back(std::move(t));
+  }
+  return Assemble(dims, options, std::move(tensors));
+}
+
+absl::StatusOr<std::shared_ptr<const LlamaWeights>> LlamaWeights::WithFusion(int64_t fusion) const {
+  LlamaDims dims = dims_;
+  dims.fusion = fusion;
+  SLICESCHED_RETURN_IF_ERROR(CheckDims(dims));
+  auto w = std::shared_ptr<LlamaWeights>(new LlamaWeights(*this));
+  w->dims_ = dims;
+  return std::shared_ptr<const LlamaWeights>(std::move(w));
+}
+
+std::vector<std::pair<std::string, Tensor>> LlamaWeights::NamedTensors() const {
+  const auto specs = internal::LlamaParamSpecs(dims_);
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(specs.size());
+  size_t k = 0;
+  out.emplace_back(specs[k++].name, embed_tokens_);
+  for (const auto& l : layers_) {
+    for (const Tensor* t : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
+                            &l.down_proj, &l.input_layernorm, &l.post_attention_layernorm}) {
+      out.emplace_back(specs[k++].name, *t);
+    }
+  }
+  out.emplace_back(specs[k++].name, norm_);
+  out.emplace_back(specs[k++].name, lm_head_);
+  return out;
+}
+
+Bytes LlamaWeights::EmbeddingBytes() const { return embed_tokens_.bytes(); }
+
+Bytes LlamaWeights::LayerBytes(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size())) return Bytes(0);
+  const auto& l = layers_[static_cast<size_t>(layer)];
+  return l.q_proj.bytes() + l.k_proj.bytes() + l.v_proj.bytes() + l.o_proj.bytes() +
+         l.gate_proj.bytes() + l.up_proj.bytes() + l.down_proj.bytes() +
+         l.input_layernorm.bytes() + l.post_attention_layernorm.bytes();
+}
+
+Bytes LlamaWeights::GroupBytes(int64_t group) const {
+  Bytes total(0);
+  if (group < 0 || group >= dims_.num_groups()) return total;
+  for (int64_t i = 0; i < dims_.fusion; ++i) total += LayerBytes(group * dims_.fusion + i);
+  return total;
+}
+
+Bytes LlamaWeights::LmHeadBytes() const { return norm_.bytes() + lm_head_.bytes(); }
+
+Bytes LlamaWeights::TotalBytes() const {
+  Bytes total = EmbeddingBytes() + LmHeadBytes();
+  for (int64_t i = 0; i < dims_.layers; ++i) total += LayerBytes(i);
+  return total;
+}
+
+}  // namespace slicesched::executor

@@ -1,0 +1,135 @@
+#include "slicesched/executor/memory_pool.h"
+
+#include <utility>
+
+#include "absl/base/internal/raw_logging.h"
+#include "slicesched/common/strings.h"
+
+namespace slicesched {
+
+const char* AllocPurposeName(AllocPurpose p) {
+  switch (p) {
+    case AllocPurpose::kOutput: return "output";
+    case AllocPurpose::kWorkspace: return "workspace";
+    case AllocPurpose::kRecv: return "recv buffer";
+    case AllocPurpose::kCheckpoint: return "checkpoint";
+    case AllocPurpose::kOther: break;
+  }
+  return "buffer";
+}
+
+Allocation& Allocation::operator=(Allocation&& o) noexcept {
+  if (this != &o) {
+    Release();
+    pool_ = o.pool_;
+    bytes_ = o.bytes_;
+    o.pool_ = nullptr;
+  }
+  return *this;
+}
+
+void Allocation::Release() {
+  if (pool_ == nullptr) return;
+  pool_->Free(bytes_);
+  pool_ = nullptr;
+}
+
+DevicePool::DevicePool(DeviceId device, std::string name, Bytes capacity)
+    : device_(device), name_(std::move(name)), capacity_(capacity) {}
+
+DevicePool::~DevicePool() {
+  absl::MutexLock l(&mu_);
+  ABSL_RAW_CHECK(live_ == 0, "DevicePool destroyed while allocations are live");
+}
+
+absl::StatusOr<Allocation> DevicePool::Allocate(Bytes bytes, AllocPurpose purpose) {
+  if (bytes < Bytes::Zero()) {
+    return absl::InvalidArgumentError(
+        StrCat("device ", name_, ": negative allocation of ", bytes.count(), " bytes"));
+  }
+  FailureHook hook;
+  {
+    absl::MutexLock l(&mu_);
+    bool inject = false;
+    if (fail_next_ > 0 && (fail_next_any_purpose_ || fail_next_purpose_ == purpose)) {
+      --fail_next_;
+      inject = true;
+    }
+    if (!inject && hook_) hook = hook_;
+    if (inject) {
+      ++failures_;
+      return absl::ResourceExhaustedError(
+          StrCat("device ", name_, ": cannot allocate ", AllocPurposeName(purpose), " of ", bytes,
+                 " (injected failure; ", capacity_ - used_, " free of ", capacity_, ")"));
+    }
+  }
+  // The hook runs outside the lock so it may inspect the pool.
+  if (hook && hook(AllocationRequest{device_, bytes, purpose})) {
+    absl::MutexLock l(&mu_);
+    ++failures_;
+    return absl::ResourceExhaustedError(
+        StrCat("device ", name_, ": cannot allocate ", AllocPurposeName(purpose), " of ", bytes,
+               " (injected failure; ", capacity_ - used_, " free of ", capacity_, ")"));
+  }
+  absl::MutexLock l(&mu_);
+  if (used_ + bytes > capacity_) {
+    ++failures_;
+    return absl::ResourceExhaustedError(
+        StrCat("device ", name_, ": out of memory allocating ", AllocPurposeName(purpose), " of ",
+               bytes, " (", bytes.count(), " bytes requested, ", (capacity_ - used_).count(),
+               " bytes free of ", capacity_.count(), ")"));
+  }
+  used_ += bytes;
+  if (used_ > peak_) peak_ = used_;
+  ++live_;
+  ++allocations_;
+  return Allocation(this, bytes);
+}
+
+void DevicePool::Free(Bytes bytes) {
+  absl::MutexLock l(&mu_);
+  used_ -= bytes;
+  --live_;
+}
+
+Bytes DevicePool::used() const {
+  absl::MutexLock l(&mu_);
+  return used_;
+}
+Bytes DevicePool::free() const {
+  absl::MutexLock l(&mu_);
+  return capacity_ - used_;
+}
+Bytes DevicePool::peak() const {
+  absl::MutexLock l(&mu_);
+  return peak_;
+}
+void DevicePool::ResetPeak() {
+  absl::MutexLock l(&mu_);
+  peak_ = used_;
+}
+int64_t DevicePool::num_allocations() const {
+  absl::MutexLock l(&mu_);
+  return allocations_;
+}
+int64_t DevicePool::num_failures() const {
+  absl::MutexLock l(&mu_);
+  return failures_;
+}
+void DevicePool::FailNextAllocations(int n) {
+  absl::MutexLock l(&mu_);
+  fail_next_ = n;
+  fail_next_any_purpose_ = true;
+}
+void DevicePool::FailNextAllocations(int n, AllocPurpose purpose) {
+  absl::MutexLock l(&mu_);
+  fail_next_ = n;
+  fail_next_any_purpose_ = false;
+  fail_next_purpose_ = purpose;
+}
+void DevicePool::SetFailureHook(FailureHook hook) {
+  absl::MutexLock l(&mu_);
+  hook_ = std::move(hook);
+}
+
+}  // namespace slicesched

@@ -1,0 +1,608 @@
+// safetensors reader/writer. Torch-free TU: tensors are built through the
+// byte-level helpers in tensor_internal.h.
+#include "slicesched/executor/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <set>
+#include <variant>
+
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "tensor_internal.h"
+
+namespace slicesched::executor {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; big-endian hosts are not supported");
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // as in the reference implementation
+constexpr int kMaxJsonDepth = 64;
+
+// ---------------------------------------------------------------------------
+// A small strict JSON parser (RFC 8259) producing a tree. Objects keep their
+// key order and reject duplicate keys.
+
+struct JsonValue;
+using JsonObject = std::vector<std::pair<std::string, JsonValue>>;
+using JsonArray = std::vector<JsonValue>;
+
+struct JsonNumber {
+  std::string text;  // as written
+  bool is_integer = false;
+};
+
+struct JsonValue {
+  std::variant<std::nullptr_t, bool, JsonNumber, std::string, JsonArray, JsonObject> v;
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(std::string_view text) : text_(text) {}
+
+  absl::StatusOr<JsonValue> ParseDocument() {
+    SkipWs();
+    SLICESCHED_ASSIGN_OR_RETURN(JsonValue value, ParseValue(0));
+    SkipWs();
+    if (pos_ != text_.size()) return Error("unexpected trailing characters");
+    return value;
+  }
+
+ private:
+  absl::Status Error(std::string_view what) const {
+    return absl::InvalidArgumentError(StrCat("malformed JSON header at byte ", pos_, ": ", what));
+  }
+
+  void SkipWs() {
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r')) {
+      ++pos_;
+    }
+  }
+
+  bool Consume(std::string_view literal) {
+    if (text_.substr(pos_, literal.size()) != literal) return false;
+    pos_ += literal.size();
+    return true;
+  }
+
+  absl::StatusOr<JsonValue> ParseValue(int depth) {
+    if (depth > kMaxJsonDepth) return Error("nesting too deep");
+    if (pos_ >= text_.size()) return Error("unexpected end of header");
+    const char c = text_[pos_];
+    if (c == '{') return ParseObject(depth);
+    if (c == '[') return ParseArray(depth);
+    if (c == '"') {
+      SLICESCHED_ASSIGN_OR_RETURN(std::string s, ParseString());
+      return JsonValue{std::move(s)};
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) return ParseNumber();
+    if (Consume("true")) return JsonValue{true};
+    if (Consume("false")) return JsonValue{false};
+    if (Consume("null")) return JsonValue{nullptr};
+    return Error(StrCat("unexpected character '", std::string(1, c), "'"));
+  }
+
+  absl::StatusOr<JsonValue> ParseObject(int depth) {
+    ++pos_;  // '{'
+    JsonObject object;
+    std::set<std::string, std::less<>> keys;
+    SkipWs();
+    if (pos_ < text_.size() && text_[pos_] == '}') {
+      ++pos_;
+      return JsonValue{std::move(object)};
+    }
+    while (true) {
+      SkipWs();
+      if (pos_ >= text_.size() || text_[pos_] != '"') return Error("expected a string key");
+      SLICESCHED_ASSIGN_OR_RETURN(std::string key, ParseString());
+      if (!keys.insert(key).second) return Error(StrCat("duplicate key \"", key, "\""));
+      SkipWs();
+      if (pos_ >= text_.size() || text_[pos_] != ':') return Error("expected ':'");
+      ++pos_;
+      SkipWs();
+      SLICESCHED_ASSIGN_OR_RETURN(JsonValue value, ParseValue(depth + 1));
+      object.emplace_back(std::move(key), std::move(value));
+      SkipWs();
+      if (pos_ >= text_.size()) return Error("unterminated object");
+      if (text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (text_[pos_] == '}') {
+        ++pos_;
+        return JsonValue{std::move(object)};
+      }
+      return Error("expected ',' or '}'");
+    }
+  }
+
+  absl::StatusOr<JsonValue> ParseArray(int depth) {
+    ++pos_;  // '['
+    JsonArray array;
+    SkipWs();
+    if (pos_ < text_.size() && text_[pos_] == ']') {
+      ++pos_;
+      return JsonValue{std::move(array)};
+    }
+    while (true) {
+      SkipWs();
+      SLICESCHED_ASSIGN_OR_RETURN(JsonValue value, ParseValue(depth + 1));
+      array.push_back(std::move(value));
+      SkipWs();
+      if (pos_ >= text_.size()) return Error("unterminated array");
+      if (text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (text_[pos_] == ']') {
+        ++pos_;
+        return JsonValue{std::move(array)};
+      }
+      return Error("expected ',' or ']'");
+    }
+  }
+
+  absl::StatusOr<JsonValue> ParseNumber() {
+    const size_t start = pos_;
+    auto digits = [&] {
+      const size_t s = pos_;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+      return pos_ - s;
+    };
+    if (text_[pos_] == '-') ++pos_;
+    if (pos_ < text_.size() && text_[pos_] == '0') {
+      ++pos_;
+    } else if (digits() == 0) {
+      return Error("invalid number");
+    }
+    bool integer = true;
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      ++pos_;
+      integer = false;
+      if (digits() == 0) return Error("invalid number: no digits after '.'");
+    }
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      ++pos_;
+      integer = false;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
+      if (digits() == 0) return Error("invalid number: no digits in exponent");
+    }
+    return JsonValue{JsonNumber{std::string(text_.substr(start, pos_ - start)), integer}};
+  }
+
+  static void AppendUtf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+
+  absl::StatusOr<uint32_t> ParseHex4() {
+    if (pos_ + 4 > text_.size()) return Error("truncated \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = text_[pos_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
+      else return Error("invalid \\u escape");
+    }
+    return v;
+  }
+
+  absl::StatusOr<std::string> ParseString() {
+    ++pos_;  // '"'
+    std::string out;
+    while (true) {
+      if (pos_ >= text_.size()) return Error("unterminated string");
+      const char c = text_[pos_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) return Error("control character in string");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (pos_ >= text_.size()) return Error("unterminated escape");
+      const char e = text_[pos_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          SLICESCHED_ASSIGN_OR_RETURN(uint32_t cp, ParseHex4());
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (!Consume("\\u")) return Error("unpaired surrogate");
+            SLICESCHED_ASSIGN_OR_RETURN(uint32_t lo, ParseHex4());
+            if (lo < 0xDC00 || lo > 0xDFFF) return Error("invalid surrogate pair");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return Error("unpaired surrogate");
+          }
+          AppendUtf8(out, cp);
+          break;
+        }
+        default: return Error(StrCat("invalid escape '\\", std::string(1, e), "'"));
+      }
+    }
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+
+struct DTypeSpelling {
+  std::string_view name;
+  DType dtype;
+};
+constexpr DTypeSpelling kDTypes[] = {
+    {"F32", DType::kF32}, {"BF16", DType::kBF16}, {"F16", DType::kF16}, {"I64", DType::kI64},
+    {"I32", DType::kI32}, {"I8", DType::kI8},     {"U8", DType::kU8},   {"BOOL", DType::kBool},
+};
+constexpr std::string_view kSpecOnlyDTypes[] = {"F64", "I16", "U16", "U32", "U64",
+                                                "F8_E4M3", "F8_E5M2"};
+
+std::optional<uint64_t> AsUint64(const JsonValue& v) {
+  const auto* n = std::get_if<JsonNumber>(&v.v);
+  if (n == nullptr || !n->is_integer || n->text.empty() || n->text[0] == '-') return std::nullopt;
+  uint64_t out = 0;
+  for (char c : n->text) {
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (out > (std::numeric_limits<uint64_t>::max() - d) / 10) return std::nullopt;
+    out = out * 10 + d;
+  }
+  return out;
+}
+
+std::string ShapeString(std::span<const int64_t> shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += kHex[(c >> 4) & 0xF];
+          out += kHex[c & 0xF];
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view SafetensorsDTypeName(DType dtype) {
+  for (const auto& d : kDTypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return "?";
+}
+
+struct SafetensorsFile::Mapping {
+  void* addr = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (addr != nullptr && addr != MAP_FAILED) munmap(addr, size);
+  }
+};
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
+SafetensorsFile::~SafetensorsFile() = default;
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  auto fail = [&](absl::StatusCode code, std::string_view what) {
+    return absl::Status(code, StrCat("safetensors file '", path, "': ", what));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    return fail(err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kUnavailable,
+                StrCat("cannot open: ", std::strerror(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return fail(absl::StatusCode::kUnavailable, StrCat("cannot stat: ", std::strerror(err)));
+  }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < 8) {
+    ::close(fd);
+    return fail(absl::StatusCode::kInvalidArgument,
+                StrCat("truncated: ", file_size,
+                       " bytes, shorter than the 8-byte header length field"));
+  }
+  auto mapping = std::make_shared<Mapping>();
+  mapping->size = static_cast<size_t>(file_size);
+  mapping->addr = ::mmap(nullptr, mapping->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_err = errno;
+  ::close(fd);
+  if (mapping->addr == MAP_FAILED) {
+    return fail(absl::StatusCode::kUnavailable, StrCat("cannot mmap: ", std::strerror(map_err)));
+  }
+  const char* base = static_cast<const char*>(mapping->addr);
+
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, base, 8);  // little-endian host (static_assert above)
+  if (header_len > file_size - 8) {
+    return fail(absl::StatusCode::kInvalidArgument,
+                StrCat("header length ", header_len, " exceeds the file (", file_size - 8,
+                       " bytes after the length field); the file is truncated or not safetensors"));
+  }
+  if (header_len > kMaxHeaderBytes) {
+    return fail(absl::StatusCode::kInvalidArgument,
+                StrCat("header length ", header_len, " exceeds the ", kMaxHeaderBytes,
+                       "-byte limit"));
+  }
+  if (header_len < 2) {
+    return fail(absl::StatusCode::kInvalidArgument,
+                StrCat("header length ", header_len, " is too small to hold a JSON object"));
+  }
+  const std::string_view header(base + 8, static_cast<size_t>(header_len));
+  const uint64_t data_size = file_size - 8 - header_len;
+
+  auto parsed = JsonParser(header).ParseDocument();
+  if (!parsed.ok()) return fail(absl::StatusCode::kInvalidArgument, ToStd(parsed.status().message()));
+  const auto* top = std::get_if<JsonObject>(&parsed->v);
+  if (top == nullptr) {
+    return fail(absl::StatusCode::kInvalidArgument, "header JSON is not an object");
+  }
+
+  SafetensorsFile file;
+  file.path_ = path;
+  for (const auto& [name, value] : *top) {
+    auto bad = [&](std::string_view what) {
+      return fail(absl::StatusCode::kInvalidArgument, StrCat("tensor '", name, "': ", what));
+    };
+    if (name == "__metadata__") {
+      const auto* meta = std::get_if<JsonObject>(&value.v);
+      if (meta == nullptr) return fail(absl::StatusCode::kInvalidArgument, "__metadata__ is not an object");
+      for (const auto& [k, mv] : *meta) {
+        const auto* s = std::get_if<std::string>(&mv.v);
+        if (s == nullptr) {
+          return fail(absl::StatusCode::kInvalidArgument,
+                      StrCat("__metadata__ value of '", k, "' is not a string"));
+        }
+        file.metadata_.emplace(k, *s);
+      }
+      continue;
+    }
+    const auto* fields = std::get_if<JsonObject>(&value.v);
+    if (fields == nullptr) return bad("entry is not an object");
+    const JsonValue* dtype_v = nullptr;
+    const JsonValue* shape_v = nullptr;
+    const JsonValue* offsets_v = nullptr;
+    for (const auto& [k, fv] : *fields) {
+      if (k == "dtype") dtype_v = &fv;
+      else if (k == "shape") shape_v = &fv;
+      else if (k == "data_offsets") offsets_v = &fv;
+      else return bad(StrCat("unexpected field \"", k, "\""));
+    }
+    if (dtype_v == nullptr || shape_v == nullptr || offsets_v == nullptr) {
+      return bad("needs \"dtype\", \"shape\" and \"data_offsets\"");
+    }
+    SafetensorsEntry entry;
+    entry.name = name;
+    const auto* dtype_s = std::get_if<std::string>(&dtype_v->v);
+    if (dtype_s == nullptr) return bad("dtype is not a string");
+    bool known = false;
+    for (const auto& d : kDTypes) {
+      if (d.name == *dtype_s) {
+        entry.dtype = d.dtype;
+        known = true;
+      }
+    }
+    if (!known) {
+      for (std::string_view s : kSpecOnlyDTypes) {
+        if (s == *dtype_s) return bad(StrCat("dtype ", s, " is not supported by the executor"));
+      }
+      return bad(StrCat("unknown dtype \"", *dtype_s, "\""));
+    }
+    const auto* shape_a = std::get_if<JsonArray>(&shape_v->v);
+    if (shape_a == nullptr) return bad("shape is not an array");
+    uint64_t numel = 1;
+    for (const auto& d : *shape_a) {
+      const auto dim = AsUint64(d);
+      if (!dim || *dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return bad("shape holds something other than a non-negative integer");
+      }
+      if (*dim != 0 && numel > std::numeric_limits<uint64_t>::max() / *dim) {
+        return bad("shape overflows");
+      }
+      numel *= *dim;
+      entry.shape.push_back(static_cast<int64_t>(*dim));
+    }
+    const auto* off_a = std::get_if<JsonArray>(&offsets_v->v);
+    if (off_a == nullptr || off_a->size() != 2) return bad("data_offsets is not [begin, end]");
+    const auto begin = AsUint64((*off_a)[0]);
+    const auto end = AsUint64((*off_a)[1]);
+    if (!begin || !end) return bad("data_offsets are not non-negative integers");
+    if (*begin > *end) return bad(StrCat("data_offsets [", *begin, ", ", *end, "] are reversed"));
+    if (*end > data_size) {
+      return bad(StrCat("data_offsets [", *begin, ", ", *end, "] run past the data section (",
+                        data_size, " bytes)"));
+    }
+    const uint64_t elem = static_cast<uint64_t>(DTypeSize(entry.dtype));
+    if (numel > std::numeric_limits<uint64_t>::max() / elem || numel * elem != *end - *begin) {
+      return bad(StrCat("data_offsets [", *begin, ", ", *end, "] span ", *end - *begin,
+                        " bytes but shape ", ShapeString(entry.shape), " x ", *dtype_s, " needs ",
+                        numel * elem));
+    }
+    entry.begin = *begin;
+    entry.end = *end;
+    file.entries_.push_back(std::move(entry));
+  }
+
+  // Overlaps: sort by begin; each tensor must start at or after the previous end.
+  std::vector<const SafetensorsEntry*> order;
+  for (const auto& e : file.entries_) {
+    if (e.end > e.begin) order.push_back(&e);  // empty tensors occupy nothing
+  }
+  std::sort(order.begin(), order.end(),
+            [](const auto* a, const auto* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (order[i]->begin < order[i - 1]->end) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  StrCat("tensors '", order[i - 1]->name, "' [", order[i - 1]->begin, ", ",
+                         order[i - 1]->end, ") and '", order[i]->name, "' [", order[i]->begin,
+                         ", ", order[i]->end, ") overlap"));
+    }
+  }
+  file.mapping_ = std::move(mapping);
+  file.data_ = base + 8 + header_len;
+  return file;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  out.reserve(entries_.size());
+  for (const auto& e : entries_) out.push_back(e.name);
+  return out;
+}
+
+const SafetensorsEntry* SafetensorsFile::Find(std::string_view name) const {
+  for (const auto& e : entries_) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<Tensor> SafetensorsFile::Get(std::string_view name) const {
+  const SafetensorsEntry* e = Find(name);
+  if (e == nullptr) {
+    return absl::NotFoundError(
+        StrCat("safetensors file '", path_, "': tensor '", name, "' is missing"));
+  }
+  auto t = internal::TensorFromBytes(e->dtype, e->shape, data_ + e->begin,
+                                     static_cast<size_t>(e->end - e->begin));
+  if (!t.ok()) {
+    return Annotate(t.status(), ToAbsl(StrCat("safetensors file '", path_, "': tensor '", name, "'")));
+  }
+  return t;
+}
+
+absl::StatusOr<Tensor> SafetensorsFile::Get(std::string_view name,
+                                            std::span<const int64_t> expected_shape,
+                                            DType expected_dtype) const {
+  const SafetensorsEntry* e = Find(name);
+  if (e == nullptr) return Get(name);  // NotFound
+  if (!std::equal(e->shape.begin(), e->shape.end(), expected_shape.begin(), expected_shape.end())) {
+    return absl::InvalidArgumentError(
+        StrCat("safetensors file '", path_, "': tensor '", name, "' has shape ",
+               ShapeString(e->shape), ", expected ", ShapeString(expected_shape)));
+  }
+  if (e->dtype != expected_dtype) {
+    return absl::InvalidArgumentError(
+        StrCat("safetensors file '", path_, "': tensor '", name, "' has dtype ",
+               SafetensorsDTypeName(e->dtype), ", expected ", SafetensorsDTypeName(expected_dtype)));
+  }
+  return Get(name);
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, Tensor>>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  auto fail = [&](std::string_view what) {
+    return absl::InvalidArgumentError(StrCat("writing safetensors file '", path, "': ", what));
+  };
+  std::set<std::string, std::less<>> seen;
+  std::vector<std::string> blobs;
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first) header += ",";
+      first = false;
+      header += StrCat("\"", JsonEscape(k), "\":\"", JsonEscape(v), "\"");
+    }
+    header += "}";
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    if (name.empty() || name == "__metadata__") return fail(StrCat("invalid tensor name '", name, "'"));
+    if (!seen.insert(name).second) return fail(StrCat("duplicate tensor '", name, "'"));
+    if (!tensor.defined()) return fail(StrCat("tensor '", name, "' is undefined"));
+    auto bytes = internal::TensorToBytes(tensor);
+    if (!bytes.ok()) return Annotate(bytes.status(), ToAbsl(StrCat("tensor '", name, "'")));
+    if (header.size() > 1) header += ",";
+    header += StrCat("\"", JsonEscape(name), "\":{\"dtype\":\"", SafetensorsDTypeName(tensor.dtype()),
+                     "\",\"shape\":[");
+    const auto shape = tensor.shape();
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (i > 0) header += ",";
+      header += std::to_string(shape[i]);
+    }
+    header += StrCat("],\"data_offsets\":[", offset, ",", offset + bytes->size(), "]}");
+    offset += bytes->size();
+    blobs.push_back(*std::move(bytes));
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    return absl::UnavailableError(
+        StrCat("writing safetensors file '", path, "': cannot open: ", std::strerror(errno)));
+  }
+  const uint64_t n = header.size();
+  char len[8];
+  std::memcpy(len, &n, 8);
+  out.write(len, 8);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const auto& b : blobs) out.write(b.data(), static_cast<std::streamsize>(b.size()));
+  out.close();
+  if (!out) return absl::UnavailableError(StrCat("writing safetensors file '", path, "': write failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace slicesched::executor

@@ -1,0 +1,574 @@
+// Tests of the torch-free executor runtime: memory pools, the communication
+// graph, and ExecutorSet driving a live GMG with fake kernels.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/synchronization/notification.h"
+#include "slicesched/comm/comm_graph.h"
+#include "slicesched/common/clock.h"
+#include "slicesched/common/status.h"
+#include "slicesched/executor/executor.h"
+#include "slicesched/executor/kernel.h"
+#include "slicesched/executor/memory_pool.h"
+#include "slicesched/gmg/placement.h"
+#include "slicesched/gmg/snapshot.h"
+
+namespace slicesched {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Aborts the process (failing the test) if not disarmed within `limit`, so a
+// deadlock fails instead of hanging.
+class Watchdog {
+ public:
+  explicit Watchdog(absl::Duration limit)
+      : thread_([this, limit] {
+          if (!done_.WaitForNotificationWithTimeout(limit)) {
+            fprintf(stderr, "watchdog: test still running after %s; deadlock?\n",
+                    absl::FormatDuration(limit).c_str());
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    done_.Notify();
+    thread_.join();
+  }
+
+ private:
+  absl::Notification done_;
+  std::thread thread_;
+};
+
+AcceleratorSet Devices(int n, Bytes mem = Bytes::GiB(1)) {
+  std::vector<DeviceSpec> devs(n);
+  for (int d = 0; d < n; ++d) {
+    devs[d].name = "cpu" + std::to_string(d);
+    devs[d].type = "cpu";
+    devs[d].memory = mem;
+    devs[d].backend = DeviceBackend::kCpu;
+  }
+  return *AcceleratorSet::Create(devs, LinkSpec{10e9, Duration::Micros(5)});
+}
+
+std::shared_ptr<const GraphTemplate> Chain(int len) {
+  TemplateBuilder b("chain" + std::to_string(len));
+  b.ExternalInput("in", DType::kI64, {"N"});
+  for (int i = 0; i < len; ++i) {
+    b.Op("op" + std::to_string(i), OpKind::kGeneric)
+        .Inputs({i == 0 ? std::string("$in") : "op" + std::to_string(i - 1)})
+        .Output("x", DType::kF32, {"N"})
+        .Workspace("N*2");
+  }
+  return *b.Build();
+}
+
+std::shared_ptr<const GraphTemplate> Diamond() {
+  TemplateBuilder b("diamond");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("a", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("b", OpKind::kGeneric).Inputs({"a"}).Output("y", DType::kF32, {"N"}).Workspace("N");
+  b.Op("c", OpKind::kGeneric).Inputs({"a"}).Output("z", DType::kF32, {"N"});
+  b.Op("d", OpKind::kGeneric).Inputs({"b", "c"}).Output("o", DType::kF32, {"N"});
+  return *b.Build();
+}
+
+// One GMG, a manual clock the fake kernels advance, and the executors.
+struct Rig {
+  explicit Rig(int devices, Bytes mem = Bytes::GiB(1))
+      : g(Devices(devices, mem)),
+        kernels([](const KernelCall& c) { return Duration::Micros(10 + 5 * c.op_index); }, &clock) {
+    chain = *g.RegisterTemplate(Chain(4));
+    diamond = *g.RegisterTemplate(Diamond());
+  }
+  void Start(ExecutorOptions o = {}) {
+    exec = std::make_unique<ExecutorSet>(&g, &clock, &kernels, &host, std::move(o));
+  }
+  InstanceId New(TemplateId t, int64_t n, int prio = 0,
+                 PriorityClass cls = PriorityClass::kOffline) {
+    InstanceSpec s;
+    s.template_id = t;
+    s.bindings = {{"N", n}};
+    s.priority = prio;
+    s.priority_class = cls;
+    s.arrival = clock.Now();
+    return *g.Instantiate(s);
+  }
+  // Places op i of `inst` on devs[i % devs.size()] and tells the executors.
+  void Place(InstanceId inst, const std::vector<int>& devs, int32_t transfer_priority = 0) {
+    const Instance* in = g.FindInstance(inst);
+    std::vector<NodePlacement> p;
+    for (int op : in->tpl->topo_order()) {
+      p.push_back({in->nodes[op].id, DeviceId(devs[op % devs.size()])});
+    }
+    auto issued = IssuePlacements(g, p, transfer_priority, clock.Now());
+    ASSERT_TRUE(issued.ok()) << issued.status();
+    for (NodeId n : *issued) exec->NodeIssued(n);
+  }
+  // Drives the executors until every instance retired; checks the GMG's
+  // invariants after every step.
+  absl::Status Run(bool verify = true) {
+    SLICESCHED_RETURN_IF_ERROR(exec->Dispatch(clock.Now()));
+    while (g.num_instances() > 0) {
+      if (!exec->WaitForCompletion(absl::Seconds(60))) {
+        return absl::DeadlineExceededError("no completion within 60 s: the executors are stuck");
+      }
+      SLICESCHED_RETURN_IF_ERROR(exec->AdvanceTo(clock.Now(), &feedback));
+      if (verify) SLICESCHED_RETURN_IF_ERROR(g.VerifyInvariants());
+    }
+    return absl::OkStatus();
+  }
+
+  ManualClock clock;
+  GlobalMappingGraph g;
+  FakeKernelRunner kernels;
+  HostTransferBackend host;
+  std::unique_ptr<ExecutorSet> exec;
+  TemplateId chain, diamond;
+  std::vector<Feedback> feedback;
+};
+
+// Per device, the run intervals of compute feedback never overlap.
+void ExpectNoOverlap(const std::vector<Feedback>& fb, Feedback::Kind kind, size_t devices) {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> per(devices);
+  for (const Feedback& f : fb) {
+    if (f.kind != kind) continue;
+    ASSERT_LE(f.start, f.end);
+    per[f.device.value()].push_back({f.start.nanos(), f.end.nanos()});
+    if (kind == Feedback::Kind::kTransfer) per[f.dst.value()].push_back({f.start.nanos(), f.end.nanos()});
+  }
+  for (size_t d = 0; d < devices; ++d) {
+    std::sort(per[d].begin(), per[d].end());
+    for (size_t i = 1; i < per[d].size(); ++i) {
+      EXPECT_LE(per[d][i - 1].second, per[d][i].first)
+          << "device " << d << ": interval " << i - 1 << " overlaps interval " << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// DevicePool
+
+TEST(DevicePoolTest, ChargesReleasesAndReportsExhaustion) {
+  DevicePool pool(DeviceId(3), "gpu3", Bytes(1000));
+  {
+    auto a = pool.Allocate(Bytes(600), AllocPurpose::kOutput);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(pool.used(), Bytes(600));
+    auto b = pool.Allocate(Bytes(500), AllocPurpose::kRecv);
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("gpu3"));
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("500 bytes requested"));
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("400 bytes free"));
+    Allocation moved = std::move(*a);
+    EXPECT_EQ(pool.used(), Bytes(600));
+  }
+  EXPECT_EQ(pool.used(), Bytes(0));
+  EXPECT_EQ(pool.peak(), Bytes(600));
+  pool.FailNextAllocations(2, AllocPurpose::kRecv);
+  EXPECT_TRUE(pool.Allocate(Bytes(1), AllocPurpose::kOutput).ok());
+  EXPECT_FALSE(pool.Allocate(Bytes(1), AllocPurpose::kRecv).ok());
+  EXPECT_FALSE(pool.Allocate(Bytes(1), AllocPurpose::kRecv).ok());
+  EXPECT_TRUE(pool.Allocate(Bytes(1), AllocPurpose::kRecv).ok());
+  pool.SetFailureHook([](const AllocationRequest& r) { return r.bytes == Bytes(7); });
+  EXPECT_FALSE(pool.Allocate(Bytes(7)).ok());
+  EXPECT_TRUE(pool.Allocate(Bytes(8)).ok());
+  EXPECT_EQ(pool.num_failures(), 4);
+  EXPECT_EQ(pool.used(), Bytes(0));
+}
+
+TEST(DevicePoolTest, ThreadSafe) {
+  DevicePool pool(DeviceId(0), "cpu0", Bytes(1 << 20));
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&pool] {
+      for (int i = 0; i < 2000; ++i) {
+        auto a = pool.Allocate(Bytes(100));
+        ASSERT_TRUE(a.ok());
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(pool.used(), Bytes(0));
+  EXPECT_LE(pool.peak(), Bytes(400));
+  EXPECT_EQ(pool.num_allocations(), 8000);
+}
+
+// ---------------------------------------------------------------------------
+// CommGraph
+
+TEST(CommGraphTest, GrantsConflictFreeAndRetriesFailedRecv) {
+  CommGraph cg(4);
+  ASSERT_TRUE(cg.AddIntent({1, DeviceId(0), DeviceId(1), 0, 10, Bytes(8)}).ok());
+  ASSERT_TRUE(cg.AddIntent({2, DeviceId(1), DeviceId(2), 5, 20, Bytes(8)}).ok());
+  ASSERT_TRUE(cg.AddIntent({3, DeviceId(2), DeviceId(3), 0, 5, Bytes(8)}).ok());
+  EXPECT_FALSE(cg.AddIntent({3, DeviceId(2), DeviceId(3), 0, 5, Bytes(8)}).ok());
+  EXPECT_FALSE(cg.AddIntent({4, DeviceId(2), DeviceId(2), 0, 5, Bytes(8)}).ok());
+  // Highest priority first (2 takes devices 1 and 2); 1 and 3 conflict with it.
+  auto g = cg.Arbitrate();
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].id, 2u);
+  EXPECT_TRUE(cg.busy(DeviceId(1)) && cg.busy(DeviceId(2)));
+  EXPECT_TRUE(cg.Arbitrate().empty());
+  // The destination cannot allocate: back to pending, ends freed, retried.
+  ASSERT_TRUE(cg.RecvFailed(2).ok());
+  EXPECT_EQ(cg.retries(2), 1);
+  EXPECT_EQ(cg.num_retrying(), 1u);
+  EXPECT_FALSE(cg.busy(DeviceId(1)));
+  EXPECT_FALSE(cg.Complete(2).ok());  // not sending
+  g = cg.Arbitrate();
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].id, 2u);
+  EXPECT_EQ(cg.num_retrying(), 0u);
+  ASSERT_TRUE(cg.RecvReady(2).ok());
+  ASSERT_TRUE(cg.Complete(2).ok());
+  g = cg.Arbitrate();  // now 3 (older) and 1 do not conflict
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].id, 3u);
+  EXPECT_EQ(g[1].id, 1u);
+  ASSERT_TRUE(cg.Abort(1).ok());
+  ASSERT_TRUE(cg.RecvReady(3).ok());
+  ASSERT_TRUE(cg.Complete(3).ok());
+  EXPECT_EQ(cg.size(), 0u);
+  for (int d = 0; d < 4; ++d) EXPECT_FALSE(cg.busy(DeviceId(d)));
+  EXPECT_EQ(cg.total_retries(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// ExecutorSet
+
+// (a) + (b): a chain and a diamond on 2-4 devices complete, the GMG's
+// invariants hold throughout, and each device runs one operator at a time.
+TEST(ExecutorSetTest, ChainsAndDiamondsComplete) {
+  for (int devices : {2, 3, 4}) {
+    SCOPED_TRACE(devices);
+    Rig r(devices);
+    r.Start();
+    std::mt19937 rng(devices);
+    int expected_ops = 0, expected_transfers = 0;
+    for (int i = 0; i < 6; ++i) {
+      const bool diamond = i % 2 == 1;
+      InstanceId inst = r.New(diamond ? r.diamond : r.chain, 64 + i, i % 3);
+      std::vector<int> devs(4);
+      for (int& d : devs) d = static_cast<int>(rng() % devices);
+      r.Place(inst, devs);
+      expected_ops += 4;
+      if (diamond) {
+        // One transfer of a's output per distinct consumer device.
+        std::set<int> a_dsts;
+        for (int k : {1, 2}) {
+          if (devs[k] != devs[0]) a_dsts.insert(devs[k]);
+        }
+        expected_transfers += static_cast<int>(a_dsts.size()) + (devs[3] != devs[1]) +
+                              (devs[3] != devs[2]);
+      } else {
+        for (int k = 1; k < 4; ++k) expected_transfers += devs[k] != devs[k - 1];
+      }
+    }
+    ASSERT_TRUE(r.Run().ok());
+    auto retired = r.g.TakeRetired();
+    ASSERT_EQ(retired.size(), 6u);
+    for (const RetiredInstance& ri : retired) EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+    EXPECT_EQ(r.exec->completed_ops(), expected_ops);
+    EXPECT_EQ(r.exec->completed_transfers(), expected_transfers);
+    EXPECT_EQ(r.feedback.size(), static_cast<size_t>(expected_ops + expected_transfers));
+    ExpectNoOverlap(r.feedback, Feedback::Kind::kOp, devices);
+    ExpectNoOverlap(r.feedback, Feedback::Kind::kTransfer, devices);
+    for (const Feedback& f : r.feedback) {
+      // Other devices advance the shared clock too: at least the kernel's time.
+      if (f.kind == Feedback::Kind::kOp) {
+        EXPECT_GE(f.measured(), Duration::Micros(10 + 5 * f.op));
+      }
+    }
+    EXPECT_EQ(r.exec->stored_tensors(), 0u);
+    for (int d = 0; d < devices; ++d) {
+      EXPECT_EQ(r.exec->pool(DeviceId(d)).used(), Bytes(0));
+      EXPECT_EQ(r.g.memory(DeviceId(d)).total(), Bytes(0));
+    }
+  }
+}
+
+// The shared discipline picks among queued operators: online first.
+TEST(ExecutorSetTest, OnlineRunsBeforeQueuedOffline) {
+  Rig r(1);
+  r.Start();
+  // Hold the device in its first kernel while the rest queue up.
+  absl::Notification entered, release;
+  std::atomic<bool> first{true};
+  r.kernels.SetHook([&](const KernelCall&) {
+    if (first.exchange(false)) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+  });
+  InstanceId blocker = r.New(r.chain, 8);
+  r.Place(blocker, {0});
+  entered.WaitForNotification();
+  InstanceId off = r.New(r.chain, 8, 0, PriorityClass::kOffline);
+  r.Place(off, {0});
+  InstanceId on = r.New(r.chain, 8, 0, PriorityClass::kOnline);
+  r.Place(on, {0});
+  release.Notify();
+  ASSERT_TRUE(r.Run().ok());
+  Timestamp on_first, off_first;
+  for (const Feedback& f : r.feedback) {
+    if (f.op == 0 && f.instance == on) on_first = f.start;
+    if (f.op == 0 && f.instance == off) off_first = f.start;
+  }
+  EXPECT_LT(on_first, off_first);
+}
+
+// (c) Deadlock freedom: thousands of random cross-device transfers with
+// random priorities on 8 devices, a third of the Recv allocations failing.
+TEST(ExecutorSetTest, RandomTransfersWithRecvFailuresAllComplete) {
+  Watchdog watchdog(absl::Minutes(5));
+  constexpr int kDevices = 8, kPairs = 2500;
+  Rig r(kDevices);
+  TemplateBuilder b("pair");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("p", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("c", OpKind::kGeneric).Inputs({"p"}).Output("y", DType::kF32, {"1"});
+  const TemplateId pair = *r.g.RegisterTemplate(*b.Build());
+  r.Start();
+  std::mt19937 hook_rng(7);
+  std::atomic<int64_t> injected{0};
+  for (int d = 0; d < kDevices; ++d) {
+    r.exec->pool(DeviceId(d)).SetFailureHook([&](const AllocationRequest& q) {
+      // Recv allocations happen on the owner thread only.
+      if (q.purpose != AllocPurpose::kRecv || hook_rng() % 3 != 0) return false;
+      ++injected;
+      return true;
+    });
+  }
+  std::mt19937 rng(11);
+  for (int i = 0; i < kPairs; ++i) {
+    const int a = static_cast<int>(rng() % kDevices);
+    int c = static_cast<int>(rng() % (kDevices - 1));
+    if (c >= a) ++c;
+    InstanceId inst = r.New(pair, 16 + static_cast<int64_t>(rng() % 64));
+    const int prio = static_cast<int>(rng() % 200) - 100;
+    r.Place(inst, {a, c}, TransferPriority(static_cast<uint8_t>(rng() % 2), prio));
+    if (i % 100 == 0) {  // keep some transfers arriving while others run
+      std::vector<Feedback> fb;
+      ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+    }
+  }
+  ASSERT_TRUE(r.Run(/*verify=*/false).ok());
+  ASSERT_TRUE(r.g.VerifyInvariants().ok());
+  auto retired = r.g.TakeRetired();
+  ASSERT_EQ(retired.size(), static_cast<size_t>(kPairs));
+  for (const RetiredInstance& ri : retired) ASSERT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+  EXPECT_EQ(r.exec->completed_transfers(), kPairs);
+  EXPECT_GT(r.exec->comm().total_retries(), 0);
+  EXPECT_EQ(r.exec->comm().total_retries(), injected.load());
+  ExpectNoOverlap(r.feedback, Feedback::Kind::kTransfer, kDevices);
+  ExpectNoOverlap(r.feedback, Feedback::Kind::kOp, kDevices);
+  for (int d = 0; d < kDevices; ++d) EXPECT_EQ(r.exec->pool(DeviceId(d)).used(), Bytes(0));
+}
+
+// (d) Faults: each failing instance ends failed with a reason; the others
+// complete; every pool returns to its baseline.
+TEST(ExecutorSetTest, FaultsFailOnlyTheirInstanceAndLeakNothing) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(5);
+  r.Start();
+  std::vector<Bytes> baseline;
+  for (int d = 0; d < 5; ++d) baseline.push_back(r.exec->pool(DeviceId(d)).used());
+  const std::vector<int> spread = {0, 1, 2, 3};
+  InstanceId ok1 = r.New(r.chain, 32);
+  InstanceId thrower = r.New(r.chain, 33);
+  InstanceId erring = r.New(r.diamond, 34);
+  InstanceId oom = r.New(r.chain, 777);  // its outputs are 3108 bytes
+  InstanceId ok2 = r.New(r.diamond, 35);
+  InstanceId on_stopped_running = r.New(r.chain, 36);
+  InstanceId on_stopped_queued = r.New(r.chain, 37);
+  const NodeId throws_at = r.g.FindInstance(thrower)->nodes[1].id;
+  const NodeId errs_at = r.g.FindInstance(erring)->nodes[2].id;
+  const NodeId blocks_at = r.g.FindInstance(on_stopped_running)->nodes[0].id;
+  r.kernels.ThrowWhen([=](const KernelCall& c) { return c.node == throws_at; }, "boom");
+  r.kernels.FailWhen([=](const KernelCall& c) { return c.node == errs_at; },
+                     absl::DataLossError("checksum mismatch"));
+  for (int d = 0; d < 4; ++d) {
+    r.exec->pool(DeviceId(d)).SetFailureHook([](const AllocationRequest& q) {
+      return q.purpose == AllocPurpose::kOutput && q.bytes == Bytes(3108);
+    });
+  }
+  absl::Notification entered, release;
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node == blocks_at) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+  });
+  for (InstanceId i : {ok1, thrower, erring, oom, ok2}) r.Place(i, spread);
+  r.Place(on_stopped_running, {4});
+  r.Place(on_stopped_queued, {4});
+  entered.WaitForNotification();
+  r.exec->StopDevice(DeviceId(4));
+  release.Notify();
+  ASSERT_TRUE(r.Run().ok());
+  std::map<uint64_t, RetiredInstance> by_id;
+  for (RetiredInstance& ri : r.g.TakeRetired()) by_id[ri.id.value()] = ri;
+  ASSERT_EQ(by_id.size(), 7u);
+  EXPECT_EQ(by_id[ok1.value()].state, InstanceState::kDone);
+  EXPECT_EQ(by_id[ok2.value()].state, InstanceState::kDone);
+  auto expect_failed = [&](InstanceId i, const char* why) {
+    const RetiredInstance& ri = by_id[i.value()];
+    EXPECT_EQ(ri.state, InstanceState::kFailed) << i;
+    EXPECT_THAT(ri.failure, HasSubstr(why)) << i;
+  };
+  expect_failed(thrower, "kernel threw: boom");
+  expect_failed(erring, "checksum mismatch");
+  expect_failed(oom, "memory allocation failed");
+  expect_failed(on_stopped_running, "stopped while the node ran");
+  expect_failed(on_stopped_queued, "stopped before node");
+  EXPECT_TRUE(r.exec->device_stopped(DeviceId(4)));
+  EXPECT_EQ(r.exec->failed_nodes(), 5);
+  // A new node for the stopped device fails at once instead of hanging.
+  InstanceId late = r.New(r.chain, 40);
+  r.Place(late, {4});
+  ASSERT_TRUE(r.Run().ok());
+  auto late_ret = r.g.TakeRetired();
+  ASSERT_EQ(late_ret.size(), 1u);
+  EXPECT_EQ(late_ret[0].state, InstanceState::kFailed);
+  EXPECT_THAT(late_ret[0].failure, HasSubstr("is stopped"));
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  for (int d = 0; d < 5; ++d) EXPECT_EQ(r.exec->pool(DeviceId(d)).used(), baseline[d]) << d;
+}
+
+// A failing Send fails its instance; Recv failures alone never do.
+TEST(ExecutorSetTest, FailedSendFailsTheInstance) {
+  Rig r(2);
+  r.Start();
+  InstanceId inst = r.New(r.chain, 16);
+  r.host.FailWhen([](const TransferCall&) { return true; }, absl::UnavailableError("link down"));
+  r.Place(inst, {0, 1});
+  ASSERT_TRUE(r.Run().ok());
+  auto ret = r.g.TakeRetired();
+  ASSERT_EQ(ret.size(), 1u);
+  EXPECT_EQ(ret[0].state, InstanceState::kFailed);
+  EXPECT_THAT(ret[0].failure, HasSubstr("link down"));
+  for (int d = 0; d < 2; ++d) EXPECT_EQ(r.exec->pool(DeviceId(d)).used(), Bytes(0));
+}
+
+// Host payloads move through the host transfer backend.
+TEST(ExecutorSetTest, HostPayloadsReachTheConsumer) {
+  Rig r(2);
+  r.Start();
+  std::atomic<int> seen{0};
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.op_index == 0) {
+      auto hb = std::make_shared<HostBytes>();
+      hb->data.assign(static_cast<size_t>(c.outputs[0].bytes.count()), std::byte{42});
+      c.outputs[0].kind = kHostBytesPayload;
+      c.outputs[0].payload = hb;
+    } else if (c.op_index == 1) {
+      ASSERT_EQ(c.inputs[0].kind, kHostBytesPayload);
+      const auto* hb = static_cast<const HostBytes*>(c.inputs[0].payload.get());
+      ASSERT_NE(hb, nullptr);
+      EXPECT_EQ(hb->data.size(), static_cast<size_t>(c.inputs[0].bytes.count()));
+      EXPECT_EQ(hb->data.front(), std::byte{42});
+      EXPECT_EQ(c.device, DeviceId(1));
+      ++seen;
+    }
+  });
+  r.Place(r.New(r.chain, 16), {0, 1});
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(seen.load(), 1);
+}
+
+// (e) Snapshot equivalence: paused at several instants of a run on 4
+// devices, the GMG snapshot names the same running node on every device as
+// the executors do.
+TEST(ExecutorSetTest, SnapshotMatchesWhatRuns) {
+  Watchdog watchdog(absl::Minutes(2));
+  SteadyClock steady;
+  GlobalMappingGraph g(Devices(4));
+  const TemplateId chain = *g.RegisterTemplate(Chain(4));
+  SpinSleeper spin(&steady);
+  EmulatedKernelRunner kernels([](const KernelCall& c) { return Duration::Micros(200 + 50 * c.op_index); },
+                               &spin);
+  HostTransferBackend host;
+  ExecutorSet exec(&g, &steady, &kernels, &host);
+  // One deterministic instant: the first instance's first operator is held
+  // inside its kernel, so the GMG must show it running there. (The hook is
+  // installed before anything is issued.)
+  NodeId held;
+  DeviceId held_on;
+  absl::Notification entered, release;
+  kernels.SetHook([&](const KernelCall& c) {
+    if (c.node == held) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+  });
+  std::mt19937 rng(5);
+  for (int i = 0; i < 24; ++i) {
+    InstanceSpec s;
+    s.template_id = chain;
+    s.bindings = {{"N", 128}};
+    s.priority = i % 4;
+    s.arrival = steady.Now();
+    const InstanceId inst = *g.Instantiate(s);
+    std::vector<NodePlacement> p;
+    for (int op = 0; op < 4; ++op) {
+      p.push_back({g.FindInstance(inst)->nodes[op].id, DeviceId(static_cast<uint16_t>(rng() % 4))});
+    }
+    if (i == 0) {
+      held = p[0].node;
+      held_on = p[0].device;
+    }
+    auto issued = IssuePlacements(g, p, 0, steady.Now());
+    ASSERT_TRUE(issued.ok());
+    for (NodeId n : *issued) exec.NodeIssued(n);
+  }
+  std::vector<Feedback> fb;
+  ASSERT_TRUE(exec.Dispatch(steady.Now()).ok());
+  entered.WaitForNotification();
+  exec.Pause();
+  ASSERT_TRUE(exec.AdvanceTo(steady.Now(), &fb).ok());
+  EXPECT_EQ(exec.RunningNow()[held_on.value()], held);
+  EXPECT_EQ(g.running_compute(held_on), held);
+  {
+    const GmgSnapshot snap = g.Snapshot(steady.Now());
+    const uint32_t idx = snap.devices[held_on.value()].running;
+    ASSERT_NE(idx, GmgSnapshot::kNone);
+    EXPECT_EQ(NodeId(snap.nodes[idx].id), held);
+  }
+  exec.Resume();
+  release.Notify();
+  int steps = 0, instants = 0;
+  while (g.num_instances() > 0) {
+    ASSERT_TRUE(exec.WaitForCompletion(absl::Seconds(60)));
+    ASSERT_TRUE(exec.AdvanceTo(steady.Now(), &fb).ok());
+    if (++steps % 4 != 0) continue;
+    exec.Pause();
+    ASSERT_TRUE(exec.AdvanceTo(steady.Now(), &fb).ok());
+    const GmgSnapshot snap = g.Snapshot(steady.Now());
+    const std::vector<NodeId> running = exec.RunningNow();
+    ASSERT_EQ(running.size(), snap.devices.size());
+    for (size_t d = 0; d < running.size(); ++d) {
+      const uint32_t idx = snap.devices[d].running;
+      const NodeId in_snapshot = idx == GmgSnapshot::kNone ? NodeId() : NodeId(snap.nodes[idx].id);
+      EXPECT_EQ(in_snapshot, running[d]) << "device " << d << " at step " << steps;
+      EXPECT_EQ(g.running_compute(DeviceId(static_cast<uint16_t>(d))), running[d]);
+    }
+    ++instants;
+    exec.Resume();
+  }
+  EXPECT_GT(instants, 3);
+  ExpectNoOverlap(fb, Feedback::Kind::kOp, 4);
+  EXPECT_EQ(exec.completed_ops(), 24 * 4);
+}
+
+}  // namespace
+}  // namespace slicesched
