@@ -14,6 +14,9 @@
 #include "slicesched/experiments/bench_sim.h"
 #include "slicesched/experiments/gmg_demo.h"
 #include "slicesched/experiments/replay.h"
+#ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
+#include "slicesched/executor/overhead.h"
+#endif
 
 namespace {
 
@@ -33,6 +36,9 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
+               "  overhead [--prefills N] [--repetitions R] [--json]\n"
+               "                        scheduled vs direct execution of N context-1 prefills on\n"
+               "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -241,6 +247,48 @@ int Replay(const std::vector<std::string>& args) {
   return 0;
 }
 
+int Overhead(const std::vector<std::string>& args) {
+#ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
+  slicesched::OverheadOptions o;
+  bool json = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    int64_t v = 0;
+    if (args[i] == "--json") {
+      json = true;
+    } else if (IntFlag(args, &i, "--prefills", &v)) {
+      o.prefills = v;
+    } else if (IntFlag(args, &i, "--repetitions", &v)) {
+      o.repetitions = static_cast<int>(v);
+    } else if (IntFlag(args, &i, "--seed", &v)) {
+      o.seed = static_cast<uint64_t>(v);
+    } else {
+      std::fprintf(stderr, "slicesim overhead: unknown argument '%s'\n", args[i].c_str());
+      return 2;
+    }
+  }
+  auto r = slicesched::RunOverhead(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "slicesim overhead: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  if (json) {
+    std::printf("%s\n", r->ToJson().c_str());
+  } else {
+    std::printf("%lld prefills (context 1), median of %d alternations\n"
+                "direct %.3f s, scheduled %.3f s: overhead %.2f%%\n%s\n",
+                static_cast<long long>(r->prefills), r->repetitions, r->direct_s, r->scheduled_s,
+                r->overhead_pct, r->placement.c_str());
+  }
+  return 0;
+#else
+  (void)args;
+  std::fprintf(stderr,
+               "slicesim overhead: this slicesim was built without LibTorch "
+               "(SLICESCHED_WITH_TORCH=OFF); the command needs the LibTorch executors\n");
+  return 1;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -251,6 +299,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench-sim") return BenchSim(args);
   if (cmd == "accuracy") return Accuracy(args);
   if (cmd == "replay") return Replay(args);
+  if (cmd == "overhead") return Overhead(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);

@@ -98,21 +98,30 @@ class ReadyQueue {
     return a.ready_ns != b.ready_ns ? a.ready_ns < b.ready_ns : a.tiebreak < b.tiebreak;
   }
   Bucket& BucketFor(uint8_t cls, int32_t prio) {
+    // Most pushes go to the bucket of the previous push.
+    if (last_ < buckets_.size() && buckets_[last_].cls == cls && buckets_[last_].prio == prio) {
+      return buckets_[last_];
+    }
     // Buckets stay ordered by (class, -priority); there are a handful.
     size_t i = 0;
     for (; i < buckets_.size(); ++i) {
       const Bucket& b = buckets_[i];
-      if (b.cls == cls && b.prio == prio) return buckets_[i];
+      if (b.cls == cls && b.prio == prio) {
+        last_ = i;
+        return buckets_[i];
+      }
       if (b.cls > cls || (b.cls == cls && b.prio < prio)) break;
     }
     Bucket nb;
     nb.cls = cls;
     nb.prio = prio;
+    last_ = i;
     return *buckets_.insert(buckets_.begin() + static_cast<std::ptrdiff_t>(i), std::move(nb));
   }
 
   std::vector<Bucket> buckets_;
   size_t size_ = 0;
+  size_t last_ = 0;  // bucket of the previous push
 };
 
 }  // namespace slicesched

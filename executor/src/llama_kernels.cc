@@ -1,0 +1,293 @@
+// The Llama KernelRunner and its TransferBackend. Torch-free TU: it uses only
+// the public operator API (llama_ops.h, tensor.h).
+#include "slicesched/executor/llama_kernels.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+
+namespace slicesched::executor {
+namespace {
+
+std::string Label(const KernelCall& call) {
+  if (call.tpl == nullptr || call.op_index < 0) return call.node.ToString();
+  return StrCat(call.tpl->name(), "/", call.op().name, " (node ", call.node, ")");
+}
+
+// The evaluated attribute `name` of the call's op, if the op declares it.
+std::optional<int64_t> Attr(const KernelCall& call, std::string_view name) {
+  const auto& attrs = call.op().attrs;
+  for (size_t i = 0; i < attrs.size() && i < call.attrs.size(); ++i) {
+    if (attrs[i].first == name) return call.attrs[i];
+  }
+  return std::nullopt;
+}
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// The Tensor payload of op input `i` (an op output).
+absl::StatusOr<const Tensor*> InputTensor(const KernelCall& call, size_t i) {
+  if (i >= call.inputs.size()) {
+    return absl::InvalidArgumentError(StrCat(Label(call), ": missing input ", i));
+  }
+  const Tensor* t = TensorPayloadOf(call.inputs[i]);
+  if (t == nullptr || !t->defined()) {
+    return absl::FailedPreconditionError(
+        StrCat(Label(call), ": input ", i, " ('", call.op().input_names[i],
+               "') holds no tensor payload (payload kind ", call.inputs[i].kind, ")"));
+  }
+  return t;
+}
+
+absl::Status CheckOutputs(const KernelCall& call, size_t n) {
+  if (call.outputs.size() != n) {
+    return absl::InvalidArgumentError(
+        StrCat(Label(call), ": expected ", n, " outputs, got ", call.outputs.size()));
+  }
+  return absl::OkStatus();
+}
+
+bool SameDims(const LlamaDims& a, const LlamaDims& b) {
+  return a.layers == b.layers && a.hidden == b.hidden && a.heads == b.heads &&
+         a.kv_heads == b.kv_heads && a.ffn == b.ffn && a.vocab == b.vocab && a.dtype == b.dtype &&
+         a.fusion == b.fusion;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Payloads
+
+const Tensor* TensorPayloadOf(const Buffer& b) {
+  return b.kind == kTensorPayload ? static_cast<const Tensor*>(b.payload.get()) : nullptr;
+}
+
+KvCache* KvCachePayloadOf(const Buffer& b) {
+  return b.kind == kKvCachePayload ? static_cast<KvCache*>(b.payload.get()) : nullptr;
+}
+
+void SetTensorPayload(Buffer& b, Tensor t) {
+  b.kind = kTensorPayload;
+  b.payload = std::make_shared<Tensor>(std::move(t));
+}
+
+void SetKvCachePayload(Buffer& b, std::shared_ptr<KvCache> cache) {
+  b.kind = kKvCachePayload;
+  b.payload = std::move(cache);
+}
+
+// ---------------------------------------------------------------------------
+// LlamaKernelRunner
+
+absl::StatusOr<std::unique_ptr<LlamaKernelRunner>> LlamaKernelRunner::Create(
+    std::shared_ptr<const LlamaWeights> weights, const LlamaDims& dims) {
+  if (weights == nullptr) return absl::InvalidArgumentError("LlamaKernelRunner: null weights");
+  SLICESCHED_RETURN_IF_ERROR(dims.Validate());
+  if (!SameDims(weights->dims(), dims)) {
+    const LlamaDims& w = weights->dims();
+    return absl::InvalidArgumentError(StrCat(
+        "LlamaKernelRunner: the weights (model '", w.name, "': layers ", w.layers, ", hidden ",
+        w.hidden, ", heads ", w.heads, "/", w.kv_heads, ", ffn ", w.ffn, ", vocab ", w.vocab,
+        ", fusion ", w.fusion, ") do not match the dims of model '", dims.name, "' (layers ",
+        dims.layers, ", hidden ", dims.hidden, ", heads ", dims.heads, "/", dims.kv_heads,
+        ", ffn ", dims.ffn, ", vocab ", dims.vocab, ", fusion ", dims.fusion, ")"));
+  }
+  return std::unique_ptr<LlamaKernelRunner>(new LlamaKernelRunner(std::move(weights), dims));
+}
+
+LlamaKernelRunner::LlamaKernelRunner(std::shared_ptr<const LlamaWeights> weights,
+                                     const LlamaDims& dims)
+    : weights_(std::move(weights)), dims_(dims) {}
+
+void LlamaKernelRunner::SetRequest(InstanceId instance, LlamaRequest request) {
+  absl::MutexLock l(&mu_);
+  requests_.insert_or_assign(instance.value(), std::move(request));
+}
+
+void LlamaKernelRunner::EraseRequest(InstanceId instance) {
+  absl::MutexLock l(&mu_);
+  requests_.erase(instance.value());
+}
+
+size_t LlamaKernelRunner::num_requests() const {
+  absl::MutexLock l(&mu_);
+  return requests_.size();
+}
+
+int64_t LlamaKernelRunner::calls() const {
+  absl::MutexLock l(&mu_);
+  return calls_;
+}
+
+absl::StatusOr<LlamaRequest> LlamaKernelRunner::Lookup(InstanceId instance) const {
+  absl::MutexLock l(&mu_);
+  auto it = requests_.find(instance.value());
+  if (it == requests_.end()) {
+    return absl::FailedPreconditionError(
+        StrCat("no Llama request registered for instance ", instance));
+  }
+  return it->second;
+}
+
+absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
+  if (call.tpl == nullptr || call.op_index < 0 || call.op_index >= call.tpl->num_ops()) {
+    return absl::InvalidArgumentError(StrCat("kernel call for node ", call.node, " has no op"));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    ++calls_;
+  }
+  switch (call.op().kind) {
+    case OpKind::kEmbedding: return RunEmbedding(call);
+    case OpKind::kFusedLayers: return RunFusedLayers(call);
+    case OpKind::kLmHead: return RunLmHead(call);
+    case OpKind::kSample: return RunSample(call);
+    default:
+      return absl::UnimplementedError(StrCat(Label(call), ": the Llama kernels do not implement op kind ",
+                                             OpKindName(call.op().kind)));
+  }
+}
+
+absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
+  SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
+  absl::StatusOr<LlamaRequest> req = Lookup(call.instance);
+  if (!req.ok()) return Annotate(req.status(), Label(call));
+  const Tensor& tokens = req->tokens;
+  if (!tokens.defined()) {
+    return absl::FailedPreconditionError(StrCat(Label(call), ": the request of instance ",
+                                                call.instance, " has no $tokens"));
+  }
+  const std::optional<int64_t> batch = Attr(call, "batch");
+  const std::optional<int64_t> news = Attr(call, "new_tokens");
+  if (batch.has_value() && news.has_value()) {
+    const std::vector<int64_t> want = {*batch, *news};
+    if (tokens.shape() != want) {
+      return absl::InvalidArgumentError(StrCat(Label(call), ": $tokens has shape ",
+                                               ShapeStr(tokens.shape()), ", the instance expects ",
+                                               ShapeStr(want)));
+    }
+  }
+  absl::StatusOr<Tensor> hidden = Embedding(*weights_, tokens);
+  if (!hidden.ok()) return Annotate(hidden.status(), Label(call));
+  SetTensorPayload(call.outputs[0], std::move(*hidden));
+  return absl::OkStatus();
+}
+
+absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
+  SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 2));
+  const OpSpec& op = call.op();
+  // The group: the op whose weights are this group's layers.
+  int64_t group = -1;
+  for (int64_t g = 0; g < dims_.num_groups(); ++g) {
+    if (op.weight_key == LlamaGroupWeightKey(dims_, g)) {
+      group = g;
+      break;
+    }
+  }
+  if (group < 0) {
+    return absl::InvalidArgumentError(StrCat(Label(call), ": weight key '", op.weight_key,
+                                             "' is not a layer group of model '", dims_.name, "'"));
+  }
+  std::optional<size_t> hidden_in, ckpt_in;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    if (op.inputs[i].kind == InputRef::Kind::kOp && !hidden_in.has_value()) hidden_in = i;
+    if (op.inputs[i].kind == InputRef::Kind::kCheckpoint && !ckpt_in.has_value()) ckpt_in = i;
+  }
+  if (!hidden_in.has_value()) {
+    return absl::InvalidArgumentError(StrCat(Label(call), ": no hidden-state input"));
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, *hidden_in));
+
+  if (!ckpt_in.has_value()) {
+    // Prefill: a fresh cache, kept as the retained output's payload.
+    auto cache = std::make_shared<KvCache>();
+    absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, *hidden, cache.get(), 0);
+    if (!out.ok()) return Annotate(out.status(), Label(call));
+    SetTensorPayload(call.outputs[0], std::move(*out));
+    SetKvCachePayload(call.outputs[1], std::move(cache));
+    return absl::OkStatus();
+  }
+  // Decode: grow the checkpoint's cache in place.
+  if (*ckpt_in >= call.inputs.size()) {
+    return absl::InvalidArgumentError(StrCat(Label(call), ": missing checkpoint input"));
+  }
+  const Buffer& ckpt = call.inputs[*ckpt_in];
+  KvCache* cache = KvCachePayloadOf(ckpt);
+  if (cache == nullptr) {
+    return absl::FailedPreconditionError(
+        StrCat(Label(call), ": checkpoint input '", op.input_names[*ckpt_in],
+               "' holds no KV cache (payload kind ", ckpt.kind, ")"));
+  }
+  const int64_t start = cache->tokens();
+  if (const std::optional<int64_t> ctx = Attr(call, "context"); ctx.has_value() && *ctx != start) {
+    return absl::FailedPreconditionError(StrCat(Label(call), ": the attached KV cache holds ", start,
+                                                " tokens, the instance expects context ", *ctx));
+  }
+  absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, *hidden, cache, start);
+  if (!out.ok()) return Annotate(out.status(), Label(call));
+  SetTensorPayload(call.outputs[0], std::move(*out));
+  // The update output is the checkpoint itself (grown in place).
+  call.outputs[1].kind = kKvCachePayload;
+  call.outputs[1].payload = ckpt.payload;
+  return absl::OkStatus();
+}
+
+absl::Status LlamaKernelRunner::RunLmHead(const KernelCall& call) {
+  SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, 0));
+  absl::StatusOr<Tensor> logits = LmHead(*weights_, *hidden);
+  if (!logits.ok()) return Annotate(logits.status(), Label(call));
+  SetTensorPayload(call.outputs[0], std::move(*logits));
+  return absl::OkStatus();
+}
+
+absl::Status LlamaKernelRunner::RunSample(const KernelCall& call) {
+  SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* logits, InputTensor(call, 0));
+  absl::StatusOr<LlamaRequest> req = Lookup(call.instance);
+  if (!req.ok()) return Annotate(req.status(), Label(call));
+  absl::StatusOr<Tensor> tokens = Sample(*logits, req->sampling);
+  if (!tokens.ok()) return Annotate(tokens.status(), Label(call));
+  if (sink_) sink_(call.instance, *tokens);
+  SetTensorPayload(call.outputs[0], std::move(*tokens));
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// LlamaTransferBackend
+
+absl::Status LlamaTransferBackend::Send(const TransferCall& call) {
+  const Buffer& from = *call.from;
+  Buffer& to = *call.to;
+  switch (from.kind) {
+    case kTensorPayload:
+      if (from.payload == nullptr) {
+        return absl::FailedPreconditionError(
+            StrCat("transfer ", call.node, ": the source tensor has no payload"));
+      }
+      to.kind = kTensorPayload;
+      to.payload = from.payload;  // immutable CPU tensor: sharing is a copy
+      return absl::OkStatus();
+    case kKvCachePayload: {
+      const KvCache* src = KvCachePayloadOf(from);
+      if (src == nullptr) {
+        return absl::FailedPreconditionError(
+            StrCat("transfer ", call.node, ": the source KV cache has no payload"));
+      }
+      SetKvCachePayload(to, std::make_shared<KvCache>(*src));
+      return absl::OkStatus();
+    }
+    default:
+      return host_.Send(call);
+  }
+}
+
+}  // namespace slicesched::executor
