@@ -36,7 +36,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--prefills N] [--repetitions R] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  help                  this text\n");
@@ -255,6 +255,8 @@ int Overhead(const std::vector<std::string>& args) {
     int64_t v = 0;
     if (args[i] == "--json") {
       json = true;
+    } else if (args[i] == "--model" && i + 1 < args.size()) {
+      o.model = args[++i];
     } else if (IntFlag(args, &i, "--prefills", &v)) {
       o.prefills = v;
     } else if (IntFlag(args, &i, "--repetitions", &v)) {

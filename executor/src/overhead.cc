@@ -33,11 +33,11 @@ std::string OverheadResult::ToJson() const {
       "{\"prefills\": %d, \"direct_s\": %.4f, \"scheduled_s\": %.4f, \"overhead_pct\": %.2f, "
       "\"repetitions\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
-      "\"placement\": \"%s\"}",
+      "\"placement\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
-      tokens_match ? "true" : "false", placement);
+      tokens_match ? "true" : "false", placement, model);
 }
 
 namespace {
@@ -178,7 +178,7 @@ class ScheduledRig {
 absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   if (o.prefills <= 0) return absl::InvalidArgumentError("overhead: --prefills must be positive");
   if (o.repetitions <= 0) return absl::InvalidArgumentError("overhead: --repetitions must be positive");
-  SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset("tiny"));
+  SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
   SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
                               LlamaWeights::FromSeed(dims, o.seed));
   SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig, ScheduledRig::Create(dims, w));
@@ -201,6 +201,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
 
   OverheadResult r;
   r.prefills = o.prefills;
+  r.model = o.model;
   r.repetitions = o.repetitions;
   r.tokens_match = true;
   for (int rep = 0; rep < o.repetitions; ++rep) {

@@ -11,6 +11,7 @@ namespace slicesched {
 namespace presets {
 extern const std::string_view kLlama3_8bYaml;
 extern const std::string_view kTinyYaml;
+extern const std::string_view kSmallYaml;
 }  // namespace presets
 
 int64_t LlamaDims::ParamsPerLayer() const {
@@ -190,9 +191,11 @@ absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name) {
     text = presets::kLlama3_8bYaml;
   } else if (name == "tiny") {
     text = presets::kTinyYaml;
+  } else if (name == "small") {
+    text = presets::kSmallYaml;
   } else {
     return absl::NotFoundError(StrCat("no model preset named '", name,
-                                            "' (presets: llama3-8b, tiny)"));
+                                            "' (presets: llama3-8b, small, tiny)"));
   }
   const std::string source = StrCat("<embedded:configs/models/", name, ".yaml>");
   SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlString(ToAbsl(text), source));

@@ -72,7 +72,7 @@ absl::StatusOr<LlamaTemplates> BuildLlamaTemplates(const LlamaDims& dims);
 // Weight key of fused group g ("<name>/layers0-7").
 std::string LlamaGroupWeightKey(const LlamaDims& dims, int64_t group);
 
-// Presets compiled into the binary: "llama3-8b" and "tiny".
+// Presets compiled into the binary: "llama3-8b", "small" and "tiny".
 absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name);
 
 }  // namespace slicesched

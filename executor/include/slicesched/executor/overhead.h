@@ -28,11 +28,13 @@ struct OverheadOptions {
   int repetitions = 5;  // alternations of direct and scheduled
   uint64_t seed = 1;    // weights
   int warmup = 20;      // untimed prefills of each kind first
+  std::string model = "tiny";  // a Llama preset: tiny, small, llama3-8b
 };
 
 struct OverheadResult {
   int64_t prefills = 0;
   int repetitions = 0;
+  std::string model;
   std::string placement;  // how the scheduled prefills were placed
   double direct_s = 0;     // median over repetitions
   double scheduled_s = 0;  // median over repetitions
