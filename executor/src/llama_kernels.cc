@@ -145,6 +145,12 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
     absl::MutexLock l(&mu_);
     ++calls_;
   }
+  // One core per device thread (see SetIntraOpThreadsForThisThread).
+  thread_local bool threads_set = false;
+  if (!threads_set) {
+    SetIntraOpThreadsForThisThread(1);
+    threads_set = true;
+  }
   switch (call.op().kind) {
     case OpKind::kEmbedding: return RunEmbedding(call);
     case OpKind::kFusedLayers: return RunFusedLayers(call);

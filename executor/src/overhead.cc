@@ -179,6 +179,8 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   if (o.prefills <= 0) return absl::InvalidArgumentError("overhead: --prefills must be positive");
   if (o.repetitions <= 0) return absl::InvalidArgumentError("overhead: --repetitions must be positive");
   SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
+  // The direct path gets the same single core as an executor's device thread.
+  executor::SetIntraOpThreadsForThisThread(1);
   SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
                               LlamaWeights::FromSeed(dims, o.seed));
   SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig, ScheduledRig::Create(dims, w));

@@ -2,6 +2,7 @@
 #include "slicesched/executor/tensor.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
@@ -264,4 +265,6 @@ absl::StatusOr<std::string> TensorToBytes(const Tensor& tensor) {
 }
 
 }  // namespace internal
+void SetIntraOpThreadsForThisThread(int threads) { at::set_num_threads(threads > 0 ? threads : 1); }
+
 }  // namespace slicesched::executor

@@ -63,4 +63,11 @@ class Tensor {
   std::shared_ptr<Impl> impl_;
 };
 
+// Sets how many intra-op threads LibTorch uses for operators called from
+// the calling thread. Executors run one thread per device, each standing for
+// one device, so they set 1 (one core per device) unless configured
+// otherwise; LibTorch's default would let every device thread spread over
+// every core and contend with the others.
+void SetIntraOpThreadsForThisThread(int threads);
+
 }  // namespace slicesched::executor
