@@ -1,0 +1,120 @@
+// Configuration of the `sliced` daemon.
+//
+// `sliced --config FILE` reads one YAML file; without --config the embedded
+// default (configs/sliced.yaml, a CPU-only demo) is used. Every knob is
+// documented here and in that file:
+//
+//   cluster:                    # the accelerator set (AcceleratorSet::FromConfig)
+//     devices: [{name: cpu, count: 4, type: cpu, memory: 2GiB, backend: cpu}]
+//     links: {default: {bandwidth: 10GB/s, latency: 5us}}
+//   deployments:                # models served from the start (more can be
+//     - name: chat              # registered over gRPC); names are unique
+//       model: tiny             # a preset name, or an inline `model:` map
+//       weights: {seed: 1}      # or {safetensors: /path/model.safetensors}
+//       role: online            # online | offline
+//       partitions: [single]    # optional; default: every partition
+//   scheduler:
+//     volume_ms: 50             # scheduling volume v per round (> 0)
+//     offline_queue_limit: 1    # outstanding ops per device for offline (>= 1)
+//     offline_aging_s: 30       # offline work older than this goes first (>= 0)
+//     timeliness: 0.1           # t of Eq 3 (> 0)
+//   listen:
+//     unix_socket: /run/sliced/sliced.sock   # "" disables it
+//     tcp: 0.0.0.0:50051        # optional; requires tls
+//     tls: {cert: /etc/sliced/tls.crt, key: /etc/sliced/tls.key}
+//     admin_token: secret       # optional; required by Admin calls when set
+//   state_dir: /var/lib/sliced  # SQLite state (absolute path)
+//   log_level: info             # trace|debug|info|warn|error|critical|off
+//
+// Parsing is one validation pass: every problem is reported, each as
+// "SOURCE:LINE:COL: FIELD_PATH: MESSAGE" (see common/config.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "slicesched/common/config.h"
+#include "slicesched/common/units.h"
+#include "slicesched/gmg/accelerator.h"
+#include "slicesched/gmg/llama.h"
+#include "yaml-cpp/yaml.h"
+
+namespace slicesched {
+
+enum class DeploymentRole : uint8_t { kOnline, kOffline };
+absl::string_view DeploymentRoleName(DeploymentRole role);  // "online"/"offline"
+
+struct WeightsConfig {
+  enum class Kind : uint8_t { kSeed, kSafetensors };
+  Kind kind = Kind::kSeed;
+  uint64_t seed = 0;             // kSeed: deterministic random weights
+  std::string safetensors_path;  // kSafetensors: absolute after parsing
+};
+
+struct DeploymentConfig {
+  std::string name;
+  std::string model_preset;  // the preset name, or empty for an inline model
+  LlamaDims model;
+  WeightsConfig weights;
+  DeploymentRole role = DeploymentRole::kOnline;
+  std::vector<std::string> partitions;  // empty = every partition of the model
+
+  // The deployment as a YAML map in the config file's syntax (what the state
+  // store persists); ParseDeploymentConfig reads it back.
+  std::string ToYaml() const;
+};
+
+struct SchedulerConfig {
+  Duration volume = Duration::Millis(50);
+  int64_t offline_queue_limit = 1;
+  Duration offline_aging = Duration::Seconds(30);
+  double timeliness = 0.1;
+};
+
+struct ListenConfig {
+  std::string unix_socket = "/run/sliced/sliced.sock";  // empty = disabled
+  std::string tcp_address;  // "host:port"; empty = no TCP listener
+  std::string tls_cert;     // PEM paths; both set whenever tcp_address is
+  std::string tls_key;
+  std::string admin_token;  // empty = Admin calls need no token
+};
+
+struct SlicedConfig {
+  std::string source;  // file path or "<embedded:configs/sliced.yaml>"
+  AcceleratorSet cluster;
+  std::vector<DeploymentConfig> deployments;
+  SchedulerConfig scheduler;
+  ListenConfig listen;
+  std::string state_dir = "/var/lib/sliced";
+  std::string log_level = "info";
+
+  const DeploymentConfig* FindDeployment(std::string_view name) const;
+};
+
+// Validates a whole config tree; `source` prefixes error positions and, when
+// it is a file path, anchors relative safetensors paths.
+absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::string_view source);
+
+// Reads and validates FILE (NotFound when it does not exist).
+absl::StatusOr<SlicedConfig> LoadSlicedConfig(const std::string& path);
+
+// The embedded configs/sliced.yaml, as text and parsed.
+std::string_view DefaultSlicedConfigYaml();
+absl::StatusOr<SlicedConfig> DefaultSlicedConfig();
+
+// Parses one deployment map (an element of `deployments:` or the text of
+// DeploymentConfig::ToYaml()). Errors go to the reader's sink. When `cluster`
+// is given, partitions needing more devices than it has are rejected.
+// `base_dir` anchors a relative safetensors path (empty: leave it relative).
+DeploymentConfig ParseDeploymentConfig(const ConfigReader& d, const AcceleratorSet* cluster,
+                                       absl::string_view base_dir);
+
+// Reads a deployment persisted with ToYaml() (no cluster check).
+absl::StatusOr<DeploymentConfig> DeploymentConfigFromYaml(absl::string_view yaml,
+                                                          absl::string_view source);
+
+}  // namespace slicesched

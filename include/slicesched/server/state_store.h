@@ -1,0 +1,169 @@
+// Durable daemon state: one SQLite database, STATE_DIR/sliced.db.
+//
+// What survives a restart of `sliced`:
+//   deployments   name -> the deployment spec as YAML (DeploymentConfig::ToYaml)
+//   estimators    kind ("op", "transfer", ...) -> the text of
+//                 OpEstimator::Save() / TransferEstimator::Save()
+//   jobs          fine-tuning jobs: id, submitted YAML, state, tenant, times
+//   job_events    a per-job append-only log: (job id, seq) with seq = 1, 2, ...
+//                 without gaps, time, kind, details as JSON text
+//
+// The database runs in WAL mode (readers never block the writer) with a busy
+// timeout, so `slicectl` or a second StateStore may read while the daemon
+// writes. The schema is versioned in table `schema_version`; every migration
+// lives in one list in state_store.cc and runs in one transaction at Open.
+// Updates that touch several rows (a job's state and its event, a batch of
+// estimator snapshots, deleting a job and its log) are single transactions.
+//
+// Errors: every SQLite failure becomes a Status whose message names the
+// statement and SQLite's own message; corruption or a file that is not a
+// database gives DataLossError naming the file, a database written by a newer
+// binary gives FailedPreconditionError, lock contention past the busy
+// timeout gives UnavailableError. Nothing here throws or aborts.
+//
+// Thread safety: all methods may be called from any thread; one connection
+// per StateStore, serialised by a mutex.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+struct sqlite3;
+
+namespace slicesched {
+
+struct StoredDeployment {
+  std::string name;
+  std::string spec_yaml;
+  int64_t created_unix_ms = 0;  // kept when a deployment is replaced
+  int64_t updated_unix_ms = 0;
+};
+
+struct EstimatorSnapshot {
+  std::string kind;  // e.g. "op", "transfer"
+  std::string text;  // the estimator's Save() output
+  int64_t updated_unix_ms = 0;
+};
+
+struct StoredJob {
+  uint64_t id = 0;
+  std::string yaml;
+  std::string state;   // e.g. "queued", "running"; the store does not interpret it
+  std::string tenant;
+  int64_t submitted_unix_ms = 0;
+  int64_t updated_unix_ms = 0;
+};
+
+struct JobEvent {
+  uint64_t job_id = 0;
+  uint64_t seq = 0;  // 1-based, no gaps per job
+  int64_t time_unix_ms = 0;
+  std::string kind;
+  std::string details_json;  // "{}" when there are no details
+};
+
+struct JobFilter {
+  std::string state;   // empty = any
+  std::string tenant;  // empty = any
+  uint64_t after_id = 0;  // paging: ids greater than this
+  int64_t limit = 0;      // 0 = no limit
+};
+
+class StateStore {
+ public:
+  struct Options {
+    // Wall-clock source for the *_unix_ms columns (tests inject a fake).
+    std::function<int64_t()> now_unix_ms;
+    // How long a statement waits for another connection's lock.
+    int busy_timeout_ms = 5000;
+  };
+
+  static constexpr int kSchemaVersion = 1;
+  static constexpr std::string_view kFileName = "sliced.db";
+
+  // Opens (creating the directory and the database when missing) and
+  // migrates DIR/sliced.db, then runs a quick integrity check.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& dir, Options options);
+
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+  ~StateStore();
+
+  const std::string& path() const { return path_; }
+  absl::StatusOr<int> SchemaVersion();
+
+  // --- Deployments (keyed by name) ---------------------------------------
+  // Inserts or replaces; a replaced deployment keeps its created time.
+  absl::Status PutDeployment(std::string_view name, std::string_view spec_yaml);
+  absl::StatusOr<StoredDeployment> GetDeployment(std::string_view name);  // NotFound
+  absl::StatusOr<std::vector<StoredDeployment>> ListDeployments();        // by name
+  absl::Status DeleteDeployment(std::string_view name);                  // NotFound
+
+  // --- Estimator snapshots (keyed by kind) --------------------------------
+  absl::Status PutEstimator(std::string_view kind, std::string_view text);
+  // Several kinds at once, all or nothing (e.g. op and transfer together).
+  absl::Status PutEstimators(const std::vector<EstimatorSnapshot>& snapshots);
+  absl::StatusOr<EstimatorSnapshot> GetEstimator(std::string_view kind);  // NotFound
+  absl::StatusOr<std::vector<EstimatorSnapshot>> ListEstimators();       // by kind
+  absl::Status DeleteEstimator(std::string_view kind);                   // NotFound
+
+  // --- Fine-tuning jobs -----------------------------------------------------
+  // Creates a job (ids ascend, never reused) and, in the same transaction,
+  // its first event: kind "submitted" with `details_json`.
+  absl::StatusOr<uint64_t> CreateJob(std::string_view yaml, std::string_view tenant,
+                                     std::string_view state, std::string_view details_json = "{}");
+  absl::StatusOr<StoredJob> GetJob(uint64_t id);  // NotFound
+  absl::StatusOr<std::vector<StoredJob>> ListJobs(const JobFilter& filter = {});  // ascending id
+  // Sets the state and appends an event (kind, details) in one transaction;
+  // returns the event's seq. NotFound for an unknown job.
+  absl::StatusOr<uint64_t> SetJobState(uint64_t id, std::string_view state, std::string_view event_kind,
+                                       std::string_view details_json = "{}");
+  // Deletes a job and its event log.
+  absl::Status DeleteJob(uint64_t id);  // NotFound
+
+  // --- Job event log (append-only: the schema rejects updates) ---------------
+  // Appends an event with the next seq and returns it; NotFound for an
+  // unknown job. `details_json` must be a JSON object or array (checked by
+  // SQLite's json_valid when available, else only non-empty).
+  absl::StatusOr<uint64_t> AppendJobEvent(uint64_t job_id, std::string_view kind,
+                                          std::string_view details_json = "{}");
+  // Events of a job with seq > after_seq, ascending seq.
+  absl::StatusOr<std::vector<JobEvent>> ListJobEvents(uint64_t job_id, uint64_t after_seq = 0);
+
+ private:
+  class Statement;
+  class Transaction;
+
+  StateStore(std::string path, Options options, sqlite3* db);
+
+  absl::Status Configure() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Exec(std::string_view sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> JobExists(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> AppendEventLocked(uint64_t job_id, int64_t now, std::string_view kind,
+                                             std::string_view details_json)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ValidateJson(std::string_view json) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t Now() const;
+
+  // Constant after construction.
+  const std::string path_;
+  const Options options_;
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  bool have_json_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace slicesched

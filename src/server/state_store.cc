@@ -1,0 +1,623 @@
+#include "slicesched/server/state_store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+
+namespace slicesched {
+namespace {
+
+// Every schema change is one entry here, applied in order inside one
+// transaction; entry i brings the database from version i to i + 1. Never
+// edit an entry that has shipped: append a new one and bump kSchemaVersion.
+constexpr std::string_view kMigrations[] = {
+    // 0 -> 1: the initial schema.
+    R"sql(
+CREATE TABLE deployments (
+  name            TEXT PRIMARY KEY NOT NULL,
+  spec_yaml       TEXT NOT NULL,
+  created_unix_ms INTEGER NOT NULL,
+  updated_unix_ms INTEGER NOT NULL
+);
+CREATE TABLE estimators (
+  kind            TEXT PRIMARY KEY NOT NULL,
+  text            TEXT NOT NULL,
+  updated_unix_ms INTEGER NOT NULL
+);
+CREATE TABLE jobs (
+  id                INTEGER PRIMARY KEY AUTOINCREMENT,
+  yaml              TEXT NOT NULL,
+  state             TEXT NOT NULL,
+  tenant            TEXT NOT NULL,
+  submitted_unix_ms INTEGER NOT NULL,
+  updated_unix_ms   INTEGER NOT NULL
+);
+CREATE INDEX jobs_by_state ON jobs(state, id);
+CREATE INDEX jobs_by_tenant ON jobs(tenant, id);
+CREATE TABLE job_events (
+  job_id       INTEGER NOT NULL,
+  seq          INTEGER NOT NULL,
+  time_unix_ms INTEGER NOT NULL,
+  kind         TEXT NOT NULL,
+  details_json TEXT NOT NULL,
+  PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+-- The event log is append-only: rows are never changed, and only removed
+-- together with their job (DeleteJob removes the job first).
+CREATE TRIGGER job_events_no_update BEFORE UPDATE ON job_events
+BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
+CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events
+WHEN EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id)
+BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
+)sql",
+};
+static_assert(static_cast<int>(std::size(kMigrations)) == StateStore::kSchemaVersion);
+
+absl::StatusCode CodeOf(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::StatusCode::kDataLoss;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_CANTOPEN:
+    case SQLITE_IOERR:
+    case SQLITE_PROTOCOL:
+      return absl::StatusCode::kUnavailable;
+    case SQLITE_CONSTRAINT:
+      return absl::StatusCode::kFailedPrecondition;
+    case SQLITE_FULL:
+    case SQLITE_NOMEM:
+      return absl::StatusCode::kResourceExhausted;
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+    case SQLITE_AUTH:
+      return absl::StatusCode::kPermissionDenied;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// The statement as shown in error messages: whitespace collapsed, cut short.
+std::string ShortSql(std::string_view sql) {
+  std::string out;
+  for (char c : sql) {
+    const bool space = c == '\n' || c == ' ' || c == '\t';
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out.push_back(space ? ' ' : c);
+    if (out.size() >= 96) {
+      out += "...";
+      break;
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+absl::Status SqliteError(sqlite3* db, int rc, std::string_view sql, const std::string& path) {
+  const char* msg = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  std::string text = StrCat("state database ", path, ": ", msg, " (sqlite code ", rc, ") in statement '",
+                            ShortSql(sql), "'");
+  const int primary = rc & 0xff;
+  if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) {
+    text += "; the file is corrupt or not a SQLite database: move it aside to start with empty state";
+  }
+  return absl::Status(CodeOf(rc), text);
+}
+
+int64_t WallNowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Statement: a prepared statement with error reporting that names it.
+
+class StateStore::Statement {
+ public:
+  static absl::StatusOr<Statement> Prepare(sqlite3* db, std::string_view sql, const std::string& path) {
+    sqlite3_stmt* stmt = nullptr;
+    const int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_finalize(stmt);
+      return SqliteError(db, rc, sql, path);
+    }
+    return Statement(db, stmt, sql, path);
+  }
+
+  Statement(Statement&& o) noexcept
+      : db_(o.db_), stmt_(std::exchange(o.stmt_, nullptr)), sql_(o.sql_), path_(o.path_), bind_(std::move(o.bind_)) {}
+  Statement& operator=(Statement&&) = delete;
+  ~Statement() { sqlite3_finalize(stmt_); }
+
+  Statement& Bind(int index, int64_t value) {
+    Check(sqlite3_bind_int64(stmt_, index, value));
+    return *this;
+  }
+  Statement& Bind(int index, std::string_view value) {
+    Check(sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT));
+    return *this;
+  }
+
+  // true: a row is available; false: done.
+  absl::StatusOr<bool> Step() {
+    if (!bind_.ok()) return bind_;
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqliteError(db_, rc, sql_, *path_);
+  }
+  // Runs to completion, ignoring rows.
+  absl::Status Run() {
+    while (true) {
+      SLICESCHED_ASSIGN_OR_RETURN(bool row, Step());
+      if (!row) return absl::OkStatus();
+    }
+  }
+
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  std::string Text(int col) const {
+    const unsigned char* p = sqlite3_column_text(stmt_, col);
+    const int n = sqlite3_column_bytes(stmt_, col);
+    return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(n));
+  }
+
+ private:
+  Statement(sqlite3* db, sqlite3_stmt* stmt, std::string_view sql, const std::string& path)
+      : db_(db), stmt_(stmt), sql_(sql), path_(&path) {}
+
+  void Check(int rc) {
+    if (rc != SQLITE_OK && bind_.ok()) bind_ = SqliteError(db_, rc, sql_, *path_);
+  }
+
+  sqlite3* db_;
+  sqlite3_stmt* stmt_;
+  std::string_view sql_;  // statements are string literals
+  const std::string* path_;
+  absl::Status bind_;
+};
+
+// ---------------------------------------------------------------------------
+// Transaction: BEGIN IMMEDIATE ... COMMIT, rolled back unless committed.
+
+class StateStore::Transaction {
+ public:
+  static absl::StatusOr<Transaction> Begin(StateStore* store) ABSL_EXCLUSIVE_LOCKS_REQUIRED(store->mu_) {
+    // IMMEDIATE takes the write lock now, so a read-then-write sequence
+    // (next seq, then insert) cannot race another connection.
+    SLICESCHED_RETURN_IF_ERROR(store->Exec("BEGIN IMMEDIATE"));
+    return Transaction(store);
+  }
+  Transaction(Transaction&& o) noexcept : store_(std::exchange(o.store_, nullptr)) {}
+  Transaction& operator=(Transaction&&) = delete;
+  ~Transaction() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (store_ != nullptr) (void)store_->Exec("ROLLBACK");
+  }
+  absl::Status Commit() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    StateStore* s = std::exchange(store_, nullptr);
+    absl::Status status = s->Exec("COMMIT");
+    if (!status.ok()) (void)s->Exec("ROLLBACK");
+    return status;
+  }
+
+ private:
+  explicit Transaction(StateStore* store) : store_(store) {}
+  StateStore* store_;
+};
+
+// ---------------------------------------------------------------------------
+// Open, configuration and migrations.
+
+StateStore::StateStore(std::string path, Options options, sqlite3* db)
+    : path_(std::move(path)), options_(std::move(options)), db_(db) {}
+
+StateStore::~StateStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close_v2(db_);
+}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir) {
+  return Open(dir, Options{});
+}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir, Options options) {
+  if (dir.empty()) return absl::InvalidArgumentError("state directory: empty path");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(StrCat("state directory ", dir, ": cannot create it: ", ec.message()));
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::FailedPreconditionError(StrCat("state directory ", dir, ": not a directory"));
+  }
+  std::string path = (std::filesystem::path(dir) / std::string(kFileName)).string();
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                                        SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status status = SqliteError(db, rc, "open", path);
+    sqlite3_close_v2(db);
+    return status;
+  }
+  sqlite3_extended_result_codes(db, 1);
+  std::unique_ptr<StateStore> store(new StateStore(std::move(path), std::move(options), db));
+  {
+    absl::MutexLock lock(&store->mu_);
+    SLICESCHED_RETURN_IF_ERROR(store->Configure());
+    SLICESCHED_RETURN_IF_ERROR(store->Migrate());
+  }
+  return store;
+}
+
+absl::Status StateStore::Exec(std::string_view sql) {
+  // sqlite3_exec needs a NUL-terminated string; statements are literals.
+  const std::string text(sql);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err);
+  sqlite3_free(err);
+  if (rc != SQLITE_OK) return SqliteError(db_, rc, sql, path_);
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::Configure() {
+  sqlite3_busy_timeout(db_, options_.busy_timeout_ms);
+  {
+    // The first statement that reads the file: a non-database fails here.
+    constexpr std::string_view kSql = "PRAGMA journal_mode=WAL";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    const std::string mode = row ? st.Text(0) : "";
+    if (mode != "wal") {
+      return absl::FailedPreconditionError(
+          StrCat("state database ", path_, ": cannot enable WAL journaling (journal mode is '", mode,
+                 "'); is the state directory on a network file system?"));
+    }
+  }
+  SLICESCHED_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
+  {
+    constexpr std::string_view kSql = "PRAGMA quick_check";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (row && st.Text(0) != "ok") {
+      return absl::DataLossError(StrCat("state database ", path_, ": integrity check failed: ", st.Text(0),
+                                        "; move the file aside to start with empty state"));
+    }
+  }
+  {
+    // JSON functions are built into SQLite >= 3.38; older builds skip the check.
+    auto st = Statement::Prepare(db_, "SELECT json_valid('{}')", path_);
+    have_json_ = st.ok();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::Migrate() {
+  SLICESCHED_RETURN_IF_ERROR(
+      Exec("CREATE TABLE IF NOT EXISTS schema_version ("
+           "id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)"));
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  int64_t version = 0;
+  {
+    constexpr std::string_view kSql = "SELECT version FROM schema_version WHERE id = 1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (row) version = st.Int(0);
+  }
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(
+        StrCat("state database ", path_, ": schema version ", version, " is newer than this sliced supports (",
+               kSchemaVersion, "); run a newer sliced or move the file aside"));
+  }
+  if (version < 0) {
+    return absl::DataLossError(StrCat("state database ", path_, ": invalid schema version ", version));
+  }
+  if (version == kSchemaVersion) return txn.Commit();
+  for (int64_t v = version; v < kSchemaVersion; ++v) {
+    absl::Status s = Exec(kMigrations[v]);
+    if (!s.ok()) return Annotate(s, StrCat("migration to schema version ", v + 1));
+  }
+  {
+    constexpr std::string_view kSql = "INSERT OR REPLACE INTO schema_version (id, version) VALUES (1, ?1)";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, int64_t{kSchemaVersion}).Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<int> StateStore::SchemaVersion() {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql = "SELECT version FROM schema_version WHERE id = 1";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::DataLossError(StrCat("state database ", path_, ": no schema version"));
+  return static_cast<int>(st.Int(0));
+}
+
+int64_t StateStore::Now() const { return options_.now_unix_ms ? options_.now_unix_ms() : WallNowMs(); }
+
+absl::Status StateStore::ValidateJson(std::string_view json) {
+  if (json.empty()) return absl::InvalidArgumentError("event details: empty JSON (use \"{}\")");
+  if (!have_json_) return absl::OkStatus();
+  constexpr std::string_view kSql = "SELECT json_valid(?1)";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  st.Bind(1, json);
+  SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row || st.Int(0) != 1) {
+    return absl::InvalidArgumentError(StrCat("event details: not valid JSON: ", json.substr(0, 80)));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Deployments
+
+absl::Status StateStore::PutDeployment(std::string_view name, std::string_view spec_yaml) {
+  if (name.empty()) return absl::InvalidArgumentError("deployment: empty name");
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql =
+      "INSERT INTO deployments (name, spec_yaml, created_unix_ms, updated_unix_ms) VALUES (?1, ?2, ?3, ?3) "
+      "ON CONFLICT(name) DO UPDATE SET spec_yaml = excluded.spec_yaml, updated_unix_ms = excluded.updated_unix_ms";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  return st.Bind(1, name).Bind(2, spec_yaml).Bind(3, Now()).Run();
+}
+
+absl::StatusOr<StoredDeployment> StateStore::GetDeployment(std::string_view name) {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql =
+      "SELECT name, spec_yaml, created_unix_ms, updated_unix_ms FROM deployments WHERE name = ?1";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  st.Bind(1, name);
+  SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::NotFoundError(StrCat("no deployment named '", name, "'"));
+  return StoredDeployment{st.Text(0), st.Text(1), st.Int(2), st.Int(3)};
+}
+
+absl::StatusOr<std::vector<StoredDeployment>> StateStore::ListDeployments() {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql =
+      "SELECT name, spec_yaml, created_unix_ms, updated_unix_ms FROM deployments ORDER BY name";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  std::vector<StoredDeployment> out;
+  while (true) {
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(StoredDeployment{st.Text(0), st.Text(1), st.Int(2), st.Int(3)});
+  }
+  return out;
+}
+
+absl::Status StateStore::DeleteDeployment(std::string_view name) {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql = "DELETE FROM deployments WHERE name = ?1";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  SLICESCHED_RETURN_IF_ERROR(st.Bind(1, name).Run());
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(StrCat("no deployment named '", name, "'"));
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Estimators
+
+namespace {
+constexpr std::string_view kPutEstimatorSql =
+    "INSERT INTO estimators (kind, text, updated_unix_ms) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT(kind) DO UPDATE SET text = excluded.text, updated_unix_ms = excluded.updated_unix_ms";
+}  // namespace
+
+absl::Status StateStore::PutEstimator(std::string_view kind, std::string_view text) {
+  return PutEstimators({EstimatorSnapshot{std::string(kind), std::string(text), 0}});
+}
+
+absl::Status StateStore::PutEstimators(const std::vector<EstimatorSnapshot>& snapshots) {
+  for (const EstimatorSnapshot& s : snapshots) {
+    if (s.kind.empty()) return absl::InvalidArgumentError("estimator snapshot: empty kind");
+  }
+  absl::MutexLock lock(&mu_);
+  const int64_t now = Now();
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  for (const EstimatorSnapshot& s : snapshots) {
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kPutEstimatorSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, s.kind).Bind(2, s.text).Bind(3, now).Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<EstimatorSnapshot> StateStore::GetEstimator(std::string_view kind) {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql = "SELECT kind, text, updated_unix_ms FROM estimators WHERE kind = ?1";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  st.Bind(1, kind);
+  SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::NotFoundError(StrCat("no estimator snapshot of kind '", kind, "'"));
+  return EstimatorSnapshot{st.Text(0), st.Text(1), st.Int(2)};
+}
+
+absl::StatusOr<std::vector<EstimatorSnapshot>> StateStore::ListEstimators() {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql = "SELECT kind, text, updated_unix_ms FROM estimators ORDER BY kind";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  std::vector<EstimatorSnapshot> out;
+  while (true) {
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(EstimatorSnapshot{st.Text(0), st.Text(1), st.Int(2)});
+  }
+  return out;
+}
+
+absl::Status StateStore::DeleteEstimator(std::string_view kind) {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql = "DELETE FROM estimators WHERE kind = ?1";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  SLICESCHED_RETURN_IF_ERROR(st.Bind(1, kind).Run());
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(StrCat("no estimator snapshot of kind '", kind, "'"));
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Jobs and their event log
+
+namespace {
+constexpr std::string_view kJobColumns = "id, yaml, state, tenant, submitted_unix_ms, updated_unix_ms";
+
+template <typename S>
+StoredJob JobFromRow(const S& st) {
+  return StoredJob{static_cast<uint64_t>(st.Int(0)), st.Text(1), st.Text(2), st.Text(3), st.Int(4), st.Int(5)};
+}
+}  // namespace
+
+absl::StatusOr<bool> StateStore::JobExists(uint64_t id) {
+  constexpr std::string_view kSql = "SELECT 1 FROM jobs WHERE id = ?1";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  st.Bind(1, static_cast<int64_t>(id));
+  return st.Step();
+}
+
+absl::StatusOr<uint64_t> StateStore::AppendEventLocked(uint64_t job_id, int64_t now, std::string_view kind,
+                                                       std::string_view details_json) {
+  int64_t seq = 1;
+  {
+    constexpr std::string_view kSql = "SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    st.Bind(1, static_cast<int64_t>(job_id));
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (row) seq = st.Int(0);
+  }
+  {
+    constexpr std::string_view kSql =
+        "INSERT INTO job_events (job_id, seq, time_unix_ms, kind, details_json) VALUES (?1, ?2, ?3, ?4, ?5)";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(
+        st.Bind(1, static_cast<int64_t>(job_id)).Bind(2, seq).Bind(3, now).Bind(4, kind).Bind(5, details_json).Run());
+  }
+  {
+    constexpr std::string_view kSql = "UPDATE jobs SET updated_unix_ms = ?2 WHERE id = ?1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(job_id)).Bind(2, now).Run());
+  }
+  return static_cast<uint64_t>(seq);
+}
+
+absl::StatusOr<uint64_t> StateStore::CreateJob(std::string_view yaml, std::string_view tenant,
+                                               std::string_view state, std::string_view details_json) {
+  if (state.empty()) return absl::InvalidArgumentError("job: empty state");
+  absl::MutexLock lock(&mu_);
+  SLICESCHED_RETURN_IF_ERROR(ValidateJson(details_json));
+  const int64_t now = Now();
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  {
+    constexpr std::string_view kSql =
+        "INSERT INTO jobs (yaml, state, tenant, submitted_unix_ms, updated_unix_ms) VALUES (?1, ?2, ?3, ?4, ?4)";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, yaml).Bind(2, state).Bind(3, tenant).Bind(4, now).Run());
+  }
+  const uint64_t id = static_cast<uint64_t>(sqlite3_last_insert_rowid(db_));
+  SLICESCHED_RETURN_IF_ERROR(AppendEventLocked(id, now, "submitted", details_json).status());
+  SLICESCHED_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+absl::StatusOr<StoredJob> StateStore::GetJob(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  const std::string sql = StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?1");
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, sql, path_));
+  st.Bind(1, static_cast<int64_t>(id));
+  SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::NotFoundError(StrCat("no fine-tuning job with id ", id));
+  return JobFromRow(st);
+}
+
+absl::StatusOr<std::vector<StoredJob>> StateStore::ListJobs(const JobFilter& filter) {
+  absl::MutexLock lock(&mu_);
+  const std::string sql = StrCat("SELECT ", kJobColumns,
+                                 " FROM jobs WHERE (?1 = '' OR state = ?1) AND (?2 = '' OR tenant = ?2)"
+                                 " AND id > ?3 ORDER BY id LIMIT ?4");
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, sql, path_));
+  st.Bind(1, filter.state)
+      .Bind(2, filter.tenant)
+      .Bind(3, static_cast<int64_t>(filter.after_id))
+      .Bind(4, filter.limit > 0 ? filter.limit : int64_t{-1});
+  std::vector<StoredJob> out;
+  while (true) {
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(JobFromRow(st));
+  }
+  return out;
+}
+
+absl::StatusOr<uint64_t> StateStore::SetJobState(uint64_t id, std::string_view state, std::string_view event_kind,
+                                                 std::string_view details_json) {
+  if (state.empty()) return absl::InvalidArgumentError("job: empty state");
+  if (event_kind.empty()) return absl::InvalidArgumentError("job event: empty kind");
+  absl::MutexLock lock(&mu_);
+  SLICESCHED_RETURN_IF_ERROR(ValidateJson(details_json));
+  const int64_t now = Now();
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  {
+    constexpr std::string_view kSql = "UPDATE jobs SET state = ?2 WHERE id = ?1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(id)).Bind(2, state).Run());
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(StrCat("no fine-tuning job with id ", id));
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(uint64_t seq, AppendEventLocked(id, now, event_kind, details_json));
+  SLICESCHED_RETURN_IF_ERROR(txn.Commit());
+  return seq;
+}
+
+absl::Status StateStore::DeleteJob(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  {
+    constexpr std::string_view kSql = "DELETE FROM jobs WHERE id = ?1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(id)).Run());
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(StrCat("no fine-tuning job with id ", id));
+  }
+  {
+    // Allowed by the append-only trigger only because the job is gone.
+    constexpr std::string_view kSql = "DELETE FROM job_events WHERE job_id = ?1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(id)).Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<uint64_t> StateStore::AppendJobEvent(uint64_t job_id, std::string_view kind,
+                                                    std::string_view details_json) {
+  if (kind.empty()) return absl::InvalidArgumentError("job event: empty kind");
+  absl::MutexLock lock(&mu_);
+  SLICESCHED_RETURN_IF_ERROR(ValidateJson(details_json));
+  const int64_t now = Now();
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  SLICESCHED_ASSIGN_OR_RETURN(bool exists, JobExists(job_id));
+  if (!exists) return absl::NotFoundError(StrCat("no fine-tuning job with id ", job_id));
+  SLICESCHED_ASSIGN_OR_RETURN(uint64_t seq, AppendEventLocked(job_id, now, kind, details_json));
+  SLICESCHED_RETURN_IF_ERROR(txn.Commit());
+  return seq;
+}
+
+absl::StatusOr<std::vector<JobEvent>> StateStore::ListJobEvents(uint64_t job_id, uint64_t after_seq) {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql =
+      "SELECT job_id, seq, time_unix_ms, kind, details_json FROM job_events "
+      "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  st.Bind(1, static_cast<int64_t>(job_id)).Bind(2, static_cast<int64_t>(after_seq));
+  std::vector<JobEvent> out;
+  while (true) {
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(JobEvent{static_cast<uint64_t>(st.Int(0)), static_cast<uint64_t>(st.Int(1)), st.Int(2),
+                           st.Text(3), st.Text(4)});
+  }
+  return out;
+}
+
+}  // namespace slicesched

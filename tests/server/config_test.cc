@@ -1,0 +1,243 @@
+// sliced configuration: the embedded default parses, and every kind of bad
+// config is reported with the field path and its line:col.
+#include "slicesched/server/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "slicesched/common/strings.h"
+
+namespace slicesched {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kSource[] = "test.yaml";
+
+// A valid config; tests edit copies of it.
+constexpr char kBase[] = R"(cluster:
+  devices:
+    - {name: cpu, count: 2, type: cpu, memory: 1GiB, backend: cpu}
+state_dir: /tmp/sliced-test
+deployments:
+  - name: a
+    model: tiny
+    weights: {seed: 7}
+    role: online
+)";
+
+absl::StatusOr<SlicedConfig> Parse(const std::string& text) {
+  auto root = LoadYamlString(text, kSource);
+  if (!root.ok()) return root.status();
+  return ParseSlicedConfig(*root, kSource);
+}
+
+std::string ErrorOf(const std::string& text) {
+  auto c = Parse(text);
+  EXPECT_FALSE(c.ok()) << "config unexpectedly valid:\n" << text;
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(SlicedConfigTest, EmbeddedDefaultParses) {
+  auto c = DefaultSlicedConfig();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cluster.size(), 4u);
+  for (const DeviceSpec& d : c->cluster.devices()) {
+    EXPECT_EQ(d.backend, DeviceBackend::kCpu);
+    EXPECT_EQ(d.memory, Bytes::GiB(2));
+  }
+  ASSERT_EQ(c->deployments.size(), 2u);
+  EXPECT_EQ(c->deployments[0].model.name, "tiny");
+  EXPECT_EQ(c->deployments[0].model_preset, "tiny");
+  EXPECT_EQ(c->deployments[0].role, DeploymentRole::kOnline);
+  EXPECT_EQ(c->deployments[0].weights.kind, WeightsConfig::Kind::kSeed);
+  EXPECT_EQ(c->deployments[1].role, DeploymentRole::kOffline);
+  EXPECT_NE(c->FindDeployment("tiny-offline"), nullptr);
+  EXPECT_EQ(c->FindDeployment("nope"), nullptr);
+  EXPECT_THAT(c->listen.unix_socket, ::testing::StartsWith("/tmp/"));
+  EXPECT_TRUE(c->listen.tcp_address.empty());
+  EXPECT_THAT(c->state_dir, ::testing::StartsWith("/tmp/"));
+  EXPECT_EQ(c->scheduler.volume, Duration::Millis(50));
+  EXPECT_EQ(c->scheduler.offline_aging, Duration::Seconds(30));
+  EXPECT_EQ(c->log_level, "info");
+}
+
+TEST(SlicedConfigTest, DefaultsApplyWhenSectionsAreMissing) {
+  auto c = Parse(kBase);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen.unix_socket, "/run/sliced/sliced.sock");
+  EXPECT_EQ(c->scheduler.offline_queue_limit, 1);
+  EXPECT_EQ(c->scheduler.timeliness, 0.1);
+  EXPECT_TRUE(c->deployments[0].partitions.empty());
+  EXPECT_EQ(c->deployments[0].weights.seed, 7u);
+}
+
+TEST(SlicedConfigTest, FullConfigWithTlsAndInlineModel) {
+  const std::string text = std::string(kBase) + R"(  - name: b
+    model: {name: mini, layers: 2, hidden: 32, heads: 2, ffn: 64, vocab: 100, dtype: f32, fusion: 1}
+    weights: {safetensors: /models/mini.safetensors}
+    role: offline
+    partitions: [single, pp2]
+scheduler: {volume_ms: 20, offline_queue_limit: 2, offline_aging_s: 5.5, timeliness: 0.2}
+listen:
+  unix_socket: ""
+  tcp: "[::]:50051"
+  tls: {cert: /etc/sliced/c.pem, key: /etc/sliced/k.pem}
+  admin_token: s3cret
+log_level: DEBUG
+)";
+  auto c = Parse(text);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const DeploymentConfig& b = c->deployments[1];
+  EXPECT_TRUE(b.model_preset.empty());
+  EXPECT_EQ(b.model.name, "mini");
+  EXPECT_EQ(b.weights.kind, WeightsConfig::Kind::kSafetensors);
+  EXPECT_EQ(b.weights.safetensors_path, "/models/mini.safetensors");
+  EXPECT_EQ(b.partitions, (std::vector<std::string>{"single", "pp2"}));
+  EXPECT_EQ(c->scheduler.volume, Duration::Millis(20));
+  EXPECT_EQ(c->scheduler.offline_aging, Duration::Millis(5500));
+  EXPECT_TRUE(c->listen.unix_socket.empty());
+  EXPECT_EQ(c->listen.tcp_address, "[::]:50051");
+  EXPECT_EQ(c->listen.tls_key, "/etc/sliced/k.pem");
+  EXPECT_EQ(c->listen.admin_token, "s3cret");
+  EXPECT_EQ(c->log_level, "debug");
+}
+
+TEST(SlicedConfigTest, DeploymentYamlRoundTrips) {
+  auto c = DefaultSlicedConfig();
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const DeploymentConfig& d : c->deployments) {
+    auto back = DeploymentConfigFromYaml(d.ToYaml(), "<stored>");
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << d.ToYaml();
+    EXPECT_EQ(back->name, d.name);
+    EXPECT_EQ(back->model_preset, d.model_preset);
+    EXPECT_EQ(back->model.layers, d.model.layers);
+    EXPECT_EQ(back->weights.seed, d.weights.seed);
+    EXPECT_EQ(back->role, d.role);
+    EXPECT_EQ(back->partitions, d.partitions);
+  }
+  DeploymentConfig inline_model;
+  inline_model.name = "x";
+  inline_model.model = *LlamaPreset("tiny");
+  inline_model.model.name = "mine";
+  inline_model.weights.kind = WeightsConfig::Kind::kSafetensors;
+  inline_model.weights.safetensors_path = "/w.safetensors";
+  auto back = DeploymentConfigFromYaml(inline_model.ToYaml(), "<stored>");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << inline_model.ToYaml();
+  EXPECT_EQ(back->model.name, "mine");
+  EXPECT_EQ(back->model.hidden, inline_model.model.hidden);
+  EXPECT_EQ(back->model.dtype, inline_model.model.dtype);
+  EXPECT_EQ(back->weights.safetensors_path, "/w.safetensors");
+}
+
+TEST(SlicedConfigTest, UnknownFieldNamesFieldAndPosition) {
+  const std::string text = std::string(kBase) + "listen:\n  unix_sokcet: /tmp/x.sock\n";
+  const std::string err = ErrorOf(text);
+  EXPECT_THAT(err, HasSubstr("test.yaml:11:3: listen: unknown field 'unix_sokcet'")) << err;
+}
+
+TEST(SlicedConfigTest, UnknownTopLevelField) {
+  const std::string err = ErrorOf(std::string(kBase) + "statedir: /x\n");
+  EXPECT_THAT(err, HasSubstr("test.yaml:10:1:")) << err;
+  EXPECT_THAT(err, HasSubstr("unknown field 'statedir'")) << err;
+}
+
+TEST(SlicedConfigTest, TcpWithoutTls) {
+  const std::string err = ErrorOf(std::string(kBase) + "listen:\n  tcp: 0.0.0.0:50051\n");
+  EXPECT_THAT(err, HasSubstr("test.yaml:11:8: listen.tcp: requires listen.tls")) << err;
+}
+
+TEST(SlicedConfigTest, TlsCertWithoutKey) {
+  const std::string err =
+      ErrorOf(std::string(kBase) + "listen:\n  tcp: 0.0.0.0:50051\n  tls: {cert: /c.pem}\n");
+  EXPECT_THAT(err, HasSubstr("test.yaml:12:8: listen.tls: missing required field 'key'")) << err;
+}
+
+TEST(SlicedConfigTest, BadTcpAddress) {
+  const std::string err = ErrorOf(std::string(kBase) +
+                                  "listen:\n  tcp: localhost\n  tls: {cert: /c, key: /k}\n");
+  EXPECT_THAT(err, HasSubstr("test.yaml:11:8: listen.tcp: expected HOST:PORT")) << err;
+}
+
+TEST(SlicedConfigTest, BadByteSize) {
+  std::string text = kBase;
+  text.replace(text.find("1GiB"), 4, "lots");
+  const std::string err = ErrorOf(text);
+  EXPECT_THAT(err, HasSubstr("test.yaml:3:48: cluster.devices[0].memory:")) << err;
+  EXPECT_THAT(err, HasSubstr("lots")) << err;
+}
+
+TEST(SlicedConfigTest, UnknownModelPreset) {
+  std::string text = kBase;
+  text.replace(text.find("model: tiny"), 11, "model: huge");
+  const std::string err = ErrorOf(text);
+  EXPECT_THAT(err, HasSubstr("test.yaml:7:12: deployments[0].model: no model preset named 'huge'")) << err;
+}
+
+TEST(SlicedConfigTest, DuplicateDeploymentName) {
+  const std::string text = std::string(kBase) +
+                           "  - {name: a, model: tiny, weights: {seed: 1}, role: offline}\n";
+  const std::string err = ErrorOf(text);
+  EXPECT_THAT(err, HasSubstr("test.yaml:10:12: deployments[1].name: duplicate deployment name 'a' "
+                             "(first defined at line 6)"))
+      << err;
+}
+
+TEST(SlicedConfigTest, WeightsNeedExactlyOneSource) {
+  std::string text = kBase;
+  text.replace(text.find("{seed: 7}"), 9, "{seed: 7, safetensors: /w}");
+  EXPECT_THAT(ErrorOf(text), HasSubstr("test.yaml:8:14: deployments[0].weights: set exactly one"));
+}
+
+TEST(SlicedConfigTest, PartitionTheModelDoesNotOfferOrClusterCannotHold) {
+  std::string text = kBase;
+  text.replace(text.find("role: online"), 12, "role: online\n    partitions: [pp8, pp4]");
+  const std::string err = ErrorOf(text);
+  // tiny has 2 fused groups: no pp8; pp4 does not exist either.
+  EXPECT_THAT(err, HasSubstr("deployments[0].partitions[0]: model 'tiny' has no partition 'pp8'")) << err;
+  std::string text2 = kBase;
+  text2.replace(text2.find("count: 2"), 8, "count: 1");
+  text2.replace(text2.find("role: online"), 12, "role: online\n    partitions: [pp2]");
+  EXPECT_THAT(ErrorOf(text2),
+              HasSubstr("deployments[0].partitions[0]: partition 'pp2' needs 2 devices but the cluster has 1"));
+}
+
+TEST(SlicedConfigTest, ReportsEveryErrorInOnePass) {
+  std::string text = kBase;
+  text.replace(text.find("1GiB"), 4, "lots");
+  text.replace(text.find("role: online"), 12, "role: sometimes");
+  text.replace(text.find("/tmp/sliced-test"), 16, "relative/dir");
+  text += "scheduler: {volume_ms: 0, timeliness: -1}\nlog_level: loud\n";
+  const std::string err = ErrorOf(text);
+  EXPECT_THAT(err, HasSubstr("cluster.devices[0].memory"));
+  EXPECT_THAT(err, HasSubstr("deployments[0].role: expected 'online' or 'offline'"));
+  EXPECT_THAT(err, HasSubstr("scheduler.volume_ms: must be positive"));
+  EXPECT_THAT(err, HasSubstr("scheduler.timeliness: must be positive"));
+  EXPECT_THAT(err, HasSubstr("log_level: expected one of"));
+  EXPECT_THAT(err, HasSubstr("state_dir: must be an absolute path"));
+}
+
+TEST(SlicedConfigTest, LoadFromFileResolvesRelativeWeights) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/sliced_config_test.yaml";
+  std::string text = kBase;
+  text.replace(text.find("{seed: 7}"), 9, "{safetensors: w/model.safetensors}");
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  auto c = LoadSlicedConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->deployments[0].weights.safetensors_path, ::testing::EndsWith("/w/model.safetensors"));
+  EXPECT_EQ(c->deployments[0].weights.safetensors_path.front(), '/');
+  EXPECT_EQ(c->source, path);
+
+  auto missing = LoadSlicedConfig(dir + "/does-not-exist.yaml");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace slicesched
