@@ -1,14 +1,14 @@
-// slicesim: the offline simulator and experiment driver.
-//
-//   slicesim gmg [--config FILE]   build a GMG from a config and report it
+// slicesim: the offline simulator and experiment driver (`slicesim help`).
 //
 // Commands live in the slicesched::experiments library; this file only
 // parses arguments.
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "slicesched/experiments/accuracy.h"
 #include "slicesched/experiments/bench_sim.h"
@@ -19,6 +19,67 @@
 #endif
 
 namespace {
+
+// Command-line flags of one command: "--name VALUE" pairs and "--name"
+// switches, bound to variables. Parse() reports the first bad argument.
+class Flags {
+ public:
+  explicit Flags(std::string command) : command_(std::move(command)) {}
+  Flags& Switch(const char* name, bool* out) { return Add(name, Kind::kSwitch, out); }
+  Flags& Text(const char* name, std::string* out) { return Add(name, Kind::kText, out); }
+  Flags& Int(const char* name, int64_t* out) { return Add(name, Kind::kInt, out); }
+  Flags& Num(const char* name, double* out) { return Add(name, Kind::kNum, out); }
+
+  // Returns 0 on success, else the exit code after printing the problem.
+  int Parse(const std::vector<std::string>& args) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const Flag* f = nullptr;
+      for (const Flag& c : flags_) {
+        if (args[i] == c.name) f = &c;
+      }
+      if (f == nullptr) return Error("unknown argument '" + args[i] + "'");
+      if (f->kind == Kind::kSwitch) {
+        *static_cast<bool*>(f->out) = true;
+        continue;
+      }
+      if (i + 1 >= args.size()) return Error(std::string(f->name) + " needs a value");
+      const std::string& v = args[++i];
+      bool ok = true;
+      switch (f->kind) {
+        case Kind::kText: *static_cast<std::string*>(f->out) = v; break;
+        case Kind::kInt: ok = absl::SimpleAtoi(v, static_cast<int64_t*>(f->out)); break;
+        case Kind::kNum: ok = absl::SimpleAtod(v, static_cast<double*>(f->out)); break;
+        case Kind::kSwitch: break;
+      }
+      if (!ok) return Error(std::string(f->name) + " needs a number, got '" + v + "'");
+    }
+    return 0;
+  }
+
+ private:
+  enum class Kind { kSwitch, kText, kInt, kNum };
+  struct Flag {
+    const char* name;
+    Kind kind;
+    void* out;
+  };
+  Flags& Add(const char* name, Kind kind, void* out) {
+    flags_.push_back({name, kind, out});
+    return *this;
+  }
+  int Error(const std::string& message) const {
+    std::fprintf(stderr, "slicesim %s: %s\n", command_.c_str(), message.c_str());
+    return 2;
+  }
+  std::string command_;
+  std::vector<Flag> flags_;
+};
+
+// Prints a failed command's status; returns the exit code.
+int Failed(const char* command, const absl::Status& status) {
+  std::fprintf(stderr, "slicesim %s: %s\n", command, std::string(status.message()).c_str());
+  return 1;
+}
 
 int Usage(FILE* to) {
   std::fprintf(to,
@@ -45,80 +106,47 @@ int Usage(FILE* to) {
 
 int Gmg(const std::vector<std::string>& args) {
   std::string config;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--config" && i + 1 < args.size()) {
-      config = args[++i];
-    } else {
-      std::fprintf(stderr, "slicesim gmg: unknown argument '%s'\n", args[i].c_str());
-      return 2;
-    }
-  }
+  if (int rc = Flags("gmg").Text("--config", &config).Parse(args)) return rc;
   auto c = slicesched::LoadGmgDemoConfig(config);
-  if (!c.ok()) {
-    std::fprintf(stderr, "slicesim gmg: %s\n", std::string(c.status().message()).c_str());
-    return 1;
-  }
+  if (!c.ok()) return Failed("gmg", c.status());
   auto report = slicesched::RunGmgDemo(*c);
-  if (!report.ok()) {
-    std::fprintf(stderr, "slicesim gmg: %s\n", std::string(report.status().message()).c_str());
-    return 1;
-  }
+  if (!report.ok()) return Failed("gmg", report.status());
   std::fputs(report->c_str(), stdout);
   return 0;
-}
-
-// Parses "--name VALUE" integer flags; returns false (after printing) on error.
-bool IntFlag(const std::vector<std::string>& args, size_t* i, const char* name, int64_t* out) {
-  if (args[*i] != name) return false;
-  if (*i + 1 >= args.size() || !absl::SimpleAtoi(args[*i + 1], out)) {
-    std::fprintf(stderr, "slicesim: %s needs an integer\n", name);
-    std::exit(2);
-  }
-  ++*i;
-  return true;
 }
 
 int BenchSim(const std::vector<std::string>& args) {
   slicesched::BenchSimOptions o;
   bool json = false;
   std::string sweep_dir;
-  for (size_t i = 0; i < args.size(); ++i) {
-    int64_t v = 0;
-    if (args[i] == "--json") {
-      json = true;
-    } else if (args[i] == "--sweep" && i + 1 < args.size()) {
-      sweep_dir = args[++i];
-    } else if (IntFlag(args, &i, "--devices", &v)) {
-      o.devices = static_cast<int>(v);
-    } else if (IntFlag(args, &i, "--ops", &v)) {
-      o.ops = static_cast<int>(v);
-    } else if (IntFlag(args, &i, "--repetitions", &v)) {
-      o.repetitions = static_cast<int>(v);
-    } else if (IntFlag(args, &i, "--seed", &v)) {
-      o.seed = static_cast<uint64_t>(v);
-    } else if (IntFlag(args, &i, "--horizon-us", &v)) {
-      o.horizon_us = v;
-    } else {
-      std::fprintf(stderr, "slicesim bench-sim: unknown argument '%s'\n", args[i].c_str());
-      return 2;
-    }
+  int64_t devices = o.devices, ops = o.ops, repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed),
+          horizon_us = o.horizon_us;
+  if (int rc = Flags("bench-sim")
+                   .Switch("--json", &json)
+                   .Text("--sweep", &sweep_dir)
+                   .Int("--devices", &devices)
+                   .Int("--ops", &ops)
+                   .Int("--repetitions", &repetitions)
+                   .Int("--seed", &seed)
+                   .Int("--horizon-us", &horizon_us)
+                   .Parse(args)) {
+    return rc;
   }
+  o.devices = static_cast<int>(devices);
+  o.ops = static_cast<int>(ops);
+  o.repetitions = static_cast<int>(repetitions);
+  o.seed = static_cast<uint64_t>(seed);
+  o.horizon_us = horizon_us;
   if (!sweep_dir.empty()) {
     absl::Status st = slicesched::RunBenchSimSweep({8, 64, 512}, {1000, 2000, 5000, 10000, 20000, 50000},
                                                    o.repetitions, sweep_dir);
-    if (!st.ok()) {
-      std::fprintf(stderr, "slicesim bench-sim: %s\n", std::string(st.message()).c_str());
-      return 1;
-    }
+    if (!st.ok()) return Failed("bench-sim", st);
     std::printf("wrote %s/bench_sim.csv (plot: bench/plots/plot_bench_sim.py %s)\n", sweep_dir.c_str(),
                 sweep_dir.c_str());
     return 0;
   }
   auto r = slicesched::RunBenchSim(o);
-  if (!r.ok()) {
-    std::fprintf(stderr, "slicesim bench-sim: %s\n", std::string(r.status().message()).c_str());
-    return 1;
-  }
+  if (!r.ok()) return Failed("bench-sim", r.status());
   if (json) {
     std::printf("%s\n", r->ToJson().c_str());
   } else {
@@ -132,41 +160,24 @@ int BenchSim(const std::vector<std::string>& args) {
   return 0;
 }
 
-// Parses "--name VALUE" floating-point flags.
-bool DoubleFlag(const std::vector<std::string>& args, size_t* i, const char* name, double* out) {
-  if (args[*i] != name) return false;
-  if (*i + 1 >= args.size() || !absl::SimpleAtod(args[*i + 1], out)) {
-    std::fprintf(stderr, "slicesim: %s needs a number\n", name);
-    std::exit(2);
-  }
-  ++*i;
-  return true;
-}
-
 int Accuracy(const std::vector<std::string>& args) {
   slicesched::AccuracyOptions o;
   bool json = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    int64_t v = 0;
-    if (args[i] == "--json") {
-      json = true;
-    } else if (args[i] == "--trace" && i + 1 < args.size()) {
-      o.trace = args[++i];
-    } else if (DoubleFlag(args, &i, "--minutes", &o.minutes) || DoubleFlag(args, &i, "--load-scale", &o.load_scale) ||
-               DoubleFlag(args, &i, "--warmup", &o.warmup_s) ||
-               DoubleFlag(args, &i, "--predict-every", &o.predict_every_s)) {
-    } else if (IntFlag(args, &i, "--seed", &v)) {
-      o.seed = static_cast<uint64_t>(v);
-    } else {
-      std::fprintf(stderr, "slicesim accuracy: unknown argument '%s'\n", args[i].c_str());
-      return 2;
-    }
+  int64_t seed = static_cast<int64_t>(o.seed);
+  if (int rc = Flags("accuracy")
+                   .Switch("--json", &json)
+                   .Text("--trace", &o.trace)
+                   .Num("--minutes", &o.minutes)
+                   .Num("--load-scale", &o.load_scale)
+                   .Num("--warmup", &o.warmup_s)
+                   .Num("--predict-every", &o.predict_every_s)
+                   .Int("--seed", &seed)
+                   .Parse(args)) {
+    return rc;
   }
+  o.seed = static_cast<uint64_t>(seed);
   auto r = slicesched::RunAccuracy(o);
-  if (!r.ok()) {
-    std::fprintf(stderr, "slicesim accuracy: %s\n", std::string(r.status().message()).c_str());
-    return 1;
-  }
+  if (!r.ok()) return Failed("accuracy", r.status());
   if (json) {
     std::printf("%s\n", r->ToJson().c_str());
   } else {
@@ -183,34 +194,25 @@ int Accuracy(const std::vector<std::string>& args) {
 
 int Replay(const std::vector<std::string>& args) {
   slicesched::ReplayOptions o;
-  bool json = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    int64_t v = 0;
-    if (args[i] == "--json") {
-      json = true;
-    } else if (args[i] == "--trace" && i + 1 < args.size()) {
-      o.trace = args[++i];
-    } else if (args[i] == "--policy" && i + 1 < args.size()) {
-      o.policy = args[++i];
-    } else if (args[i] == "--out" && i + 1 < args.size()) {
-      o.out_dir = args[++i];
-    } else if (args[i] == "--no-progress") {
-      o.progress = false;
-    } else if (DoubleFlag(args, &i, "--minutes", &o.minutes) || DoubleFlag(args, &i, "--load-scale", &o.load_scale)) {
-    } else if (IntFlag(args, &i, "--seed", &v)) {
-      o.seed = static_cast<uint64_t>(v);
-    } else if (IntFlag(args, &i, "--threads", &v)) {
-      o.threads = static_cast<int>(v);
-    } else {
-      std::fprintf(stderr, "slicesim replay: unknown argument '%s'\n", args[i].c_str());
-      return 2;
-    }
+  bool no_progress = false;
+  int64_t seed = static_cast<int64_t>(o.seed), threads = o.threads;
+  if (int rc = Flags("replay")
+                   .Text("--trace", &o.trace)
+                   .Text("--policy", &o.policy)
+                   .Text("--out", &o.out_dir)
+                   .Switch("--no-progress", &no_progress)
+                   .Num("--minutes", &o.minutes)
+                   .Num("--load-scale", &o.load_scale)
+                   .Int("--seed", &seed)
+                   .Int("--threads", &threads)
+                   .Parse(args)) {
+    return rc;
   }
+  o.progress = !no_progress;
+  o.seed = static_cast<uint64_t>(seed);
+  o.threads = static_cast<int>(threads);
   auto r = slicesched::RunReplay(o);
-  if (!r.ok()) {
-    std::fprintf(stderr, "slicesim replay: %s\n", std::string(r.status().message()).c_str());
-    return 1;
-  }
+  if (!r.ok()) return Failed("replay", r.status());
   std::printf("workload: %s, %.0f minutes, load scale %.3f, seed %llu\n", r->workload.c_str(), o.minutes,
               r->load_scale, static_cast<unsigned long long>(o.seed));
   std::printf("SLO: TTFT <= %.0f ms (Static-Online p90)\n", r->slo_ttft_ms);
@@ -243,7 +245,6 @@ int Replay(const std::vector<std::string>& args) {
       std::printf("wrote %s/summary.csv, idle_slices.csv, idle_overlap.csv and PNG plots\n", o.out_dir.c_str());
     }
   }
-  (void)json;
   return 0;
 }
 
@@ -251,28 +252,20 @@ int Overhead(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   slicesched::OverheadOptions o;
   bool json = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    int64_t v = 0;
-    if (args[i] == "--json") {
-      json = true;
-    } else if (args[i] == "--model" && i + 1 < args.size()) {
-      o.model = args[++i];
-    } else if (IntFlag(args, &i, "--prefills", &v)) {
-      o.prefills = v;
-    } else if (IntFlag(args, &i, "--repetitions", &v)) {
-      o.repetitions = static_cast<int>(v);
-    } else if (IntFlag(args, &i, "--seed", &v)) {
-      o.seed = static_cast<uint64_t>(v);
-    } else {
-      std::fprintf(stderr, "slicesim overhead: unknown argument '%s'\n", args[i].c_str());
-      return 2;
-    }
+  int64_t repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed);
+  if (int rc = Flags("overhead")
+                   .Switch("--json", &json)
+                   .Text("--model", &o.model)
+                   .Int("--prefills", &o.prefills)
+                   .Int("--repetitions", &repetitions)
+                   .Int("--seed", &seed)
+                   .Parse(args)) {
+    return rc;
   }
+  o.repetitions = static_cast<int>(repetitions);
+  o.seed = static_cast<uint64_t>(seed);
   auto r = slicesched::RunOverhead(o);
-  if (!r.ok()) {
-    std::fprintf(stderr, "slicesim overhead: %s\n", std::string(r.status().message()).c_str());
-    return 1;
-  }
+  if (!r.ok()) return Failed("overhead", r.status());
   if (json) {
     std::printf("%s\n", r->ToJson().c_str());
   } else {

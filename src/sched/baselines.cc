@@ -82,12 +82,12 @@ absl::StatusOr<ScheduleStats> PinnedPolicy::Schedule(SchedulerEnv& env, Timestam
   ScheduleStats stats;
   GlobalMappingGraph& g = *env.gmg;
   // Instances with unscheduled roots, in frontier order.
-  std::vector<InstanceId> todo;
+  std::vector<InstanceId> waiting;
   for (const FrontierKey& k : g.unscheduled_frontier()) {
     const InstanceId id = InstanceOfComputeId(k.node);
-    if (todo.empty() || todo.back() != id) todo.push_back(id);
+    if (waiting.empty() || waiting.back() != id) waiting.push_back(id);
   }
-  for (InstanceId id : todo) {
+  for (InstanceId id : waiting) {
     const Instance* inst = g.FindInstance(id);
     if (inst == nullptr) continue;
     const uint32_t tenant = inst->spec.tenant.value();
