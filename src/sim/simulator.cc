@@ -43,9 +43,12 @@ const std::vector<int>& SimContext::OpKeys(const std::string& device_type, uint3
 }
 
 // ---------------------------------------------------------------------------
-// Layout. Everything a run touches per node sits in one small struct (one
-// cache line or less), immutable facts apart from the mutable run state, so
-// an event costs a few cache misses rather than one per field.
+// Layout. The model keeps what a run only reads (per compute node one
+// immutable record of at most one cache line) apart from the small mutable
+// state a run copies (16 bytes per node, 12 per tensor), so that starting a
+// run is a few memcpy-like vector copies and an event touches few cache
+// lines. Predicted start and end times are written straight into the
+// result's vectors rather than kept in the state.
 
 namespace {
 
@@ -59,13 +62,59 @@ struct Event {
   uint64_t seq;
   uint32_t node;
 };
-struct EventLater {
-  bool operator()(const Event& a, const Event& b) const {
-    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+
+// Pending completions, popped in (time, seq) order. Sequence numbers are
+// unique, so the order is total and any correct priority queue pops the same
+// sequence; this is a plain binary heap with hole-based sifting (the queue
+// holds about one event per compute slot and per active transfer, so it stays
+// small and the sifts are short).
+class EventQueue {
+ public:
+  void Clear() { heap_.clear(); }
+  bool empty() const { return heap_.empty(); }
+  const Event& top() const { return heap_.front(); }
+
+  void Push(const Event& e) {
+    size_t i = heap_.size();
+    heap_.push_back(e);
+    while (i > 0) {
+      const size_t parent = (i - 1) / 2;
+      if (!Before(e, heap_[parent])) break;
+      heap_[i] = heap_[parent];
+      i = parent;
+    }
+    heap_[i] = e;
   }
+
+  // Removes and returns the earliest event. Requires !empty().
+  Event Pop() {
+    const Event first = heap_.front();
+    const Event last = heap_.back();
+    heap_.pop_back();
+    const size_t n = heap_.size();
+    if (n > 0) {
+      size_t i = 0;
+      for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && Before(heap_[child + 1], heap_[child])) ++child;
+        if (!Before(heap_[child], last)) break;
+        heap_[i] = heap_[child];
+        i = child;
+      }
+      heap_[i] = last;
+    }
+    return first;
+  }
+
+ private:
+  static bool Before(const Event& a, const Event& b) {
+    return a.time != b.time ? a.time < b.time : a.seq < b.seq;
+  }
+  std::vector<Event> heap_;
 };
 
-// Immutable per compute node.
+// Immutable per compute node: everything an event of the node reads.
 struct NodeInfo {
   uint64_t id;          // tiebreak of the queue discipline
   int64_t alloc_bytes;  // outputs (growth for checkpoint updates) + workspace, at start
@@ -81,15 +130,13 @@ struct NodeInfo {
 struct TensorInfo {
   int64_t bytes;
   uint32_t producer;
-  uint8_t keep;  // retained or a checkpoint update: never freed
+  uint8_t keep;          // retained or a checkpoint update: never freed
+  uint8_t initial_copy;  // the snapshot lists a copy and the producer is done
 };
 
 // Mutable per node (compute and transfer).
 struct NodeRun {
-  int64_t dur;
-  int64_t start;
-  int64_t end;
-  int64_t ready;
+  int64_t dur;   // predicted duration (before overlap slowdowns)
   int32_t wait;  // inputs not yet local
   uint16_t dev;  // compute: device; transfer: source
   uint8_t st;
@@ -111,6 +158,24 @@ struct TransferRun {
   uint16_t dst;
 };
 
+// A node the snapshot shows running: its completion event.
+struct InitialEvent {
+  int64_t time;
+  uint32_t node;
+};
+
+// A node already ready when the run starts.
+struct InitialReady {
+  uint32_t node;
+  int64_t ready_at;
+};
+
+// The ready time a run gives a waiting node whose inputs are all local.
+int64_t InitialReadyAt(int64_t snapshot_ready_ns, int64_t now) {
+  const int64_t ready = snapshot_ready_ns != Timestamp::Never().nanos() ? snapshot_ready_ns : -1;
+  return ready >= 0 ? ready : now;
+}
+
 }  // namespace
 
 struct Simulator::Model {
@@ -127,16 +192,28 @@ struct Simulator::Model {
   std::vector<TensorInfo> tinfo;     // per tensor
   std::vector<uint32_t> tcons_off, tcons;  // compute consumers per tensor (CSR)
   std::vector<uint8_t> tcons_cnt;          // how many inputs of that consumer read the tensor
-  std::vector<uint32_t> fill_scratch;      // construction only
-  std::vector<uint32_t> copy_off;          // snapshot copies of tensor t: copies[copy_off[t]..copy_off[t+1])
+
+  // Where a run starts: per node its predicted start as far as the snapshot
+  // knows (-1 unless running or done), the completion events of running
+  // nodes in node order (the order a run schedules them, which fixes their
+  // sequence numbers), the nodes ready at once, and the devices whose
+  // transfer slot is taken.
+  std::vector<int64_t> init_start;
+  std::vector<InitialEvent> init_events;
+  std::vector<InitialReady> init_ready;
+  std::vector<uint8_t> init_busy;
 
   // Copies recorded in the snapshot (the tensor was present before it). The
   // GMG allocates an output's buffer when its producer starts, so a copy
-  // counts only once the producer is done.
+  // counts only once the producer is done; initial_copy caches both facts.
   bool InitialCopy(uint32_t t, uint16_t d) const {
-    if (snap->nodes[tinfo[t].producer].state != static_cast<uint8_t>(NodeState::kDone)) return false;
-    for (uint32_t k = copy_off[t]; k < copy_off[t + 1]; ++k) {
-      if (snap->copies[k].device == d) return true;
+    if (!tinfo[t].initial_copy) return false;
+    // The snapshot lists copies in tensor order.
+    const std::vector<GmgSnapshot::Copy>& copies = snap->copies;
+    auto it = std::lower_bound(copies.begin(), copies.end(), t,
+                               [](const GmgSnapshot::Copy& c, uint32_t tensor) { return c.tensor < tensor; });
+    for (; it != copies.end() && it->tensor == t; ++it) {
+      if (it->device == d) return true;
     }
     return false;
   }
@@ -153,7 +230,7 @@ struct Simulator::Model {
 
 struct SimScratch::Impl {
   Simulator::Model::State state;
-  std::vector<Event> events;
+  EventQueue events;
   std::vector<ReadyQueue> ready;
   std::vector<TransferRequest> pending;
   std::vector<uint8_t> busy;
@@ -188,7 +265,9 @@ class Engine {
         batch_(x.batch),
         in_batch_(x.in_batch),
         inst_end_(x.inst_end),
-        result_(result) {
+        result_(result),
+        start_(result.node_start_ns),
+        end_(result.node_end_ns) {
     s_.node = m.init.node;
     s_.xfer = m.init.xfer;
     s_.tensor = m.init.tensor;
@@ -196,11 +275,13 @@ class Engine {
     s_.peak = m.init.peak;
     s_.running = m.init.running;
     s_.unfinished = m.init.unfinished;
+    start_ = m.init_start;
+    end_.assign(m.init.node.size(), -1);
     const size_t nd = m.capacity.size();
     ready_.resize(nd);
     for (ReadyQueue& q : ready_) q.Clear();
-    busy_.assign(nd, 0);
-    events_.clear();
+    busy_ = m.init_busy;
+    events_.Clear();
     pending_.clear();
     granted_.clear();
     batch_.clear();
@@ -267,34 +348,31 @@ class Engine {
                        : m_.now + options.horizon.nanos();
     stop_when_batch_done_ = options.stop_when_batch_done && !batch_.empty();
     batch_left_ = static_cast<int>(batch_.size());
-    const uint32_t n_nodes = static_cast<uint32_t>(s_.node.size());
-    for (uint32_t n = 0; n < n_nodes; ++n) {
-      const NodeRun& r = s_.node[n];
-      if (r.st == kRunning) {
-        if (n >= m_.num_compute) {
-          busy_[r.dev] = 1;
-          busy_[Xfer(n).dst] = 1;
-        }
-        Push(std::max(m_.now, r.start + r.dur), n);
-      } else if (r.st == kWaiting && r.wait == 0) {
-        MakeReady(n, r.ready >= 0 ? r.ready : m_.now, false);
-      }
+    // Nodes running in the snapshot, in node order (their sequence numbers).
+    for (const InitialEvent& e : m_.init_events) Push(e.time, e.node);
+    // Ready nodes. Neither queue depends on the order of these pushes (the
+    // queue discipline and the arbitration are total orders), and nothing
+    // dispatches until every device's turn below.
+    for (const InitialReady& r : m_.init_ready) MakeReady(r.node, r.ready_at, false);
+    for (uint32_t n : batch_) {  // what-if placements
+      if (s_.node[n].wait == 0) MakeReady(n, InitialReadyAt(snap_.nodes[n].ready_ns, m_.now), false);
+    }
+    for (uint32_t x = static_cast<uint32_t>(m_.init.node.size()); x < s_.node.size(); ++x) {  // inserted transfers
+      if (s_.node[x].wait == 0) MakeReady(x, m_.now, false);
     }
     for (uint16_t d = 0; d < m_.capacity.size(); ++d) Dispatch(d);
     Arbitrate();
     while (!events_.empty() && !(stop_when_batch_done_ && batch_left_ == 0)) {
-      if (events_.front().time > horizon_end_) break;
-      std::pop_heap(events_.begin(), events_.end(), EventLater());
-      const Event e = events_.back();
-      events_.pop_back();
+      if (events_.top().time > horizon_end_) break;
+      const Event e = events_.Pop();
       now_ = e.time;
-      result_.end_ns = now_;
       if (e.node < m_.num_compute) {
         FinishCompute(e.node);
       } else {
         FinishTransfer(e.node);
       }
     }
+    result_.end_ns = now_;
     Collect();
   }
 
@@ -306,11 +384,12 @@ class Engine {
     const uint16_t src = s_.node[m_.tinfo[t].producer].dev;
     NodeRun r{};
     r.dur = static_cast<int64_t>(m_.ctx->transfers().PredictNs(DeviceId(src), DeviceId(dst), m_.tinfo[t].bytes));
-    r.start = r.end = r.ready = -1;
     r.wait = TensorOn(t, src) || InitialCopy(t, src) ? 0 : 1;
     r.dev = src;
     r.st = kWaiting;
     s_.node.push_back(r);
+    start_.push_back(-1);
+    end_.push_back(-1);
     s_.xfer.push_back({(uint64_t{1} << 62) + x, t, s_.tensor[t].first_transfer, prio, dst});
     s_.tensor[t].first_transfer = x;
     s_.tensor[t].pending += 1;
@@ -328,10 +407,7 @@ class Engine {
   }
   bool InitialCopy(uint32_t t, uint16_t d) const { return m_.InitialCopy(t, d); }
 
-  void Push(int64_t time, uint32_t node) {
-    events_.push_back({time, seq_++, node});
-    std::push_heap(events_.begin(), events_.end(), EventLater());
-  }
+  void Push(int64_t time, uint32_t node) { events_.Push({time, seq_++, node}); }
 
   void Alloc(uint16_t d, int64_t bytes) {
     int64_t& mem = s_.mem[d];
@@ -348,7 +424,6 @@ class Engine {
 
   void MakeReady(uint32_t n, int64_t ready_at, bool dispatch) {
     NodeRun& r = s_.node[n];
-    r.ready = ready_at;
     r.st = kQueued;
     if (n < m_.num_compute) {
       const NodeInfo& info = m_.info[n];
@@ -367,10 +442,11 @@ class Engine {
     NodeRun& r = s_.node[n];
     s_.running[d] = n;
     r.st = kRunning;
-    r.start = now_;
+    start_[n] = now_;
     Alloc(d, m_.info[n].alloc_bytes);
-    if (busy_[d]) r.dur = static_cast<int64_t>(static_cast<double>(r.dur) * m_.overlap_factor);
-    Push(now_ + r.dur, n);
+    int64_t dur = r.dur;
+    if (busy_[d]) dur = static_cast<int64_t>(static_cast<double>(dur) * m_.overlap_factor);
+    Push(now_ + dur, n);
   }
 
   void Arbitrate() {
@@ -379,13 +455,15 @@ class Engine {
     ArbitrateTransfers(&pending_, &busy_, &granted_);
     for (uint32_t x : granted_) {
       NodeRun& r = s_.node[x];
+      const TransferRun& xr = Xfer(x);
       r.st = kRunning;
-      r.start = now_;
-      Alloc(Xfer(x).dst, m_.tinfo[Xfer(x).tensor].bytes);
-      if (s_.running[r.dev] != kNone || s_.running[Xfer(x).dst] != kNone) {
-        r.dur = static_cast<int64_t>(static_cast<double>(r.dur) * m_.transfer_overlap_factor);
+      start_[x] = now_;
+      Alloc(xr.dst, m_.tinfo[xr.tensor].bytes);
+      int64_t dur = r.dur;
+      if (s_.running[r.dev] != kNone || s_.running[xr.dst] != kNone) {
+        dur = static_cast<int64_t>(static_cast<double>(dur) * m_.transfer_overlap_factor);
       }
-      Push(now_ + r.dur, x);
+      Push(now_ + dur, x);
     }
   }
 
@@ -426,7 +504,7 @@ class Engine {
     const NodeInfo& info = m_.info[n];
     const uint16_t d = r.dev;
     r.st = kDone;
-    r.end = now_;
+    end_[n] = now_;
     s_.running[d] = kNone;
     ++result_.simulated_ops;
     s_.mem[d] -= info.workspace;
@@ -445,7 +523,7 @@ class Engine {
     NodeRun& r = s_.node[x];
     const TransferRun& xr = Xfer(x);
     r.st = kDone;
-    r.end = now_;
+    end_[x] = now_;
     ++result_.simulated_ops;
     busy_[r.dev] = 0;
     busy_[xr.dst] = 0;
@@ -456,23 +534,14 @@ class Engine {
 
   void Collect() {
     SimResult& r = result_;
-    const size_t n = s_.node.size();
-    r.node_start_ns.resize(n);
-    r.node_end_ns.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const NodeRun& nr = s_.node[i];
-      const bool reached = nr.st == kRunning || nr.st == kDone;
-      r.node_start_ns[i] = reached ? nr.start : -1;
-      r.node_end_ns[i] = nr.st == kDone ? nr.end : -1;
-    }
     r.peak_bytes.swap(s_.peak);
     r.final_bytes.swap(s_.mem);
     r.instance_end_ns.assign(snap_.instances.size(), -1);
     for (const auto& [inst, t] : inst_end_) r.instance_end_ns[inst] = t;
     double sum = 0;
     for (uint32_t b : batch_) {
-      if (r.node_end_ns[b] >= 0) {
-        sum += static_cast<double>(r.node_end_ns[b] - m_.now);
+      if (end_[b] >= 0) {
+        sum += static_cast<double>(end_[b] - m_.now);
         ++r.batch_completed;
       }
     }
@@ -482,7 +551,7 @@ class Engine {
   const Model& m_;
   Model::State& s_;
   const GmgSnapshot& snap_;
-  std::vector<Event>& events_;
+  EventQueue& events_;
   std::vector<ReadyQueue>& ready_;
   std::vector<TransferRequest>& pending_;
   std::vector<uint8_t>& busy_;
@@ -491,6 +560,8 @@ class Engine {
   std::vector<uint8_t>& in_batch_;
   std::vector<std::pair<uint32_t, int64_t>>& inst_end_;
   SimResult& result_;
+  std::vector<int64_t>& start_;  // result_.node_start_ns
+  std::vector<int64_t>& end_;    // result_.node_end_ns
   int64_t now_ = 0;
   int64_t horizon_end_ = 0;
   uint64_t seq_ = 0;
@@ -499,7 +570,6 @@ class Engine {
 };
 
 }  // namespace
-
 // ---------------------------------------------------------------------------
 // Simulator
 
@@ -524,6 +594,7 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   m.ctx = &ctx;
   m.now = snap.taken_at.nanos();
   m.num_compute = snap.num_compute_nodes;
+  const uint32_t nc = m.num_compute;
   const size_t nd = snap.devices.size();
   const size_t nn = snap.nodes.size();
   const size_t nt = snap.tensors.size();
@@ -557,58 +628,31 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     s.running[d] = dev.running;
   }
   s.peak = s.mem;
+  m.init_busy.assign(nd, 0);
 
   // Tensors.
   m.tinfo.resize(nt);
   s.tensor.resize(nt);
   for (size_t t = 0; t < nt; ++t) {
     const GmgSnapshot::Tensor& ts = snap.tensors[t];
-    m.tinfo[t] = {ts.bytes, ts.node, static_cast<uint8_t>(ts.retained || ts.update_of >= 0)};
+    m.tinfo[t] = {ts.bytes, ts.node, static_cast<uint8_t>(ts.retained || ts.update_of >= 0), 0};
     s.tensor[t] = {ts.pending_consumers, kNone, ts.freed};
   }
-
-  // Compute consumers of each tensor (CSR by counting sort; a consumer that
-  // reads a tensor twice is listed once).
-  m.tcons_off.assign(nt + 1, 0);
-  for (uint32_t n = 0; n < m.num_compute; ++n) {
-    uint32_t last = kNone;
-    for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
-      if (snap.inputs[k] != last) m.tcons_off[snap.inputs[k] + 1]++;
-      last = snap.inputs[k];
-    }
-  }
-  for (size_t t = 0; t < nt; ++t) m.tcons_off[t + 1] += m.tcons_off[t];
-  m.tcons.resize(m.tcons_off[nt]);
-  m.tcons_cnt.assign(m.tcons_off[nt], 0);
-  {
-    std::vector<uint32_t>& fill = m.fill_scratch;
-    fill.assign(m.tcons_off.begin(), m.tcons_off.end() - 1);
-    for (uint32_t n = 0; n < m.num_compute; ++n) {
-      uint32_t last = kNone;
-      for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
-        const uint32_t t = snap.inputs[k];
-        if (t != last) {
-          m.tcons[fill[t]] = n;
-          m.tcons_cnt[fill[t]++] = 1;
-        } else {
-          m.tcons_cnt[fill[t] - 1]++;
-        }
-        last = t;
-      }
-    }
+  for (const GmgSnapshot::Copy& c : snap.copies) {
+    TensorInfo& ti = m.tinfo[c.tensor];
+    if (snap.nodes[ti.producer].state == static_cast<uint8_t>(NodeState::kDone)) ti.initial_copy = 1;
   }
 
-  // Snapshot copies per tensor (the snapshot lists them in tensor order).
-  m.copy_off.assign(nt + 1, 0);
-  for (const GmgSnapshot::Copy& c : snap.copies) m.copy_off[c.tensor + 1]++;
-  for (size_t t = 0; t < nt; ++t) m.copy_off[t + 1] += m.copy_off[t];
-  auto copy_on = [&m](uint32_t t, uint16_t d) { return m.InitialCopy(t, d); };
-
-  // Nodes: placement, state, durations, initial wait counts.
-  m.info.resize(m.num_compute);
+  // Nodes: placement, state, durations, initial wait counts, and the number
+  // of (distinct consecutive) compute consumers of each tensor.
+  m.info.resize(nc);
   s.node.resize(nn);
-  s.xfer.resize(nn - m.num_compute);
+  s.xfer.resize(nn - nc);
   s.unfinished.assign(snap.instances.size(), 0);
+  m.init_start.resize(nn);
+  m.init_events.clear();
+  m.init_ready.clear();
+  m.tcons_off.assign(nt + 1, 0);
   uint32_t cached_type = kNone, cached_tpl = kNone;
   const std::vector<int>* keys = nullptr;
   for (uint32_t n = 0; n < nn; ++n) {
@@ -616,9 +660,6 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     const NodeState state = static_cast<NodeState>(node.state);
     NodeRun& r = s.node[n];
     r.dur = 0;
-    r.start = node.start_ns;
-    r.end = -1;
-    r.ready = node.ready_ns != Timestamp::Never().nanos() ? node.ready_ns : -1;
     r.wait = 0;
     r.dev = node.device;
     switch (state) {
@@ -627,47 +668,94 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
       case NodeState::kRunning: r.st = kRunning; break;
       default: r.st = kDone; break;  // failed/cancelled never appear live
     }
-    if (n >= m.num_compute) {
-      const uint32_t t = snap.inputs[snap.input_offsets[n]];
-      TransferRun& x = s.xfer[n - m.num_compute];
+    m.init_start[n] = r.st == kRunning || r.st == kDone ? node.start_ns : -1;
+    const uint32_t in_begin = snap.input_offsets[n], in_end = snap.input_offsets[n + 1];
+    if (n >= nc) {
+      const uint32_t t = snap.inputs[in_begin];
+      TransferRun& x = s.xfer[n - nc];
       x = {node.id, t, s.tensor[t].first_transfer, node.priority, node.dst_device};
       s.tensor[t].first_transfer = n;
       r.dur = static_cast<int64_t>(
           ctx.transfers().PredictNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
-      if (r.st == kWaiting && !copy_on(t, node.device)) r.wait = 1;
-      continue;
-    }
-    NodeInfo& info = m.info[n];
-    info.id = node.id;
-    info.workspace = node.workspace_bytes;
-    info.alloc_bytes = node.workspace_bytes;
-    for (uint32_t t = snap.tensor_offsets[n]; t < snap.tensor_offsets[n + 1]; ++t) info.alloc_bytes += snap.tensors[t].bytes;
-    info.instance = node.instance;
-    info.priority = node.priority;
-    info.in_begin = snap.input_offsets[n];
-    info.in_end = snap.input_offsets[n + 1];
-    info.out_begin = snap.tensor_offsets[n];
-    info.out_end = snap.tensor_offsets[n + 1];
-    info.priority_class = node.priority_class;
-    s.unfinished[node.instance] += r.st != kDone;
-    if (r.st == kUnplaced) continue;
-    const uint32_t type = snap.devices[node.device].type;
-    const uint32_t tpl = snap.instances[node.instance].template_id;
-    if (type != cached_type || tpl != cached_tpl) {
-      keys = &ctx.OpKeys(snap.device_types[type], tpl);
-      cached_type = type;
-      cached_tpl = tpl;
-    }
-    r.dur = static_cast<int64_t>(ctx.ops().PredictNs(
-                                     (*keys)[node.op_index],
-                                     std::span<const int64_t>(snap.attrs.data() + snap.attr_offsets[n],
-                                                              snap.attr_offsets[n + 1] - snap.attr_offsets[n])) *
-                                 m.device_factor[node.device]);
-    if (r.st == kWaiting) {
-      for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
-        if (!copy_on(snap.inputs[k], node.device)) ++r.wait;
+      if (r.st == kWaiting && !m.InitialCopy(t, node.device)) r.wait = 1;
+    } else {
+      NodeInfo& info = m.info[n];
+      info.id = node.id;
+      info.workspace = node.workspace_bytes;
+      int64_t alloc = node.workspace_bytes;
+      const uint32_t out_begin = snap.tensor_offsets[n], out_end = snap.tensor_offsets[n + 1];
+      for (uint32_t t = out_begin; t < out_end; ++t) alloc += m.tinfo[t].bytes;
+      info.alloc_bytes = alloc;
+      info.instance = node.instance;
+      info.priority = node.priority;
+      info.in_begin = in_begin;
+      info.in_end = in_end;
+      info.out_begin = out_begin;
+      info.out_end = out_end;
+      info.priority_class = node.priority_class;
+      uint32_t last = kNone;
+      for (uint32_t k = in_begin; k < in_end; ++k) {
+        const uint32_t t = snap.inputs[k];
+        if (t != last) m.tcons_off[t + 1]++;
+        last = t;
+      }
+      s.unfinished[node.instance] += r.st != kDone;
+      if (r.st == kUnplaced) continue;
+      const uint32_t type = snap.devices[node.device].type;
+      const uint32_t tpl = snap.instances[node.instance].template_id;
+      if (type != cached_type || tpl != cached_tpl) {
+        keys = &ctx.OpKeys(snap.device_types[type], tpl);
+        cached_type = type;
+        cached_tpl = tpl;
+      }
+      r.dur = static_cast<int64_t>(ctx.ops().PredictNs(
+                                       (*keys)[node.op_index],
+                                       std::span<const int64_t>(snap.attrs.data() + snap.attr_offsets[n],
+                                                                snap.attr_offsets[n + 1] - snap.attr_offsets[n])) *
+                                   m.device_factor[node.device]);
+      if (r.st == kWaiting) {
+        for (uint32_t k = in_begin; k < in_end; ++k) {
+          if (!m.InitialCopy(snap.inputs[k], node.device)) ++r.wait;
+        }
       }
     }
+    if (r.st == kRunning) {
+      if (n >= nc) {
+        m.init_busy[r.dev] = 1;
+        m.init_busy[node.dst_device] = 1;
+      }
+      m.init_events.push_back({std::max(m.now, node.start_ns + r.dur), n});
+    } else if (r.st == kWaiting && r.wait == 0) {
+      m.init_ready.push_back({n, InitialReadyAt(node.ready_ns, m.now)});
+    }
+  }
+
+  // Compute consumers of each tensor (CSR by counting sort; a consumer that
+  // reads a tensor twice in a row is listed once, with the count).
+  for (size_t t = 0; t < nt; ++t) m.tcons_off[t + 1] += m.tcons_off[t];
+  m.tcons.resize(m.tcons_off[nt]);
+  m.tcons_cnt.resize(m.tcons_off[nt]);
+  {
+    // fill[t]: next free slot of tensor t; tcons_off[t + 1] is used as the
+    // cursor and restored afterwards by shifting.
+    std::vector<uint32_t>& off = m.tcons_off;
+    for (uint32_t n = 0; n < nc; ++n) {
+      uint32_t last = kNone;
+      for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
+        const uint32_t t = snap.inputs[k];
+        if (t != last) {
+          const uint32_t slot = off[t]++;
+          m.tcons[slot] = n;
+          m.tcons_cnt[slot] = 1;
+        } else {
+          m.tcons_cnt[off[t] - 1]++;
+        }
+        last = t;
+      }
+    }
+    // off[t] now holds the end of t's range, i.e. the begin of t + 1.
+    for (size_t t = nt; t > 0; --t) off[t] = off[t - 1];
+    off[0] = 0;
   }
   return absl::OkStatus();
 }

@@ -49,12 +49,15 @@ class ReadyQueue {
       b.sorted = true;
     }
     size_ = 0;
+    first_ = 0;
   }
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
 
   void Push(const DisciplineKey& key, uint32_t item) {
-    Bucket& b = BucketFor(key.priority_class, key.priority);
+    const size_t i = BucketFor(key.priority_class, key.priority);
+    if (i < first_) first_ = i;
+    Bucket& b = buckets_[i];
     const Entry e{key.ready_ns, key.tiebreak, item};
     if (b.q.size() > b.head && Before(e, b.q.back())) b.sorted = false;
     b.q.push_back(e);
@@ -63,8 +66,10 @@ class ReadyQueue {
 
   // Removes and returns the item that runs first. Requires !empty().
   uint32_t Pop(DisciplineKey* key = nullptr) {
-    for (Bucket& b : buckets_) {
+    for (size_t i = first_; i < buckets_.size(); ++i) {
+      Bucket& b = buckets_[i];
       if (b.head == b.q.size()) continue;
+      first_ = i;  // every bucket before i is empty
       if (!b.sorted) {
         std::sort(b.q.begin() + static_cast<std::ptrdiff_t>(b.head), b.q.end(), Before);
         b.sorted = true;
@@ -97,18 +102,20 @@ class ReadyQueue {
   static bool Before(const Entry& a, const Entry& b) {
     return a.ready_ns != b.ready_ns ? a.ready_ns < b.ready_ns : a.tiebreak < b.tiebreak;
   }
-  Bucket& BucketFor(uint8_t cls, int32_t prio) {
+  // Index of the bucket of (cls, prio), created if missing.
+  size_t BucketFor(uint8_t cls, int32_t prio) {
     // Most pushes go to the bucket of the previous push.
-    if (last_ < buckets_.size() && buckets_[last_].cls == cls && buckets_[last_].prio == prio) {
-      return buckets_[last_];
-    }
+    if (last_ < buckets_.size() && buckets_[last_].cls == cls && buckets_[last_].prio == prio) return last_;
+    return FindOrAddBucket(cls, prio);
+  }
+  size_t FindOrAddBucket(uint8_t cls, int32_t prio) {
     // Buckets stay ordered by (class, -priority); there are a handful.
     size_t i = 0;
     for (; i < buckets_.size(); ++i) {
       const Bucket& b = buckets_[i];
       if (b.cls == cls && b.prio == prio) {
         last_ = i;
-        return buckets_[i];
+        return i;
       }
       if (b.cls > cls || (b.cls == cls && b.prio < prio)) break;
     }
@@ -116,12 +123,16 @@ class ReadyQueue {
     nb.cls = cls;
     nb.prio = prio;
     last_ = i;
-    return *buckets_.insert(buckets_.begin() + static_cast<std::ptrdiff_t>(i), std::move(nb));
+    buckets_.insert(buckets_.begin() + static_cast<std::ptrdiff_t>(i), std::move(nb));
+    // A bucket inserted at or before first_ is the one being pushed to, and
+    // Push lowers first_ to it.
+    return i;
   }
 
   std::vector<Bucket> buckets_;
   size_t size_ = 0;
   size_t last_ = 0;  // bucket of the previous push
+  size_t first_ = 0;  // no bucket before this one holds an entry
 };
 
 }  // namespace slicesched
