@@ -1,0 +1,270 @@
+// The master of the `sliced` daemon: the one owner of the Global Mapping Graph.
+//
+// The GMG, the scheduler, the estimators and the execution backend take no
+// locks (gmg.h): they live on ONE owner thread, the master's event loop.
+// Every public method below may be called from any thread (the gRPC handler
+// threads); it posts a command (a std::function) to the loop's queue and
+// waits for the result, so nothing outside the loop ever touches the GMG.
+//
+// One loop iteration:
+//   1. run the queued commands (register, submit, cancel, queries);
+//   2. advance the backend to the steady-clock time `now`, feeding every
+//      completion record to the estimators (OnlineLearner);
+//   3. retire finished instances and publish instance state changes to the
+//      watchers (InstanceRecord);
+//   4. let the scheduler (SliceScheduler) issue work from the unscheduled
+//      frontier, then let the backend start what is ready;
+//   5. save the estimators every `estimator_save_interval`;
+//   6. sleep until the next backend completion, a new command, or 50 ms.
+//
+// Backend (this increment): every device runs on the VirtualCluster, its
+// virtual time driven by the real steady clock, so operators "run" for the
+// time the ground-truth cost model gives them. Devices configured with
+// backend `virtual` or `emulated` get exactly that. Devices configured with
+// backend `cpu` ALSO run on the virtual cluster for now (a warning is
+// logged and Devices/Status report "virtual (configured: cpu)"): the LibTorch
+// ExecutorSet backend is wired in the next increment. `cuda` devices are
+// refused at start (FailedPrecondition).
+//
+// Deployments: registering one builds its Llama prefill/decode templates,
+// named "<deployment>/prefill" and "<deployment>/decode" (the deployment
+// name, not the model name, prefixes them, so two deployments of one model
+// keep separate weights), and loads the weights of one replica onto every
+// aligned device group of every enabled partition (for a k-slot partition,
+// devices g*k .. g*k+k-1), which is where SliceScheduler looks for them.
+// With the virtual backend weights are byte counts only: their contents
+// (seed or safetensors file) are not read. Deployments are persisted in the
+// StateStore and re-registered at start; deployments in the config file
+// take precedence over persisted ones of the same name.
+//
+// Estimators: restored from the StateStore ("op", "transfer") at start,
+// saved periodically, at Drain and at Shutdown.
+//
+// Retained checkpoints (KV caches produced by prefill instances) are
+// released `checkpoint_ttl` after they were produced or last attached.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "slicesched/common/clock.h"
+#include "slicesched/common/ids.h"
+#include "slicesched/common/units.h"
+#include "slicesched/estimate/estimators.h"
+#include "slicesched/gmg/gmg.h"
+#include "slicesched/gmg/snapshot.h"
+#include "slicesched/server/config.h"
+#include "slicesched/server/state_store.h"
+
+namespace slicesched {
+
+struct MasterOptions {
+  std::string version = "0.1.0";
+  Duration estimator_save_interval = Duration::Seconds(60);
+  Duration checkpoint_ttl = Duration::Seconds(300);
+  // Terminal instance records kept for Watch/Cancel after they finish.
+  size_t max_terminal_records = 10000;
+  // Bound on each Submit binding value (symbol values such as S, C, B).
+  int64_t max_binding_value = int64_t{1} << 20;
+  // Threads for the scheduler's parallel what-if simulations.
+  int scheduler_threads = 1;
+};
+
+enum class ServingStateKind : uint8_t { kStarting, kServing, kDraining, kDrained };
+
+// One state change of an instance (mirrors v1.InstanceEvent).
+struct InstanceUpdate {
+  InstanceState state = InstanceState::kPending;
+  Timestamp time;
+  uint32_t ops_done = 0;
+  uint32_t ops_total = 0;
+  std::vector<uint64_t> produced_checkpoints;  // DONE only
+  std::string message;                          // FAILED / CANCELLED: why
+};
+
+inline bool IsTerminalInstanceState(InstanceState s) {
+  return s == InstanceState::kDone || s == InstanceState::kFailed || s == InstanceState::kCancelled;
+}
+
+// The append-only event history of one instance, shared by the loop (the
+// only writer) and any number of Watch streams. Thread-safe.
+class InstanceRecord {
+ public:
+  explicit InstanceRecord(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+  void Append(InstanceUpdate update);
+  // Closes the record without a terminal event (the master shut down).
+  void Close();
+  // Waits up to `timeout` for events with index >= `from`; returns them
+  // (possibly none). `*closed` is set when no more events will come.
+  std::vector<InstanceUpdate> WaitFrom(size_t from, absl::Duration timeout, bool* closed);
+  InstanceUpdate Last();
+
+ private:
+  const uint64_t id_;
+  absl::Mutex mu_;
+  std::vector<InstanceUpdate> events_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+struct DeploymentInfo {
+  DeploymentConfig spec;
+  std::string prefill_template;
+  std::string decode_template;
+  std::vector<std::pair<std::string, int>> partitions;  // enabled: name, slots
+  int64_t weight_bytes = 0;
+  int64_t kv_bytes_per_token = 0;
+  int64_t created_unix_ms = 0;
+};
+
+struct SubmitArgs {
+  std::string template_name;
+  std::vector<std::pair<std::string, int64_t>> bindings;
+  PriorityClass priority_class = PriorityClass::kOnline;
+  int32_t priority = 0;
+  uint32_t deadline_ms = 0;  // 0 = none
+  std::vector<std::pair<std::string, uint64_t>> checkpoints;
+  std::string label;
+};
+
+struct SubmitResult {
+  uint64_t instance_id = 0;
+  Timestamp arrival;
+};
+
+struct MasterStatus {
+  std::string version;
+  ServingStateKind state = ServingStateKind::kStarting;
+  int64_t started_unix_ms = 0;
+  int64_t uptime_ms = 0;
+  uint32_t num_devices = 0;
+  std::vector<std::string> deployments;
+  uint64_t live_instances = 0;
+  uint64_t queued_online = 0;   // live instances with no operator issued yet
+  uint64_t queued_offline = 0;
+  std::string policy;
+  std::string backend;          // what actually executes, e.g. "virtual"
+  std::string state_dir;
+};
+
+struct DeviceInfo {
+  DeviceSpec spec;
+  std::string backend_used;  // "virtual" or "virtual (configured: cpu)"
+  DeviceMemory memory;
+  uint32_t queue_length = 0;
+  uint64_t running_node = 0;
+  double busy_fraction = 0;  // over the last minute (or since start)
+};
+
+// A consistent GMG picture: the snapshot plus the names it refers to.
+struct GmgView {
+  GmgSnapshot snapshot;
+  std::vector<DeviceInfo> devices;
+  std::vector<std::string> template_names;  // indexed by template id value
+  struct InstanceExtra {
+    std::string state;
+    std::string label;
+  };
+  std::vector<InstanceExtra> instances;  // parallel to snapshot.instances
+  struct NodeExtra {
+    std::string op;    // template op name, or "transfer"
+    std::string kind;  // OpKindName
+    Timestamp end = Timestamp::Never();
+    Timestamp predicted_start = Timestamp::Never();
+  };
+  std::vector<NodeExtra> nodes;  // parallel to snapshot.nodes
+};
+
+struct EstimatorView {
+  std::vector<OpEstimator::KeyStats> ops;
+  std::vector<TransferEstimator::PairStats> transfers;
+};
+
+struct DrainResult {
+  ServingStateKind state = ServingStateKind::kDraining;
+  uint64_t remaining_instances = 0;
+};
+
+class Master {
+ public:
+  // Opens the state store in config.state_dir, builds the backend, restores
+  // estimators and deployments, registers the config's deployments and
+  // starts the loop. Fails (without leaving threads behind) on a config the
+  // daemon cannot serve.
+  static absl::StatusOr<std::unique_ptr<Master>> Start(SlicedConfig config, MasterOptions options = {});
+
+  Master(const Master&) = delete;
+  Master& operator=(const Master&) = delete;
+  // Shutdown().
+  ~Master();
+
+  // Stops the loop (in-flight instances are abandoned, watchers closed) and
+  // saves the estimators. Idempotent.
+  void Shutdown();
+
+  const SlicedConfig& config() const { return config_; }
+  const std::string& backend_name() const { return backend_name_; }
+
+  // --- Serving ---------------------------------------------------------------
+  // Validates and registers; persists it. AlreadyExists without `replace`.
+  absl::StatusOr<DeploymentInfo> RegisterDeployment(DeploymentConfig spec, bool replace);
+  absl::StatusOr<std::vector<DeploymentInfo>> ListDeployments();
+  absl::StatusOr<SubmitResult> Submit(SubmitArgs args);
+  // The record of a live or recently finished instance; NotFound otherwise.
+  absl::StatusOr<std::shared_ptr<InstanceRecord>> FindInstance(uint64_t instance_id);
+  // The state after the call (CANCELLED, or the terminal state it reached).
+  absl::StatusOr<InstanceState> Cancel(uint64_t instance_id);
+
+  // --- Admin -----------------------------------------------------------------
+  absl::StatusOr<MasterStatus> Status();
+  absl::StatusOr<std::vector<DeviceInfo>> Devices();
+  absl::StatusOr<GmgView> DumpGmg();
+  absl::StatusOr<EstimatorView> Estimators();
+  // Stops admitting (Submit/RegisterDeployment give FailedPrecondition).
+  // With `wait`, waits up to `timeout` for the live instances to finish;
+  // when none is left the state is DRAINED and the estimators are saved.
+  absl::StatusOr<DrainResult> Drain(bool wait, absl::Duration timeout);
+  bool draining() const { return draining_.load(); }
+  // Saves the estimators now (also done periodically by the loop).
+  absl::Status SaveEstimators();
+
+ private:
+  struct Impl;  // everything the loop owns (GMG, scheduler, backend, ...)
+
+  Master(SlicedConfig config, MasterOptions options);
+  // Runs `fn` on the loop thread and waits for it. Unavailable once stopped.
+  absl::Status RunOnLoop(std::function<void()> fn);
+  void Loop();
+
+  const SlicedConfig config_;
+  const MasterOptions options_;
+  std::string backend_name_;
+  SteadyClock clock_;
+  int64_t started_unix_ms_ = 0;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> draining_{false};
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> commands_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread loop_;
+  absl::Mutex shutdown_mu_;
+};
+
+absl::string_view ServingStateName(ServingStateKind s);
+
+}  // namespace slicesched

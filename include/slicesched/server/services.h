@@ -1,0 +1,117 @@
+// The gRPC face of the `sliced` daemon: Admin and Serving service
+// implementations that only translate between protos and Master calls, and
+// SlicedServer, which builds the grpc::Server the daemon (and the tests) run.
+//
+// Authorization of Admin calls (see docs/operations.md):
+//   - peers on the unix socket are trusted (the socket's file permissions
+//     guard it): every Admin call is allowed;
+//   - TCP (TLS) peers: when listen.admin_token is set, every Admin call needs
+//     the metadata `authorization: Bearer <token>` (UNAUTHENTICATED
+//     otherwise); without a token, read-only Admin calls are allowed and
+//     mutating ones (Drain) are refused with PERMISSION_DENIED.
+//
+// Not implemented in this increment (they answer UNIMPLEMENTED):
+// Serving.Generate, Admin.Timeline and the whole FineTune service.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "slicesched/server/config.h"
+#include "slicesched/server/master.h"
+#include "slicesched/v1/admin.grpc.pb.h"
+#include "slicesched/v1/serving.grpc.pb.h"
+
+namespace slicesched {
+
+// absl::Status -> grpc::Status, keeping the code and the message.
+grpc::Status ToGrpc(const absl::Status& s);
+
+// The Admin authorization rule above. `peer` is ServerContext::peer() (a unix
+// socket peer starts with "unix:"); `authorization` the metadata value or
+// null when absent.
+grpc::Status AuthorizeAdmin(std::string_view peer, const std::string* authorization,
+                            std::string_view admin_token, bool mutating);
+
+// v1.DeploymentSpec -> DeploymentConfig; INVALID_ARGUMENT naming the field
+// ("spec.model.llama.hidden: ...") on bad input.
+absl::StatusOr<DeploymentConfig> DeploymentFromProto(const v1::DeploymentSpec& spec);
+void DeploymentToProto(const DeploymentConfig& d, v1::DeploymentSpec* out);
+
+class AdminServiceImpl final : public v1::Admin::Service {
+ public:
+  AdminServiceImpl(Master* master, std::string admin_token) : master_(master), token_(std::move(admin_token)) {}
+
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req, v1::StatusResponse* out) override;
+  grpc::Status Devices(grpc::ServerContext* ctx, const v1::DevicesRequest* req, v1::DevicesResponse* out) override;
+  grpc::Status Estimators(grpc::ServerContext* ctx, const v1::EstimatorsRequest* req,
+                          v1::EstimatorsResponse* out) override;
+  grpc::Status DumpGmg(grpc::ServerContext* ctx, const v1::DumpGmgRequest* req, v1::GmgDump* out) override;
+  grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req, v1::DrainResponse* out) override;
+
+ private:
+  grpc::Status Authorize(grpc::ServerContext* ctx, bool mutating) const;
+  Master* master_;
+  const std::string token_;
+};
+
+class ServingServiceImpl final : public v1::Serving::Service {
+ public:
+  explicit ServingServiceImpl(Master* master) : master_(master) {}
+
+  grpc::Status RegisterDeployment(grpc::ServerContext* ctx, const v1::RegisterDeploymentRequest* req,
+                                  v1::RegisterDeploymentResponse* out) override;
+  grpc::Status ListDeployments(grpc::ServerContext* ctx, const v1::ListDeploymentsRequest* req,
+                               v1::ListDeploymentsResponse* out) override;
+  grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitRequest* req, v1::SubmitResponse* out) override;
+  grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                     grpc::ServerWriter<v1::InstanceEvent>* writer) override;
+  grpc::Status Cancel(grpc::ServerContext* ctx, const v1::CancelRequest* req, v1::CancelResponse* out) override;
+
+ private:
+  Master* master_;
+};
+
+struct ServerOptions {
+  std::string unix_socket;   // absolute path; empty = none
+  std::string tcp_address;   // "host:port"; empty = none
+  std::string tls_cert_pem;  // PEM text (not paths); required with tcp_address
+  std::string tls_key_pem;
+  std::string admin_token;
+  int max_receive_message_bytes = 4 << 20;
+  bool reflection = true;    // grpc.reflection.v1alpha.ServerReflection
+};
+
+// Options from the config's `listen:` section, reading the TLS files
+// (errors name listen.tls.cert / listen.tls.key).
+absl::StatusOr<ServerOptions> ServerOptionsFromConfig(const ListenConfig& listen);
+
+class SlicedServer {
+ public:
+  // Creates the socket's directory, replaces a stale socket file, registers
+  // the services, the default health checking service and (when enabled)
+  // reflection, and starts listening.
+  static absl::StatusOr<std::unique_ptr<SlicedServer>> Start(Master* master, const ServerOptions& options);
+  ~SlicedServer();
+
+  // Health status of "" and every slicesched.v1 service name.
+  void SetServing(bool serving);
+  // Stops accepting calls; in-flight calls get until `grace` to finish.
+  void Shutdown(absl::Duration grace);
+  grpc::Server* server() { return server_.get(); }
+
+ private:
+  SlicedServer(Master* master, const ServerOptions& options);
+  ServerOptions options_;
+  AdminServiceImpl admin_;
+  ServingServiceImpl serving_;
+  std::unique_ptr<grpc::Server> server_;
+  bool shut_down_ = false;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,776 @@
+#include "slicesched/server/master.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "slicesched/cluster/ground_truth.h"
+#include "slicesched/cluster/virtual_cluster.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/common/thread_pool.h"
+#include "slicesched/estimate/calibration.h"
+#include "slicesched/estimate/estimators.h"
+#include "slicesched/gmg/llama.h"
+#include "slicesched/sched/learner.h"
+#include "slicesched/sched/slice_scheduler.h"
+#include "slicesched/sim/simulator.h"
+#include "spdlog/spdlog.h"
+
+namespace slicesched {
+
+absl::string_view ServingStateName(ServingStateKind s) {
+  switch (s) {
+    case ServingStateKind::kStarting: return "starting";
+    case ServingStateKind::kServing: return "serving";
+    case ServingStateKind::kDraining: return "draining";
+    case ServingStateKind::kDrained: return "drained";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------
+// InstanceRecord
+// ---------------------------------------------------------------------------
+
+void InstanceRecord::Append(InstanceUpdate update) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  const bool terminal = IsTerminalInstanceState(update.state);
+  events_.push_back(std::move(update));
+  if (terminal) closed_ = true;
+}
+
+void InstanceRecord::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+std::vector<InstanceUpdate> InstanceRecord::WaitFrom(size_t from, absl::Duration timeout, bool* closed) {
+  absl::MutexLock lock(&mu_);
+  auto more = [this, from]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return events_.size() > from || closed_; };
+  mu_.AwaitWithTimeout(absl::Condition(&more), timeout);
+  std::vector<InstanceUpdate> out;
+  for (size_t i = from; i < events_.size(); ++i) out.push_back(events_[i]);
+  *closed = closed_;
+  return out;
+}
+
+InstanceUpdate InstanceRecord::Last() {
+  absl::MutexLock lock(&mu_);
+  return events_.empty() ? InstanceUpdate{} : events_.back();
+}
+
+// ---------------------------------------------------------------------------
+// Impl: everything owned by the loop thread
+// ---------------------------------------------------------------------------
+
+namespace {
+
+bool ValidDeploymentName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+bool SameModel(const LlamaDims& a, const LlamaDims& b) {
+  return a.layers == b.layers && a.hidden == b.hidden && a.heads == b.heads && a.kv_heads == b.kv_heads &&
+         a.ffn == b.ffn && a.vocab == b.vocab && a.dtype == b.dtype && a.fusion == b.fusion;
+}
+
+int64_t UnixMillisNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct Master::Impl {
+  struct Tracked {
+    InstanceId id;
+    std::shared_ptr<InstanceRecord> record;
+    InstanceState state = InstanceState::kPending;
+    uint32_t ops_done = 0;
+    uint32_t ops_total = 0;
+  };
+  struct BusySample {
+    Timestamp time;
+    std::vector<int64_t> busy_ns;
+  };
+
+  Impl(const SlicedConfig& config, const MasterOptions& options)
+      : gmg(config.cluster),
+        truth(gmg.accelerators(), GroundTruthOptions{}),
+        cluster(&gmg, &truth, /*seed=*/1),
+        transfers(gmg.accelerators()),
+        calibration(gmg.accelerators().size()),
+        ctx(&gmg.templates(), &ops, &transfers),
+        learner(&gmg, &ctx, &ops, &transfers, &calibration),
+        pool(std::max(1, options.scheduler_threads)),
+        scheduler(SliceSchedulerOptions{.volume = config.scheduler.volume,
+                                        .timeliness = config.scheduler.timeliness,
+                                        .offline_queue_limit = static_cast<int>(config.scheduler.offline_queue_limit),
+                                        .offline_aging = config.scheduler.offline_aging}),
+        env{&gmg, &cluster, &ctx, &pool} {
+    ctx.set_calibration(&calibration);
+  }
+
+  GlobalMappingGraph gmg;
+  GroundTruthModel truth;
+  VirtualCluster cluster;
+  OpEstimator ops;
+  TransferEstimator transfers;
+  RuntimeCalibration calibration;
+  SimContext ctx;
+  OnlineLearner learner;
+  ThreadPool pool;
+  SliceScheduler scheduler;
+  SchedulerEnv env;
+
+  std::map<std::string, DeploymentInfo> deployments;
+  absl::flat_hash_map<std::string, std::string> template_owner;  // template name -> deployment
+  absl::flat_hash_map<uint64_t, Tracked> live;                    // by instance id
+  absl::flat_hash_map<uint64_t, std::shared_ptr<InstanceRecord>> finished;
+  std::deque<uint64_t> finished_order;
+  absl::flat_hash_map<uint64_t, Timestamp> checkpoint_used;  // retained checkpoint -> last use
+  std::deque<BusySample> busy_samples;
+  Timestamp last_save;
+  std::vector<Feedback> feedback;
+};
+
+// ---------------------------------------------------------------------------
+// Construction and the loop
+// ---------------------------------------------------------------------------
+
+Master::Master(SlicedConfig config, MasterOptions options)
+    : config_(std::move(config)), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, MasterOptions options) {
+  // Which backend actually runs each device (see the header).
+  std::set<std::string> substituted;
+  for (const DeviceSpec& d : config.cluster.devices()) {
+    if (d.backend == DeviceBackend::kCuda) {
+      return absl::FailedPreconditionError(
+          StrCat("cluster.devices: device '", d.name,
+                 "' has backend 'cuda', which this version of sliced cannot drive yet (use 'virtual')"));
+    }
+    if (d.backend == DeviceBackend::kCpu) substituted.insert(d.name);
+  }
+  if (config.cluster.size() == 0) return absl::InvalidArgumentError("cluster.devices: no devices");
+
+  std::unique_ptr<Master> m(new Master(std::move(config), std::move(options)));
+  m->backend_name_ = "virtual";
+  if (!substituted.empty()) {
+    spdlog::warn(
+        "devices {} are configured with backend 'cpu', but the LibTorch executor backend is not wired into "
+        "sliced yet: they run on the VIRTUAL cluster (simulated operator times, no real computation); "
+        "Status/Devices report 'virtual (configured: cpu)'",
+        absl::StrJoin(substituted, ", "));
+  }
+  m->started_unix_ms_ = UnixMillisNow();
+  SLICESCHED_ASSIGN_OR_RETURN(m->store_, StateStore::Open(m->config_.state_dir));
+  m->impl_ = std::make_unique<Impl>(m->config_, m->options_);
+  Impl& im = *m->impl_;
+
+  // Estimators first, so keys registered with the deployments start warm.
+  for (const char* kind : {"op", "transfer"}) {
+    auto snap = m->store_->GetEstimator(kind);
+    if (absl::IsNotFound(snap.status())) continue;
+    if (!snap.ok()) return Annotate(snap.status(), StrCat("restoring the ", kind, " estimator"));
+    const absl::Status s = std::string_view(kind) == "op" ? im.ops.Restore(snap->text)
+                                                          : im.transfers.Restore(snap->text);
+    if (s.ok()) {
+      spdlog::info("restored the {} estimator from {}", kind, m->store_->path());
+    } else {
+      spdlog::warn("ignoring the saved {} estimator (starting cold): {}", kind, s.ToString());
+    }
+  }
+
+  // Deployments: the config's, then persisted ones it does not name.
+  for (const DeploymentConfig& d : m->config_.deployments) {
+    absl::StatusOr<DeploymentInfo> info = m->RegisterDeployment(d, /*replace=*/true);
+    if (!info.ok()) return Annotate(info.status(), StrCat("deployment '", d.name, "' of the config"));
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(std::vector<StoredDeployment> stored, m->store_->ListDeployments());
+  for (const StoredDeployment& sd : stored) {
+    if (m->config_.FindDeployment(sd.name) != nullptr) continue;
+    auto spec = DeploymentConfigFromYaml(ToAbsl(sd.spec_yaml), StrCat(m->store_->path(), ":deployments/", sd.name));
+    absl::StatusOr<DeploymentInfo> info = spec.ok() ? m->RegisterDeployment(*spec, false) : spec.status();
+    if (info.ok()) {
+      spdlog::info("restored deployment '{}'", sd.name);
+    } else {
+      spdlog::error("could not restore deployment '{}' (skipped): {}", sd.name, info.status().ToString());
+    }
+  }
+  im.last_save = m->clock_.Now();
+  m->loop_ = std::thread([mp = m.get()] { mp->Loop(); });
+  spdlog::info("master started: {} devices, {} deployments, backend {}, state {}", m->config_.cluster.size(),
+               im.deployments.size(), m->backend_name_, m->store_->path());
+  return m;
+}
+
+Master::~Master() { Shutdown(); }
+
+void Master::Shutdown() {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  bool had_loop = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stop_ = true;
+    had_loop = loop_.joinable();
+  }
+  if (had_loop) loop_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    commands_.clear();
+  }
+  if (impl_ != nullptr) {
+    for (auto& [id, t] : impl_->live) t.record->Close();
+    if (store_ != nullptr) {
+      const absl::Status s = store_->PutEstimators(
+          {{.kind = "op", .text = impl_->ops.Save()}, {.kind = "transfer", .text = impl_->transfers.Save()}});
+      if (!s.ok()) spdlog::error("saving the estimators at shutdown failed: {}", s.ToString());
+    }
+  }
+}
+
+absl::Status Master::RunOnLoop(std::function<void()> fn) {
+  std::future<void> f;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return absl::UnavailableError("the master is shutting down");
+    if (loop_.joinable()) {
+      auto done = std::make_shared<std::promise<void>>();
+      f = done->get_future();
+      commands_.push_back([fn = std::move(fn), done] {
+        fn();
+        done->set_value();
+      });
+    }
+  }
+  if (f.valid()) {
+    // The loop runs every queued command before it stops (see Loop()).
+    f.wait();
+    return absl::OkStatus();
+  }
+  // Before the loop starts (Start() registering deployments) the caller is
+  // the only thread that can reach the master: run inline.
+  fn();
+  return absl::OkStatus();
+}
+
+void Master::Loop() {
+  Impl& im = *impl_;
+  while (true) {
+    std::deque<std::function<void()>> cmds;
+    bool stop = false;
+    {
+      absl::MutexLock lock(&mu_);
+      const Timestamp now = clock_.Now();
+      const Timestamp next = im.cluster.NextEventTime();
+      absl::Duration wait = absl::Milliseconds(50);
+      if (next != Timestamp::Infinite()) {
+        wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, next.nanos() - now.nanos())));
+      }
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !commands_.empty() || stop_; };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+      cmds.swap(commands_);
+      stop = stop_;
+    }
+    for (auto& c : cmds) c();
+    if (stop) {
+      // Commands posted between the swap and now still get an answer.
+      absl::MutexLock lock(&mu_);
+      for (auto& c : commands_) c();
+      commands_.clear();
+      return;
+    }
+
+    const Timestamp now = clock_.Now();
+    im.feedback.clear();
+    absl::Status s = im.cluster.AdvanceTo(now, &im.feedback);
+    if (!s.ok()) spdlog::error("backend: {}", s.ToString());
+    for (const Feedback& f : im.feedback) im.learner.Apply(f, /*score=*/true);
+
+    // Retired instances: their final state.
+    for (const RetiredInstance& r : im.gmg.TakeRetired()) {
+      auto it = im.live.find(r.id.value());
+      if (it == im.live.end()) continue;
+      Impl::Tracked& t = it->second;
+      InstanceUpdate u;
+      u.state = r.state;
+      u.time = r.finished;
+      u.ops_total = t.ops_total;
+      u.ops_done = r.state == InstanceState::kDone ? t.ops_total : t.ops_done;
+      if (r.state == InstanceState::kDone) {
+        for (CheckpointId c : r.produced) {
+          u.produced_checkpoints.push_back(c.value());
+          im.checkpoint_used[c.value()] = now;
+        }
+      }
+      u.message = r.failure;
+      t.record->Append(std::move(u));
+      im.finished.emplace(r.id.value(), t.record);
+      im.finished_order.push_back(r.id.value());
+      im.live.erase(it);
+    }
+    while (im.finished_order.size() > options_.max_terminal_records) {
+      im.finished.erase(im.finished_order.front());
+      im.finished_order.pop_front();
+    }
+    // Progress of the live ones.
+    for (auto& [id, t] : im.live) {
+      const Instance* inst = im.gmg.FindInstance(t.id);
+      if (inst == nullptr) continue;
+      uint32_t done = 0;
+      for (const OpNode& n : inst->nodes) done += n.state == NodeState::kDone ? 1 : 0;
+      InstanceState st = inst->state;
+      if (IsTerminalInstanceState(st)) continue;  // reported when retired
+      if (st != t.state || done != t.ops_done) {
+        t.state = st;
+        t.ops_done = done;
+        t.record->Append(InstanceUpdate{.state = st, .time = now, .ops_done = done, .ops_total = t.ops_total});
+      }
+    }
+
+    if (!im.gmg.unscheduled_frontier().empty()) {
+      auto st = im.scheduler.Schedule(im.env, now);
+      if (!st.ok()) spdlog::error("scheduler: {}", st.status().ToString());
+    }
+    s = im.cluster.Dispatch(now);
+    if (!s.ok()) spdlog::error("backend dispatch: {}", s.ToString());
+
+    // Retained checkpoints past their TTL.
+    for (auto it = im.checkpoint_used.begin(); it != im.checkpoint_used.end();) {
+      auto cur = it++;
+      if (now - cur->second < options_.checkpoint_ttl) continue;
+      const Checkpoint* c = im.gmg.FindCheckpoint(CheckpointId(cur->first));
+      if (c == nullptr) {
+        im.checkpoint_used.erase(cur);
+      } else if (!c->updating.valid() && im.gmg.ReleaseCheckpoint(CheckpointId(cur->first)).ok()) {
+        im.checkpoint_used.erase(cur);
+      }
+    }
+
+    // Busy samples for Devices (one a second, a minute's worth).
+    if (im.busy_samples.empty() || now - im.busy_samples.back().time >= Duration::Seconds(1)) {
+      Impl::BusySample b{.time = now};
+      for (size_t d = 0; d < im.gmg.accelerators().size(); ++d) {
+        b.busy_ns.push_back(im.cluster.busy_time(DeviceId(static_cast<uint16_t>(d))).nanos());
+      }
+      im.busy_samples.push_back(std::move(b));
+      while (im.busy_samples.size() > 2 && now - im.busy_samples[1].time >= Duration::Seconds(60)) {
+        im.busy_samples.pop_front();
+      }
+    }
+
+    if (now - im.last_save >= options_.estimator_save_interval) {
+      im.last_save = now;
+      const absl::Status saved = store_->PutEstimators(
+          {{.kind = "op", .text = im.ops.Save()}, {.kind = "transfer", .text = im.transfers.Save()}});
+      if (!saved.ok()) spdlog::warn("periodic estimator save failed: {}", saved.ToString());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Serving
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec, bool replace) {
+  if (draining_.load()) return absl::FailedPreconditionError("the daemon is draining; no new deployments");
+  absl::StatusOr<DeploymentInfo> result = absl::InternalError("not run");
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    result = [&]() -> absl::StatusOr<DeploymentInfo> {
+      if (!ValidDeploymentName(spec.name)) {
+        return absl::InvalidArgumentError(
+            StrCat("spec.name: '", spec.name, "' is not a valid name (1..128 of letters, digits, '.', '_', '-')"));
+      }
+      LlamaDims dims = spec.model;
+      dims.name = spec.name;  // templates and weight keys are per deployment
+      if (absl::Status v = dims.Validate(); !v.ok()) {
+        return absl::InvalidArgumentError(StrCat("spec.model: ", v.message()));
+      }
+      for (auto [field, v] : {std::pair<const char*, int64_t>{"layers", dims.layers}, {"hidden", dims.hidden},
+                              {"heads", dims.heads}, {"kv_heads", dims.kv_heads}, {"ffn", dims.ffn},
+                              {"vocab", dims.vocab}}) {
+        if (v > (int64_t{1} << 22)) {
+          return absl::InvalidArgumentError(StrCat("spec.model.", field, ": ", v, " is too large (at most 4194304)"));
+        }
+      }
+      if (dims.num_groups() > 1024) {
+        return absl::InvalidArgumentError(
+            StrCat("spec.model: ", dims.num_groups(), " fused operators per pass (layers / fusion) is too many (at most 1024)"));
+      }
+      auto existing = im.deployments.find(spec.name);
+      if (existing != im.deployments.end()) {
+        if (!replace) {
+          return absl::AlreadyExistsError(
+              StrCat("spec.name: deployment '", spec.name, "' exists (set replace to replace it)"));
+        }
+        if (!SameModel(existing->second.spec.model, spec.model)) {
+          return absl::UnimplementedError(
+              StrCat("spec.model: replacing deployment '", spec.name,
+                     "' with a different model is not supported yet; register it under a new name"));
+        }
+      }
+      auto templates = BuildLlamaTemplates(dims);
+      if (!templates.ok()) return absl::InvalidArgumentError(StrCat("spec.model: ", templates.status().message()));
+
+      // Enabled partitions.
+      const size_t num_devices = im.gmg.accelerators().size();
+      std::vector<const CandidatePartition*> enabled;
+      for (const CandidatePartition& p : templates->prefill->partitions()) {
+        const bool wanted = spec.partitions.empty() ||
+                            std::find(spec.partitions.begin(), spec.partitions.end(), p.name) != spec.partitions.end();
+        if (wanted && (static_cast<size_t>(p.num_slots) <= num_devices || !spec.partitions.empty())) {
+          enabled.push_back(&p);
+        }
+      }
+      std::vector<std::string> offered;
+      for (const CandidatePartition& p : templates->prefill->partitions()) offered.push_back(p.name);
+      for (const std::string& name : spec.partitions) {
+        auto it = std::find_if(enabled.begin(), enabled.end(), [&](const CandidatePartition* p) { return p->name == name; });
+        if (it == enabled.end()) {
+          return absl::InvalidArgumentError(StrCat("spec.partitions: the model has no partition '", name,
+                                                   "' (it offers: ", absl::StrJoin(offered, ", "), ")"));
+        }
+        if (static_cast<size_t>((*it)->num_slots) > num_devices) {
+          return absl::InvalidArgumentError(StrCat("spec.partitions: '", name, "' needs ", (*it)->num_slots,
+                                                   " devices but the cluster has ", num_devices));
+        }
+      }
+      if (enabled.empty()) return absl::InvalidArgumentError("spec.partitions: no partition fits the cluster");
+
+      // Weights: one replica per aligned device group of every enabled
+      // partition. Check capacity before loading anything.
+      std::vector<std::pair<DeviceId, const OpSpec*>> loads;
+      std::vector<int64_t> extra(num_devices, 0);
+      std::set<std::pair<uint16_t, std::string>> planned;
+      int64_t weight_bytes = 0;
+      std::set<std::string> seen_keys;
+      for (const OpSpec& op : templates->prefill->ops()) {
+        if (!op.weight_key.empty() && seen_keys.insert(op.weight_key).second) weight_bytes += op.weight_bytes.count();
+      }
+      for (const CandidatePartition* p : enabled) {
+        const size_t groups = num_devices / static_cast<size_t>(p->num_slots);
+        for (size_t g = 0; g < groups; ++g) {
+          for (int op = 0; op < templates->prefill->num_ops(); ++op) {
+            const OpSpec& spec_op = templates->prefill->ops()[static_cast<size_t>(op)];
+            if (spec_op.weight_key.empty()) continue;
+            const auto dev = static_cast<uint16_t>(g * static_cast<size_t>(p->num_slots) +
+                                                   static_cast<size_t>(p->slot_of_op[static_cast<size_t>(op)]));
+            if (im.gmg.HasWeights(DeviceId(dev), spec_op.weight_key)) continue;
+            if (!planned.insert({dev, spec_op.weight_key}).second) continue;
+            loads.emplace_back(DeviceId(dev), &spec_op);
+            extra[dev] += spec_op.weight_bytes.count();
+          }
+        }
+      }
+      for (size_t d = 0; d < num_devices; ++d) {
+        const DeviceId id(static_cast<uint16_t>(d));
+        const int64_t cap = im.gmg.accelerators().device(id).memory.count();
+        const int64_t used = im.gmg.memory(id).total().count();
+        if (extra[d] > 0 && used + extra[d] > cap) {
+          return absl::ResourceExhaustedError(
+              StrCat("spec.model: the weights need ", Bytes(extra[d]).ToString(), " more on ",
+                     im.gmg.accelerators().device(id).name, ", which has ", Bytes(cap - used).ToString(), " free"));
+        }
+      }
+
+      // Templates (new deployments only; a replacement keeps its templates).
+      DeploymentInfo info;
+      info.prefill_template = templates->prefill->name();
+      info.decode_template = templates->decode->name();
+      if (existing == im.deployments.end()) {
+        for (const auto& tpl : {templates->prefill, templates->decode}) {
+          auto tid = im.gmg.RegisterTemplate(tpl);
+          if (!tid.ok()) return Annotate(tid.status(), "spec.name");
+          for (const DeviceSpec& d : im.gmg.accelerators().devices()) im.ctx.OpKeys(d.type, tid->value());
+          im.template_owner[tpl->name()] = spec.name;
+        }
+      }
+      for (const auto& [dev, op] : loads) {
+        SLICESCHED_RETURN_IF_ERROR(im.gmg.LoadWeights(dev, op->weight_key, op->weight_bytes));
+      }
+
+      SLICESCHED_RETURN_IF_ERROR(store_->PutDeployment(spec.name, spec.ToYaml()));
+      SLICESCHED_ASSIGN_OR_RETURN(StoredDeployment stored, store_->GetDeployment(spec.name));
+      info.spec = spec;
+      for (const CandidatePartition* p : enabled) info.partitions.emplace_back(p->name, p->num_slots);
+      info.weight_bytes = weight_bytes;
+      info.kv_bytes_per_token = dims.KvBytesPerTokenPerLayer() * dims.layers;
+      info.created_unix_ms = stored.created_unix_ms;
+      im.deployments[spec.name] = info;
+      spdlog::info("deployment '{}' registered: templates {} / {}, partitions [{}], {} of weights per replica",
+                   spec.name, info.prefill_template, info.decode_template,
+                   absl::StrJoin(info.partitions, ", ",
+                                 [](std::string* out, const auto& p) { out->append(p.first); }),
+                   Bytes(weight_bytes).ToString());
+      return info;
+    }();
+  }));
+  return result;
+}
+
+absl::StatusOr<std::vector<DeploymentInfo>> Master::ListDeployments() {
+  std::vector<DeploymentInfo> out;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    for (const auto& [name, info] : impl_->deployments) out.push_back(info);
+  }));
+  return out;
+}
+
+absl::StatusOr<SubmitResult> Master::Submit(SubmitArgs args) {
+  if (draining_.load()) return absl::FailedPreconditionError("the daemon is draining; no new instances");
+  for (const auto& [sym, value] : args.bindings) {
+    if (value < 1 || value > options_.max_binding_value) {
+      return absl::InvalidArgumentError(StrCat("bindings[", sym, "]: ", value, " is outside 1..",
+                                               options_.max_binding_value));
+    }
+  }
+  absl::StatusOr<SubmitResult> result = absl::InternalError("not run");
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    result = [&]() -> absl::StatusOr<SubmitResult> {
+      if (!im.template_owner.contains(args.template_name)) {
+        std::vector<std::string> names;
+        for (const auto& [n, d] : im.template_owner) names.push_back(n);
+        std::sort(names.begin(), names.end());
+        return absl::NotFoundError(StrCat("template_name: no template '", args.template_name,
+                                          "' (registered: ", absl::StrJoin(names, ", "), ")"));
+      }
+      SLICESCHED_ASSIGN_OR_RETURN(TemplateId tid, im.gmg.templates().FindByName(args.template_name));
+      const GraphTemplate* tpl = im.gmg.templates().Find(tid);
+      const Timestamp now = clock_.Now();
+      InstanceSpec spec;
+      spec.template_id = tid;
+      spec.bindings = args.bindings;
+      spec.priority_class = args.priority_class;
+      spec.priority = args.priority;
+      spec.tenant = TenantId(args.priority_class == PriorityClass::kOffline ? kOfflineTenantBase : 0);
+      spec.arrival = now;
+      if (args.deadline_ms > 0) spec.deadline = now + Duration::Millis(args.deadline_ms);
+      for (const auto& [name, ckpt] : args.checkpoints) {
+        if (im.gmg.FindCheckpoint(CheckpointId(ckpt)) == nullptr) {
+          return absl::NotFoundError(StrCat("checkpoints[", name, "]: no retained checkpoint ", ckpt));
+        }
+        spec.checkpoints.emplace_back(name, CheckpointId(ckpt));
+      }
+      spec.label = args.label;
+      auto id = im.gmg.Instantiate(spec);
+      if (!id.ok()) {
+        const absl::StatusCode code = absl::IsNotFound(id.status()) ? absl::StatusCode::kNotFound
+                                                                    : absl::StatusCode::kInvalidArgument;
+        const bool about_symbols = absl::StrContains(id.status().message(), "symbol");
+        return absl::Status(code, StrCat(about_symbols ? "bindings: " : "checkpoints: ", id.status().message()));
+      }
+      for (const auto& [name, ckpt] : args.checkpoints) im.checkpoint_used[ckpt] = now;
+      Impl::Tracked t;
+      t.id = *id;
+      t.record = std::make_shared<InstanceRecord>(id->value());
+      t.ops_total = static_cast<uint32_t>(tpl->num_ops());
+      t.record->Append(InstanceUpdate{.state = InstanceState::kPending, .time = now, .ops_total = t.ops_total});
+      im.live.emplace(id->value(), std::move(t));
+      return SubmitResult{.instance_id = id->value(), .arrival = now};
+    }();
+  }));
+  return result;
+}
+
+absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::FindInstance(uint64_t instance_id) {
+  std::shared_ptr<InstanceRecord> rec;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    if (auto it = impl_->live.find(instance_id); it != impl_->live.end()) {
+      rec = it->second.record;
+    } else if (auto f = impl_->finished.find(instance_id); f != impl_->finished.end()) {
+      rec = f->second;
+    }
+  }));
+  if (rec == nullptr) return absl::NotFoundError(StrCat("instance_id: no instance ", instance_id));
+  return rec;
+}
+
+absl::StatusOr<InstanceState> Master::Cancel(uint64_t instance_id) {
+  absl::StatusOr<InstanceState> result = absl::InternalError("not run");
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    if (auto f = im.finished.find(instance_id); f != im.finished.end()) {
+      result = f->second->Last().state;
+      return;
+    }
+    auto it = im.live.find(instance_id);
+    if (it == im.live.end()) {
+      result = absl::NotFoundError(StrCat("instance_id: no instance ", instance_id));
+      return;
+    }
+    const Instance* inst = im.gmg.FindInstance(it->second.id);
+    if (inst != nullptr && IsTerminalInstanceState(inst->state)) {
+      result = inst->state;  // finishing; reported when retired
+      return;
+    }
+    const absl::Status s = im.gmg.CancelInstance(it->second.id, "cancelled by the client", clock_.Now());
+    result = s.ok() ? absl::StatusOr<InstanceState>(InstanceState::kCancelled) : s;
+  }));
+  return result;
+}
+
+// ---------------------------------------------------------------------------
+// Admin
+// ---------------------------------------------------------------------------
+
+namespace {
+
+std::string BackendUsed(const DeviceSpec& d) {
+  if (d.backend == DeviceBackend::kVirtual) return "virtual";
+  return StrCat("virtual (configured: ", DeviceBackendName(d.backend), ")");
+}
+
+}  // namespace
+
+absl::StatusOr<MasterStatus> Master::Status() {
+  MasterStatus st;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    st.version = options_.version;
+    st.started_unix_ms = started_unix_ms_;
+    st.uptime_ms = clock_.Now().nanos() / 1000000;
+    st.num_devices = static_cast<uint32_t>(im.gmg.accelerators().size());
+    for (const auto& [name, d] : im.deployments) st.deployments.push_back(name);
+    st.live_instances = im.gmg.num_instances();
+    for (const auto& [id, inst] : im.gmg.instances()) {
+      const bool queued = std::all_of(inst->nodes.begin(), inst->nodes.end(),
+                                      [](const OpNode& n) { return n.state == NodeState::kUnscheduled; });
+      if (!queued) continue;
+      (inst->spec.priority_class == PriorityClass::kOnline ? st.queued_online : st.queued_offline) += 1;
+    }
+    st.policy = std::string(im.scheduler.name());
+    st.backend = backend_name_;
+    st.state_dir = config_.state_dir;
+    if (!draining_.load()) {
+      st.state = ServingStateKind::kServing;
+    } else {
+      st.state = im.live.empty() ? ServingStateKind::kDrained : ServingStateKind::kDraining;
+    }
+  }));
+  return st;
+}
+
+absl::StatusOr<std::vector<DeviceInfo>> Master::Devices() {
+  std::vector<DeviceInfo> out;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    const Timestamp now = clock_.Now();
+    for (const DeviceSpec& d : im.gmg.accelerators().devices()) {
+      DeviceInfo info;
+      info.spec = d;
+      info.backend_used = BackendUsed(d);
+      info.memory = im.gmg.memory(d.id);
+      info.queue_length = static_cast<uint32_t>(std::max(0, im.gmg.outstanding_compute(d.id)));
+      info.running_node = im.gmg.running_compute(d.id).valid() ? im.gmg.running_compute(d.id).value() : 0;
+      if (!im.busy_samples.empty()) {
+        const Impl::BusySample& b = im.busy_samples.front();
+        const int64_t span = now.nanos() - b.time.nanos();
+        const int64_t busy = im.cluster.busy_time(d.id).nanos() - b.busy_ns[d.id.value()];
+        if (span > 0) info.busy_fraction = std::clamp(static_cast<double>(busy) / static_cast<double>(span), 0.0, 1.0);
+      }
+      out.push_back(std::move(info));
+    }
+  }));
+  return out;
+}
+
+absl::StatusOr<GmgView> Master::DumpGmg() {
+  SLICESCHED_ASSIGN_OR_RETURN(std::vector<DeviceInfo> devices, Devices());
+  GmgView view;
+  view.devices = std::move(devices);
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    im.gmg.SnapshotInto(clock_.Now(), &view.snapshot);
+    for (const auto& tpl : im.gmg.templates().all()) {
+      auto id = im.gmg.templates().FindByName(tpl->name());
+      if (!id.ok()) continue;
+      if (view.template_names.size() <= id->value()) view.template_names.resize(id->value() + 1);
+      view.template_names[id->value()] = tpl->name();
+    }
+    for (const GmgSnapshot::Node& sn : view.snapshot.nodes) {
+      GmgView::NodeExtra extra;
+      const OpNode* node = im.gmg.FindNode(NodeId(sn.id));
+      if (node != nullptr) {
+        extra.kind = std::string(ToStd(OpKindName(node->kind)));
+        extra.end = node->times.end;
+        extra.predicted_start = node->times.predicted_start;
+        extra.op = "transfer";
+        if (node->op_index >= 0) {
+          const Instance* inst = im.gmg.FindInstance(node->instance);
+          if (inst != nullptr && inst->tpl != nullptr) {
+            extra.op = inst->tpl->ops()[static_cast<size_t>(node->op_index)].name;
+          }
+        }
+      }
+      view.nodes.push_back(std::move(extra));
+    }
+    for (const GmgSnapshot::Instance& si : view.snapshot.instances) {
+      const Instance* inst = im.gmg.FindInstance(InstanceId(si.id));
+      GmgView::InstanceExtra extra;
+      if (inst != nullptr) {
+        extra.state = std::string(ToStd(InstanceStateName(inst->state)));
+        extra.label = inst->spec.label;
+      }
+      view.instances.push_back(std::move(extra));
+    }
+  }));
+  return view;
+}
+
+absl::StatusOr<EstimatorView> Master::Estimators() {
+  EstimatorView v;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    v.ops = impl_->ops.Stats();
+    v.transfers = impl_->transfers.Stats();
+  }));
+  return v;
+}
+
+absl::Status Master::SaveEstimators() {
+  std::vector<EstimatorSnapshot> snaps;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    snaps.push_back({.kind = "op", .text = impl_->ops.Save()});
+    snaps.push_back({.kind = "transfer", .text = impl_->transfers.Save()});
+  }));
+  return store_->PutEstimators(snaps);
+}
+
+absl::StatusOr<DrainResult> Master::Drain(bool wait, absl::Duration timeout) {
+  if (!draining_.exchange(true)) spdlog::info("draining: no new deployments or instances are admitted");
+  const absl::Time deadline = absl::Now() + timeout;
+  DrainResult r;
+  while (true) {
+    SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] { r.remaining_instances = impl_->live.size(); }));
+    if (r.remaining_instances == 0 || !wait || absl::Now() >= deadline) break;
+    // Bounded polling of the loop; completions arrive in real time.
+    absl::SleepFor(std::min(absl::Milliseconds(10), deadline - absl::Now()));
+  }
+  if (r.remaining_instances == 0) {
+    r.state = ServingStateKind::kDrained;
+    SLICESCHED_RETURN_IF_ERROR(SaveEstimators());
+    spdlog::info("drained; estimator state saved to {}", store_->path());
+  } else {
+    r.state = ServingStateKind::kDraining;
+  }
+  return r;
+}
+
+}  // namespace slicesched

@@ -1,0 +1,464 @@
+// The daemon in-process: a Master plus the gRPC services on a unix socket in
+// the test's temp dir, exercised through the generated stubs.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "slicesched/common/strings.h"
+#include "slicesched/server/config.h"
+#include "slicesched/server/master.h"
+#include "slicesched/server/services.h"
+#include "slicesched/v1/admin.grpc.pb.h"
+#include "slicesched/v1/serving.grpc.pb.h"
+
+namespace slicesched {
+namespace {
+
+namespace v1 = ::slicesched::v1;
+using ::testing::HasSubstr;
+
+std::string UniqueDir(const std::string& name) {
+  static std::atomic<int> counter{0};
+  std::string dir = StrCat(::testing::TempDir(), "/sliced_", name, "_", ::getpid(), "_", counter++);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+SlicedConfig TestConfig(const std::string& dir) {
+  const std::string yaml = StrCat(
+      "cluster:\n"
+      "  devices: [{name: v, count: 2, type: testdev, memory: 1GiB, backend: virtual}]\n"
+      "  links: {default: {bandwidth: 10GB/s, latency: 5us}}\n"
+      "listen: {unix_socket: ", dir, "/s.sock}\n",
+      "state_dir: ", dir, "/state\n");
+  auto c = ParseSlicedConfig(YAML::Load(yaml), "<test>");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = UniqueDir("daemon");
+    config_ = TestConfig(dir_);
+    StartDaemon();
+  }
+  void TearDown() override { StopDaemon(); }
+
+  void StartDaemon() {
+    MasterOptions mo;
+    mo.estimator_save_interval = Duration::Seconds(3600);
+    auto m = Master::Start(config_, mo);
+    ASSERT_TRUE(m.ok()) << m.status();
+    master_ = *std::move(m);
+    ServerOptions so;
+    so.unix_socket = config_.listen.unix_socket;
+    so.max_receive_message_bytes = 64 << 10;
+    auto s = SlicedServer::Start(master_.get(), so);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    channel_ = grpc::CreateChannel("unix:" + so.unix_socket, grpc::InsecureChannelCredentials());
+    admin_ = v1::Admin::NewStub(channel_);
+    serving_ = v1::Serving::NewStub(channel_);
+  }
+  void StopDaemon() {
+    if (server_) server_->Shutdown(absl::Seconds(1));
+    server_.reset();
+    if (master_) master_->Shutdown();
+    master_.reset();
+  }
+
+  grpc::Status Register(const std::string& name, v1::RegisterDeploymentResponse* out,
+                        v1::DeploymentRole role = v1::DEPLOYMENT_ROLE_ONLINE) {
+    v1::RegisterDeploymentRequest req;
+    req.mutable_spec()->set_name(name);
+    req.mutable_spec()->mutable_model()->set_preset("tiny");
+    req.mutable_spec()->mutable_weights()->set_seed(3);
+    req.mutable_spec()->set_role(role);
+    req.mutable_spec()->add_partitions("single");
+    grpc::ClientContext ctx;
+    return serving_->RegisterDeployment(&ctx, req, out);
+  }
+
+  grpc::Status Submit(const std::string& tpl, std::map<std::string, int64_t> bindings, v1::SubmitResponse* out,
+                      const std::string& label = "") {
+    v1::SubmitRequest req;
+    req.set_template_name(tpl);
+    for (const auto& [k, v] : bindings) (*req.mutable_bindings())[k] = v;
+    req.set_label(label);
+    grpc::ClientContext ctx;
+    return serving_->Submit(&ctx, req, out);
+  }
+
+  // Every event of a Watch, until the stream ends.
+  std::vector<v1::InstanceEvent> WatchAll(uint64_t id, grpc::Status* status) {
+    v1::WatchRequest req;
+    req.set_instance_id(id);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = serving_->Watch(&ctx, req);
+    std::vector<v1::InstanceEvent> events;
+    v1::InstanceEvent e;
+    while (reader->Read(&e)) events.push_back(e);
+    *status = reader->Finish();
+    return events;
+  }
+
+  std::string dir_;
+  SlicedConfig config_;
+  std::unique_ptr<Master> master_;
+  std::unique_ptr<SlicedServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+  std::unique_ptr<v1::Serving::Stub> serving_;
+};
+
+TEST_F(DaemonTest, RegisterSubmitWatchDumpDrain) {
+  v1::RegisterDeploymentResponse reg;
+  grpc::Status s = Register("tiny-a", &reg);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(reg.prefill_template(), "tiny-a/prefill");
+  EXPECT_EQ(reg.decode_template(), "tiny-a/decode");
+  ASSERT_EQ(reg.partitions_size(), 1);
+  EXPECT_EQ(reg.partitions(0).name(), "single");
+  EXPECT_GT(reg.weight_bytes(), 0);
+  EXPECT_GT(reg.kv_bytes_per_token(), 0);
+
+  v1::SubmitResponse sub;
+  s = Submit("tiny-a/prefill", {{"B", 1}, {"S", 16}}, &sub, "first");
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(sub.instance_id(), 0u);
+
+  grpc::Status ws;
+  std::vector<v1::InstanceEvent> events = WatchAll(sub.instance_id(), &ws);
+  ASSERT_TRUE(ws.ok()) << ws.error_message();
+  ASSERT_FALSE(events.empty());
+  const v1::InstanceEvent& last = events.back();
+  EXPECT_EQ(last.state(), v1::INSTANCE_STATE_DONE) << last.message();
+  EXPECT_EQ(last.ops_done(), last.ops_total());
+  EXPECT_GT(last.ops_total(), 0u);
+  EXPECT_FALSE(last.produced_checkpoints().empty());  // the prefill's KV caches
+  for (size_t i = 1; i < events.size(); ++i) EXPECT_GE(events[i].time_ns(), events[i - 1].time_ns());
+
+  // Watching a finished instance reports its terminal state once.
+  events = WatchAll(sub.instance_id(), &ws);
+  ASSERT_TRUE(ws.ok());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].state(), v1::INSTANCE_STATE_DONE);
+
+  {
+    grpc::ClientContext ctx;
+    v1::GmgDump dump;
+    ASSERT_TRUE(admin_->DumpGmg(&ctx, v1::DumpGmgRequest(), &dump).ok());
+    ASSERT_EQ(dump.devices_size(), 2);
+    EXPECT_EQ(dump.devices(0).backend(), "virtual");
+    ASSERT_EQ(dump.memory_size(), 2);
+    EXPECT_GT(dump.memory(0).weights_bytes(), 0);
+    EXPECT_GT(dump.memory(0).checkpoints_bytes() + dump.memory(1).checkpoints_bytes(), 0);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DevicesResponse devs;
+    ASSERT_TRUE(admin_->Devices(&ctx, v1::DevicesRequest(), &devs).ok());
+    ASSERT_EQ(devs.devices_size(), 2);
+    EXPECT_EQ(devs.devices(1).device().name(), "v1");
+    EXPECT_GT(devs.devices(1).memory().weights_bytes(), 0);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::EstimatorsResponse est;
+    v1::EstimatorsRequest req;
+    req.set_device_type("testdev");
+    ASSERT_TRUE(admin_->Estimators(&ctx, req, &est).ok());
+    uint64_t samples = 0;
+    for (const v1::OpEstimate& o : est.ops()) samples += o.samples();
+    EXPECT_GE(samples, last.ops_total());
+    EXPECT_THAT(est.ops(0).op_key(), HasSubstr("tiny-a/"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::StatusResponse st;
+    ASSERT_TRUE(admin_->Status(&ctx, v1::StatusRequest(), &st).ok());
+    EXPECT_EQ(st.state(), v1::SERVING_STATE_SERVING);
+    EXPECT_EQ(st.num_devices(), 2u);
+    EXPECT_THAT(st.deployments(), ::testing::Contains("tiny-a"));
+    EXPECT_EQ(st.policy(), "SliceScheduler");
+    EXPECT_EQ(st.state_dir(), config_.state_dir);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DrainRequest req;
+    req.set_wait(true);
+    req.set_timeout_ms(10000);
+    v1::DrainResponse dr;
+    ASSERT_TRUE(admin_->Drain(&ctx, req, &dr).ok());
+    EXPECT_EQ(dr.state(), v1::SERVING_STATE_DRAINED);
+    EXPECT_EQ(dr.remaining_instances(), 0u);
+  }
+  s = Submit("tiny-a/prefill", {{"B", 1}, {"S", 16}}, &sub);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(std::filesystem::exists(config_.state_dir + "/sliced.db"));
+}
+
+TEST_F(DaemonTest, CancelAndDecodeWithCheckpoints) {
+  v1::RegisterDeploymentResponse reg;
+  ASSERT_TRUE(Register("tiny-c", &reg).ok());
+  v1::SubmitResponse pre;
+  ASSERT_TRUE(Submit("tiny-c/prefill", {{"B", 1}, {"S", 8}}, &pre).ok());
+  grpc::Status ws;
+  auto events = WatchAll(pre.instance_id(), &ws);
+  ASSERT_TRUE(ws.ok());
+  ASSERT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE);
+
+  // A decode step attaching the prefill's KV checkpoints kv0, kv1, ...
+  v1::SubmitRequest req;
+  req.set_template_name("tiny-c/decode");
+  (*req.mutable_bindings())["B"] = 1;
+  (*req.mutable_bindings())["C"] = 8;
+  for (int i = 0; i < events.back().produced_checkpoints_size(); ++i) {
+    v1::CheckpointBinding* c = req.add_checkpoints();
+    c->set_name(StrCat("kv", i));
+    c->set_checkpoint_id(events.back().produced_checkpoints(i));
+  }
+  v1::SubmitResponse dec;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = serving_->Submit(&ctx, req, &dec);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  events = WatchAll(dec.instance_id(), &ws);
+  ASSERT_TRUE(ws.ok());
+  EXPECT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE) << events.back().message();
+
+  // Cancel: a terminal answer either way, and Watch agrees.
+  v1::SubmitResponse big;
+  ASSERT_TRUE(Submit("tiny-c/prefill", {{"B", 4}, {"S", 4096}}, &big).ok());
+  v1::CancelRequest creq;
+  creq.set_instance_id(big.instance_id());
+  v1::CancelResponse cresp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(serving_->Cancel(&ctx, creq, &cresp).ok());
+  }
+  EXPECT_TRUE(cresp.state() == v1::INSTANCE_STATE_CANCELLED || cresp.state() == v1::INSTANCE_STATE_DONE);
+  events = WatchAll(big.instance_id(), &ws);
+  ASSERT_TRUE(ws.ok());
+  EXPECT_EQ(events.back().state(), cresp.state());
+}
+
+TEST_F(DaemonTest, BadInput) {
+  v1::RegisterDeploymentResponse reg;
+  ASSERT_TRUE(Register("tiny-b", &reg).ok());
+  EXPECT_EQ(Register("tiny-b", &reg).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+
+  v1::SubmitResponse sub;
+  grpc::Status s = Submit("nope/prefill", {{"B", 1}, {"S", 4}}, &sub);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("template_name"));
+
+  s = Submit("tiny-b/prefill", {{"B", 1}}, &sub);  // S missing
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("bindings"));
+  s = Submit("tiny-b/prefill", {{"B", 1}, {"S", 4}, {"Q", 2}}, &sub);  // unknown symbol
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("bindings"));
+  s = Submit("tiny-b/prefill", {{"B", 0}, {"S", 4}}, &sub);  // out of range
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("bindings[B]"));
+  s = Submit("", {}, &sub);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("template_name"));
+  s = Submit("tiny-b/prefill", {{"B", 1}, {"S", 4}}, &sub, std::string(300, 'x'));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("label"));
+  // Larger than the server's max receive size (64 KiB here).
+  s = Submit("tiny-b/prefill", {{"B", 1}, {"S", 4}}, &sub, std::string(100 << 10, 'x'));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  {
+    v1::SubmitRequest req;
+    req.set_template_name("tiny-b/decode");
+    (*req.mutable_bindings())["B"] = 1;
+    (*req.mutable_bindings())["C"] = 4;
+    v1::CheckpointBinding* c = req.add_checkpoints();
+    c->set_name("kv0");
+    c->set_checkpoint_id(987654);
+    grpc::ClientContext ctx;
+    s = serving_->Submit(&ctx, req, &sub);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("checkpoints[kv0]"));
+  }
+
+  grpc::Status ws;
+  WatchAll(424242, &ws);
+  EXPECT_EQ(ws.error_code(), grpc::StatusCode::NOT_FOUND);
+  {
+    v1::CancelRequest req;
+    req.set_instance_id(424242);
+    v1::CancelResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_EQ(serving_->Cancel(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+
+  auto reg_with = [&](auto mutate) {
+    v1::RegisterDeploymentRequest req;
+    req.mutable_spec()->set_name("x");
+    req.mutable_spec()->mutable_model()->set_preset("tiny");
+    req.mutable_spec()->mutable_weights()->set_seed(1);
+    req.mutable_spec()->set_role(v1::DEPLOYMENT_ROLE_OFFLINE);
+    mutate(req.mutable_spec());
+    v1::RegisterDeploymentResponse out;
+    grpc::ClientContext ctx;
+    return serving_->RegisterDeployment(&ctx, req, &out);
+  };
+  struct Case {
+    std::function<void(v1::DeploymentSpec*)> mutate;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::DeploymentSpec* s) { s->set_role(v1::DEPLOYMENT_ROLE_UNSPECIFIED); }, "spec.role"},
+      {[](v1::DeploymentSpec* s) { s->set_name("bad name!"); }, "spec.name"},
+      {[](v1::DeploymentSpec* s) { s->set_name(""); }, "spec.name"},
+      {[](v1::DeploymentSpec* s) { s->mutable_model()->set_preset("gpt-9"); }, "spec.model.preset"},
+      {[](v1::DeploymentSpec* s) { s->clear_model(); }, "spec.model"},
+      {[](v1::DeploymentSpec* s) { s->clear_weights(); }, "spec.weights"},
+      {[](v1::DeploymentSpec* s) { s->mutable_weights()->set_safetensors_path("/nonexistent/w.safetensors"); },
+       "spec.weights.safetensors_path"},
+      {[](v1::DeploymentSpec* s) { s->add_partitions("pp64"); }, "spec.partitions"},
+      {[](v1::DeploymentSpec* s) {
+         auto* m = s->mutable_model()->mutable_llama();
+         m->set_layers(4);
+         m->set_hidden(65);
+         m->set_heads(4);
+         m->set_ffn(8);
+         m->set_vocab(8);
+       },
+       "spec.model.llama"},
+      {[](v1::DeploymentSpec* s) {
+         auto* m = s->mutable_model()->mutable_llama();
+         m->set_layers(1 << 30);
+         m->set_hidden(64);
+         m->set_heads(4);
+         m->set_ffn(8);
+         m->set_vocab(8);
+         m->set_fusion(1);
+       },
+       "spec.model"},
+  };
+  for (const Case& c : cases) {
+    grpc::Status r = reg_with(c.mutate);
+    EXPECT_EQ(r.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field << ": " << r.error_message();
+    EXPECT_THAT(r.error_message(), HasSubstr(c.field));
+  }
+  // Nothing half-registered: the daemon still serves, "x" does not exist.
+  v1::ListDeploymentsResponse list;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(serving_->ListDeployments(&ctx, v1::ListDeploymentsRequest(), &list).ok());
+  ASSERT_EQ(list.deployments_size(), 1);
+  EXPECT_EQ(list.deployments(0).spec().name(), "tiny-b");
+}
+
+TEST_F(DaemonTest, DeploymentsAndEstimatorsSurviveRestart) {
+  v1::RegisterDeploymentResponse reg;
+  ASSERT_TRUE(Register("tiny-r", &reg, v1::DEPLOYMENT_ROLE_OFFLINE).ok());
+  v1::SubmitResponse sub;
+  ASSERT_TRUE(Submit("tiny-r/prefill", {{"B", 2}, {"S", 32}}, &sub).ok());
+  grpc::Status ws;
+  auto events = WatchAll(sub.instance_id(), &ws);
+  ASSERT_TRUE(ws.ok());
+  ASSERT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE);
+
+  auto before = master_->Estimators();
+  ASSERT_TRUE(before.ok());
+  std::map<std::string, int64_t> samples_before;
+  for (const auto& k : before->ops) {
+    if (k.samples > 0) samples_before[StrCat(k.device_type, "|", k.template_name, "|", k.op_name)] = k.samples;
+  }
+  ASSERT_FALSE(samples_before.empty());
+
+  StopDaemon();
+  StartDaemon();
+
+  v1::ListDeploymentsResponse list;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(serving_->ListDeployments(&ctx, v1::ListDeploymentsRequest(), &list).ok());
+  }
+  ASSERT_EQ(list.deployments_size(), 1);
+  const v1::Deployment& d = list.deployments(0);
+  EXPECT_EQ(d.spec().name(), "tiny-r");
+  EXPECT_EQ(d.spec().model().preset(), "tiny");
+  EXPECT_EQ(d.spec().role(), v1::DEPLOYMENT_ROLE_OFFLINE);
+  EXPECT_EQ(d.spec().weights().seed(), 3u);
+  EXPECT_EQ(d.info().prefill_template(), "tiny-r/prefill");
+  EXPECT_GT(d.created_unix_ms(), 0);
+
+  auto after = master_->Estimators();
+  ASSERT_TRUE(after.ok());
+  for (const auto& k : after->ops) {
+    auto it = samples_before.find(StrCat(k.device_type, "|", k.template_name, "|", k.op_name));
+    if (it == samples_before.end()) continue;
+    EXPECT_EQ(k.samples, it->second) << k.template_name << ":" << k.op_name;
+    samples_before.erase(it);
+  }
+  EXPECT_TRUE(samples_before.empty()) << "estimator keys lost in the restart";
+
+  // The restored deployment serves.
+  ASSERT_TRUE(Submit("tiny-r/prefill", {{"B", 1}, {"S", 4}}, &sub).ok());
+  events = WatchAll(sub.instance_id(), &ws);
+  ASSERT_TRUE(ws.ok());
+  EXPECT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE);
+}
+
+TEST(DaemonConfig, CpuDevicesRunOnTheVirtualBackendAndSayISo) {
+  const std::string dir = UniqueDir("cpu");
+  auto c = ParseSlicedConfig(
+      YAML::Load(StrCat("cluster: {devices: [{name: cpu, count: 1, type: cpu, memory: 1GiB, backend: cpu}]}\n"
+                        "listen: {unix_socket: ", dir, "/s.sock}\nstate_dir: ", dir, "/state\n")),
+      "<test>");
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto m = Master::Start(*c);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto devices = (*m)->Devices();
+  ASSERT_TRUE(devices.ok());
+  EXPECT_EQ((*devices)[0].backend_used, "virtual (configured: cpu)");
+  EXPECT_EQ((*m)->backend_name(), "virtual");
+}
+
+TEST(DaemonConfig, CudaDevicesAreRefused) {
+  const std::string dir = UniqueDir("cuda");
+  auto c = ParseSlicedConfig(
+      YAML::Load(StrCat("cluster: {devices: [{name: gpu, count: 1, type: A16, memory: 1GiB, backend: cuda}]}\n"
+                        "listen: {unix_socket: ", dir, "/s.sock}\nstate_dir: ", dir, "/state\n")),
+      "<test>");
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto m = Master::Start(*c);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(AdminAuthorization, Rules) {
+  const std::string good = "Bearer s3cret";
+  const std::string bad = "Bearer nope";
+  // Unix socket peers are trusted.
+  EXPECT_TRUE(AuthorizeAdmin("unix:/run/sliced/sliced.sock", nullptr, "s3cret", true).ok());
+  EXPECT_TRUE(AuthorizeAdmin("unix:", nullptr, "", true).ok());
+  // TCP with a token: every call needs it.
+  EXPECT_EQ(AuthorizeAdmin("ipv4:10.0.0.1:5555", nullptr, "s3cret", false).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(AuthorizeAdmin("ipv4:10.0.0.1:5555", &bad, "s3cret", true).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(AuthorizeAdmin("ipv4:10.0.0.1:5555", &good, "s3cret", true).ok());
+  // TCP without a token: read-only yes, mutating no.
+  EXPECT_TRUE(AuthorizeAdmin("ipv6:[::1]:5555", nullptr, "", false).ok());
+  EXPECT_EQ(AuthorizeAdmin("ipv6:[::1]:5555", nullptr, "", true).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+}  // namespace
+}  // namespace slicesched

@@ -1,0 +1,173 @@
+// sliced: the slicesched scheduling daemon.
+//
+//   sliced [--config FILE] [--drain-timeout SECONDS]
+//
+// Without --config it runs the embedded configs/sliced.yaml (a CPU-only demo
+// under /tmp). It serves the Admin and Serving gRPC services on the
+// configured unix socket (and on TCP with TLS when configured), plus gRPC
+// health checking and server reflection.
+//
+// Signals: the first SIGTERM (or SIGINT) drains: no new work is admitted,
+// in-flight instances get up to --drain-timeout seconds (default 100, below
+// the systemd unit's TimeoutStopSec=120) to finish, estimator state is
+// saved, and sliced exits 0. A second SIGTERM/SIGINT exits at once with
+// status 1.
+//
+// systemd: with NOTIFY_SOCKET set (Type=notify) sliced sends READY=1 once it
+// listens and STOPPING=1 when it starts draining. The sd_notify datagram
+// protocol is implemented here (a few lines) so libsystemd is not needed.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "slicesched/common/logging.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/server/config.h"
+#include "slicesched/server/master.h"
+#include "slicesched/server/services.h"
+#include "spdlog/spdlog.h"
+
+namespace slicesched {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: sliced [--config FILE] [--drain-timeout SECONDS]\n"
+    "  --config FILE            daemon config (default: the embedded configs/sliced.yaml demo)\n"
+    "  --drain-timeout SECONDS  how long SIGTERM waits for in-flight work (default 100)\n";
+
+// sd_notify(3)'s protocol: one datagram to the AF_UNIX socket named by
+// $NOTIFY_SOCKET ('@' prefix = abstract namespace). Failures are logged only.
+void Notify(const std::string& message) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || path[0] == '\0') return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t len = std::strlen(path);
+  if (len >= sizeof(addr.sun_path) || (path[0] != '/' && path[0] != '@')) {
+    spdlog::warn("NOTIFY_SOCKET '{}' is not a usable unix socket address; not notifying systemd", path);
+    return;
+  }
+  std::memcpy(addr.sun_path, path, len);
+  if (path[0] == '@') addr.sun_path[0] = '\0';
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    spdlog::warn("sd_notify: socket: {}", std::strerror(errno));
+    return;
+  }
+  const socklen_t addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len);
+  if (::sendto(fd, message.data(), message.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&addr),
+               addr_len) < 0) {
+    spdlog::warn("sd_notify({}): {}", message, std::strerror(errno));
+  }
+  ::close(fd);
+}
+
+int Run(int argc, char** argv) {
+  std::string config_path;
+  int drain_timeout_s = 100;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if ((a == "--config" || a == "--drain-timeout") && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (a == "--config") {
+        config_path = v;
+      } else if (!absl::SimpleAtoi(v, &drain_timeout_s) || drain_timeout_s < 0) {
+        std::fprintf(stderr, "sliced: --drain-timeout: expected a number of seconds >= 0, got '%s'\n", v.c_str());
+        return 2;
+      }
+      continue;
+    }
+    std::fprintf(stderr, "sliced: unknown or incomplete argument '%s'\n%s", a.c_str(), kUsage);
+    return 2;
+  }
+
+  // Signals are handled synchronously (sigwait) by the main thread; block
+  // them before any other thread exists so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<SlicedConfig> config = config_path.empty() ? DefaultSlicedConfig() : LoadSlicedConfig(config_path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "sliced: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = SetupLogging(config->log_level); !s.ok()) {
+    std::fprintf(stderr, "sliced: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  spdlog::info("sliced starting with {}", config->source);
+
+  auto master = Master::Start(*config);
+  if (!master.ok()) {
+    spdlog::critical("cannot start: {}", master.status().ToString());
+    return 1;
+  }
+  auto options = ServerOptionsFromConfig(config->listen);
+  if (!options.ok()) {
+    spdlog::critical("cannot start: {}", options.status().ToString());
+    return 1;
+  }
+  auto server = SlicedServer::Start(master->get(), *options);
+  if (!server.ok()) {
+    spdlog::critical("cannot start: {}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info("serving on{}{}", config->listen.unix_socket.empty() ? "" : " unix:" + config->listen.unix_socket,
+               config->listen.tcp_address.empty() ? "" : " " + config->listen.tcp_address + " (TLS)");
+  Notify("READY=1\nSTATUS=serving");
+
+  int sig = 0;
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  spdlog::info("received {}: draining for up to {} s (send it again to exit at once)", strsignal(sig),
+               drain_timeout_s);
+  Notify("STOPPING=1\nSTATUS=draining");
+
+  std::atomic<bool> done{false};
+  std::atomic<bool> drained_ok{true};
+  std::thread drainer([&] {
+    auto r = (*master)->Drain(/*wait=*/true, absl::Seconds(drain_timeout_s));
+    if (!r.ok()) {
+      spdlog::error("drain failed: {}", r.status().ToString());
+      drained_ok = false;
+    } else if (r->remaining_instances > 0) {
+      spdlog::warn("drain timed out with {} instances still running; they are abandoned", r->remaining_instances);
+    }
+    (*server)->Shutdown(absl::Seconds(2));
+    (*master)->Shutdown();  // saves the estimators
+    done = true;
+  });
+  const timespec poll{0, 50 * 1000 * 1000};
+  while (!done.load()) {
+    if (sigtimedwait(&signals, nullptr, &poll) > 0) {
+      spdlog::warn("second signal: exiting without finishing the drain");
+      spdlog::default_logger()->flush();
+      std::_Exit(1);
+    }
+  }
+  drainer.join();
+  spdlog::info("sliced stopped");
+  return drained_ok.load() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace slicesched
+
+int main(int argc, char** argv) { return slicesched::Run(argc, argv); }
