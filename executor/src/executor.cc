@@ -52,7 +52,10 @@ ExecutorSet::~ExecutorSet() {
   transfer_pool_.reset();  // runs (and finishes) every queued Send
   absl::MutexLock l(&mu_);
   events_.clear();
-  for (DeviceState& s : devices_) s.items.clear();
+  for (DeviceState& s : devices_) {
+    s.items.clear();
+    s.finished.clear();
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -61,6 +64,103 @@ ExecutorSet::~ExecutorSet() {
 void ExecutorSet::Post(Event e) {
   e.time = clock_->Now();
   events_.push_back(std::move(e));
+}
+
+uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {
+  if (!s.free_items.empty()) {
+    const uint32_t item = s.free_items.back();
+    s.free_items.pop_back();
+    s.items[item] = std::move(w);
+    return item;
+  }
+  s.items.push_back(std::move(w));
+  return static_cast<uint32_t>(s.items.size() - 1);
+}
+
+void ExecutorSet::Hand(DeviceId d, WorkItem w) {
+  DeviceState& s = devices_[d.value()];
+  int64_t ready_ns = w.key.ready_ns;
+  for (const WorkItem::LocalInput& li : w.local) {
+    if (auto f = s.finished.find(li.producer.value()); f != s.finished.end()) {
+      w.inputs[li.input] = f->second.outputs[li.output];
+      ready_ns = std::max(ready_ns, f->second.end.nanos());
+    } else if (s.live.contains(li.producer.value())) {
+      ++w.waiting;
+    } else {
+      Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
+                 StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), ": its input producer ",
+                        li.producer, " did not finish"),
+                 {}});
+      return;
+    }
+  }
+  w.key.ready_ns = ready_ns;
+  const NodeId node = w.node;
+  s.live.insert(node.value());
+  if (w.waiting == 0) {
+    const DisciplineKey key = w.key;
+    s.ready.Push(key, StoreItem(s, std::move(w)));
+    return;
+  }
+  for (const WorkItem::LocalInput& li : w.local) {
+    if (s.finished.contains(li.producer.value())) continue;
+    std::vector<NodeId>& v = s.waiters[li.producer.value()];
+    if (v.empty() || v.back() != node) v.push_back(node);  // once per producer
+  }
+  s.pending.emplace(node.value(), StoreItem(s, std::move(w)));
+}
+
+void ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
+                                    const std::vector<Buffer>& outputs) {
+  DeviceState& s = devices_[d.value()];
+  auto wt = s.waiters.find(producer.value());
+  if (wt == s.waiters.end()) return;
+  const std::vector<NodeId> deps = std::move(wt->second);
+  s.waiters.erase(wt);
+  for (NodeId dep : deps) {
+    auto p = s.pending.find(dep.value());
+    if (p == s.pending.end()) continue;  // dropped meanwhile
+    const uint32_t item = p->second;
+    WorkItem& w = s.items[item];
+    for (const WorkItem::LocalInput& li : w.local) {
+      if (li.producer == producer) w.inputs[li.input] = outputs[li.output];
+    }
+    w.key.ready_ns = std::max(w.key.ready_ns, end.nanos());
+    // A dependent reading two outputs of `producer` is listed once per input.
+    w.waiting -= static_cast<int>(
+        std::count_if(w.local.begin(), w.local.end(),
+                      [&](const WorkItem::LocalInput& li) { return li.producer == producer; }));
+    if (w.waiting > 0) continue;
+    s.pending.erase(p);
+    s.ready.Push(w.key, item);
+  }
+}
+
+void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
+  DeviceState& s = devices_[d.value()];
+  std::vector<NodeId> todo{producer};
+  while (!todo.empty()) {
+    const NodeId p = todo.back();
+    todo.pop_back();
+    auto wt = s.waiters.find(p.value());
+    if (wt == s.waiters.end()) continue;
+    const std::vector<NodeId> deps = std::move(wt->second);
+    s.waiters.erase(wt);
+    for (NodeId dep : deps) {
+      auto it = s.pending.find(dep.value());
+      if (it == s.pending.end()) continue;  // already dropped (a second input of p)
+      const uint32_t item = it->second;
+      s.pending.erase(it);
+      WorkItem dead = std::move(s.items[item]);
+      s.free_items.push_back(item);
+      s.live.erase(dep.value());
+      Post(Event{Event::Kind::kFailed, dep, d, Timestamp(),
+                 StrCat("node ", NodeLabel(dead.tpl, dead.op_index, dep), ": its input producer ",
+                        p, " did not finish"),
+                 {}});
+      todo.push_back(dep);
+    }
+  }
 }
 
 void ExecutorSet::DeviceLoop(DeviceId d) {
@@ -81,23 +181,33 @@ void ExecutorSet::DeviceLoop(DeviceId d) {
       if (shutdown_) return;
       DeviceState& s = devices_[di];
       if (s.stopped) {
-        // Fail everything still queued here, then exit.
-        while (!s.ready.empty()) {
-          const uint32_t item = s.ready.Pop();
+        // Fail everything still queued or pending here (producers first),
+        // then exit.
+        auto fail = [&](uint32_t item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           WorkItem dead = std::move(s.items[item]);
           s.free_items.push_back(item);
           Post(Event{Event::Kind::kFailed, dead.node, d, Timestamp(),
                      StrCat("device ", dev_name, " stopped before node ",
                             NodeLabel(dead.tpl, dead.op_index, dead.node), " ran"),
                      {}});
-        }
+        };
+        while (!s.ready.empty()) fail(s.ready.Pop());
+        absl::btree_map<uint64_t, uint32_t> pending(s.pending.begin(), s.pending.end());
+        for (const auto& [node, item] : pending) fail(item);
+        s.pending.clear();
+        s.waiters.clear();
+        s.live.clear();
         s.exited = true;
         return;
       }
       const uint32_t item = s.ready.Pop();
       w = std::move(s.items[item]);
       s.free_items.push_back(item);
-      if (w.cancelled != nullptr && w.cancelled->load()) continue;
+      if (w.cancelled != nullptr && w.cancelled->load()) {
+        s.live.erase(w.node.value());
+        DropDependents(d, w.node);
+        continue;
+      }
       // Outputs and workspace first: a node that cannot get its memory
       // fails here, before it starts.
       absl::Status alloc;
@@ -123,6 +233,8 @@ void ExecutorSet::DeviceLoop(DeviceId d) {
                    StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node),
                           ": memory allocation failed: ", alloc.message()),
                    {}});
+        s.live.erase(w.node.value());
+        DropDependents(d, w.node);
         continue;
       }
       s.running = w.node;
@@ -158,21 +270,31 @@ void ExecutorSet::DeviceLoop(DeviceId d) {
     mu_.Await(absl::Condition(&may_finish));
     DeviceState& s = devices_[di];
     s.running = NodeId();
+    s.live.erase(w.node.value());
     if (st.ok() && s.stopped) {
       st = absl::AbortedError(StrCat("device ", dev_name, " stopped while the node ran"));
     }
     if (st.ok()) {
+      // Keep the outputs' buffers (not their allocations) for dependents on
+      // this device until the owner has applied this completion.
+      LocalDone done;
+      done.outputs.reserve(outs.size());
       for (size_t i = 0; i < outs.size(); ++i) {
         outs[i].buffer.kind = out_buffers[i].kind;
         outs[i].buffer.payload = std::move(out_buffers[i].payload);
+        done.outputs.push_back(outs[i].buffer);
       }
       Post(Event{Event::Kind::kFinished, w.node, d, Timestamp(), "", std::move(outs)});
+      done.end = events_.back().time;
+      ReleaseDependents(d, w.node, done.end, done.outputs);
+      s.finished.insert_or_assign(w.node.value(), std::move(done));
     } else {
       outs.clear();
       Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
                  StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), " on ", dev_name, ": ",
                         st.message()),
                  {}});
+      DropDependents(d, w.node);
     }
   }
 }
@@ -187,49 +309,79 @@ void ExecutorSet::NodeIssued(NodeId id) {
 }
 
 void ExecutorSet::MaybeQueue(NodeId id, Timestamp now) {
-  if (queued_.contains(id.value()) || !gmg_->IsReady(id)) return;
+  // Queuing a compute node may make its same-device successors locally
+  // ready: try them too, so a same-device chain is handed over at once.
+  absl::InlinedVector<NodeId, 8> todo{id};
+  while (!todo.empty()) {
+    const NodeId next = todo.back();
+    todo.pop_back();
+    if (!QueueOne(next, now)) continue;
+    const OpNode* n = gmg_->FindNode(next);
+    const Instance* inst = gmg_->FindInstance(n->instance);
+    for (int s : inst->tpl->op(n->op_index).succs) {
+      const OpNode& sn = inst->nodes[s];
+      if (sn.state == NodeState::kIssued && sn.device == n->device && !queued_.contains(sn.id.value())) {
+        todo.push_back(sn.id);
+      }
+    }
+  }
+}
+
+bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
+  if (queued_.contains(id.value())) return false;
   const OpNode* n = gmg_->FindNode(id);
-  const int64_t ready_ns = n->times.ready.is_never() ? now.nanos() : n->times.ready.nanos();
+  if (n == nullptr || n->state != NodeState::kIssued) return false;
   if (n->kind == OpKind::kTransfer) {
+    if (!gmg_->IsReady(id)) return false;
+    const int64_t ready_ns = n->times.ready.is_never() ? now.nanos() : n->times.ready.nanos();
     if (device_stopped(n->device) || device_stopped(n->dst_device)) {
       (void)FailNode(id, StrCat("transfer ", id, ": device ",
                                 device_stopped(n->device) ? pools_[n->device.value()]->name()
                                                           : pools_[n->dst_device.value()]->name(),
                                 " is stopped"),
                      now);
-      return;
+      return false;
     }
     const OpNode* p = gmg_->FindNode(n->src_node);
     const TransferIntent intent{id.value(), n->device, n->dst_device, n->transfer_priority,
                                 ready_ns, p->outputs[n->src_output].bytes};
     if (comm_.AddIntent(intent).ok()) queued_.insert(id.value());
-    return;
+    return false;
   }
   const Instance* inst = gmg_->FindInstance(n->instance);
   const OpSpec& op = inst->tpl->op(n->op_index);
-  WorkItem w;
-  w.node = id;
-  w.instance = n->instance;
-  w.tpl = inst->tpl;
-  w.op_index = n->op_index;
-  w.attrs.assign(n->attrs.begin(), n->attrs.end());
-  w.workspace = n->workspace;
   const DeviceId d = n->device;
+  WorkItem w;
   w.inputs.reserve(op.inputs.size());
   for (const InputRef& r : op.inputs) {
     Buffer b;
     b.device = d;
     if (r.kind == InputRef::Kind::kOp) {
       const OpNode& p = inst->nodes[r.index];
-      b.bytes = p.outputs[r.output].bytes;
-      auto it = tensors_.find(TensorKey{p.id.value(), r.output});
-      if (it != tensors_.end()) {
-        auto c = it->second.find(d.value());
-        if (c != it->second.end()) b = c->second.buffer;
+      const TensorState& t = p.outputs[r.output];
+      b.bytes = t.bytes;
+      if (p.state == NodeState::kDone) {
+        // Done: ready only with a copy here (else a transfer is pending).
+        if (std::find(t.copies.begin(), t.copies.end(), d) == t.copies.end()) return false;
+        auto it = tensors_.find(TensorKey{p.id.value(), r.output});
+        if (it != tensors_.end()) {
+          auto c = it->second.find(d.value());
+          if (c != it->second.end()) b = c->second.buffer;
+        }
+      } else if (p.device == d && t.update_of < 0 && !t.retained &&
+                 (p.state == NodeState::kRunning ||
+                  (p.state == NodeState::kIssued && queued_.contains(p.id.value())))) {
+        // Produced here by a node the device already has: resolved there.
+        w.local.push_back({static_cast<int>(w.inputs.size()), p.id, r.output});
+      } else {
+        return false;
       }
     } else if (r.kind == InputRef::Kind::kCheckpoint) {
       const CheckpointId cid = inst->attached[r.index];
-      if (const Checkpoint* c = gmg_->FindCheckpoint(cid)) b.bytes = c->bytes;
+      const Checkpoint* c = gmg_->FindCheckpoint(cid);
+      // The GMG's rule, which stays true until the node starts.
+      if (c == nullptr || c->device != d || (c->updating.valid() && c->updating != id)) return false;
+      b.bytes = c->bytes;
       auto it = checkpoints_.find(cid.value());
       if (it != checkpoints_.end() && !it->second.empty()) {
         b.kind = it->second.front().buffer.kind;
@@ -238,37 +390,37 @@ void ExecutorSet::MaybeQueue(NodeId id, Timestamp now) {
     }
     w.inputs.push_back(std::move(b));
   }
+  if (w.local.empty() && !gmg_->IsReady(id)) return false;  // (the rule above is the GMG's)
+  w.node = id;
+  w.instance = n->instance;
+  w.tpl = inst->tpl;
+  w.op_index = n->op_index;
+  w.attrs.assign(n->attrs.begin(), n->attrs.end());
+  w.workspace = n->workspace;
   for (const TensorState& t : n->outputs) w.output_bytes.push_back(t.bytes);
   auto& flag = inst_cancel_[n->instance.value()];
   if (flag == nullptr) flag = std::make_shared<std::atomic<bool>>(false);
   w.cancelled = flag;
-  const DisciplineKey key{static_cast<uint8_t>(inst->spec.priority_class), inst->spec.priority,
-                          ready_ns, id.value()};
+  // A locally ready node's ready time is its last local producer's finish
+  // time, filled in by the device.
+  const int64_t ready_ns =
+      !w.local.empty() ? 0 : n->times.ready.is_never() ? now.nanos() : n->times.ready.nanos();
+  w.key = DisciplineKey{static_cast<uint8_t>(inst->spec.priority_class), inst->spec.priority,
+                        ready_ns, id.value()};
   bool stopped;
   {
     absl::MutexLock l(&mu_);
-    DeviceState& s = devices_[d.value()];
-    stopped = s.stopped;
-    if (!stopped) {
-      uint32_t item;
-      if (!s.free_items.empty()) {
-        item = s.free_items.back();
-        s.free_items.pop_back();
-        s.items[item] = std::move(w);
-      } else {
-        item = static_cast<uint32_t>(s.items.size());
-        s.items.push_back(std::move(w));
-      }
-      s.ready.Push(key, item);
-    }
+    stopped = devices_[d.value()].stopped;
+    if (!stopped) Hand(d, std::move(w));
   }
   if (stopped) {
     (void)FailNode(id, StrCat("node ", NodeLabel(inst->tpl, n->op_index, id), ": device ",
                               pools_[d.value()]->name(), " is stopped"),
                    now);
-    return;
+    return false;
   }
   queued_.insert(id.value());
+  return true;
 }
 
 absl::Status ExecutorSet::Dispatch(Timestamp now) {
@@ -369,9 +521,19 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
     events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(k));
   }
   absl::Status status;
+  bool finished = false;
   for (Event& e : batch) {
+    finished = finished || e.kind == Event::Kind::kFinished;
     absl::Status s = Apply(e, feedback);
     if (!s.ok() && status.ok()) status = s;
+  }
+  if (finished) {
+    // The GMG knows these nodes are done now: their dependents' inputs come
+    // from the tensor store from here on.
+    absl::MutexLock l(&mu_);
+    for (const Event& e : batch) {
+      if (e.kind == Event::Kind::kFinished) devices_[e.device.value()].finished.erase(e.node.value());
+    }
   }
   Reconcile();
   return status;

@@ -570,5 +570,134 @@ TEST(ExecutorSetTest, SnapshotMatchesWhatRuns) {
   EXPECT_EQ(exec.completed_ops(), 24 * 4);
 }
 
+
+// Local readiness: a chain (and a diamond) on one device runs to its last
+// operator while the owner applies nothing: the device starts operator k+1
+// without waiting for the owner to apply operator k's completion. The GMG
+// then learns the same history in one drain.
+TEST(ExecutorSetTest, SameDeviceChainRunsWithoutTheOwner) {
+  Watchdog watchdog(absl::Minutes(2));
+  constexpr int kLen = 16;
+  Rig r(1);
+  const TemplateId chain = *r.g.RegisterTemplate(Chain(kLen));
+  r.Start();
+  InstanceId c = r.New(chain, 32);
+  InstanceId d = r.New(r.diamond, 32);
+  const NodeId c_last = r.g.FindInstance(c)->nodes[kLen - 1].id;
+  const NodeId d_last = r.g.FindInstance(d)->nodes[3].id;
+  absl::Notification c_done, d_done;
+  r.kernels.SetHook([&](const KernelCall& k) {
+    if (k.node == c_last) c_done.Notify();
+    if (k.node == d_last) d_done.Notify();
+  });
+  r.Place(c, {0});
+  r.Place(d, {0});
+  // No AdvanceTo/Dispatch yet: only the device threads make progress.
+  ASSERT_TRUE(c_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(d_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(r.exec->completed_ops(), 0);
+  ASSERT_TRUE(r.Run().ok());
+  auto retired = r.g.TakeRetired();
+  ASSERT_EQ(retired.size(), 2u);
+  for (const RetiredInstance& ri : retired) EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+  EXPECT_EQ(r.exec->completed_ops(), kLen + 4);
+  ASSERT_EQ(r.feedback.size(), static_cast<size_t>(kLen + 4));
+  ExpectNoOverlap(r.feedback, Feedback::Kind::kOp, 1);
+  // Program order within the chain, as the GMG recorded it.
+  std::vector<const Feedback*> ops(kLen, nullptr);
+  for (const Feedback& f : r.feedback) {
+    if (f.instance == c) ops[f.op] = &f;
+  }
+  for (int k = 1; k < kLen; ++k) {
+    ASSERT_NE(ops[k], nullptr);
+    EXPECT_LE(ops[k - 1]->end, ops[k]->start) << k;
+  }
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+  EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
+}
+
+// A dependent handed over after its producer finished on the device, but
+// before the owner applied that completion, reads the producer's output
+// (payload included) from the device.
+TEST(ExecutorSetTest, LocalDependentOfAnUnappliedCompletion) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  r.Start();
+  InstanceId inst = r.New(r.chain, 16);
+  const Instance* in = r.g.FindInstance(inst);
+  const NodeId first = in->nodes[0].id, last = in->nodes[3].id;
+  absl::Notification first_ran, last_ran;
+  std::atomic<int> payload_seen{0};
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.op_index == 0) {
+      auto hb = std::make_shared<HostBytes>();
+      hb->data.assign(static_cast<size_t>(c.outputs[0].bytes.count()), std::byte{7});
+      c.outputs[0].kind = kHostBytesPayload;
+      c.outputs[0].payload = hb;
+    } else if (c.op_index == 1 && c.inputs[0].kind == kHostBytesPayload &&
+               static_cast<const HostBytes*>(c.inputs[0].payload.get())->data.front() == std::byte{7}) {
+      ++payload_seen;
+    }
+    if (c.node == first) first_ran.Notify();
+    if (c.node == last) last_ran.Notify();
+  });
+  std::vector<NodePlacement> p0 = {{first, DeviceId(0)}};
+  auto issued = IssuePlacements(r.g, p0, 0, r.clock.Now());
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  for (NodeId n : *issued) r.exec->NodeIssued(n);
+  ASSERT_TRUE(first_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  while (r.exec->RunningNow()[0].valid()) absl::SleepFor(absl::Milliseconds(1));
+  // op0 finished on the device; the GMG still has it issued.
+  EXPECT_EQ(r.g.FindNode(first)->state, NodeState::kIssued);
+  std::vector<NodePlacement> rest;
+  for (int op = 1; op < 4; ++op) rest.push_back({in->nodes[op].id, DeviceId(0)});
+  issued = IssuePlacements(r.g, rest, 0, r.clock.Now());
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  for (NodeId n : *issued) r.exec->NodeIssued(n);
+  ASSERT_TRUE(last_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(r.Run().ok());
+  auto retired = r.g.TakeRetired();
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].state, InstanceState::kDone) << retired[0].failure;
+  EXPECT_EQ(payload_seen.load(), 1);
+  EXPECT_EQ(r.exec->completed_ops(), 4);
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
+// A failure inside a locally driven chain fails its instance with the
+// failing node's reason; its pending dependents never run; nothing leaks.
+TEST(ExecutorSetTest, FailureInsideALocalChainFailsOnlyItsInstance) {
+  Watchdog watchdog(absl::Minutes(2));
+  constexpr int kLen = 8;
+  Rig r(1);
+  const TemplateId chain = *r.g.RegisterTemplate(Chain(kLen));
+  r.Start();
+  InstanceId bad = r.New(chain, 20);
+  InstanceId good = r.New(chain, 21);
+  const NodeId throws_at = r.g.FindInstance(bad)->nodes[3].id;
+  r.kernels.ThrowWhen([=](const KernelCall& c) { return c.node == throws_at; }, "boom");
+  std::atomic<int> bad_after{0};
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.instance == bad && c.op_index > 3) ++bad_after;
+  });
+  r.Place(bad, {0});
+  r.Place(good, {0});
+  ASSERT_TRUE(r.Run().ok());
+  std::map<uint64_t, RetiredInstance> by_id;
+  for (RetiredInstance& ri : r.g.TakeRetired()) by_id[ri.id.value()] = ri;
+  ASSERT_EQ(by_id.size(), 2u);
+  EXPECT_EQ(by_id[good.value()].state, InstanceState::kDone);
+  EXPECT_EQ(by_id[bad.value()].state, InstanceState::kFailed);
+  EXPECT_THAT(by_id[bad.value()].failure, HasSubstr("kernel threw: boom"));
+  EXPECT_EQ(bad_after.load(), 0);
+  EXPECT_EQ(r.exec->failed_nodes(), 1);
+  EXPECT_EQ(r.exec->completed_ops(), kLen + 3);
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+  EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
+}
+
 }  // namespace
 }  // namespace slicesched

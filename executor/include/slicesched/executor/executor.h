@@ -12,13 +12,45 @@
 //   Dispatch(), AdvanceTo(), WaitForCompletion(), Pause()/Resume() and
 //   StopDevice(). Only it touches the GMG, the CommGraph and the tensor store.
 //   Device threads and transfer workers never see the GMG: the owner hands
-//   each ready operator to its device as a self-contained work item (inputs
-//   resolved to Buffers), and the workers post Started / Finished / Failed
+//   each ready (or locally ready, below) operator to its device as a
+//   self-contained work item (inputs resolved to Buffers), and the workers post Started / Finished / Failed
 //   events to one completion queue that the owner drains in AdvanceTo() (and
 //   Dispatch()), making every GMG call (Start/Finish/Fail) itself.
 //   A device thread takes the lock only to pop its next item and to post an
 //   event; timestamps are read under the lock, so the completion queue is in
 //   time order and per-device events are in program order.
+//
+// Local readiness (dependency-driven devices)
+//   A device does not wait for the owner to learn that an operator finished
+//   before it runs that operator's successors on the same device. When the
+//   owner hands over an operator whose every op input either has a copy on
+//   the device (producer done in the GMG) or comes from a producer on the same
+//   device that was already handed to it (queued, pending or running; plain
+//   outputs only, not retained or checkpoint growth), and whose checkpoint
+//   inputs satisfy the GMG's rule already, it hands the item over "pending on
+//   local producers" (WorkItem::local). Under the lock, each local producer is
+//   then
+//     - finished here but not yet applied by the owner (DeviceState::finished):
+//       the input is resolved at once from its output buffers;
+//     - live here (DeviceState::live: queued, pending or running): the item
+//       waits for it (DeviceState::waiters);
+//     - neither: it failed or was dropped, so the item fails too.
+//   When a device thread finishes a producer it resolves its waiters' inputs
+//   from the buffers it just produced and pushes those whose last producer
+//   this was onto its ReadyQueue with ready time = that finish time (what the
+//   GMG records as their ready time). When a producer fails, is cancelled or
+//   dropped, its pending dependents are failed in turn (kFailed events, after
+//   the producer's own, so the instance's failure names the producer).
+//   Whenever the owner queues a compute node it also tries that node's
+//   successors on the same device, so a whole same-device chain is handed
+//   over at once. The owner still makes every GMG call, in the completion
+//   queue's time order: a dependent's kStarted is posted after its producer's
+//   kFinished, so the GMG sees exactly the history it saw before, only later.
+//   The owner drops DeviceState::finished entries once it has applied their
+//   kFinished (from then on the GMG says the producer is done and inputs come
+//   from the tensor store). Output buffers still travel to the owner with
+//   kFinished and are accounted as before; a dependent holds only Buffer
+//   copies (payload references), never an Allocation.
 //
 // Memory: outputs and workspace are allocated from the device's DevicePool
 // before the kernel runs (failure: the node fails with the pool's reason);
@@ -139,6 +171,18 @@ class ExecutorSet final : public ExecutionBackend {
     std::vector<Bytes> output_bytes;
     Bytes workspace;
     std::shared_ptr<std::atomic<bool>> cancelled;
+    // Ready-queue key; for a pending item ready_ns is the latest finish time
+    // of its local producers, final once the last one finished.
+    DisciplineKey key;
+    // Inputs still to come from producers on this device (see "Local
+    // readiness"), and how many of them have not finished yet.
+    struct LocalInput {
+      int input;
+      NodeId producer;
+      int output;
+    };
+    std::vector<LocalInput> local;
+    int waiting = 0;
   };
   struct Event {
     enum class Kind : uint8_t { kStarted, kFinished, kFailed, kTransferDone, kTransferFailed };
@@ -149,10 +193,22 @@ class ExecutorSet final : public ExecutionBackend {
     std::string reason;
     std::vector<Held> outputs;  // kFinished: the node's outputs; kTransferDone: the dst copy
   };
+  // Outputs of a node finished on its device whose kFinished the owner has
+  // not applied yet.
+  struct LocalDone {
+    Timestamp end;
+    std::vector<Buffer> outputs;
+  };
   struct DeviceState {
     ReadyQueue ready;
-    std::vector<WorkItem> items;  // ReadyQueue item -> work
+    std::vector<WorkItem> items;  // ReadyQueue / pending item -> work
     std::vector<uint32_t> free_items;
+    // Nodes handed here and not yet finished or dropped (queued, pending or
+    // running).
+    absl::flat_hash_set<uint64_t> live;
+    absl::flat_hash_map<uint64_t, uint32_t> pending;               // node -> item
+    absl::flat_hash_map<uint64_t, std::vector<NodeId>> waiters;    // producer -> pending
+    absl::flat_hash_map<uint64_t, LocalDone> finished;             // by node
     NodeId running;
     bool stopped = false;
     bool exited = false;
@@ -164,9 +220,24 @@ class ExecutorSet final : public ExecutionBackend {
   // for kFinished/kFailed).
   void RunItem(DeviceId d, WorkItem& w);
   void Post(Event e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device-state helpers (lock held; owner or device thread).
+  // Hands `w` to device `d`: ready, or pending on its local producers.
+  void Hand(DeviceId d, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t StoreItem(DeviceState& s, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `producer` finished on `d` at `end` with `outputs`: its pending
+  // dependents get those inputs; the ones now complete become ready.
+  void ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
+                         const std::vector<Buffer>& outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `producer` will not finish on `d`: its pending dependents (and theirs)
+  // fail.
+  void DropDependents(DeviceId d, NodeId producer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Owner-thread helpers.
+  // Queues `id` if it is ready or locally ready (then also tries its
+  // same-device successors).
   void MaybeQueue(NodeId id, Timestamp now);
+  // One node; true when a compute node was handed to its device.
+  bool QueueOne(NodeId id, Timestamp now);
   absl::Status Drain(Timestamp t, std::vector<Feedback>* feedback);
   absl::Status Apply(Event& e, std::vector<Feedback>* feedback);
   absl::Status ArbitrateTransfers(Timestamp now);
