@@ -1,6 +1,7 @@
 #include "slicesched/sim/simulator.h"
 
 #include <algorithm>
+#include <cassert>
 #include <limits>
 
 #include "slicesched/comm/arbitration.h"
@@ -57,11 +58,17 @@ constexpr uint16_t kNoDevice = 0xffff;
 
 enum SimState : uint8_t { kUnplaced = 0, kWaiting = 1, kQueued = 2, kRunning = 3, kDone = 4 };
 
+// 16 bytes: the sequence number (high 32 bits) and the node (low 32 bits)
+// share one word, so comparing `key` compares sequence numbers, which are
+// unique within a run. A run schedules at most one completion per node (a
+// node completes once), so sequence numbers stay below the node count and
+// fit in 32 bits.
 struct Event {
   int64_t time;
-  uint64_t seq;
-  uint32_t node;
+  uint64_t key;  // seq << 32 | node
+  uint32_t node() const { return static_cast<uint32_t>(key); }
 };
+static_assert(sizeof(Event) == 16);
 
 // Pending completions, popped in (time, seq) order. Sequence numbers are
 // unique, so the order is total and any correct priority queue pops the same
@@ -109,7 +116,7 @@ class EventQueue {
 
  private:
   static bool Before(const Event& a, const Event& b) {
-    return a.time != b.time ? a.time < b.time : a.seq < b.seq;
+    return a.time != b.time ? a.time < b.time : a.key < b.key;
   }
   std::vector<Event> heap_;
 };
@@ -183,6 +190,8 @@ struct Simulator::Model {
   SimContext* ctx = nullptr;
   int64_t now = 0;
   uint32_t num_compute = 0;
+  uint32_t num_nodes = 0;   // snapshot nodes (compute and transfers)
+  bool consumed = false;    // RunOnceInto moved the initial state out; Rebuild first
   std::vector<int64_t> capacity;
   std::vector<std::string> device_type;
   std::vector<double> device_factor;   // calibration, per device
@@ -253,7 +262,10 @@ using Model = Simulator::Model;
 // (vector assignment reuses capacity) and the event machinery.
 class Engine {
  public:
-  Engine(const Model& m, SimScratch::Impl& x, SimResult& result)
+  // With `state_moved`, the caller has already swapped the model's initial
+  // state, init_start and init_busy into the scratch and the result
+  // (RunOnceInto), so nothing is copied.
+  Engine(const Model& m, SimScratch::Impl& x, SimResult& result, bool state_moved = false)
       : m_(m),
         s_(x.state),
         snap_(*m.snap),
@@ -268,19 +280,21 @@ class Engine {
         result_(result),
         start_(result.node_start_ns),
         end_(result.node_end_ns) {
-    s_.node = m.init.node;
-    s_.xfer = m.init.xfer;
-    s_.tensor = m.init.tensor;
-    s_.mem = m.init.mem;
-    s_.peak = m.init.peak;
-    s_.running = m.init.running;
-    s_.unfinished = m.init.unfinished;
-    start_ = m.init_start;
-    end_.assign(m.init.node.size(), -1);
+    if (!state_moved) {
+      s_.node = m.init.node;
+      s_.xfer = m.init.xfer;
+      s_.tensor = m.init.tensor;
+      s_.mem = m.init.mem;
+      s_.peak = m.init.peak;
+      s_.running = m.init.running;
+      s_.unfinished = m.init.unfinished;
+      start_ = m.init_start;
+      busy_ = m.init_busy;
+    }
+    end_.assign(m.num_nodes, -1);
     const size_t nd = m.capacity.size();
     ready_.resize(nd);
     for (ReadyQueue& q : ready_) q.Clear();
-    busy_ = m.init_busy;
     events_.Clear();
     pending_.clear();
     granted_.clear();
@@ -357,19 +371,22 @@ class Engine {
     for (uint32_t n : batch_) {  // what-if placements
       if (s_.node[n].wait == 0) MakeReady(n, InitialReadyAt(snap_.nodes[n].ready_ns, m_.now), false);
     }
-    for (uint32_t x = static_cast<uint32_t>(m_.init.node.size()); x < s_.node.size(); ++x) {  // inserted transfers
+    for (uint32_t x = m_.num_nodes; x < s_.node.size(); ++x) {  // inserted transfers
       if (s_.node[x].wait == 0) MakeReady(x, m_.now, false);
     }
-    for (uint16_t d = 0; d < m_.capacity.size(); ++d) Dispatch(d);
+    for (uint16_t d = 0; d < m_.capacity.size(); ++d) {
+      if (s_.running[d] == kNone) Dispatch(d);
+    }
     Arbitrate();
     while (!events_.empty() && !(stop_when_batch_done_ && batch_left_ == 0)) {
       if (events_.top().time > horizon_end_) break;
       const Event e = events_.Pop();
       now_ = e.time;
-      if (e.node < m_.num_compute) {
-        FinishCompute(e.node);
+      const uint32_t node = e.node();
+      if (node < m_.num_compute) {
+        FinishCompute(node);
       } else {
-        FinishTransfer(e.node);
+        FinishTransfer(node);
       }
     }
     result_.end_ns = now_;
@@ -407,7 +424,7 @@ class Engine {
   }
   bool InitialCopy(uint32_t t, uint16_t d) const { return m_.InitialCopy(t, d); }
 
-  void Push(int64_t time, uint32_t node) { events_.Push({time, seq_++, node}); }
+  void Push(int64_t time, uint32_t node) { events_.Push({time, (uint64_t{seq_++} << 32) | node}); }
 
   void Alloc(uint16_t d, int64_t bytes) {
     int64_t& mem = s_.mem[d];
@@ -428,7 +445,7 @@ class Engine {
     if (n < m_.num_compute) {
       const NodeInfo& info = m_.info[n];
       ready_[r.dev].Push(DisciplineKey{info.priority_class, info.priority, ready_at, info.id}, n);
-      if (dispatch) Dispatch(r.dev);
+      if (dispatch && s_.running[r.dev] == kNone) Dispatch(r.dev);
     } else {
       const TransferRun& x = Xfer(n);
       pending_.push_back({n, r.dev, x.dst, x.priority, ready_at, x.seq});
@@ -436,8 +453,11 @@ class Engine {
     }
   }
 
+  // Starts the best ready operator on device d. Requires d idle
+  // (running[d] == kNone); callers check that inline, since most wake-ups
+  // find the device busy.
   void Dispatch(uint16_t d) {
-    if (s_.running[d] != kNone || ready_[d].empty()) return;
+    if (ready_[d].empty()) return;
     const uint32_t n = ready_[d].Pop();
     NodeRun& r = s_.node[n];
     s_.running[d] = n;
@@ -516,7 +536,7 @@ class Engine {
     }
     for (uint32_t k = info.in_begin; k < info.in_end; ++k) Consume(snap_.inputs[k]);
     for (uint32_t t = out_begin; t < out_end; ++t) Arrived(t, d);
-    Dispatch(d);
+    if (s_.running[d] == kNone) Dispatch(d);  // Arrived may have started one
   }
 
   void FinishTransfer(uint32_t x) {
@@ -564,7 +584,7 @@ class Engine {
   std::vector<int64_t>& end_;    // result_.node_end_ns
   int64_t now_ = 0;
   int64_t horizon_end_ = 0;
-  uint64_t seq_ = 0;
+  uint32_t seq_ = 0;  // see Event
   bool stop_when_batch_done_ = false;
   int batch_left_ = 0;
 };
@@ -578,9 +598,12 @@ Simulator::Simulator(Simulator&&) noexcept = default;
 Simulator& Simulator::operator=(Simulator&&) noexcept = default;
 Simulator::~Simulator() = default;
 
-size_t Simulator::num_nodes() const { return model_->init.node.size(); }
+size_t Simulator::num_nodes() const { return model_->num_nodes; }
 size_t Simulator::num_devices() const { return model_->capacity.size(); }
-int64_t Simulator::duration_ns(uint32_t node) const { return model_->init.node[node].dur; }
+int64_t Simulator::duration_ns(uint32_t node) const {
+  assert(!model_->consumed && "Simulator used after RunOnceInto without a Rebuild");
+  return model_->init.node[node].dur;
+}
 
 absl::StatusOr<Simulator> Simulator::Create(const GmgSnapshot& snap, SimContext& ctx) {
   Simulator sim;
@@ -594,6 +617,7 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   m.ctx = &ctx;
   m.now = snap.taken_at.nanos();
   m.num_compute = snap.num_compute_nodes;
+  m.num_nodes = static_cast<uint32_t>(snap.nodes.size());
   const uint32_t nc = m.num_compute;
   const size_t nd = snap.devices.size();
   const size_t nn = snap.nodes.size();
@@ -606,6 +630,8 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
                                                   inst.template_id, " unknown to the registry"));
     }
   }
+
+  m.consumed = false;  // every part of the initial state is rewritten below
 
   // Devices.
   m.capacity.resize(nd);
@@ -768,7 +794,29 @@ SimResult Simulator::Run(const SimOptions& options) const {
 }
 
 void Simulator::RunInto(const SimOptions& options, SimScratch* scratch, SimResult* result) const {
+  assert(!model_->consumed && "Simulator used after RunOnceInto without a Rebuild");
   Engine engine(*model_, *scratch->impl_, *result);
+  engine.Run(options);
+}
+
+void Simulator::RunOnceInto(const SimOptions& options, SimScratch* scratch, SimResult* result) {
+  Model& m = *model_;
+  assert(!m.consumed && "Simulator used after RunOnceInto without a Rebuild");
+  // Move (swap) the initial state into the scratch instead of copying it:
+  // the model gets the scratch's old buffers, which Rebuild overwrites
+  // entirely, so a warm Rebuild + RunOnceInto cycle stays allocation-free.
+  Model::State& s = scratch->impl_->state;
+  s.node.swap(m.init.node);
+  s.xfer.swap(m.init.xfer);
+  s.tensor.swap(m.init.tensor);
+  s.mem.swap(m.init.mem);
+  s.peak.swap(m.init.peak);
+  s.running.swap(m.init.running);
+  s.unfinished.swap(m.init.unfinished);
+  result->node_start_ns.swap(m.init_start);
+  scratch->impl_->busy.swap(m.init_busy);
+  m.consumed = true;
+  Engine engine(m, *scratch->impl_, *result, /*state_moved=*/true);
   engine.Run(options);
 }
 
@@ -781,6 +829,7 @@ absl::StatusOr<SimResult> Simulator::WhatIf(std::span<const Placement> batch, co
 
 absl::Status Simulator::WhatIfInto(std::span<const Placement> batch, const SimOptions& options,
                                    SimScratch* scratch, SimResult* result) const {
+  assert(!model_->consumed && "Simulator used after RunOnceInto without a Rebuild");
   Engine engine(*model_, *scratch->impl_, *result);
   for (const Placement& p : batch) SLICESCHED_RETURN_IF_ERROR(engine.Place(p));
   engine.Run(options);

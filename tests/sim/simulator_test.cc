@@ -333,3 +333,32 @@ TEST_F(SimTest, SnapshotMidRunMatchesTheGmg) {
 
 }  // namespace
 }  // namespace slicesched
+
+namespace slicesched {
+namespace {
+
+TEST_F(SimTest, RunOnceIntoMatchesRunAndRebuildRestores) {
+  SetUpCluster(2);
+  TemplateId t = Register("c", {{"a", {}, 2 * kMs, 3}, {"b", {"a"}, 10, 4}, {"c", {"a"}, 10, 5}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 1);
+  IssueOn(i, "c", 0);
+  ASSERT_TRUE(g_->IssueTransfer(N(i, "a"), 0, DeviceId(1), N(i, "b"), 0, T(0)).ok());
+  GmgSnapshot snap = g_->Snapshot(T(0));
+  auto sim = Simulator::Create(snap, *ctx_);
+  ASSERT_TRUE(sim.ok());
+  const SimResult copied = sim->Run();
+  SimScratch scratch;
+  SimResult once;
+  sim->RunOnceInto(SimOptions{}, &scratch, &once);
+  EXPECT_EQ(once.node_end_ns, copied.node_end_ns);
+  EXPECT_EQ(once.peak_bytes, copied.peak_bytes);
+  EXPECT_EQ(once.instance_end_ns, copied.instance_end_ns);
+  // The state was consumed; a rebuild makes the simulator whole again.
+  ASSERT_TRUE(sim->Rebuild(snap, *ctx_).ok());
+  EXPECT_EQ(sim->Run().node_end_ns, copied.node_end_ns);
+}
+
+}  // namespace
+}  // namespace slicesched

@@ -158,6 +158,15 @@ class Simulator {
   absl::Status WhatIfInto(std::span<const Placement> batch, const SimOptions& options, SimScratch* scratch,
                           SimResult* result) const;
 
+  // A single run that consumes the built state instead of copying it: the
+  // initial state is swapped into `scratch` and `result` (the same result as
+  // RunInto). Afterwards the simulator must be rebuilt (Rebuild) before any
+  // further Run, RunInto, WhatIf, WhatIfInto, RunOnceInto or duration_ns;
+  // num_nodes and num_devices stay valid. For callers that run each built
+  // state once (one Rebuild, one run); Run/WhatIf keep copying and may be
+  // repeated. Not safe concurrently with any other call on this simulator.
+  void RunOnceInto(const SimOptions& options, SimScratch* scratch, SimResult* result);
+
   size_t num_nodes() const;
   size_t num_devices() const;
   // Predicted duration of a placed node in ns (tests and reports).
