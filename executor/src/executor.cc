@@ -138,10 +138,10 @@ void ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
 
 void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
   DeviceState& s = devices_[d.value()];
-  std::vector<NodeId> todo{producer};
-  while (!todo.empty()) {
-    const NodeId p = todo.back();
-    todo.pop_back();
+  std::vector<NodeId> worklist{producer};
+  while (!worklist.empty()) {
+    const NodeId p = worklist.back();
+    worklist.pop_back();
     auto wt = s.waiters.find(p.value());
     if (wt == s.waiters.end()) continue;
     const std::vector<NodeId> deps = std::move(wt->second);
@@ -158,7 +158,7 @@ void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
                  StrCat("node ", NodeLabel(dead.tpl, dead.op_index, dep), ": its input producer ",
                         p, " did not finish"),
                  {}});
-      todo.push_back(dep);
+      worklist.push_back(dep);
     }
   }
 }
@@ -311,17 +311,17 @@ void ExecutorSet::NodeIssued(NodeId id) {
 void ExecutorSet::MaybeQueue(NodeId id, Timestamp now) {
   // Queuing a compute node may make its same-device successors locally
   // ready: try them too, so a same-device chain is handed over at once.
-  absl::InlinedVector<NodeId, 8> todo{id};
-  while (!todo.empty()) {
-    const NodeId next = todo.back();
-    todo.pop_back();
+  absl::InlinedVector<NodeId, 8> worklist{id};
+  while (!worklist.empty()) {
+    const NodeId next = worklist.back();
+    worklist.pop_back();
     if (!QueueOne(next, now)) continue;
     const OpNode* n = gmg_->FindNode(next);
     const Instance* inst = gmg_->FindInstance(n->instance);
     for (int s : inst->tpl->op(n->op_index).succs) {
       const OpNode& sn = inst->nodes[s];
       if (sn.state == NodeState::kIssued && sn.device == n->device && !queued_.contains(sn.id.value())) {
-        todo.push_back(sn.id);
+        worklist.push_back(sn.id);
       }
     }
   }
