@@ -299,10 +299,60 @@ int64_t DrawTokens(Variates& rng, double median, double p90, int64_t lo, int64_t
   return static_cast<int64_t>(clamped);
 }
 
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // Loaders.
+
+// Walks the data rows after the header: skips blank lines, checks the field
+// count, parses the timestamp in column `ts_col` (named `ts_name` in errors)
+// and hands the line number, the fields and the instant to `row`, which
+// returns OK or the row's error. `what` names the rows for the empty-file
+// error ("requests", "jobs").
+template <typename RowFn>
+absl::Status ForEachTimedRow(LineReader& lines, const ErrorContext& err, size_t min_fields, int ts_col,
+                             std::string_view ts_name, std::string_view what, RowFn row) {
+  std::vector<std::string_view> fields;
+  std::string_view line;
+  size_t rows = 0;
+  while (lines.Next(line)) {
+    if (IsBlank(line)) continue;
+    const int n = lines.line_number();
+    SplitFields(line, fields);
+    if (fields.size() < min_fields) {
+      return err.Error(n, "expected at least ", min_fields, " fields, got ", fields.size(), ": '",
+                       line, "'");
+    }
+    Instant t;
+    if (auto problem = ParseTimestamp(fields[ts_col], t)) {
+      return err.Error(n, "column '", ts_name, "': bad timestamp '", fields[ts_col], "' (", *problem,
+                       ")");
+    }
+    SLICESCHED_RETURN_IF_ERROR(row(n, fields, t));
+    ++rows;
+  }
+  if (rows == 0) return err.Error(lines.line_number(), "no ", what, " after the header");
+  return absl::OkStatus();
+}
+
+// Orders `rows` by their instants (stable: ties keep file order, compared on
+// the exact instants rather than doubles) and lets `set` store each row's
+// seconds since the earliest instant.
+template <typename T, typename SetFn>
+std::vector<T> SortByTime(std::vector<T> rows, const std::vector<Instant>& times, SetFn set) {
+  std::vector<size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return times[a] < times[b]; });
+  const Instant first = times[order.front()];
+  std::vector<T> sorted;
+  sorted.reserve(rows.size());
+  for (size_t i : order) {
+    sorted.push_back(std::move(rows[i]));
+    set(sorted.back(), times[i].SecondsSince(first));
+  }
+  return sorted;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<Request>> LoadAzureLlmTrace(const std::string& path) {
   SLICESCHED_ASSIGN_OR_RETURN(const std::string data, ReadFile(path));
@@ -318,50 +368,22 @@ absl::StatusOr<std::vector<Request>> LoadAzureLlmTrace(const std::string& path) 
   std::vector<Request> rows;
   times.reserve(data.size() / 36);
   rows.reserve(data.size() / 36);
-  std::vector<std::string_view> fields;
-  std::string_view line;
-  while (lines.Next(line)) {
-    if (IsBlank(line)) continue;
-    const int n = lines.line_number();
-    SplitFields(line, fields);
-    if (fields.size() < min_fields) {
-      return err.Error(n, "expected at least ", min_fields, " fields, got ", fields.size(), ": '",
-                       line, "'");
-    }
-    Instant t;
-    if (auto problem = ParseTimestamp(fields[col[0]], t)) {
-      return err.Error(n, "column '", kColumns[0], "': bad timestamp '", fields[col[0]], "' (",
-                       *problem, ")");
-    }
-    Request r;
-    for (int k = 1; k <= 2; ++k) {
-      int64_t& value = k == 1 ? r.context_tokens : r.generated_tokens;
-      if (!ParseNonNegativeInt(fields[col[k]], value)) {
-        return err.Error(n, "column '", kColumns[k], "': expected a non-negative integer, got '",
-                         fields[col[k]], "'");
-      }
-    }
-    times.push_back(t);
-    rows.push_back(r);
-  }
-  if (rows.empty()) {
-    return err.Error(lines.line_number(), "no requests after the header");
-  }
-  const Instant first = *std::min_element(times.begin(), times.end());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i].arrival_s = times[i].SecondsSince(first);
-  if (!std::is_sorted(times.begin(), times.end(),
-                      [](const Instant& a, const Instant& b) { return a < b; })) {
-    // Sort on the exact instants (not the doubles) to keep ties in file order.
-    std::vector<size_t> order(rows.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return times[a] < times[b]; });
-    std::vector<Request> sorted;
-    sorted.reserve(rows.size());
-    for (size_t i : order) sorted.push_back(rows[i]);
-    rows = std::move(sorted);
-  }
-  return rows;
+  SLICESCHED_RETURN_IF_ERROR(ForEachTimedRow(
+      lines, err, min_fields, col[0], kColumns[0], "requests",
+      [&](int n, const std::vector<std::string_view>& fields, const Instant& t) -> absl::Status {
+        Request r;
+        for (int k = 1; k <= 2; ++k) {
+          int64_t& value = k == 1 ? r.context_tokens : r.generated_tokens;
+          if (!ParseNonNegativeInt(fields[col[k]], value)) {
+            return err.Error(n, "column '", kColumns[k], "': expected a non-negative integer, got '",
+                             fields[col[k]], "'");
+          }
+        }
+        times.push_back(t);
+        rows.push_back(r);
+        return absl::OkStatus();
+      }));
+  return SortByTime(std::move(rows), times, [](Request& r, double s) { r.arrival_s = s; });
 }
 
 absl::StatusOr<std::vector<Job>> LoadJobTrace(const std::string& path) {
@@ -382,51 +404,27 @@ absl::StatusOr<std::vector<Job>> LoadJobTrace(const std::string& path) {
 
   std::vector<Instant> times;
   std::vector<Job> jobs;
-  std::vector<std::string_view> fields;
-  std::string_view line;
-  while (lines.Next(line)) {
-    if (IsBlank(line)) continue;
-    const int n = lines.line_number();
-    SplitFields(line, fields);
-    if (fields.size() < min_fields) {
-      return err.Error(n, "expected at least ", min_fields, " fields, got ", fields.size(), ": '",
-                       line, "'");
-    }
-    Instant t;
-    if (auto problem = ParseTimestamp(fields[col[0]], t)) {
-      return err.Error(n, "column 'timestamp': bad timestamp '", fields[col[0]], "' (", *problem,
-                       ")");
-    }
-    Job job;
-    if (!ParseDouble(fields[col[1]], job.duration_s) || job.duration_s < 0) {
-      return err.Error(n, "column 'duration': expected a finite number of seconds >= 0, got '",
-                       fields[col[1]], "'");
-    }
-    int64_t gpus = 0;
-    if (!ParseNonNegativeInt(fields[col[2]], gpus) || gpus < 1 ||
-        gpus > std::numeric_limits<int>::max()) {
-      return err.Error(n, "column 'num_gpus': expected a positive integer, got '", fields[col[2]],
-                       "'");
-    }
-    job.num_gpus = static_cast<int>(gpus);
-    if (tenant_col >= 0) job.tenant = std::string(fields[tenant_col]);
-    times.push_back(t);
-    jobs.push_back(std::move(job));
-  }
-  if (jobs.empty()) {
-    return err.Error(lines.line_number(), "no jobs after the header");
-  }
-  std::vector<size_t> order(jobs.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return times[a] < times[b]; });
-  const Instant first = times[order.front()];
-  std::vector<Job> sorted;
-  sorted.reserve(jobs.size());
-  for (size_t i : order) {
-    sorted.push_back(std::move(jobs[i]));
-    sorted.back().submit_s = times[i].SecondsSince(first);
-  }
-  return sorted;
+  SLICESCHED_RETURN_IF_ERROR(ForEachTimedRow(
+      lines, err, min_fields, col[0], "timestamp", "jobs",
+      [&](int n, const std::vector<std::string_view>& fields, const Instant& t) -> absl::Status {
+        Job job;
+        if (!ParseDouble(fields[col[1]], job.duration_s) || job.duration_s < 0) {
+          return err.Error(n, "column 'duration': expected a finite number of seconds >= 0, got '",
+                           fields[col[1]], "'");
+        }
+        int64_t gpus = 0;
+        if (!ParseNonNegativeInt(fields[col[2]], gpus) || gpus < 1 ||
+            gpus > std::numeric_limits<int>::max()) {
+          return err.Error(n, "column 'num_gpus': expected a positive integer, got '", fields[col[2]],
+                           "'");
+        }
+        job.num_gpus = static_cast<int>(gpus);
+        if (tenant_col >= 0) job.tenant = std::string(fields[tenant_col]);
+        times.push_back(t);
+        jobs.push_back(std::move(job));
+        return absl::OkStatus();
+      }));
+  return SortByTime(std::move(jobs), times, [](Job& j, double s) { j.submit_s = s; });
 }
 
 // ---------------------------------------------------------------------------
