@@ -107,12 +107,7 @@ absl::StatusOr<AccuracyResult> RunAccuracy(const AccuracyOptions& o) {
     return absl::OkStatus();
   };
   auto start_decode = [&](Conversation c, Timestamp now) -> absl::Status {
-    InstanceSpec ds;
-    ds.template_id = dec_id;
-    ds.bindings = {{"B", 1}, {"C", c.context}};
-    ds.priority_class = PriorityClass::kOnline;
-    ds.arrival = now;
-    for (size_t k = 0; k < c.kv.size(); ++k) ds.checkpoints.emplace_back(StrCat("kv", k), c.kv[k]);
+    const InstanceSpec ds = LlamaDecodeStep(dec_id, c.context, c.kv, PriorityClass::kOnline, now);
     SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ds));
     const int pair = c.pair;
     conv[id.value()] = std::move(c);

@@ -149,13 +149,9 @@ class Builder {
       SLICESCHED_RETURN_IF_ERROR(g_->Finish(next, Tick()));
     }
     std::vector<CheckpointId> kv = g_->TakeRetired().back().produced;
-    InstanceSpec ds;
-    ds.template_id = dec_;
-    ds.bindings = {{"B", 1}, {"C", context}};
-    ds.priority_class = PriorityClass::kOnline;
-    ds.priority = static_cast<int32_t>(rng_() % 4);
-    ds.arrival = Tick();
-    for (size_t k = 0; k < kv.size(); ++k) ds.checkpoints.emplace_back(StrCat("kv", k), kv[k]);
+    const int32_t priority = static_cast<int32_t>(rng_() % 4);
+    InstanceSpec ds = LlamaDecodeStep(dec_, context, kv, PriorityClass::kOnline, Tick());
+    ds.priority = priority;
     SLICESCHED_ASSIGN_OR_RETURN(InstanceId dec, g_->Instantiate(ds));
     return Place(dec, t_.decode->partitions()[1], Pair(pair));
   }

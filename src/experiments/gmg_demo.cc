@@ -208,12 +208,8 @@ absl::StatusOr<std::string> RunGmgDemo(const GmgDemoConfig& c) {
 
   const std::vector<CheckpointId> kv = retired.back().produced;
   for (int64_t step = 0; step < c.decode_steps; ++step) {
-    InstanceSpec ds;
-    ds.template_id = dec_id;
-    ds.bindings = {{"B", 1}, {"C", c.prefill_tokens + step}};
-    ds.priority_class = PriorityClass::kOnline;
-    ds.arrival = clock.Now();
-    for (size_t k = 0; k < kv.size(); ++k) ds.checkpoints.emplace_back(StrCat("kv", k), kv[k]);
+    const InstanceSpec ds =
+        LlamaDecodeStep(dec_id, c.prefill_tokens + step, kv, PriorityClass::kOnline, clock.Now());
     SLICESCHED_ASSIGN_OR_RETURN(InstanceId dec, g.Instantiate(ds));
     SLICESCHED_RETURN_IF_ERROR(IssueByPartition(g, dec, *partition, slots, 0, clock.Now()).status());
     SLICESCHED_RETURN_IF_ERROR(RunToCompletion(g, dec, clock, &events));

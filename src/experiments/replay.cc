@@ -155,13 +155,9 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
   Progress progress(o.progress, name, o.minutes * 60);
 
   auto start_decode = [&](Conversation c, TemplateId dec, uint32_t tenant, Timestamp now) -> absl::Status {
-    InstanceSpec ds;
-    ds.template_id = dec;
-    ds.bindings = {{"B", 1}, {"C", c.context}};
-    ds.priority_class = c.online ? PriorityClass::kOnline : PriorityClass::kOffline;
+    InstanceSpec ds =
+        LlamaDecodeStep(dec, c.context, c.kv, c.online ? PriorityClass::kOnline : PriorityClass::kOffline, now);
     ds.tenant = TenantId(tenant);
-    ds.arrival = now;
-    for (size_t k = 0; k < c.kv.size(); ++k) ds.checkpoints.emplace_back(StrCat("kv", k), c.kv[k]);
     SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ds));
     conv[id.value()] = std::move(c);
     return absl::OkStatus();

@@ -208,4 +208,15 @@ absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name) {
   return d;
 }
 
+InstanceSpec LlamaDecodeStep(TemplateId decode, int64_t context, const std::vector<CheckpointId>& kv,
+                             PriorityClass priority_class, Timestamp arrival) {
+  InstanceSpec s;
+  s.template_id = decode;
+  s.bindings = {{"B", 1}, {"C", context}};
+  s.priority_class = priority_class;
+  s.arrival = arrival;
+  for (size_t k = 0; k < kv.size(); ++k) s.checkpoints.emplace_back(StrCat("kv", k), kv[k]);
+  return s;
+}
+
 }  // namespace slicesched

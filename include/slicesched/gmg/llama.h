@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "slicesched/common/config.h"
 #include "slicesched/gmg/dtype.h"
+#include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/graph_template.h"
 
 namespace slicesched {
@@ -71,6 +72,13 @@ absl::StatusOr<LlamaTemplates> BuildLlamaTemplates(const LlamaDims& dims);
 
 // Weight key of fused group g ("<name>/layers0-7").
 std::string LlamaGroupWeightKey(const LlamaDims& dims, int64_t group);
+
+// The instance of one decode step of a conversation on a `<name>/decode`
+// template: batch 1, `context` tokens already in the KV caches `kv` (one per
+// fused group, in group order, as the prefill retained them), attached as
+// @kv0, @kv1, ... Callers set tenant, priority or label on the result.
+InstanceSpec LlamaDecodeStep(TemplateId decode, int64_t context, const std::vector<CheckpointId>& kv,
+                             PriorityClass priority_class, Timestamp arrival);
 
 // Presets compiled into the binary: "llama3-8b", "small" and "tiny".
 absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name);
