@@ -1,6 +1,6 @@
 // sliced: the slicesched scheduling daemon.
 //
-//   sliced [--config FILE] [--drain-timeout SECONDS]
+//   sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS]
 //
 // Without --config it runs the embedded configs/sliced.yaml (a CPU-only demo
 // under /tmp). It serves the Admin and Serving gRPC services on the
@@ -41,8 +41,10 @@ namespace slicesched {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: sliced [--config FILE] [--drain-timeout SECONDS]\n"
+    "usage: sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS]\n"
     "  --config FILE            daemon config (default: the embedded configs/sliced.yaml demo)\n"
+    "  --socket PATH            override listen.unix_socket of the config\n"
+    "  --state-dir DIR          override state_dir of the config (absolute)\n"
     "  --drain-timeout SECONDS  how long SIGTERM waits for in-flight work (default 100)\n";
 
 // sd_notify(3)'s protocol: one datagram to the AF_UNIX socket named by
@@ -73,7 +75,7 @@ void Notify(const std::string& message) {
 }
 
 int Run(int argc, char** argv) {
-  std::string config_path;
+  std::string config_path, socket_override, state_dir_override;
   int drain_timeout_s = 100;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -81,10 +83,18 @@ int Run(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if ((a == "--config" || a == "--drain-timeout") && i + 1 < argc) {
+    if ((a == "--config" || a == "--drain-timeout" || a == "--socket" || a == "--state-dir") && i + 1 < argc) {
       const std::string v = argv[++i];
       if (a == "--config") {
         config_path = v;
+      } else if (a == "--socket") {
+        socket_override = v;
+      } else if (a == "--state-dir") {
+        if (v.empty() || v[0] != '/') {
+          std::fprintf(stderr, "sliced: --state-dir: expected an absolute path, got '%s'\n", v.c_str());
+          return 2;
+        }
+        state_dir_override = v;
       } else if (!absl::SimpleAtoi(v, &drain_timeout_s) || drain_timeout_s < 0) {
         std::fprintf(stderr, "sliced: --drain-timeout: expected a number of seconds >= 0, got '%s'\n", v.c_str());
         return 2;
@@ -108,6 +118,8 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "sliced: %s\n", std::string(config.status().message()).c_str());
     return 2;
   }
+  if (!socket_override.empty()) config->listen.unix_socket = socket_override;
+  if (!state_dir_override.empty()) config->state_dir = state_dir_override;
   if (absl::Status s = SetupLogging(config->log_level); !s.ok()) {
     std::fprintf(stderr, "sliced: %s\n", std::string(s.message()).c_str());
     return 2;

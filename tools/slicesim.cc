@@ -10,11 +10,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "slicesched/experiments/accuracy.h"
 #include "slicesched/experiments/bench_sim.h"
 #include "slicesched/experiments/gmg_demo.h"
 #include "slicesched/experiments/replay.h"
+#include "slicesched/gmg/llama.h"
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
+#include "slicesched/executor/llama_serving.h"
 #include "slicesched/executor/overhead.h"
 #endif
 
@@ -100,6 +104,11 @@ int Usage(FILE* to) {
                "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
+               "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
+               "         [--safetensors FILE] [--temperature T] [--top-p P] [--seed S] [--stop IDS]\n"
+               "                        the tokens a Generate request yields, computed by calling the\n"
+               "                        LibTorch operators directly (IDS: comma-separated token ids;\n"
+               "                        prints JSON; needs LibTorch)\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -284,6 +293,56 @@ int Overhead(const std::vector<std::string>& args) {
 #endif
 }
 
+int GenerateDirectCommand(const std::vector<std::string>& args) {
+#ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
+  std::string model = "tiny", safetensors, prompt_text, stop_text;
+  int64_t weights_seed = 1, max_tokens = 0, seed = 0;
+  double temperature = 0, top_p = 1;
+  if (int rc = Flags("generate-direct")
+                   .Text("--model", &model)
+                   .Int("--weights-seed", &weights_seed)
+                   .Text("--safetensors", &safetensors)
+                   .Text("--prompt", &prompt_text)
+                   .Int("--max-tokens", &max_tokens)
+                   .Num("--temperature", &temperature)
+                   .Num("--top-p", &top_p)
+                   .Int("--seed", &seed)
+                   .Text("--stop", &stop_text)
+                   .Parse(args)) {
+    return rc;
+  }
+  auto ids = [](const std::string& text, const char* flag, std::vector<int64_t>* out) {
+    for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(part, &v)) {
+        std::fprintf(stderr, "slicesim generate-direct: %s: '%s' is not a token id\n", flag, std::string(part).c_str());
+        return false;
+      }
+      out->push_back(v);
+    }
+    return true;
+  };
+  std::vector<int64_t> prompt, stop;
+  if (!ids(prompt_text, "--prompt", &prompt) || !ids(stop_text, "--stop", &stop)) return 2;
+  auto dims = slicesched::LlamaPreset(model);
+  if (!dims.ok()) return Failed("generate-direct", dims.status());
+  auto weights = safetensors.empty()
+                     ? slicesched::executor::LlamaWeights::FromSeed(*dims, static_cast<uint64_t>(weights_seed))
+                     : slicesched::executor::LlamaWeights::FromSafetensors(*dims, safetensors);
+  if (!weights.ok()) return Failed("generate-direct", weights.status());
+  slicesched::executor::SamplingParams sp{.temperature = temperature, .top_p = top_p,
+                                          .seed = static_cast<uint64_t>(seed)};
+  auto tokens = slicesched::executor::GenerateDirect(**weights, prompt, static_cast<int>(max_tokens), sp, stop);
+  if (!tokens.ok()) return Failed("generate-direct", tokens.status());
+  std::printf("{\"tokens\": [%s]}\n", absl::StrJoin(*tokens, ", ").c_str());
+  return 0;
+#else
+  (void)args;
+  std::fprintf(stderr, "slicesim generate-direct: this slicesim was built without LibTorch\n");
+  return 1;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -295,6 +354,7 @@ int main(int argc, char** argv) {
   if (cmd == "accuracy") return Accuracy(args);
   if (cmd == "replay") return Replay(args);
   if (cmd == "overhead") return Overhead(args);
+  if (cmd == "generate-direct") return GenerateDirectCommand(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);

@@ -64,6 +64,7 @@ ExecutorSet::~ExecutorSet() {
 void ExecutorSet::Post(Event e) {
   e.time = clock_->Now();
   events_.push_back(std::move(e));
+  if (notify_) notify_();
 }
 
 uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {

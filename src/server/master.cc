@@ -25,6 +25,10 @@
 #include "slicesched/sim/simulator.h"
 #include "spdlog/spdlog.h"
 
+#if SLICESCHED_SERVING_WITH_TORCH
+#include "slicesched/executor/llama_serving.h"
+#endif
+
 namespace slicesched {
 
 absl::string_view ServingStateName(ServingStateKind s) {
@@ -70,6 +74,41 @@ InstanceUpdate InstanceRecord::Last() {
 }
 
 // ---------------------------------------------------------------------------
+// GenerationRecord
+// ---------------------------------------------------------------------------
+
+void GenerationRecord::Append(GeneratedToken t) {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  if (t.end != GenerationEnd::kNone) {
+    done_ = true;
+    end_ = t.end;
+  }
+  tokens_.push_back(t);
+}
+
+void GenerationRecord::Finish(GenerationEnd end, std::string message) {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  done_ = true;
+  end_ = end;
+  message_ = std::move(message);
+}
+
+std::vector<GeneratedToken> GenerationRecord::WaitFrom(size_t from, absl::Duration timeout, bool* done,
+                                                       GenerationEnd* end, std::string* message) {
+  absl::MutexLock lock(&mu_);
+  auto more = [this, from]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return tokens_.size() > from || done_; };
+  mu_.AwaitWithTimeout(absl::Condition(&more), timeout);
+  std::vector<GeneratedToken> out;
+  for (size_t i = from; i < tokens_.size(); ++i) out.push_back(tokens_[i]);
+  *done = done_;
+  *end = end_;
+  *message = message_;
+  return out;
+}
+
+// ---------------------------------------------------------------------------
 // Impl: everything owned by the loop thread
 // ---------------------------------------------------------------------------
 
@@ -105,6 +144,20 @@ struct Master::Impl {
   struct BusySample {
     Timestamp time;
     std::vector<int64_t> busy_ns;
+  };
+  // One Generate request between its steps (see the header).
+  struct Generation {
+    uint64_t id = 0;
+    std::string deployment;
+    TemplateId decode_tpl;
+    GenerateArgs args;
+    PriorityClass cls = PriorityClass::kOnline;
+    std::shared_ptr<GenerationRecord> record;
+    InstanceId current;             // the step now in the GMG
+    std::vector<CheckpointId> kv;   // from the prefill, one per fused group
+    uint32_t produced = 0;
+    bool cancel_requested = false;
+    Timestamp first_start = Timestamp::Never();
   };
 
   Impl(const SlicedConfig& config, const MasterOptions& options)
@@ -143,8 +196,69 @@ struct Master::Impl {
   std::deque<uint64_t> finished_order;
   absl::flat_hash_map<uint64_t, Timestamp> checkpoint_used;  // retained checkpoint -> last use
   std::deque<BusySample> busy_samples;
+  std::vector<int64_t> busy_ns;  // per device: measured operator time so far
   Timestamp last_save;
   std::vector<Feedback> feedback;
+
+  // The backend the loop drives: &cluster, or the LibTorch executors.
+  ExecutionBackend* backend = &cluster;
+  bool has_tokens = false;  // the backend runs real operators (Generate works)
+#if SLICESCHED_SERVING_WITH_TORCH
+  std::unique_ptr<executor::LlamaServingBackend> real;
+#endif
+  absl::flat_hash_map<uint64_t, Generation> generations;  // by request id
+  absl::flat_hash_map<uint64_t, uint64_t> step_owner;     // instance -> request id
+  uint64_t next_request_id = 1;
+
+  // ---- the real backend's request table (no-ops on the virtual cluster) ----
+  absl::Status AddModel(const LlamaDims& dims, const WeightsConfig& w) {
+#if SLICESCHED_SERVING_WITH_TORCH
+    if (real != nullptr) {
+      executor::LlamaWeightsSource src;
+      if (w.kind == WeightsConfig::Kind::kSafetensors) src.safetensors_path = w.safetensors_path;
+      src.seed = w.seed;
+      return real->AddModel(dims, src);
+    }
+#endif
+    (void)dims;
+    (void)w;
+    return absl::OkStatus();
+  }
+  absl::Status SetRequest(const std::string& deployment, InstanceId inst, const std::vector<int64_t>& tokens,
+                          int64_t batch, double temperature, double top_p, uint64_t seed) {
+#if SLICESCHED_SERVING_WITH_TORCH
+    if (real != nullptr) {
+      return real->SetRequest(deployment, inst, tokens, batch,
+                              executor::SamplingParams{.temperature = temperature, .top_p = top_p, .seed = seed});
+    }
+#endif
+    (void)deployment, (void)inst, (void)tokens, (void)batch, (void)temperature, (void)top_p, (void)seed;
+    return absl::OkStatus();
+  }
+  void EraseRequest(InstanceId inst) {
+#if SLICESCHED_SERVING_WITH_TORCH
+    if (real != nullptr) real->EraseRequest(inst);
+#endif
+    (void)inst;
+  }
+  std::optional<std::vector<int64_t>> TakeTokens(InstanceId inst) {
+#if SLICESCHED_SERVING_WITH_TORCH
+    if (real != nullptr) return real->TakeTokens(inst);
+#endif
+    (void)inst;
+    return std::nullopt;
+  }
+
+  void ReleaseKv(Generation& g) {
+    for (CheckpointId c : g.kv) {
+      checkpoint_used.erase(c.value());
+      if (gmg.FindCheckpoint(c) != nullptr) {
+        const absl::Status s = gmg.ReleaseCheckpoint(c);
+        if (!s.ok()) spdlog::warn("generation {}: releasing KV checkpoint {}: {}", g.id, c.value(), s.ToString());
+      }
+    }
+    g.kv.clear();
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -156,30 +270,45 @@ Master::Master(SlicedConfig config, MasterOptions options)
 
 absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, MasterOptions options) {
   // Which backend actually runs each device (see the header).
-  std::set<std::string> substituted;
+  std::set<std::string> cpu_devices, other_devices;
   for (const DeviceSpec& d : config.cluster.devices()) {
     if (d.backend == DeviceBackend::kCuda) {
       return absl::FailedPreconditionError(
           StrCat("cluster.devices: device '", d.name,
-                 "' has backend 'cuda', which this version of sliced cannot drive yet (use 'virtual')"));
+                 "' has backend 'cuda', which this version of sliced cannot drive yet (use 'cpu' or 'virtual')"));
     }
-    if (d.backend == DeviceBackend::kCpu) substituted.insert(d.name);
+    (d.backend == DeviceBackend::kCpu ? cpu_devices : other_devices).insert(d.name);
   }
   if (config.cluster.size() == 0) return absl::InvalidArgumentError("cluster.devices: no devices");
+  if (!cpu_devices.empty() && !other_devices.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat("cluster.devices: devices ", absl::StrJoin(cpu_devices, ", "), " have backend 'cpu' but ",
+               absl::StrJoin(other_devices, ", "), " do not; one daemon drives one kind of backend"));
+  }
 
   std::unique_ptr<Master> m(new Master(std::move(config), std::move(options)));
   m->backend_name_ = "virtual";
-  if (!substituted.empty()) {
-    spdlog::warn(
-        "devices {} are configured with backend 'cpu', but the LibTorch executor backend is not wired into "
-        "sliced yet: they run on the VIRTUAL cluster (simulated operator times, no real computation); "
-        "Status/Devices report 'virtual (configured: cpu)'",
-        absl::StrJoin(substituted, ", "));
-  }
   m->started_unix_ms_ = UnixMillisNow();
   SLICESCHED_ASSIGN_OR_RETURN(m->store_, StateStore::Open(m->config_.state_dir));
   m->impl_ = std::make_unique<Impl>(m->config_, m->options_);
   Impl& im = *m->impl_;
+  im.busy_ns.assign(im.gmg.accelerators().size(), 0);
+  if (!cpu_devices.empty()) {
+#if SLICESCHED_SERVING_WITH_TORCH
+    SLICESCHED_ASSIGN_OR_RETURN(im.real, executor::LlamaServingBackend::Create(&im.gmg, &m->clock_));
+    im.real->executors().SetEventNotifier([mp = m.get()] { mp->NotifyBackendEvent(); });
+    im.backend = &im.real->executors();
+    im.env.backend = im.backend;
+    im.has_tokens = true;
+    m->backend_name_ = "cpu (LibTorch)";
+#else
+    spdlog::warn(
+        "devices {} are configured with backend 'cpu', but this sliced was built without LibTorch: they run on "
+        "the VIRTUAL cluster (simulated operator times, no real computation, no Generate); Status/Devices "
+        "report 'virtual (configured: cpu)'",
+        absl::StrJoin(cpu_devices, ", "));
+#endif
+  }
 
   // Estimators first, so keys registered with the deployments start warm.
   for (const char* kind : {"op", "transfer"}) {
@@ -237,6 +366,7 @@ void Master::Shutdown() {
   }
   if (impl_ != nullptr) {
     for (auto& [id, t] : impl_->live) t.record->Close();
+    for (auto& [id, g] : impl_->generations) g.record->Finish(GenerationEnd::kCancelled, "the daemon is shutting down");
     if (store_ != nullptr) {
       const absl::Status s = store_->PutEstimators(
           {{.kind = "op", .text = impl_->ops.Save()}, {.kind = "transfer", .text = impl_->transfers.Save()}});
@@ -276,16 +406,21 @@ void Master::Loop() {
     std::deque<std::function<void()>> cmds;
     bool stop = false;
     {
-      absl::MutexLock lock(&mu_);
+      // The backend is asked before taking mu_: its notifier takes mu_ while
+      // holding the executors' lock, so mu_ -> executors' lock must not occur.
+      const Timestamp next = im.backend->NextEventTime();
       const Timestamp now = clock_.Now();
-      const Timestamp next = im.cluster.NextEventTime();
       absl::Duration wait = absl::Milliseconds(50);
       if (next != Timestamp::Infinite()) {
         wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, next.nanos() - now.nanos())));
       }
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !commands_.empty() || stop_; };
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !commands_.empty() || stop_ || backend_event_;
+      };
       mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
       cmds.swap(commands_);
+      backend_event_ = false;
       stop = stop_;
     }
     for (auto& c : cmds) c();
@@ -299,9 +434,17 @@ void Master::Loop() {
 
     const Timestamp now = clock_.Now();
     im.feedback.clear();
-    absl::Status s = im.cluster.AdvanceTo(now, &im.feedback);
+    absl::Status s = im.backend->AdvanceTo(now, &im.feedback);
     if (!s.ok()) spdlog::error("backend: {}", s.ToString());
-    for (const Feedback& f : im.feedback) im.learner.Apply(f, /*score=*/true);
+    for (const Feedback& f : im.feedback) {
+      im.learner.Apply(f, /*score=*/true);
+      if (f.kind != Feedback::Kind::kOp) continue;
+      im.busy_ns[f.device.value()] += f.measured().nanos();
+      if (auto g = im.step_owner.find(f.instance.value()); g != im.step_owner.end()) {
+        Impl::Generation& gen = im.generations.at(g->second);
+        if (gen.first_start == Timestamp::Never()) gen.first_start = f.start;
+      }
+    }
 
     // Retired instances: their final state.
     for (const RetiredInstance& r : im.gmg.TakeRetired()) {
@@ -324,6 +467,12 @@ void Master::Loop() {
       im.finished.emplace(r.id.value(), t.record);
       im.finished_order.push_back(r.id.value());
       im.live.erase(it);
+      if (auto g = im.step_owner.find(r.id.value()); g != im.step_owner.end()) {
+        const uint64_t request = g->second;
+        im.step_owner.erase(g);
+        StepRetired(request, r, now);  // takes the step's token first
+      }
+      im.EraseRequest(r.id);
     }
     while (im.finished_order.size() > options_.max_terminal_records) {
       im.finished.erase(im.finished_order.front());
@@ -348,7 +497,7 @@ void Master::Loop() {
       auto st = im.scheduler.Schedule(im.env, now);
       if (!st.ok()) spdlog::error("scheduler: {}", st.status().ToString());
     }
-    s = im.cluster.Dispatch(now);
+    s = im.backend->Dispatch(now);
     if (!s.ok()) spdlog::error("backend dispatch: {}", s.ToString());
 
     // Retained checkpoints past their TTL.
@@ -367,7 +516,7 @@ void Master::Loop() {
     if (im.busy_samples.empty() || now - im.busy_samples.back().time >= Duration::Seconds(1)) {
       Impl::BusySample b{.time = now};
       for (size_t d = 0; d < im.gmg.accelerators().size(); ++d) {
-        b.busy_ns.push_back(im.cluster.busy_time(DeviceId(static_cast<uint16_t>(d))).nanos());
+        b.busy_ns.push_back(im.busy_ns[d]);
       }
       im.busy_samples.push_back(std::move(b));
       while (im.busy_samples.size() > 2 && now - im.busy_samples[1].time >= Duration::Seconds(60)) {
@@ -490,6 +639,12 @@ absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec,
         }
       }
 
+      // Real weights before anything is registered (the loader's errors name
+      // the bad tensor; a failure leaves no trace).
+      if (absl::Status w = im.AddModel(dims, spec.weights); !w.ok()) {
+        return absl::Status(w.code(), StrCat("spec.weights: ", w.message()));
+      }
+
       // Templates (new deployments only; a replacement keeps its templates).
       DeploymentInfo info;
       info.prefill_template = templates->prefill->name();
@@ -577,6 +732,23 @@ absl::StatusOr<SubmitResult> Master::Submit(SubmitArgs args) {
         const bool about_symbols = absl::StrContains(id.status().message(), "symbol");
         return absl::Status(code, StrCat(about_symbols ? "bindings: " : "checkpoints: ", id.status().message()));
       }
+      if (im.has_tokens) {
+        // No token ids in a raw Submit: derive them from the instance id.
+        const DeploymentInfo& dep = im.deployments.at(im.template_owner.at(args.template_name));
+        int64_t batch = 1, news = 1;
+        for (const auto& [sym, value] : args.bindings) {
+          if (sym == "B") batch = value;
+          if (sym == "S" && args.template_name == dep.prefill_template) news = value;
+        }
+        std::vector<int64_t> tokens(static_cast<size_t>(batch * news));
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          tokens[i] = static_cast<int64_t>((id->value() * 7919 + i) % static_cast<uint64_t>(dep.spec.model.vocab));
+        }
+        if (absl::Status r = im.SetRequest(dep.spec.name, *id, tokens, batch, 0, 1, id->value()); !r.ok()) {
+          (void)im.gmg.CancelInstance(*id, "its request could not be registered", now);
+          return Annotate(r, "bindings");
+        }
+      }
       for (const auto& [name, ckpt] : args.checkpoints) im.checkpoint_used[ckpt] = now;
       Impl::Tracked t;
       t.id = *id;
@@ -628,12 +800,216 @@ absl::StatusOr<InstanceState> Master::Cancel(uint64_t instance_id) {
 }
 
 // ---------------------------------------------------------------------------
+// Generate
+// ---------------------------------------------------------------------------
+
+void Master::NotifyBackendEvent() {
+  absl::MutexLock lock(&mu_);
+  backend_event_ = true;
+}
+
+absl::StatusOr<std::shared_ptr<GenerationRecord>> Master::Generate(GenerateArgs args) {
+  if (draining_.load()) return absl::FailedPreconditionError("the daemon is draining; no new requests");
+  if (args.prompt.empty()) return absl::InvalidArgumentError("prompt_token_ids: at least one token is required");
+  if (args.max_tokens < 1) return absl::InvalidArgumentError("max_tokens: must be at least 1");
+  const int64_t total = static_cast<int64_t>(args.prompt.size()) + args.max_tokens;
+  if (total > options_.max_binding_value) {
+    return absl::InvalidArgumentError(StrCat("max_tokens: prompt (", args.prompt.size(), ") + max_tokens (",
+                                             args.max_tokens, ") exceeds ", options_.max_binding_value, " tokens"));
+  }
+  if (!(args.temperature >= 0) || !(args.top_p >= 0 && args.top_p <= 1)) {
+    return absl::InvalidArgumentError("sampling: temperature must be >= 0 and top_p within [0, 1]");
+  }
+  absl::StatusOr<std::shared_ptr<GenerationRecord>> result = absl::InternalError("not run");
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    result = [&]() -> absl::StatusOr<std::shared_ptr<GenerationRecord>> {
+      auto dep_it = im.deployments.find(args.deployment);
+      if (dep_it == im.deployments.end()) {
+        return absl::NotFoundError(StrCat("deployment: no deployment '", args.deployment, "'"));
+      }
+      if (!im.has_tokens) {
+        return absl::FailedPreconditionError(StrCat(
+            "deployment: the daemon's backend (", backend_name_,
+            ") computes no tokens; Generate needs devices with backend 'cpu' in a build with LibTorch"));
+      }
+      const DeploymentInfo& dep = dep_it->second;
+      const int64_t vocab = dep.spec.model.vocab;
+      for (size_t i = 0; i < args.prompt.size(); ++i) {
+        if (args.prompt[i] < 0 || args.prompt[i] >= vocab) {
+          return absl::InvalidArgumentError(StrCat("prompt_token_ids[", i, "]: ", args.prompt[i],
+                                                   " is outside the vocabulary [0, ", vocab, ")"));
+        }
+      }
+      // Admission: the whole KV cache must fit on some device, split over the
+      // widest enabled partition.
+      int max_slots = 1;
+      for (const auto& [name, slots] : dep.partitions) max_slots = std::max(max_slots, slots);
+      const int64_t kv_total = dep.kv_bytes_per_token * total;
+      const int64_t kv_share = (kv_total + max_slots - 1) / max_slots;
+      int64_t best_room = 0;
+      for (const DeviceSpec& d : im.gmg.accelerators().devices()) {
+        best_room = std::max(best_room, d.memory.count() - im.gmg.memory(d.id).weights.count());
+      }
+      if (kv_share > best_room) {
+        return absl::ResourceExhaustedError(StrCat(
+            "prompt_token_ids: the KV cache of ", total, " tokens (prompt + max_tokens) needs ",
+            Bytes(kv_total).ToString(), " (", Bytes(kv_share).ToString(), " per device over ", max_slots,
+            " devices), more than any device can hold besides its weights (", Bytes(best_room).ToString(), ")"));
+      }
+      SLICESCHED_ASSIGN_OR_RETURN(TemplateId pre, im.gmg.templates().FindByName(dep.prefill_template));
+      SLICESCHED_ASSIGN_OR_RETURN(TemplateId dec, im.gmg.templates().FindByName(dep.decode_template));
+
+      const Timestamp now = clock_.Now();
+      const uint64_t request = im.next_request_id++;
+      Impl::Generation g;
+      g.id = request;
+      g.deployment = dep.spec.name;
+      g.decode_tpl = dec;
+      g.cls = args.priority_class.value_or(dep.spec.role == DeploymentRole::kOffline ? PriorityClass::kOffline
+                                                                                       : PriorityClass::kOnline);
+      if (args.seed == 0) args.seed = request * 0x9E3779B97F4A7C15ull + 1;
+      g.record = std::make_shared<GenerationRecord>(request, now);
+
+      InstanceSpec spec;
+      spec.template_id = pre;
+      spec.bindings = {{"B", 1}, {"S", static_cast<int64_t>(args.prompt.size())}};
+      spec.priority_class = g.cls;
+      spec.priority = args.priority;
+      spec.tenant = TenantId(g.cls == PriorityClass::kOffline ? kOfflineTenantBase : 0);
+      spec.arrival = now;
+      if (args.ttft_ms > 0) spec.deadline = now + Duration::Millis(args.ttft_ms);
+      spec.label = args.client_tag;
+      auto id = im.gmg.Instantiate(spec);
+      if (!id.ok()) return Annotate(id.status(), "prompt_token_ids");
+      if (absl::Status r = im.SetRequest(g.deployment, *id, args.prompt, 1, args.temperature, args.top_p, args.seed);
+          !r.ok()) {
+        (void)im.gmg.CancelInstance(*id, "its request could not be registered", now);
+        return r;
+      }
+      g.args = std::move(args);
+      g.current = *id;
+      Impl::Tracked t;
+      t.id = *id;
+      t.record = std::make_shared<InstanceRecord>(id->value());
+      t.ops_total = static_cast<uint32_t>(im.gmg.templates().Find(pre)->num_ops());
+      t.record->Append(InstanceUpdate{.state = InstanceState::kPending, .time = now, .ops_total = t.ops_total});
+      im.live.emplace(id->value(), std::move(t));
+      im.step_owner[id->value()] = request;
+      std::shared_ptr<GenerationRecord> record = g.record;
+      im.generations.emplace(request, std::move(g));
+      return record;
+    }();
+  }));
+  return result;
+}
+
+void Master::StepRetired(uint64_t request, const RetiredInstance& r, Timestamp now) {
+  Impl& im = *impl_;
+  auto it = im.generations.find(request);
+  if (it == im.generations.end()) return;
+  Impl::Generation& g = it->second;
+  auto end_request = [&](GenerationEnd end, std::string message) {
+    g.record->Finish(end, std::move(message));
+    im.ReleaseKv(g);
+    im.generations.erase(it);
+  };
+  if (g.produced == 0 && r.state == InstanceState::kDone) g.kv = r.produced;
+  if (r.state != InstanceState::kDone) {
+    const bool cancelled = g.cancel_requested || r.state == InstanceState::kCancelled;
+    end_request(cancelled ? GenerationEnd::kCancelled : GenerationEnd::kError,
+                r.failure.empty() ? std::string(ToStd(InstanceStateName(r.state))) : r.failure);
+    return;
+  }
+  std::optional<std::vector<int64_t>> tokens = im.TakeTokens(r.id);
+  if (!tokens.has_value() || tokens->size() != 1) {
+    end_request(GenerationEnd::kError, StrCat("step ", g.produced, " (instance ", r.id, ") reported no token"));
+    return;
+  }
+  const int64_t token = (*tokens)[0];
+  GeneratedToken out;
+  out.token = token;
+  out.index = g.produced++;
+  out.time = now;
+  if (out.index == 0 && g.first_start != Timestamp::Never()) {
+    out.queue_ms = static_cast<double>((g.first_start - g.record->arrival()).nanos()) / 1e6;
+  }
+  const bool stop = std::find(g.args.stop_tokens.begin(), g.args.stop_tokens.end(), token) != g.args.stop_tokens.end();
+  if (stop) {
+    out.end = GenerationEnd::kStop;
+  } else if (g.produced >= g.args.max_tokens) {
+    out.end = GenerationEnd::kLength;
+  }
+  if (out.end == GenerationEnd::kNone && g.cancel_requested) out.end = GenerationEnd::kCancelled;
+  g.record->Append(out);
+  if (out.end != GenerationEnd::kNone) {
+    end_request(out.end, out.end == GenerationEnd::kCancelled ? "cancelled by the client" : "");
+    return;
+  }
+  if (g.kv.empty()) {
+    end_request(GenerationEnd::kError, "the prefill retained no KV cache");
+    return;
+  }
+  // The next step: one token on top of prompt + (produced - 1) cached ones.
+  const int64_t context = static_cast<int64_t>(g.args.prompt.size()) + g.produced - 1;
+  InstanceSpec spec = LlamaDecodeStep(g.decode_tpl, context, g.kv, g.cls, now);
+  spec.priority = g.args.priority;
+  spec.tenant = TenantId(g.cls == PriorityClass::kOffline ? kOfflineTenantBase : 0);
+  spec.label = g.args.client_tag;
+  if (g.args.deadline_ms > 0) spec.deadline = g.record->arrival() + Duration::Millis(g.args.deadline_ms);
+  auto id = im.gmg.Instantiate(spec);
+  if (!id.ok()) {
+    end_request(GenerationEnd::kError, StrCat("decode step ", g.produced, ": ", id.status().message()));
+    return;
+  }
+  const std::vector<int64_t> last = {token};
+  if (absl::Status s = im.SetRequest(g.deployment, *id, last, 1, g.args.temperature, g.args.top_p,
+                                     g.args.seed + g.produced);
+      !s.ok()) {
+    (void)im.gmg.CancelInstance(*id, "its request could not be registered", now);
+    end_request(GenerationEnd::kError, std::string(ToStd(s.message())));
+    return;
+  }
+  for (CheckpointId c : g.kv) im.checkpoint_used[c.value()] = now;
+  g.current = *id;
+  Impl::Tracked t;
+  t.id = *id;
+  t.record = std::make_shared<InstanceRecord>(id->value());
+  t.ops_total = static_cast<uint32_t>(im.gmg.templates().Find(g.decode_tpl)->num_ops());
+  t.record->Append(InstanceUpdate{.state = InstanceState::kPending, .time = now, .ops_total = t.ops_total});
+  im.live.emplace(id->value(), std::move(t));
+  im.step_owner[id->value()] = request;
+}
+
+absl::Status Master::CancelGeneration(uint64_t request_id) {
+  return RunOnLoop([&] {
+    Impl& im = *impl_;
+    auto it = im.generations.find(request_id);
+    if (it == im.generations.end()) return;
+    Impl::Generation& g = it->second;
+    g.cancel_requested = true;
+    const Instance* inst = im.gmg.FindInstance(g.current);
+    if (inst != nullptr && !IsTerminalInstanceState(inst->state)) {
+      const absl::Status s = im.gmg.CancelInstance(g.current, "the client went away", clock_.Now());
+      if (!s.ok()) spdlog::warn("generation {}: cancelling instance {}: {}", request_id, g.current.value(), s.ToString());
+    }
+  });
+}
+
+absl::StatusOr<size_t> Master::LiveGenerations() {
+  size_t n = 0;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] { n = impl_->generations.size(); }));
+  return n;
+}
+
+// ---------------------------------------------------------------------------
 // Admin
 // ---------------------------------------------------------------------------
 
 namespace {
 
-std::string BackendUsed(const DeviceSpec& d) {
+std::string BackendUsed(const DeviceSpec& d, bool real) {
+  if (real) return "cpu (LibTorch)";
   if (d.backend == DeviceBackend::kVirtual) return "virtual";
   return StrCat("virtual (configured: ", DeviceBackendName(d.backend), ")");
 }
@@ -676,14 +1052,14 @@ absl::StatusOr<std::vector<DeviceInfo>> Master::Devices() {
     for (const DeviceSpec& d : im.gmg.accelerators().devices()) {
       DeviceInfo info;
       info.spec = d;
-      info.backend_used = BackendUsed(d);
+      info.backend_used = BackendUsed(d, im.has_tokens);
       info.memory = im.gmg.memory(d.id);
       info.queue_length = static_cast<uint32_t>(std::max(0, im.gmg.outstanding_compute(d.id)));
       info.running_node = im.gmg.running_compute(d.id).valid() ? im.gmg.running_compute(d.id).value() : 0;
       if (!im.busy_samples.empty()) {
         const Impl::BusySample& b = im.busy_samples.front();
         const int64_t span = now.nanos() - b.time.nanos();
-        const int64_t busy = im.cluster.busy_time(d.id).nanos() - b.busy_ns[d.id.value()];
+        const int64_t busy = im.busy_ns[d.id.value()] - b.busy_ns[d.id.value()];
         if (span > 0) info.busy_fraction = std::clamp(static_cast<double>(busy) / static_cast<double>(span), 0.0, 1.0);
       }
       out.push_back(std::move(info));

@@ -502,6 +502,121 @@ grpc::Status ServingServiceImpl::Cancel(grpc::ServerContext*, const v1::CancelRe
   return grpc::Status::OK;
 }
 
+namespace {
+
+v1::FinishReason ToProto(GenerationEnd e) {
+  switch (e) {
+    case GenerationEnd::kNone: return v1::FINISH_REASON_UNSPECIFIED;
+    case GenerationEnd::kLength: return v1::FINISH_REASON_LENGTH;
+    case GenerationEnd::kStop: return v1::FINISH_REASON_STOP;
+    case GenerationEnd::kCancelled: return v1::FINISH_REASON_CANCELLED;
+    case GenerationEnd::kError: return v1::FINISH_REASON_ERROR;
+  }
+  return v1::FINISH_REASON_ERROR;
+}
+
+constexpr int kMaxPromptTokens = 1 << 16;
+constexpr int kMaxStopTokens = 64;
+
+}  // namespace
+
+grpc::Status ServingServiceImpl::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  GenerateArgs args;
+  if (req->deployment().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "deployment: must be set");
+  args.deployment = req->deployment();
+  if (req->prompt_token_ids_size() == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt_token_ids: at least one token is required");
+  }
+  if (req->prompt_token_ids_size() > kMaxPromptTokens) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        StrCat("prompt_token_ids: at most ", kMaxPromptTokens, " tokens"));
+  }
+  args.prompt.assign(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
+  if (req->max_tokens() == 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "max_tokens: must be at least 1");
+  args.max_tokens = req->max_tokens();
+  const v1::SamplingParams& sp = req->sampling();
+  if (sp.top_k() != 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "sampling.top_k: top-k sampling is not supported (use top_p, or 0 for greedy)");
+  }
+  if (!(sp.temperature() >= 0.0f)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.temperature: must be >= 0");
+  }
+  if (!(sp.top_p() >= 0.0f && sp.top_p() <= 1.0f)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_p: must be within [0, 1]");
+  }
+  args.temperature = sp.temperature();
+  args.top_p = sp.top_p() == 0.0f ? 1.0 : sp.top_p();
+  args.seed = sp.seed();
+  switch (req->priority_class()) {
+    case v1::PRIORITY_CLASS_UNSPECIFIED: break;
+    case v1::PRIORITY_CLASS_ONLINE: args.priority_class = PriorityClass::kOnline; break;
+    case v1::PRIORITY_CLASS_OFFLINE: args.priority_class = PriorityClass::kOffline; break;
+    default:
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          StrCat("priority_class: unknown value ", static_cast<int>(req->priority_class())));
+  }
+  args.priority = req->priority();
+  args.ttft_ms = req->slo().ttft_ms();
+  args.deadline_ms = req->slo().deadline_ms();
+  if (req->stop_token_ids_size() > kMaxStopTokens) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, StrCat("stop_token_ids: at most ", kMaxStopTokens));
+  }
+  args.stop_tokens.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
+  if (req->client_tag().size() > kMaxLabelBytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        StrCat("client_tag: longer than ", kMaxLabelBytes, " bytes"));
+  }
+  args.client_tag = req->client_tag();
+
+  auto rec = master_->Generate(std::move(args));
+  if (!rec.ok()) return ToGrpc(rec.status());
+  const std::shared_ptr<GenerationRecord>& r = *rec;
+  auto cancel = [&](const char* why) {
+    const absl::Status s = master_->CancelGeneration(r->id());
+    if (!s.ok()) spdlog::warn("generate {}: cancel after '{}': {}", r->id(), why, s.ToString());
+  };
+  size_t next = 0;
+  while (true) {
+    if (ctx->IsCancelled()) {
+      cancel("the client cancelled");
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the request");
+    }
+    bool done = false;
+    GenerationEnd end = GenerationEnd::kNone;
+    std::string message;
+    std::vector<GeneratedToken> more = r->WaitFrom(next, absl::Milliseconds(100), &done, &end, &message);
+    for (const GeneratedToken& t : more) {
+      v1::GenerateResponse m;
+      m.set_request_id(r->id());
+      m.set_token_id(static_cast<uint32_t>(t.token));
+      m.set_index(t.index);
+      m.set_time_from_arrival_ms(static_cast<double>((t.time - r->arrival()).nanos()) / 1e6);
+      m.set_finish_reason(ToProto(t.end));
+      if (t.index == 0) m.set_queue_ms(t.queue_ms);
+      if (!writer->Write(m)) {
+        cancel("the client went away");
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      }
+    }
+    next += more.size();
+    if (!done) continue;
+    // A request that ends without a final token (it failed, or was cancelled
+    // between tokens) ends the stream with a status that says why.
+    switch (end) {
+      case GenerationEnd::kLength:
+      case GenerationEnd::kStop: return grpc::Status::OK;
+      case GenerationEnd::kCancelled:
+        if (!more.empty() && more.back().end == GenerationEnd::kCancelled) return grpc::Status::OK;
+        return grpc::Status(grpc::StatusCode::CANCELLED, StrCat("generation cancelled: ", message));
+      case GenerationEnd::kError:
+      case GenerationEnd::kNone:
+        return grpc::Status(grpc::StatusCode::INTERNAL, StrCat("generation failed after ", next, " tokens: ", message));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // SlicedServer
 // ---------------------------------------------------------------------------

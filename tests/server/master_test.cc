@@ -417,7 +417,7 @@ TEST_F(DaemonTest, DeploymentsAndEstimatorsSurviveRestart) {
   EXPECT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE);
 }
 
-TEST(DaemonConfig, CpuDevicesRunOnTheVirtualBackendAndSayISo) {
+TEST(DaemonConfig, CpuDevicesRunOnLibTorchOrSayTheyDoNot) {
   const std::string dir = UniqueDir("cpu");
   auto c = ParseSlicedConfig(
       YAML::Load(StrCat("cluster: {devices: [{name: cpu, count: 1, type: cpu, memory: 1GiB, backend: cpu}]}\n"
@@ -428,8 +428,26 @@ TEST(DaemonConfig, CpuDevicesRunOnTheVirtualBackendAndSayISo) {
   ASSERT_TRUE(m.ok()) << m.status();
   auto devices = (*m)->Devices();
   ASSERT_TRUE(devices.ok());
+#if SLICESCHED_TEST_WITH_TORCH
+  EXPECT_EQ((*devices)[0].backend_used, "cpu (LibTorch)");
+  EXPECT_EQ((*m)->backend_name(), "cpu (LibTorch)");
+#else
   EXPECT_EQ((*devices)[0].backend_used, "virtual (configured: cpu)");
   EXPECT_EQ((*m)->backend_name(), "virtual");
+#endif
+}
+
+TEST(DaemonConfig, MixingCpuWithOtherBackendsIsRefused) {
+  const std::string dir = UniqueDir("mixed");
+  auto c = ParseSlicedConfig(
+      YAML::Load(StrCat("cluster: {devices: [{name: cpu, count: 1, type: cpu, memory: 1GiB, backend: cpu},\n"
+                        "                    {name: v, count: 1, type: cpu, memory: 1GiB, backend: virtual}]}\n"
+                        "listen: {unix_socket: ", dir, "/s.sock}\nstate_dir: ", dir, "/state\n")),
+      "<test>");
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto m = Master::Start(*c);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("cluster.devices"));
 }
 
 TEST(DaemonConfig, CudaDevicesAreRefused) {

@@ -17,14 +17,34 @@
 //   5. save the estimators every `estimator_save_interval`;
 //   6. sleep until the next backend completion, a new command, or 50 ms.
 //
-// Backend (this increment): every device runs on the VirtualCluster, its
-// virtual time driven by the real steady clock, so operators "run" for the
-// time the ground-truth cost model gives them. Devices configured with
-// backend `virtual` or `emulated` get exactly that. Devices configured with
-// backend `cpu` ALSO run on the virtual cluster for now (a warning is
-// logged and Devices/Status report "virtual (configured: cpu)"): the LibTorch
-// ExecutorSet backend is wired in the next increment. `cuda` devices are
-// refused at start (FailedPrecondition).
+// Backend, chosen at start from the devices' configured backends:
+//   - `cpu` devices (all of them): the LibTorch executors
+//     (executor/llama_serving.h): one thread per device runs the real
+//     operators of every deployment; Generate works. A cluster that mixes
+//     `cpu` with other backends is refused. In a build without LibTorch the
+//     cpu devices fall back to the virtual cluster (logged; Devices/Status
+//     report "virtual (configured: cpu)") and Generate is refused.
+//   - `virtual` / `emulated` devices: the VirtualCluster, its virtual time
+//     driven by the real steady clock, so operators "run" for the time the
+//     ground-truth cost model gives them (daemon tests at paper scale).
+//     There are no tokens: Generate is refused (FailedPrecondition).
+//   - `cuda` devices are refused at start (FailedPrecondition).
+// The loop sleeps until a command, a backend event (the executors notify
+// it) or the next virtual completion.
+//
+// Generate (LibTorch backend): one request is a prefill instance of the
+// deployment's prefill template (B = 1, S = prompt length) followed by one
+// decode instance per further token (LlamaDecodeStep, attached to the
+// prefill's retained KV checkpoints, which every step grows in place). The
+// loop starts the next step when the previous one is DONE and its sampled
+// token is known; step k samples with seed + k. Tokens are appended to the
+// request's GenerationRecord as they come; the KV checkpoints are released
+// when the request ends (length, stop token, cancel, failure). Admission
+// rejects a request whose KV cache cannot fit on any device.
+//
+// Raw Submit on the LibTorch backend: SubmitRequest carries no token ids, so
+// the embedding of a submitted prefill/decode instance reads token ids
+// derived from the instance id ((id * 7919 + i) mod vocab).
 //
 // Deployments: registering one builds its Llama prefill/decode templates,
 // named "<deployment>/prefill" and "<deployment>/decode" (the deployment
@@ -49,6 +69,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,6 +160,57 @@ struct SubmitArgs {
   std::string label;
 };
 
+struct GenerateArgs {
+  std::string deployment;
+  std::vector<int64_t> prompt;  // token ids, at least one, each < vocab
+  uint32_t max_tokens = 1;      // >= 1
+  double temperature = 0;       // 0: greedy
+  double top_p = 1;             // 0 or 1: no nucleus cut
+  uint64_t seed = 0;            // 0: derived from the request id
+  std::optional<PriorityClass> priority_class;  // unset: the deployment's role
+  int32_t priority = 0;
+  uint32_t ttft_ms = 0;         // SLO of the first token (0 = none)
+  uint32_t deadline_ms = 0;     // SLO of the whole request (0 = none)
+  std::vector<int64_t> stop_tokens;
+  std::string client_tag;
+};
+
+enum class GenerationEnd : uint8_t { kNone, kLength, kStop, kCancelled, kError };
+
+struct GeneratedToken {
+  int64_t token = 0;
+  uint32_t index = 0;
+  Timestamp time;             // when it was known to the master
+  double queue_ms = 0;        // index 0 only: arrival -> first op start
+  GenerationEnd end = GenerationEnd::kNone;  // set on the last token only
+};
+
+// The token stream of one Generate request. The loop appends; any number of
+// readers wait. Thread-safe.
+class GenerationRecord {
+ public:
+  GenerationRecord(uint64_t id, Timestamp arrival) : id_(id), arrival_(arrival) {}
+  uint64_t id() const { return id_; }
+  Timestamp arrival() const { return arrival_; }
+  void Append(GeneratedToken t);
+  // Ends the stream without a further token (failure before a token, cancel
+  // or shutdown): `end` and `message` say why.
+  void Finish(GenerationEnd end, std::string message);
+  // Waits up to `timeout` for tokens with index >= `from`. `*done` is set
+  // once no more tokens will come; then `*end`/`*message` say how it ended.
+  std::vector<GeneratedToken> WaitFrom(size_t from, absl::Duration timeout, bool* done, GenerationEnd* end,
+                                       std::string* message);
+
+ private:
+  const uint64_t id_;
+  const Timestamp arrival_;
+  absl::Mutex mu_;
+  std::vector<GeneratedToken> tokens_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  GenerationEnd end_ ABSL_GUARDED_BY(mu_) = GenerationEnd::kNone;
+  std::string message_ ABSL_GUARDED_BY(mu_);
+};
+
 struct SubmitResult {
   uint64_t instance_id = 0;
   Timestamp arrival;
@@ -226,6 +298,15 @@ class Master {
   absl::StatusOr<std::shared_ptr<InstanceRecord>> FindInstance(uint64_t instance_id);
   // The state after the call (CANCELLED, or the terminal state it reached).
   absl::StatusOr<InstanceState> Cancel(uint64_t instance_id);
+  // Admits one generation request (see "Generate" above); its tokens arrive
+  // on the returned record. FailedPrecondition on a backend without
+  // tokens; InvalidArgument / NotFound / ResourceExhausted name the field.
+  absl::StatusOr<std::shared_ptr<GenerationRecord>> Generate(GenerateArgs args);
+  // Cancels a running generation (a client went away): its current step is
+  // cancelled and its KV cache freed. Unknown or finished ids are a no-op.
+  absl::Status CancelGeneration(uint64_t request_id);
+  // Live generation requests.
+  absl::StatusOr<size_t> LiveGenerations();
 
   // --- Admin -----------------------------------------------------------------
   absl::StatusOr<MasterStatus> Status();
@@ -247,6 +328,11 @@ class Master {
   // Runs `fn` on the loop thread and waits for it. Unavailable once stopped.
   absl::Status RunOnLoop(std::function<void()> fn);
   void Loop();
+  // The executors' event notifier (any thread; see the lock order in Loop).
+  void NotifyBackendEvent();
+  // Loop: a step of generation `request` retired: emit its token, start the
+  // next step or end the request.
+  void StepRetired(uint64_t request, const RetiredInstance& r, Timestamp now);
 
   const SlicedConfig config_;
   const MasterOptions options_;
@@ -256,6 +342,8 @@ class Master {
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> draining_{false};
+  // Set by the executors' event notifier (under mu_) to wake the loop.
+  bool backend_event_ ABSL_GUARDED_BY(mu_) = false;
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> commands_ ABSL_GUARDED_BY(mu_);

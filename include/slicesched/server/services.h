@@ -10,8 +10,12 @@
 //     otherwise); without a token, read-only Admin calls are allowed and
 //     mutating ones (Drain) are refused with PERMISSION_DENIED.
 //
+// Serving.Generate streams one message per token as the master produces it
+// (Master::Generate); a client that goes away (or cancels) has its request
+// cancelled and its KV cache freed within one poll interval (100 ms).
+//
 // Not implemented in this increment (they answer UNIMPLEMENTED):
-// Serving.Generate, Admin.Timeline and the whole FineTune service.
+// Admin.Timeline and the whole FineTune service.
 #pragma once
 
 #include <memory>
@@ -72,6 +76,8 @@ class ServingServiceImpl final : public v1::Serving::Service {
   grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                      grpc::ServerWriter<v1::InstanceEvent>* writer) override;
   grpc::Status Cancel(grpc::ServerContext* ctx, const v1::CancelRequest* req, v1::CancelResponse* out) override;
+  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
 
  private:
   Master* master_;

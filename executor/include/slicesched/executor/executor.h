@@ -69,6 +69,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -128,6 +129,12 @@ class ExecutorSet final : public ExecutionBackend {
   // Blocks until a completion is pending (true) or `timeout` passes (false).
   // Returns true at once while Recv retries are waiting.
   bool WaitForCompletion(absl::Duration timeout);
+  // An owner that waits on something else too (the daemon's command queue)
+  // sets this instead of blocking in WaitForCompletion(): it is called each
+  // time a device thread or transfer worker posts an event, from that thread
+  // and with the set's internal lock held, so it must be cheap and must not
+  // call back into the ExecutorSet. Set it before issuing work.
+  void SetEventNotifier(std::function<void()> notify) { notify_ = std::move(notify); }
   // Stops device `d`'s thread: its running node (once its kernel returns)
   // and its queued nodes fail with a reason, as does anything later queued
   // on it or any transfer touching it.
@@ -274,6 +281,8 @@ class ExecutorSet final : public ExecutionBackend {
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::function<void()> notify_;  // constant once work is issued
 
   std::vector<std::thread> threads_;
   std::unique_ptr<ThreadPool> transfer_pool_;
