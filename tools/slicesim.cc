@@ -17,6 +17,7 @@
 #include "slicesched/experiments/gmg_demo.h"
 #include "slicesched/experiments/replay.h"
 #include "slicesched/gmg/llama.h"
+#include "slicesched/loadgen/load.h"
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
 #include "slicesched/executor/llama_serving.h"
 #include "slicesched/executor/overhead.h"
@@ -109,6 +110,11 @@ int Usage(FILE* to) {
                "                        the tokens a Generate request yields, computed by calling the\n"
                "                        LibTorch operators directly (IDS: comma-separated token ids;\n"
                "                        prints JSON; needs LibTorch)\n"
+               "  load [--socket PATH | --target URI] [--seconds S] [--trace FILE] [--seed N]\n"
+               "       [--streams N] [--offline-streams N] [--token-scale X] [--json]\n"
+               "                        drive a running sliced over gRPC: open-loop online arrivals\n"
+               "                        (built-in Azure-derived model or a trace) plus offline\n"
+               "                        streams, or N closed-loop streams; prints the summary\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -293,6 +299,36 @@ int Overhead(const std::vector<std::string>& args) {
 #endif
 }
 
+int Load(const std::vector<std::string>& args) {
+  slicesched::LoadOptions o;
+  std::string socket = "/tmp/sliced-demo/sliced.sock", target;
+  bool json = false;
+  int64_t seed = static_cast<int64_t>(o.seed), streams = 0, offline = o.offline_streams;
+  if (int rc = Flags("load")
+                   .Text("--socket", &socket)
+                   .Text("--target", &target)
+                   .Num("--seconds", &o.seconds)
+                   .Text("--trace", &o.trace)
+                   .Int("--seed", &seed)
+                   .Int("--streams", &streams)
+                   .Int("--offline-streams", &offline)
+                   .Num("--token-scale", &o.token_scale)
+                   .Text("--online", &o.online_deployment)
+                   .Text("--offline", &o.offline_deployment)
+                   .Switch("--json", &json)
+                   .Parse(args)) {
+    return rc;
+  }
+  o.target = target.empty() ? "unix:" + socket : target;
+  o.seed = static_cast<uint64_t>(seed);
+  o.streams = static_cast<int>(streams);
+  o.offline_streams = static_cast<int>(offline);
+  auto r = slicesched::RunLoad(o);
+  if (!r.ok()) return Failed("load", r.status());
+  std::printf("%s", json ? (r->ToJson() + "\n").c_str() : r->ToText().c_str());
+  return 0;
+}
+
 int GenerateDirectCommand(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   std::string model = "tiny", safetensors, prompt_text, stop_text;
@@ -355,6 +391,7 @@ int main(int argc, char** argv) {
   if (cmd == "replay") return Replay(args);
   if (cmd == "overhead") return Overhead(args);
   if (cmd == "generate-direct") return GenerateDirectCommand(args);
+  if (cmd == "load") return Load(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);
