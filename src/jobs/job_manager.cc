@@ -109,8 +109,6 @@ struct JobManager::Pending {
   std::string details;
 };
 
-class JsonDetails : public JsonObject {};
-
 std::string_view JobStateName(JobState s) {
   switch (s) {
     case JobState::kSubmitted: return "submitted";
@@ -320,7 +318,7 @@ absl::StatusOr<JobInfo> JobManager::Commit(std::vector<Pending> changes) {
 
 absl::StatusOr<JobInfo> JobManager::Move(uint64_t id, std::string_view call, JobState to,
                                          std::initializer_list<JobState> from, std::string_view kind,
-                                         const std::function<void(JobInfo*, JsonDetails*)>& edit) {
+                                         const std::function<void(JobInfo*, JsonObject*)>& edit) {
   SLICESCHED_ASSIGN_OR_RETURN(JobInfo * job, FindOrNotFound(id));
   SLICESCHED_RETURN_IF_ERROR(CheckFrom(*job, call, to, from));
   std::vector<Pending> changes;
@@ -328,7 +326,7 @@ absl::StatusOr<JobInfo> JobManager::Move(uint64_t id, std::string_view call, Job
   JobInfo& after = changes.back().after;
   after.state = to;
   if (to != JobState::kRunning) after.plan = RunPlan{};
-  JsonDetails details;
+  JsonObject details;
   details.Add("from", JobStateName(job->state)).Add("to", JobStateName(to));
   edit(&after, &details);
   changes.back().details = details.str();
@@ -438,7 +436,7 @@ absl::StatusOr<JobInfo> JobManager::Cancel(uint64_t id, std::string_view reason)
   if (IsTerminal(job->state)) return *job;
   return Move(id, "Cancel", JobState::kCancelled,
               {JobState::kSubmitted, JobState::kProfiling, JobState::kQueued, JobState::kRunning, JobState::kPaused},
-              "cancelled", [&](JobInfo* j, JsonDetails* d) {
+              "cancelled", [&](JobInfo* j, JsonObject* d) {
                 j->message = reason.empty() ? std::string("cancelled") : StrCat("cancelled: ", reason);
                 d->Add("reason", reason);
               });
@@ -450,7 +448,7 @@ absl::StatusOr<JobInfo> JobManager::Cancel(uint64_t id, std::string_view reason)
 absl::StatusOr<JobInfo> JobManager::StartProfiling(uint64_t id, const std::vector<uint32_t>& devices) {
   absl::MutexLock lock(&mu_);
   return Move(id, "StartProfiling", JobState::kProfiling, {JobState::kSubmitted}, "profiling",
-              [&](JobInfo* j, JsonDetails* d) {
+              [&](JobInfo* j, JsonObject* d) {
                 j->message = StrCat("profiling on ", devices.size(), devices.size() == 1 ? " GPU" : " GPUs");
                 d->Add("devices", devices);
               });
@@ -462,7 +460,7 @@ absl::StatusOr<JobInfo> JobManager::Queue(uint64_t id, int64_t iterations_target
   }
   absl::MutexLock lock(&mu_);
   return Move(id, "Queue", JobState::kQueued, {JobState::kSubmitted, JobState::kProfiling}, "queued",
-              [&](JobInfo* j, JsonDetails* d) {
+              [&](JobInfo* j, JsonObject* d) {
                 if (iterations_target > 0) j->iterations_target = iterations_target;
                 j->message = "queued; waiting for the planner";
                 d->Add("iterations_target", j->iterations_target);
@@ -546,7 +544,7 @@ absl::StatusOr<JobInfo> JobManager::Run(uint64_t id, const RunPlan& plan) {
 absl::StatusOr<JobInfo> JobManager::Pause(uint64_t id, std::string_view reason) {
   SLICESCHED_RETURN_IF_ERROR(CheckReason(reason, "Pause"));
   absl::MutexLock lock(&mu_);
-  return Move(id, "Pause", JobState::kPaused, {JobState::kRunning}, "paused", [&](JobInfo* j, JsonDetails* d) {
+  return Move(id, "Pause", JobState::kPaused, {JobState::kRunning}, "paused", [&](JobInfo* j, JsonObject* d) {
     j->message = reason.empty() ? std::string("paused") : StrCat("paused: ", reason);
     d->Add("reason", reason).Add("checkpoint", j->checkpoint_path);
   });
@@ -555,7 +553,7 @@ absl::StatusOr<JobInfo> JobManager::Pause(uint64_t id, std::string_view reason) 
 absl::StatusOr<JobInfo> JobManager::Preempt(uint64_t id, std::string_view reason) {
   SLICESCHED_RETURN_IF_ERROR(CheckReason(reason, "Preempt"));
   absl::MutexLock lock(&mu_);
-  return Move(id, "Preempt", JobState::kPaused, {JobState::kRunning}, "preempted", [&](JobInfo* j, JsonDetails* d) {
+  return Move(id, "Preempt", JobState::kPaused, {JobState::kRunning}, "preempted", [&](JobInfo* j, JsonObject* d) {
     j->message = reason.empty() ? std::string("preempted") : StrCat("preempted: ", reason);
     d->Add("reason", reason).Add("checkpoint", j->checkpoint_path);
   });
@@ -604,7 +602,7 @@ absl::StatusOr<JobInfo> JobManager::Complete(uint64_t id, const CompletionReport
   SLICESCHED_ASSIGN_OR_RETURN(JobInfo * job, FindOrNotFound(id));
   const RunPlan plan = job->plan;  // the plan the job finished under
   return Move(id, "Complete", JobState::kCompleted, {JobState::kRunning}, "completed",
-              [&](JobInfo* j, JsonDetails* d) {
+              [&](JobInfo* j, JsonObject* d) {
                 if (!report.checkpoint_path.empty()) j->checkpoint_path = report.checkpoint_path;
                 j->message = shown.empty() ? std::string("completed") : StrCat("completed: ", absl::StrJoin(shown, ", "));
                 d->AddRaw("metrics", metrics.str())
@@ -621,7 +619,7 @@ absl::StatusOr<JobInfo> JobManager::Fail(uint64_t id, std::string_view reason) {
   absl::MutexLock lock(&mu_);
   return Move(id, "Fail", JobState::kFailed,
               {JobState::kSubmitted, JobState::kProfiling, JobState::kQueued, JobState::kRunning, JobState::kPaused},
-              "failed", [&](JobInfo* j, JsonDetails* d) {
+              "failed", [&](JobInfo* j, JsonObject* d) {
                 j->message = reason.empty() ? std::string("failed") : StrCat("failed: ", reason);
                 d->Add("reason", reason);
               });

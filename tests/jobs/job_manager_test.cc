@@ -483,5 +483,35 @@ TEST_F(JobManagerTest, ConcurrentCallersKeepLogsGapless) {
   }
 }
 
+// Rows this binary cannot use (an unknown state, YAML that no longer parses)
+// fail the job at reload instead of failing the daemon.
+TEST(JobManagerReload, UnusableRowsFailTheJobNotTheDaemon) {
+  const std::string dir = FreshDir("reload");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateJob("name: [unclosed\n", "t", "queued").ok());
+    ASSERT_TRUE((*store)->CreateJob(JobYaml("odd"), "t", "hibernating").ok());
+    ASSERT_TRUE((*store)->CreateJob("name: [unclosed\n", "t", "completed").ok());
+  }
+  auto m = JobManager::Open(dir, {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto bad_yaml = (*m)->Get(1);
+  ASSERT_TRUE(bad_yaml.ok());
+  EXPECT_EQ(bad_yaml->state, JobState::kFailed);
+  EXPECT_THAT(bad_yaml->message, HasSubstr("failed at restart: the job's YAML no longer parses: <job>:"));
+  auto odd = (*m)->Get(2);
+  EXPECT_EQ(odd->state, JobState::kFailed);
+  EXPECT_THAT(odd->message, HasSubstr("stored state 'hibernating' is unknown"));
+  EXPECT_EQ(odd->name, "odd");
+  EXPECT_EQ((*m)->Get(3)->state, JobState::kCompleted);  // finished jobs are left alone
+  auto events = (*m)->Events(2);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ(events->back().kind, "failed");
+  EXPECT_THAT(events->back().details_json, HasSubstr("\"from\":\"hibernating\",\"to\":\"failed\""));
+  EXPECT_EQ((*m)->Events(3)->size(), 1u);
+}
+
 }  // namespace
 }  // namespace slicesched::jobs

@@ -139,7 +139,7 @@ struct ListJobsPage {
   std::string next_page_token;  // "" on the last page
 };
 
-class JsonDetails;  // event details under construction (job_manager.cc)
+class JsonObject;  // event details under construction (src/jobs/json_writer.h)
 
 struct SubmitJobResult {
   uint64_t job_id = 0;  // 0 with validate_only
@@ -215,7 +215,7 @@ class JobManager {
   // row with `edit`, record `kind` with `details`, decouple partners.
   absl::StatusOr<JobInfo> Move(uint64_t id, std::string_view call, JobState to,
                                std::initializer_list<JobState> from, std::string_view kind,
-                               const std::function<void(JobInfo*, JsonDetails*)>& edit)
+                               const std::function<void(JobInfo*, JsonObject*)>& edit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
