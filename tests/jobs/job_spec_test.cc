@@ -134,6 +134,10 @@ TEST(JobSpecTest, DefaultsOfAMinimalJob) {
   ASSERT_TRUE(pp.ok()) << pp.status();
   EXPECT_EQ(pp->spec.min_gpus, 4);
   EXPECT_EQ(pp->spec.max_gpus, 4);
+  auto min_only = ParseJobSpec(Edit("backbone: tiny\n", "backbone: tiny\ngpus: {min: 2}\n"));
+  ASSERT_TRUE(min_only.ok()) << min_only.status();
+  EXPECT_EQ(min_only->spec.min_gpus, 2);
+  EXPECT_EQ(min_only->spec.max_gpus, 2);
 }
 
 struct BadField {

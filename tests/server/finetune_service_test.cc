@@ -340,5 +340,62 @@ TEST(SlicedServerJobs, FineTuneRegisteredAndStatusCountsJobs) {
   (*master)->Shutdown();
 }
 
+// A restart of the service (a new JobManager on the same state directory,
+// a new server) loses no job: a running job comes back queued, with its
+// event log continued by "recovered".
+TEST(FineTuneRestart, JobsSurviveOverGrpc) {
+  const std::string dir = UniqueDir("restart");
+  const std::string socket = dir + "/s.sock";
+  uint64_t running = 0;
+  uint64_t waiting = 0;
+  for (int round = 0; round < 2; ++round) {
+    auto jobs = jobs::JobManager::Open(dir + "/state", {});
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    FineTuneServiceImpl service(jobs->get());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+    builder.RegisterService(&service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    ASSERT_NE(server, nullptr);
+    auto stub = v1::FineTune::NewStub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+    if (round == 0) {
+      for (uint64_t* id : {&running, &waiting}) {
+        grpc::ClientContext ctx;
+        v1::SubmitJobRequest req;
+        req.set_yaml(JobYaml(*id == running ? "r" : "w"));
+        v1::SubmitJobResponse out;
+        ASSERT_TRUE(stub->SubmitJob(&ctx, req, &out).ok());
+        *id = out.job_id();
+      }
+      ASSERT_TRUE((*jobs)->Queue(running).ok());
+      jobs::RunPlan plan;
+      plan.devices = {0};
+      ASSERT_TRUE((*jobs)->Run(running, plan).ok());
+      ASSERT_TRUE((*jobs)->ReportProgress(running, 7, 1.25, "/ckpt/r/7").ok());
+    } else {
+      grpc::ClientContext ctx;
+      v1::ListJobsResponse list;
+      ASSERT_TRUE(stub->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+      ASSERT_EQ(list.jobs_size(), 2);
+      EXPECT_EQ(list.jobs(0).id(), running);
+      EXPECT_EQ(list.jobs(0).state(), v1::JOB_STATE_QUEUED);
+      EXPECT_EQ(list.jobs(0).iterations_done(), 7);
+      EXPECT_EQ(list.jobs(0).message(), "queued after a restart (was running); resumes from /ckpt/r/7");
+      EXPECT_EQ(list.jobs(1).id(), waiting);
+      EXPECT_EQ(list.jobs(1).state(), v1::JOB_STATE_QUEUED);
+      grpc::ClientContext ctx2;
+      v1::GetJobRequest req;
+      req.set_job_id(running);
+      req.set_include_events(true);
+      v1::GetJobResponse got;
+      ASSERT_TRUE(stub->GetJob(&ctx2, req, &got).ok());
+      std::vector<std::string> kinds;
+      for (const v1::JobEvent& e : got.events()) kinds.push_back(e.kind());
+      EXPECT_THAT(kinds, ::testing::ElementsAre("submitted", "queued", "running", "checkpoint", "recovered"));
+    }
+    server->Shutdown();
+  }
+}
+
 }  // namespace
 }  // namespace slicesched

@@ -34,7 +34,7 @@
 //   allow_sharing: true           # may be paired with other jobs (default true)
 //   pipeline_parallel: 1          # 1, 2, 4 or 8 (default 1)
 //   gpus: {min: 1, max: 4}        # 1 <= min <= max, both multiples of
-//                                 # pipeline_parallel (default min = max = pp)
+//                                 # pipeline_parallel (default min = pp, max = min)
 //   tenant: team-a                # optional; see JobSpecOptions::tenant
 //   trust_domain: lab             # jobs pair only within one trust domain
 //                                 # (default: the tenant)
