@@ -3,7 +3,7 @@
 //   sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS]
 //
 // Without --config it runs the embedded configs/sliced.yaml (a CPU-only demo
-// under /tmp). It serves the Admin and Serving gRPC services on the
+// under /tmp). It serves the Admin, Serving and FineTune gRPC services on the
 // configured unix socket (and on TCP with TLS when configured), plus gRPC
 // health checking and server reflection.
 //
@@ -32,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "slicesched/common/logging.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/services.h"
@@ -131,12 +132,32 @@ int Run(int argc, char** argv) {
     spdlog::critical("cannot start: {}", master.status().ToString());
     return 1;
   }
+  // Fine-tuning jobs live in the same state directory; jobs that were running
+  // when the daemon stopped are queued again (see jobs/job_manager.h).
+  jobs::JobManager::Options job_options;
+  Master* m = master->get();
+  job_options.is_deployment = [m](std::string_view name) {
+    auto list = m->ListDeployments();
+    if (!list.ok()) return false;
+    for (const DeploymentInfo& d : *list) {
+      if (d.spec.name == name) return true;
+    }
+    return false;
+  };
+  auto job_manager = jobs::JobManager::Open(config->state_dir, std::move(job_options));
+  if (!job_manager.ok()) {
+    spdlog::critical("cannot start: {}", job_manager.status().ToString());
+    return 1;
+  }
+  const jobs::JobCounts counts = (*job_manager)->Counts();
+  spdlog::info("fine-tuning jobs: {} queued or paused, {} terminal", counts.submitted + counts.queued + counts.paused,
+               counts.completed + counts.failed + counts.cancelled);
   auto options = ServerOptionsFromConfig(config->listen);
   if (!options.ok()) {
     spdlog::critical("cannot start: {}", options.status().ToString());
     return 1;
   }
-  auto server = SlicedServer::Start(master->get(), *options);
+  auto server = SlicedServer::Start(master->get(), *options, job_manager->get());
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 1;

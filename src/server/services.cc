@@ -234,8 +234,11 @@ grpc::Status AdminServiceImpl::Status(grpc::ServerContext* ctx, const v1::Status
   out->set_live_instances(st->live_instances);
   out->set_queued_online(st->queued_online);
   out->set_queued_offline(st->queued_offline);
-  out->set_jobs_running(0);  // fine-tuning jobs: not implemented yet
-  out->set_jobs_queued(0);
+  if (jobs_ != nullptr) {
+    const jobs::JobCounts c = jobs_->Counts();
+    out->set_jobs_running(c.running);
+    out->set_jobs_queued(c.submitted + c.profiling + c.queued + c.paused);
+  }
   out->set_policy(st->policy);
   out->set_state_dir(st->state_dir);
   return grpc::Status::OK;
@@ -633,16 +636,21 @@ absl::StatusOr<ServerOptions> ServerOptionsFromConfig(const ListenConfig& listen
   return o;
 }
 
-SlicedServer::SlicedServer(Master* master, const ServerOptions& options)
-    : options_(options), admin_(master, options.admin_token), serving_(master) {}
+SlicedServer::SlicedServer(Master* master, const ServerOptions& options, jobs::JobManager* jobs)
+    : options_(options),
+      admin_(master, options.admin_token, jobs),
+      serving_(master),
+      finetune_(jobs),
+      has_finetune_(jobs != nullptr) {}
 
 SlicedServer::~SlicedServer() { Shutdown(absl::ZeroDuration()); }
 
-absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(Master* master, const ServerOptions& options) {
+absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(Master* master, const ServerOptions& options,
+                                                                   jobs::JobManager* jobs) {
   if (options.unix_socket.empty() && options.tcp_address.empty()) {
     return absl::InvalidArgumentError("listen: no unix socket and no TCP address");
   }
-  std::unique_ptr<SlicedServer> s(new SlicedServer(master, options));
+  std::unique_ptr<SlicedServer> s(new SlicedServer(master, options, jobs));
   grpc::EnableDefaultHealthCheckService(true);
   if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -672,6 +680,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(Master* master
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.RegisterService(&s->admin_);
   builder.RegisterService(&s->serving_);
+  if (s->has_finetune_) builder.RegisterService(&s->finetune_);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr) {
     return absl::UnavailableError(StrCat("could not listen on ",
@@ -687,6 +696,7 @@ void SlicedServer::SetServing(bool serving) {
   if (server_ == nullptr || server_->GetHealthCheckService() == nullptr) return;
   grpc::HealthCheckServiceInterface* h = server_->GetHealthCheckService();
   for (const char* name : {"", "slicesched.v1.Serving", "slicesched.v1.Admin"}) h->SetServingStatus(name, serving);
+  if (has_finetune_) h->SetServingStatus("slicesched.v1.FineTune", serving);
 }
 
 void SlicedServer::Shutdown(absl::Duration grace) {

@@ -57,6 +57,17 @@ CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events
 WHEN EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id)
 BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
 )sql",
+    // 1 -> 2: where a job resumes from and how far it got (the JobManager
+    // reloads non-terminal jobs at start and resumes them from
+    // checkpoint_path), its state message and its current plan.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN checkpoint_path TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN iterations_done INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN iterations_target INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN last_loss REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN message TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN plan_json TEXT NOT NULL DEFAULT '{}';
+)sql",
 };
 static_assert(static_cast<int>(std::size(kMigrations)) == StateStore::kSchemaVersion);
 
@@ -140,6 +151,10 @@ class StateStore::Statement {
     Check(sqlite3_bind_int64(stmt_, index, value));
     return *this;
   }
+  Statement& Bind(int index, double value) {
+    Check(sqlite3_bind_double(stmt_, index, value));
+    return *this;
+  }
   Statement& Bind(int index, std::string_view value) {
     Check(sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT));
     return *this;
@@ -162,6 +177,7 @@ class StateStore::Statement {
   }
 
   int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) const { return sqlite3_column_double(stmt_, col); }
   std::string Text(int col) const {
     const unsigned char* p = sqlite3_column_text(stmt_, col);
     const int n = sqlite3_column_bytes(stmt_, col);
@@ -464,11 +480,26 @@ absl::Status StateStore::DeleteEstimator(std::string_view kind) {
 // Jobs and their event log
 
 namespace {
-constexpr std::string_view kJobColumns = "id, yaml, state, tenant, submitted_unix_ms, updated_unix_ms";
+constexpr std::string_view kJobColumns =
+    "id, yaml, state, tenant, submitted_unix_ms, updated_unix_ms, checkpoint_path, iterations_done, "
+    "iterations_target, last_loss, message, plan_json";
 
 template <typename S>
 StoredJob JobFromRow(const S& st) {
-  return StoredJob{static_cast<uint64_t>(st.Int(0)), st.Text(1), st.Text(2), st.Text(3), st.Int(4), st.Int(5)};
+  StoredJob j;
+  j.id = static_cast<uint64_t>(st.Int(0));
+  j.yaml = st.Text(1);
+  j.state = st.Text(2);
+  j.tenant = st.Text(3);
+  j.submitted_unix_ms = st.Int(4);
+  j.updated_unix_ms = st.Int(5);
+  j.checkpoint_path = st.Text(6);
+  j.iterations_done = st.Int(7);
+  j.iterations_target = st.Int(8);
+  j.last_loss = st.Double(9);
+  j.message = st.Text(10);
+  j.plan_json = st.Text(11);
+  return j;
 }
 }  // namespace
 
@@ -569,6 +600,56 @@ absl::StatusOr<uint64_t> StateStore::SetJobState(uint64_t id, std::string_view s
   SLICESCHED_ASSIGN_OR_RETURN(uint64_t seq, AppendEventLocked(id, now, event_kind, details_json));
   SLICESCHED_RETURN_IF_ERROR(txn.Commit());
   return seq;
+}
+
+absl::StatusOr<std::vector<uint64_t>> StateStore::ApplyJobChanges(const std::vector<JobChange>& changes) {
+  for (const JobChange& c : changes) {
+    if (c.event_kind.empty()) return absl::InvalidArgumentError("job event: empty kind");
+    if (c.update.state.has_value() && c.update.state->empty()) return absl::InvalidArgumentError("job: empty state");
+  }
+  absl::MutexLock lock(&mu_);
+  for (const JobChange& c : changes) {
+    SLICESCHED_RETURN_IF_ERROR(ValidateJson(c.details_json));
+    if (c.update.plan_json.has_value()) SLICESCHED_RETURN_IF_ERROR(ValidateJson(*c.update.plan_json));
+  }
+  const int64_t now = Now();
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  std::vector<uint64_t> seqs;
+  seqs.reserve(changes.size());
+  for (const JobChange& c : changes) {
+    const JobUpdate& u = c.update;
+    // "UPDATE jobs SET updated_unix_ms = ?2[, col = ?k]... WHERE id = ?1":
+    // the SET list names only the fields being changed.
+    std::string sql = "UPDATE jobs SET updated_unix_ms = ?2";
+    int next = 3;
+    auto set = [&](bool present, std::string_view column) {
+      if (present) sql += StrCat(", ", column, " = ?", next++);
+    };
+    set(u.state.has_value(), "state");
+    set(u.checkpoint_path.has_value(), "checkpoint_path");
+    set(u.iterations_done.has_value(), "iterations_done");
+    set(u.iterations_target.has_value(), "iterations_target");
+    set(u.last_loss.has_value(), "last_loss");
+    set(u.message.has_value(), "message");
+    set(u.plan_json.has_value(), "plan_json");
+    sql += " WHERE id = ?1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, sql, path_));
+    st.Bind(1, static_cast<int64_t>(c.job_id)).Bind(2, now);
+    int k = 3;
+    if (u.state.has_value()) st.Bind(k++, std::string_view(*u.state));
+    if (u.checkpoint_path.has_value()) st.Bind(k++, std::string_view(*u.checkpoint_path));
+    if (u.iterations_done.has_value()) st.Bind(k++, *u.iterations_done);
+    if (u.iterations_target.has_value()) st.Bind(k++, *u.iterations_target);
+    if (u.last_loss.has_value()) st.Bind(k++, *u.last_loss);
+    if (u.message.has_value()) st.Bind(k++, std::string_view(*u.message));
+    if (u.plan_json.has_value()) st.Bind(k++, std::string_view(*u.plan_json));
+    SLICESCHED_RETURN_IF_ERROR(st.Run());
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(StrCat("no fine-tuning job with id ", c.job_id));
+    SLICESCHED_ASSIGN_OR_RETURN(uint64_t seq, AppendEventLocked(c.job_id, now, c.event_kind, c.details_json));
+    seqs.push_back(seq);
+  }
+  SLICESCHED_RETURN_IF_ERROR(txn.Commit());
+  return seqs;
 }
 
 absl::Status StateStore::DeleteJob(uint64_t id) {

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <sqlite3.h>
+
 #include "slicesched/common/strings.h"
 
 namespace slicesched {
@@ -304,6 +306,105 @@ TEST(StateStoreTest, UnusableDirectoryGivesError) {
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr(dir));
   EXPECT_EQ(StateStore::Open("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StateStoreTest, ApplyJobChangesIsAllOrNothing) {
+  std::atomic<int64_t> now{1000};
+  auto store = StateStore::Open(FreshDir("changes"), FakeClock(&now));
+  ASSERT_TRUE(store.ok()) << store.status();
+  StateStore& s = **store;
+  auto a = s.CreateJob("name: a\n", "t", "queued");
+  auto b = s.CreateJob("name: b\n", "t", "queued");
+  ASSERT_TRUE(a.ok() && b.ok());
+  now = 2000;
+  JobChange run_a;
+  run_a.job_id = *a;
+  run_a.update.state = "running";
+  run_a.update.plan_json = R"({"devices":[0,1]})";
+  run_a.update.message = "running";
+  run_a.event_kind = "running";
+  JobChange progress_b;
+  progress_b.job_id = *b;
+  progress_b.update.iterations_done = 40;
+  progress_b.update.iterations_target = 100;
+  progress_b.update.last_loss = 0.625;
+  progress_b.update.checkpoint_path = "/ckpt/b";
+  progress_b.event_kind = "checkpoint";
+  progress_b.details_json = R"({"iterations_done":40})";
+  auto seqs = s.ApplyJobChanges({run_a, progress_b});
+  ASSERT_TRUE(seqs.ok()) << seqs.status();
+  EXPECT_EQ(*seqs, (std::vector<uint64_t>{2, 2}));
+  auto ja = s.GetJob(*a);
+  EXPECT_EQ(ja->state, "running");
+  EXPECT_EQ(ja->plan_json, R"({"devices":[0,1]})");
+  EXPECT_EQ(ja->updated_unix_ms, 2000);
+  EXPECT_EQ(ja->checkpoint_path, "");  // untouched
+  auto jb = s.GetJob(*b);
+  EXPECT_EQ(jb->state, "queued");  // untouched
+  EXPECT_EQ(jb->iterations_done, 40);
+  EXPECT_EQ(jb->iterations_target, 100);
+  EXPECT_DOUBLE_EQ(jb->last_loss, 0.625);
+  EXPECT_EQ(jb->checkpoint_path, "/ckpt/b");
+
+  // A change naming an unknown job rolls back the whole batch.
+  JobChange fail_a = run_a;
+  fail_a.update.state = "failed";
+  fail_a.event_kind = "failed";
+  JobChange ghost;
+  ghost.job_id = 99;
+  ghost.event_kind = "x";
+  EXPECT_EQ(s.ApplyJobChanges({fail_a, ghost}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.GetJob(*a)->state, "running");
+  EXPECT_EQ(s.ListJobEvents(*a)->size(), 2u);
+  // Invalid input is refused before anything is written.
+  JobChange bad_json = run_a;
+  bad_json.update.plan_json = "{not json";
+  EXPECT_EQ(s.ApplyJobChanges({bad_json}).status().code(), absl::StatusCode::kInvalidArgument);
+  JobChange no_kind = run_a;
+  no_kind.event_kind = "";
+  EXPECT_EQ(s.ApplyJobChanges({no_kind}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.ListJobEvents(*a)->size(), 2u);
+}
+
+// A database written by the schema-1 binary is migrated in place: its jobs
+// and events stay, the new columns get their defaults.
+TEST(StateStoreTest, MigratesSchemaOneDatabases) {
+  const std::string dir = FreshDir("migrate");
+  std::filesystem::create_directories(dir);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/sliced.db").c_str(), &db), SQLITE_OK);
+    const char* v1 =
+        "CREATE TABLE schema_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);"
+        "INSERT INTO schema_version VALUES (1, 1);"
+        "CREATE TABLE deployments (name TEXT PRIMARY KEY NOT NULL, spec_yaml TEXT NOT NULL,"
+        "  created_unix_ms INTEGER NOT NULL, updated_unix_ms INTEGER NOT NULL);"
+        "CREATE TABLE estimators (kind TEXT PRIMARY KEY NOT NULL, text TEXT NOT NULL,"
+        "  updated_unix_ms INTEGER NOT NULL);"
+        "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, yaml TEXT NOT NULL, state TEXT NOT NULL,"
+        "  tenant TEXT NOT NULL, submitted_unix_ms INTEGER NOT NULL, updated_unix_ms INTEGER NOT NULL);"
+        "CREATE TABLE job_events (job_id INTEGER NOT NULL, seq INTEGER NOT NULL, time_unix_ms INTEGER NOT NULL,"
+        "  kind TEXT NOT NULL, details_json TEXT NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;"
+        "INSERT INTO jobs (yaml, state, tenant, submitted_unix_ms, updated_unix_ms)"
+        "  VALUES ('name: old\n', 'running', 't', 10, 20);"
+        "INSERT INTO job_events VALUES (1, 1, 10, 'submitted', '{}');";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_close(db);
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->SchemaVersion(), 2);
+  auto job = (*store)->GetJob(1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state, "running");
+  EXPECT_EQ(job->yaml, "name: old\n");
+  EXPECT_EQ(job->checkpoint_path, "");
+  EXPECT_EQ(job->iterations_done, 0);
+  EXPECT_EQ(job->plan_json, "{}");
+  auto seq = (*store)->AppendJobEvent(1, "recovered");
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(*seq, 2u);
 }
 
 }  // namespace

@@ -15,7 +15,11 @@
 // cancelled and its KV cache freed within one poll interval (100 ms).
 //
 // Not implemented in this increment (they answer UNIMPLEMENTED):
-// Admin.Timeline and the whole FineTune service.
+// Admin.Timeline.
+//
+// FineTune (finetune_service.h) is served when SlicedServer::Start is given
+// a JobManager; Admin.Status then counts its jobs: jobs_running = running,
+// jobs_queued = submitted + profiling + queued + paused.
 #pragma once
 
 #include <memory>
@@ -26,7 +30,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
+#include "slicesched/server/finetune_service.h"
 #include "slicesched/server/master.h"
 #include "slicesched/v1/admin.grpc.pb.h"
 #include "slicesched/v1/serving.grpc.pb.h"
@@ -49,7 +55,9 @@ void DeploymentToProto(const DeploymentConfig& d, v1::DeploymentSpec* out);
 
 class AdminServiceImpl final : public v1::Admin::Service {
  public:
-  AdminServiceImpl(Master* master, std::string admin_token) : master_(master), token_(std::move(admin_token)) {}
+  // `jobs` may be null (no fine-tuning jobs: Status reports zero).
+  AdminServiceImpl(Master* master, std::string admin_token, jobs::JobManager* jobs = nullptr)
+      : master_(master), token_(std::move(admin_token)), jobs_(jobs) {}
 
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req, v1::StatusResponse* out) override;
   grpc::Status Devices(grpc::ServerContext* ctx, const v1::DevicesRequest* req, v1::DevicesResponse* out) override;
@@ -62,6 +70,7 @@ class AdminServiceImpl final : public v1::Admin::Service {
   grpc::Status Authorize(grpc::ServerContext* ctx, bool mutating) const;
   Master* master_;
   const std::string token_;
+  jobs::JobManager* jobs_;
 };
 
 class ServingServiceImpl final : public v1::Serving::Service {
@@ -101,8 +110,10 @@ class SlicedServer {
  public:
   // Creates the socket's directory, replaces a stale socket file, registers
   // the services, the default health checking service and (when enabled)
-  // reflection, and starts listening.
-  static absl::StatusOr<std::unique_ptr<SlicedServer>> Start(Master* master, const ServerOptions& options);
+  // reflection, and starts listening. With `jobs` (not owned; must outlive
+  // the server) the FineTune service is registered too.
+  static absl::StatusOr<std::unique_ptr<SlicedServer>> Start(Master* master, const ServerOptions& options,
+                                                             jobs::JobManager* jobs = nullptr);
   ~SlicedServer();
 
   // Health status of "" and every slicesched.v1 service name.
@@ -112,10 +123,12 @@ class SlicedServer {
   grpc::Server* server() { return server_.get(); }
 
  private:
-  SlicedServer(Master* master, const ServerOptions& options);
+  SlicedServer(Master* master, const ServerOptions& options, jobs::JobManager* jobs);
   ServerOptions options_;
   AdminServiceImpl admin_;
   ServingServiceImpl serving_;
+  FineTuneServiceImpl finetune_;
+  const bool has_finetune_;
   std::unique_ptr<grpc::Server> server_;
   bool shut_down_ = false;
 };

@@ -4,7 +4,10 @@
 //   deployments   name -> the deployment spec as YAML (DeploymentConfig::ToYaml)
 //   estimators    kind ("op", "transfer", ...) -> the text of
 //                 OpEstimator::Save() / TransferEstimator::Save()
-//   jobs          fine-tuning jobs: id, submitted YAML, state, tenant, times
+//   jobs          fine-tuning jobs: id, submitted YAML, state, tenant, times,
+//                 and (schema 2) the resume point and progress: last
+//                 checkpoint path, iterations done / target, last loss, a
+//                 human-readable message and the current plan as JSON
 //   job_events    a per-job append-only log: (job id, seq) with seq = 1, 2, ...
 //                 without gaps, time, kind, details as JSON text
 //
@@ -62,6 +65,32 @@ struct StoredJob {
   std::string tenant;
   int64_t submitted_unix_ms = 0;
   int64_t updated_unix_ms = 0;
+  // Schema 2; the store does not interpret these either.
+  std::string checkpoint_path;   // where the job resumes from; "" = from scratch
+  int64_t iterations_done = 0;
+  int64_t iterations_target = 0;  // 0 = not known yet
+  double last_loss = 0;
+  std::string message;            // why the job is in its state
+  std::string plan_json = "{}";   // the current plan (devices, mode, partner)
+};
+
+// A partial update of a job row: only the fields that are set change.
+struct JobUpdate {
+  std::optional<std::string> state;
+  std::optional<std::string> checkpoint_path;
+  std::optional<int64_t> iterations_done;
+  std::optional<int64_t> iterations_target;
+  std::optional<double> last_loss;
+  std::optional<std::string> message;
+  std::optional<std::string> plan_json;  // must be valid JSON (checked as event details are)
+};
+
+// One row update plus the event that records it.
+struct JobChange {
+  uint64_t job_id = 0;
+  JobUpdate update;
+  std::string event_kind;
+  std::string details_json = "{}";
 };
 
 struct JobEvent {
@@ -88,7 +117,7 @@ class StateStore {
     int busy_timeout_ms = 5000;
   };
 
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   static constexpr std::string_view kFileName = "sliced.db";
 
   // Opens (creating the directory and the database when missing) and
@@ -129,6 +158,12 @@ class StateStore {
   // returns the event's seq. NotFound for an unknown job.
   absl::StatusOr<uint64_t> SetJobState(uint64_t id, std::string_view state, std::string_view event_kind,
                                        std::string_view details_json = "{}");
+  // Applies every change (row update, then its event) in order, all in one
+  // transaction: either every change and event is stored or none is.
+  // Returns each event's seq. NotFound (and nothing stored) when a job does
+  // not exist; InvalidArgument for an empty event kind, an empty state or
+  // invalid JSON.
+  absl::StatusOr<std::vector<uint64_t>> ApplyJobChanges(const std::vector<JobChange>& changes);
   // Deletes a job and its event log.
   absl::Status DeleteJob(uint64_t id);  // NotFound
 

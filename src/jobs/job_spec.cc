@@ -1,0 +1,389 @@
+#include "slicesched/jobs/job_spec.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/gmg/llama.h"
+
+namespace slicesched::jobs {
+namespace {
+
+constexpr size_t kMaxNameLength = 64;
+constexpr int64_t kMaxGpus = 4096;
+constexpr int64_t kMinPriority = 0;
+constexpr int64_t kMaxPriority = 100;
+constexpr char kTokensBinMagic[8] = {'S', 'S', 'T', 'O', 'K', 'V', '1', '\n'};
+
+// Required<T>(key), or nullopt when the field was missing or could not be
+// converted (already reported), so range checks do not pile a second error
+// onto the same field.
+template <typename T>
+std::optional<T> RequiredValue(const ConfigReader& r, std::string_view key) {
+  const size_t before = r.errors()->size();
+  T value = r.Required<T>(ToAbsl(key));
+  if (r.errors()->size() != before || !r.present()) return std::nullopt;
+  return value;
+}
+
+// [A-Za-z0-9._-]+
+bool ValidName(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+// [a-z0-9_-]+
+bool ValidTaskName(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_islower(static_cast<unsigned char>(c)) || absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
+           c == '_' || c == '-';
+  });
+}
+
+void CheckName(const ConfigReader& r, const char* key, const std::string& value, std::string_view what) {
+  if (value.empty()) return;  // already reported as missing, or allowed
+  r.Check(ValidName(value) && value.size() <= kMaxNameLength, key,
+          StrCat(what, " must be 1..", kMaxNameLength, " characters of [A-Za-z0-9._-], got '", value, "'"));
+}
+
+void ParseBackbone(const ConfigReader& r, const JobSpecOptions& options, JobSpec* spec) {
+  spec->backbone = r.Required<std::string>("backbone");
+  if (spec->backbone.empty()) return;
+  spec->backbone_is_preset = LlamaPreset(ToAbsl(spec->backbone)).ok();
+  if (spec->backbone_is_preset || !options.check_backbone) return;
+  const bool deployment = options.is_deployment && options.is_deployment(spec->backbone);
+  r.Check(deployment, "backbone",
+          StrCat("unknown backbone '", spec->backbone,
+                 "': not a model preset (llama3-8b, small, tiny) and not a registered deployment"));
+}
+
+void CheckDatasetFile(const ConfigReader& d, DatasetSpec* ds) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(ds->path, ec);
+  if (ec || !std::filesystem::exists(st)) {
+    d.Check(false, "path", StrCat("'", ds->path, "' does not exist"));
+    return;
+  }
+  if (!std::filesystem::is_regular_file(st)) {
+    d.Check(false, "path", StrCat("'", ds->path, "' is not a regular file"));
+    return;
+  }
+  std::ifstream in(ds->path, std::ios::binary);
+  if (!in) {
+    d.Check(false, "path", StrCat("cannot read '", ds->path, "': ", std::strerror(errno)));
+    return;
+  }
+  if (ds->format == DatasetFormat::kTokensBin) {
+    std::array<char, sizeof(kTokensBinMagic)> magic{};
+    in.read(magic.data(), magic.size());
+    const bool ok = in.gcount() == static_cast<std::streamsize>(magic.size()) &&
+                    std::memcmp(magic.data(), kTokensBinMagic, magic.size()) == 0;
+    d.Check(ok, "path", StrCat("'", ds->path, "' is not a tokens-bin file (it does not start with \"SSTOKV1\\n\")"));
+  }
+}
+
+void ParseFileDataset(const ConfigReader& d, const JobSpecOptions& options, DatasetSpec* ds) {
+  ds->kind = DatasetSpec::Kind::kFile;
+  std::string path = d.Required<std::string>("path");
+  if (path.empty()) {
+    d.Check(false, "path", "must not be empty");
+    return;
+  }
+  bool path_ok = true;
+  if (path.front() != '/') {
+    if (options.base_dir.empty()) {
+      d.Check(false, "path", StrCat("must be an absolute path (a submitted job has no directory to resolve '", path,
+                                    "' against)"));
+      path_ok = false;
+    } else {
+      path = (std::filesystem::path(options.base_dir) / path).lexically_normal().string();
+    }
+  }
+  ds->path = path;
+  if (d.Has("format")) {
+    const std::string f = d.Required<std::string>("format");
+    if (f == "jsonl") {
+      ds->format = DatasetFormat::kJsonl;
+    } else if (f == "tokens-bin") {
+      ds->format = DatasetFormat::kTokensBin;
+    } else {
+      d.Check(false, "format", StrCat("must be jsonl or tokens-bin, got '", f, "'"));
+      path_ok = false;
+    }
+  } else if (path.ends_with(".jsonl")) {
+    ds->format = DatasetFormat::kJsonl;
+  } else if (path.ends_with(".bin")) {
+    ds->format = DatasetFormat::kTokensBin;
+  } else {
+    d.Check(false, "path",
+            StrCat("cannot tell the format of '", path, "' from its suffix (.jsonl or .bin); set dataset.format"));
+    path_ok = false;
+  }
+  if (path_ok && options.check_dataset_file) CheckDatasetFile(d, ds);
+}
+
+void ParseSyntheticDataset(const ConfigReader& s, DatasetSpec* ds) {
+  ds->kind = DatasetSpec::Kind::kSynthetic;
+  SyntheticDataset& syn = ds->synthetic;
+  if (!s.IsMap()) {
+    s.Error("expected a map such as {task: parity, seed: 7}");
+    return;
+  }
+  s.RejectUnknownKeys({"task", "seed", "examples", "sequence_length", "num_classes"});
+  syn.task = s.Required<std::string>("task");
+  if (!syn.task.empty()) {
+    s.Check(ValidTaskName(syn.task), "task", StrCat("must be a name of [a-z0-9_-], got '", syn.task, "'"));
+  }
+  if (auto seed = RequiredValue<int64_t>(s, "seed")) {
+    s.Check(*seed >= 0, "seed", StrCat("must not be negative, got ", *seed));
+    syn.seed = static_cast<uint64_t>(std::max<int64_t>(*seed, 0));
+  }
+  syn.examples = s.Optional<int64_t>("examples", syn.examples);
+  s.CheckPositive("examples", syn.examples);
+  syn.sequence_length = s.Optional<int64_t>("sequence_length", syn.sequence_length);
+  s.CheckPositive("sequence_length", syn.sequence_length);
+  syn.num_classes = s.Optional<int64_t>("num_classes", syn.num_classes);
+  s.Check(syn.num_classes >= 2, "num_classes", StrCat("must be at least 2, got ", syn.num_classes));
+}
+
+void ParseDataset(const ConfigReader& r, const JobSpecOptions& options, DatasetSpec* ds) {
+  ConfigReader d = r.RequiredChild("dataset");
+  if (!d.present()) return;
+  if (!d.IsMap()) {
+    d.Error("expected a map with 'path' (a token file) or 'synthetic' (the built-in generator)");
+    return;
+  }
+  d.RejectUnknownKeys({"path", "format", "synthetic"});
+  const bool has_path = d.Has("path");
+  const bool has_synthetic = d.Has("synthetic");
+  if (has_path == has_synthetic) {
+    d.Error("set exactly one of 'path' (a token file) or 'synthetic' (the built-in generator)");
+    return;
+  }
+  if (has_path) {
+    ParseFileDataset(d, options, ds);
+  } else {
+    d.Check(!d.Has("format"), "format", "only applies to dataset.path");
+    ParseSyntheticDataset(d.Child("synthetic"), ds);
+  }
+}
+
+void ParseHyperparameters(const ConfigReader& r, Hyperparameters* h) {
+  ConfigReader hp = r.RequiredChild("hyperparameters");
+  if (!hp.present()) return;
+  hp.RejectUnknownKeys(
+      {"learning_rate", "batch_size", "grad_accumulation", "lora_rank", "lora_alpha", "optimizer", "seed"});
+  if (auto lr = RequiredValue<double>(hp, "learning_rate")) {
+    h->learning_rate = *lr;
+    hp.CheckPositive("learning_rate", h->learning_rate);
+  }
+  if (auto bs = RequiredValue<int64_t>(hp, "batch_size")) {
+    h->batch_size = *bs;
+    hp.Check(h->batch_size >= 1, "batch_size", StrCat("must be at least 1, got ", h->batch_size));
+  }
+  h->grad_accumulation = hp.Optional<int64_t>("grad_accumulation", h->grad_accumulation);
+  hp.Check(h->grad_accumulation >= 1, "grad_accumulation", StrCat("must be at least 1, got ", h->grad_accumulation));
+  h->lora_rank = hp.Optional<int64_t>("lora_rank", h->lora_rank);
+  hp.Check(h->lora_rank >= 1, "lora_rank", StrCat("must be at least 1, got ", h->lora_rank));
+  h->lora_alpha = hp.Optional<double>("lora_alpha", h->lora_alpha);
+  hp.CheckPositive("lora_alpha", h->lora_alpha);
+  const std::string opt = hp.Optional<std::string>("optimizer", "adamw");
+  if (opt == "adamw") {
+    h->optimizer = Optimizer::kAdamW;
+  } else if (opt == "sgd") {
+    h->optimizer = Optimizer::kSgd;
+  } else {
+    hp.Check(false, "optimizer", StrCat("must be adamw or sgd, got '", opt, "'"));
+  }
+  const int64_t seed = hp.Optional<int64_t>("seed", 0);
+  hp.Check(seed >= 0, "seed", StrCat("must not be negative, got ", seed));
+  h->seed = static_cast<uint64_t>(std::max<int64_t>(seed, 0));
+}
+
+void ParseStop(const ConfigReader& r, StopCondition* stop) {
+  ConfigReader s = r.RequiredChild("stop");
+  if (!s.present()) return;
+  s.RejectUnknownKeys({"metric", "target", "max_epochs", "max_iterations"});
+  const std::string metric = s.Required<std::string>("metric");
+  bool metric_ok = true;
+  if (metric == "accuracy") {
+    stop->metric = StopMetric::kAccuracy;
+  } else if (metric == "loss") {
+    stop->metric = StopMetric::kLoss;
+  } else if (metric == "perplexity") {
+    stop->metric = StopMetric::kPerplexity;
+  } else {
+    metric_ok = false;
+    if (!metric.empty()) s.Check(false, "metric", StrCat("must be accuracy, loss or perplexity, got '", metric, "'"));
+  }
+  const std::optional<double> target = RequiredValue<double>(s, "target");
+  stop->target = target.value_or(0);
+  if (metric_ok && target.has_value()) {
+    switch (stop->metric) {
+      case StopMetric::kAccuracy:
+        s.Check(stop->target > 0 && stop->target <= 1, "target",
+                StrCat("an accuracy target must be in (0, 1], got ", stop->target));
+        break;
+      case StopMetric::kLoss:
+        s.Check(stop->target >= 0, "target", StrCat("a loss target must not be negative, got ", stop->target));
+        break;
+      case StopMetric::kPerplexity:
+        s.Check(stop->target >= 1, "target", StrCat("a perplexity target must be at least 1, got ", stop->target));
+        break;
+    }
+  }
+  if (auto epochs = RequiredValue<int64_t>(s, "max_epochs")) {
+    stop->max_epochs = *epochs;
+    s.Check(stop->max_epochs >= 1, "max_epochs", StrCat("must be at least 1, got ", stop->max_epochs));
+  }
+  if (s.Has("max_iterations")) {
+    if (auto iters = RequiredValue<int64_t>(s, "max_iterations")) {
+      stop->max_iterations = *iters;
+      s.Check(stop->max_iterations >= 1, "max_iterations", StrCat("must be at least 1, got ", stop->max_iterations));
+    }
+  }
+}
+
+void ParseGpus(const ConfigReader& r, JobSpec* spec) {
+  const int64_t pp = r.Optional<int64_t>("pipeline_parallel", 1);
+  const bool pp_ok = pp == 1 || pp == 2 || pp == 4 || pp == 8;
+  r.Check(pp_ok, "pipeline_parallel", StrCat("must be 1, 2, 4 or 8, got ", pp));
+  spec->pipeline_parallel = pp_ok ? static_cast<int>(pp) : 1;
+  ConfigReader g = r.Child("gpus");
+  int64_t min = spec->pipeline_parallel;
+  int64_t max = -1;
+  if (g.present()) {
+    if (!g.IsMap()) {
+      g.Error("expected a map such as {min: 1, max: 4}");
+    } else {
+      g.RejectUnknownKeys({"min", "max"});
+      min = g.Optional<int64_t>("min", min);
+      max = g.Optional<int64_t>("max", -1);
+    }
+  }
+  if (max < 0) max = std::max<int64_t>(min, 1);
+  bool ok = true;
+  if (min < 1 || min > kMaxGpus) {
+    g.Check(false, "min", StrCat("must be in 1..", kMaxGpus, ", got ", min));
+    ok = false;
+  }
+  if (max < 1 || max > kMaxGpus) {
+    g.Check(false, "max", StrCat("must be in 1..", kMaxGpus, ", got ", max));
+    ok = false;
+  }
+  if (ok && max < min) {
+    g.Check(false, "max", StrCat("must be at least gpus.min (", min, "), got ", max));
+    ok = false;
+  }
+  if (ok && pp_ok && pp > 1) {
+    // Each data-parallel replica is a pipeline of `pp` stages, one per GPU.
+    g.Check(min % pp == 0, "min", StrCat("must be a multiple of pipeline_parallel (", pp, "), got ", min));
+    g.Check(max % pp == 0, "max", StrCat("must be a multiple of pipeline_parallel (", pp, "), got ", max));
+  }
+  spec->min_gpus = static_cast<int>(std::clamp<int64_t>(min, 1, kMaxGpus));
+  spec->max_gpus = static_cast<int>(std::clamp<int64_t>(max, 1, kMaxGpus));
+}
+
+void ParseTenancy(const ConfigReader& r, const JobSpecOptions& options, JobSpec* spec,
+                  std::vector<std::string>* warnings) {
+  const std::string yaml_tenant = r.Optional<std::string>("tenant", "");
+  CheckName(r, "tenant", yaml_tenant, "a tenant");
+  if (!options.tenant.empty()) {
+    r.Check(yaml_tenant.empty() || yaml_tenant == options.tenant, "tenant",
+            StrCat("is '", yaml_tenant, "' but the job is submitted for tenant '", options.tenant, "'"));
+    spec->tenant = options.tenant;
+  } else {
+    spec->tenant = yaml_tenant.empty() ? "default" : yaml_tenant;
+  }
+  spec->trust_domain = r.Optional<std::string>("trust_domain", "");
+  CheckName(r, "trust_domain", spec->trust_domain, "a trust domain");
+  if (spec->trust_domain.empty()) {
+    spec->trust_domain = spec->tenant;
+    if (spec->allow_sharing && warnings != nullptr) {
+      warnings->push_back(StrCat("trust_domain is not set: the job shares work only with jobs of tenant '",
+                                 spec->tenant, "'"));
+    }
+  }
+  const int64_t priority = r.Optional<int64_t>("priority", 0);
+  r.Check(priority >= kMinPriority && priority <= kMaxPriority, "priority",
+          StrCat("must be in ", kMinPriority, "..", kMaxPriority, ", got ", priority));
+  spec->priority = static_cast<int>(std::clamp(priority, kMinPriority, kMaxPriority));
+}
+
+}  // namespace
+
+std::string_view OptimizerName(Optimizer o) { return o == Optimizer::kAdamW ? "adamw" : "sgd"; }
+
+std::string_view StopMetricName(StopMetric m) {
+  switch (m) {
+    case StopMetric::kAccuracy: return "accuracy";
+    case StopMetric::kLoss: return "loss";
+    case StopMetric::kPerplexity: return "perplexity";
+  }
+  return "?";
+}
+
+bool HigherIsBetter(StopMetric m) { return m == StopMetric::kAccuracy; }
+
+std::string_view DatasetFormatName(DatasetFormat f) { return f == DatasetFormat::kJsonl ? "jsonl" : "tokens-bin"; }
+
+JobSpec ParseJobSpec(const ConfigReader& r, const JobSpecOptions& options, std::vector<std::string>* warnings) {
+  JobSpec spec;
+  if (!r.present()) {
+    r.Error("the job description is empty");
+    return spec;
+  }
+  if (!r.IsMap()) {
+    r.Error("expected a map with name, backbone, dataset, hyperparameters and stop");
+    return spec;
+  }
+  r.RejectUnknownKeys({"name", "backbone", "dataset", "hyperparameters", "stop", "allow_sharing", "pipeline_parallel",
+                       "gpus", "tenant", "trust_domain", "priority"});
+  spec.name = r.Required<std::string>("name");
+  CheckName(r, "name", spec.name, "a job name");
+  ParseBackbone(r, options, &spec);
+  ParseDataset(r, options, &spec.dataset);
+  ParseHyperparameters(r, &spec.hyperparameters);
+  ParseStop(r, &spec.stop);
+  spec.allow_sharing = r.Optional<bool>("allow_sharing", true);
+  ParseGpus(r, &spec);
+  ParseTenancy(r, options, &spec, warnings);
+  return spec;
+}
+
+absl::StatusOr<ParsedJobSpec> ParseJobSpec(std::string_view yaml, const JobSpecOptions& options) {
+  SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlString(ToAbsl(yaml), options.source));
+  ConfigErrors errors;
+  ConfigReader r(root, options.source, &errors);
+  ParsedJobSpec out;
+  out.spec = ParseJobSpec(r, options, &out.warnings);
+  SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());
+  return out;
+}
+
+absl::StatusOr<ParsedJobSpec> LoadJobSpecFile(const std::string& path, JobSpecOptions options) {
+  SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
+  options.source = path;
+  if (options.base_dir.empty()) {
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+    options.base_dir = (ec ? std::filesystem::path(path) : abs).parent_path().string();
+  }
+  ConfigErrors errors;
+  ConfigReader r(root, options.source, &errors);
+  ParsedJobSpec out;
+  out.spec = ParseJobSpec(r, options, &out.warnings);
+  SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());
+  return out;
+}
+
+}  // namespace slicesched::jobs
