@@ -164,7 +164,7 @@ struct GroupForwardResult {
 // The training forward of fused group `group` on hidden [B, S, hidden]
 // (positions 0..S-1, causal, no KV cache). `tasks` are the adapter slots
 // (row_task indexes them; every TaskAdapters must fit `base`'s dims, and all
-// must have the same LoRA rank).
+// must have the same LoRA config, rank and alpha).
 absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, int64_t group,
                                                      std::span<const TaskAdapters* const> tasks,
                                                      std::span<const int64_t> row_task,
