@@ -460,7 +460,9 @@ TEST(TrainOpsTest, CheckpointRoundTripResumesBitIdentically) {
   auto w = TinyWeights();
   const int64_t V = Tiny().vocab;
   TaskState task = NewTask(3, 81);
-  task.adamw.beta2 = 0.98765;  // exact non-default metadata
+  // Metadata that only an exact (17-digit) spelling round-trips.
+  task.adamw.beta2 = 0.9876543210987654;
+  task.adamw.lr = 0.01 / 3.0;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(AccumulateMicroBatch(*w, task, ClassBatch(2, 5, 3, V, 82 + i)).ok());
     ASSERT_TRUE(AdamWStep(task).ok());
