@@ -234,6 +234,31 @@ TEST(TrainOpsTest, GradientsMatchReferenceAndFiniteDifferences) {
   std::printf("[ numerics ] reference gradient vs finite differences: max |diff| %.3g\n", worst_fd);
 }
 
+// A bf16 backbone trains too (LoRA branch and head in f32): its gradients
+// are close to the f64 reference on the same (bf16) weights.
+TEST(TrainOpsTest, Bf16BackboneGradientsAreCloseToReference) {
+  LlamaDims d = Tiny();
+  d.dtype = DType::kBF16;
+  auto w = LlamaWeights::FromSeed(d, 1234);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto a = TaskAdapters::Init(d, LoraConfig{4, 8.0}, 3, 23);
+  ASSERT_TRUE(a.ok()) << a.status();
+  RandomizeB(*a, 400);
+  const TrainBatch batch = ClassBatch(2, 6, 3, d.vocab, 7);
+  const TaskAdapters* slots[] = {&*a};
+  auto fused = ComputeGradients(**w, slots, batch);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  auto ref = ReferenceTrainLoss(**w, slots, batch);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_NEAR(fused->loss[0], ref->loss[0], 0.05 * std::fabs(ref->loss[0]));
+  const auto [diff, mag] = MaxDiff(fused->grads[0], ref->grads[0]);
+  EXPECT_GT(mag, 1e-4);
+  EXPECT_LE(diff, 0.05 * mag);
+  EXPECT_EQ(fused->grads[0].head.dtype(), DType::kF32);
+  std::printf("[ numerics ] bf16 backbone vs f64 reference: loss %.4f vs %.4f, grad max rel diff %.3g\n",
+              fused->loss[0], ref->loss[0], diff / mag);
+}
+
 // The per-group operators, with every activation and gradient crossing a
 // "device boundary" as a host copy, give the one-shot backward's gradients.
 TEST(TrainOpsTest, PipelinedBackwardEqualsOneShot) {
