@@ -305,10 +305,11 @@ TaskAdapters CurrentAdapters(LlamaTrainJob& job) {
 
 // Checks the instance's R / NC bindings against the job.
 absl::Status CheckJobAttrs(const KernelCall& call, const TaskAdapters& params) {
-  if (const std::optional<int64_t> r = Attr(call, "rank"); r.has_value() && *r != params.lora.rank) {
-    return absl::FailedPreconditionError(StrCat(Label(call), ": the instance binds LoRA rank R = ",
-                                                *r, ", the job's adapters have rank ",
-                                                params.lora.rank));
+  if (const std::optional<int64_t> r = Attr(call, "rank");
+      r.has_value() && *r != params.lora.rank) {
+    return absl::FailedPreconditionError(
+        StrCat(Label(call), ": the instance binds LoRA rank R = ", *r,
+               ", the job's adapters have rank ", params.lora.rank));
   }
   if (const std::optional<int64_t> nc = Attr(call, "outputs");
       nc.has_value() && *nc != params.head_outputs()) {
@@ -416,12 +417,13 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
       SLICESCHED_ASSIGN_OR_RETURN(const Tensor* t, InputTensor(call, i));
       const std::vector<float> v = t->ToFloat();
       if (v.size() != 1) {
-        return absl::InvalidArgumentError(StrCat(Label(call), ": loss input is ", t->DebugString()));
+        return absl::InvalidArgumentError(
+            StrCat(Label(call), ": loss input is ", t->DebugString()));
       }
       loss = v[0];
     } else {
-      return absl::InvalidArgumentError(StrCat(Label(call), ": unexpected input '", name,
-                                               "' (payload kind ", in.kind, ")"));
+      return absl::InvalidArgumentError(
+          StrCat(Label(call), ": unexpected input '", name, "' (payload kind ", in.kind, ")"));
     }
   }
   for (size_t l = 0; l < seen.size(); ++l) {
@@ -439,7 +441,9 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
   grads.layers = std::move(layers);
   grads.head = std::move(head);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, job.state.params));
-  if (absl::Status s = AccumulateGradients(job.state, grads); !s.ok()) return Annotate(s, Label(call));
+  if (absl::Status s = AccumulateGradients(job.state, grads); !s.ok()) {
+    return Annotate(s, Label(call));
+  }
   if (loss.has_value()) job.losses.push_back(*loss);
   if (job.state.accumulated >= std::max<int64_t>(1, job.accumulation)) {
     if (absl::Status s = AdamWStep(job.state); !s.ok()) return Annotate(s, Label(call));

@@ -43,8 +43,11 @@ at::Tensor RefRope(const at::Tensor& x, double theta) {
     }
   }
   const auto opts = at::TensorOptions().dtype(at::kDouble);
-  const at::Tensor cs = at::from_blob(c.data(), {1, T, 1, half}, opts).to(x.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
-  const at::Tensor sn = at::from_blob(s.data(), {1, T, 1, half}, opts).to(x.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+  // Copies: autograd keeps the tables for the backward, after c and s die.
+  const at::Tensor cs = at::from_blob(c.data(), {1, T, 1, half}, opts)
+                            .to(x.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+  const at::Tensor sn = at::from_blob(s.data(), {1, T, 1, half}, opts)
+                            .to(x.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
   const at::Tensor x1 = x.slice(3, 0, half);
   const at::Tensor x2 = x.slice(3, half, hd);
   return at::cat({x1 * cs - x2 * sn, x2 * cs + x1 * sn}, 3);
@@ -106,8 +109,8 @@ absl::StatusOr<Tensor> ReferenceForward(const LlamaWeights& weights, const Tenso
 // row with merged weights W + s B A and per-head attention; one autograd
 // graph for the whole model.
 absl::StatusOr<ReferenceTrainResult> ReferenceTrainLoss(
-    const LlamaWeights& weights, std::span<const TaskAdapters* const> tasks, const TrainBatch& batch,
-    const std::optional<ReferencePerturbation>& perturb) {
+    const LlamaWeights& weights, std::span<const TaskAdapters* const> tasks,
+    const TrainBatch& batch, const std::optional<ReferencePerturbation>& perturb) {
   const LlamaDims& d = weights.dims();
   constexpr std::string_view kOp = "ReferenceTrainLoss";
   const auto ts = batch.tokens.shape();
@@ -144,10 +147,11 @@ absl::StatusOr<ReferenceTrainResult> ReferenceTrainLoss(
     for (size_t t = 0; t < tasks.size(); ++t) {
       for (const auto& [name, tensor] : tasks[t]->NamedTensors()) {
         at::Tensor x = D(tensor).clone();
-        if (perturb.has_value() && perturb->task == static_cast<int64_t>(t) && perturb->name == name) {
+        if (perturb.has_value() && perturb->task == static_cast<int64_t>(t) &&
+            perturb->name == name) {
           if (perturb->index < 0 || perturb->index >= x.numel()) {
-            return absl::OutOfRangeError(StrCat(kOp, ": perturbation index ", perturb->index,
-                                                " outside '", name, "'"));
+            return absl::OutOfRangeError(
+                StrCat(kOp, ": perturbation index ", perturb->index, " outside '", name, "'"));
           }
           x.view({-1})[perturb->index].add_(perturb->delta);
         }
@@ -174,7 +178,8 @@ absl::StatusOr<ReferenceTrainResult> ReferenceTrainLoss(
         const at::Tensor wv = D(lw.v_proj) + s * at::matmul(lv[k + 3], lv[k + 2]);
         const at::Tensor h = RefRmsNorm(x, D(lw.input_layernorm), eps);
         const at::Tensor q = RefRope(at::matmul(h, wq.t()).reshape({1, T, d.heads, hd}), theta)[0];
-        const at::Tensor kk = RefRope(at::matmul(h, D(lw.k_proj).t()).reshape({1, T, d.kv_heads, hd}), theta)[0];
+        const at::Tensor kk =
+            RefRope(at::matmul(h, D(lw.k_proj).t()).reshape({1, T, d.kv_heads, hd}), theta)[0];
         const at::Tensor v = at::matmul(h, wv.t()).reshape({T, d.kv_heads, hd});
         std::vector<at::Tensor> heads;
         for (int64_t head = 0; head < d.heads; ++head) {
@@ -221,7 +226,8 @@ absl::StatusOr<ReferenceTrainResult> ReferenceTrainLoss(
       size_t k = 0;
       auto grad_of = [&](size_t j) {
         const at::Tensor& gr = leaves[t][j].grad();
-        return TensorAccess::Wrap(gr.defined() ? gr.detach() : at::zeros_like(leaves[t][j].detach()));
+        return TensorAccess::Wrap(gr.defined() ? gr.detach()
+                                               : at::zeros_like(leaves[t][j].detach()));
       };
       for (LoraLayer& l : g.layers) {
         l.q_a = grad_of(k++);

@@ -94,12 +94,13 @@ absl::Status CheckSlots(std::string_view op, const LlamaDims& dims,
 }
 
 // row_task -> int64 [B] index tensor (all zeros when empty).
-absl::StatusOr<std::vector<int64_t>> RowTasks(std::string_view op, std::span<const int64_t> row_task,
-                                              int64_t batch, size_t num_tasks) {
+absl::StatusOr<std::vector<int64_t>> RowTasks(std::string_view op,
+                                              std::span<const int64_t> row_task, int64_t batch,
+                                              size_t num_tasks) {
   if (row_task.empty()) return std::vector<int64_t>(static_cast<size_t>(batch), 0);
   if (static_cast<int64_t>(row_task.size()) != batch) {
-    return absl::InvalidArgumentError(StrCat(op, ": row_task has ", row_task.size(),
-                                             " entries for a batch of ", batch, " rows"));
+    return absl::InvalidArgumentError(
+        StrCat(op, ": row_task has ", row_task.size(), " entries for a batch of ", batch, " rows"));
   }
   for (size_t b = 0; b < row_task.size(); ++b) {
     if (row_task[b] < 0 || row_task[b] >= static_cast<int64_t>(num_tasks)) {
@@ -135,12 +136,13 @@ absl::Status CheckLabels(std::string_view op, const Tensor& labels, int64_t B, i
                          std::span<const TaskAdapters* const> tasks) {
   const std::vector<int64_t> want = {B, S};
   if (!labels.defined() || labels.dtype() != DType::kI64 || labels.shape() != want) {
-    return absl::InvalidArgumentError(StrCat(op, ": labels are ", labels.DebugString(),
-                                             ", expected i64", ShapeString(want)));
+    return absl::InvalidArgumentError(
+        StrCat(op, ": labels are ", labels.DebugString(), ", expected i64", ShapeString(want)));
   }
   const std::vector<int64_t> v = labels.ToInt64();
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t classes = tasks[static_cast<size_t>(rows[static_cast<size_t>(b)])]->head_outputs();
+    const int64_t classes =
+        tasks[static_cast<size_t>(rows[static_cast<size_t>(b)])]->head_outputs();
     for (int64_t s = 0; s < S; ++s) {
       const int64_t y = v[static_cast<size_t>(b * S + s)];
       if (y < -1 || y >= classes) {
@@ -155,10 +157,10 @@ absl::Status CheckLabels(std::string_view op, const Tensor& labels, int64_t B, i
 
 absl::Status CheckBatch(std::string_view op, const LlamaDims& d, const TrainBatch& batch) {
   const auto s = batch.tokens.shape();
-  if (!batch.tokens.defined() || batch.tokens.dtype() != DType::kI64 || s.size() != 2 ||
-      s[0] < 1 || s[1] < 1) {
-    return absl::InvalidArgumentError(StrCat(op, ": tokens are ", batch.tokens.DebugString(),
-                                             ", expected i64[B >= 1, S >= 1]"));
+  if (!batch.tokens.defined() || batch.tokens.dtype() != DType::kI64 || s.size() != 2 || s[0] < 1 ||
+      s[1] < 1) {
+    return absl::InvalidArgumentError(
+        StrCat(op, ": tokens are ", batch.tokens.DebugString(), ", expected i64[B >= 1, S >= 1]"));
   }
   for (int64_t id : batch.tokens.ToInt64()) {
     if (id < 0 || id >= d.vocab) {
@@ -201,7 +203,8 @@ at::Tensor GroupGraph(const LlamaWeights& base, int64_t group, const SlotLeaves&
     // Per-row LoRA factors: [B, ...] gathered from the slots' leaves.
     auto gather = [&](size_t k) {
       std::vector<at::Tensor> per_slot;
-      for (const auto& slot : leaves) per_slot.push_back(slot[leaf_offset + static_cast<size_t>(l)][k]);
+      for (const auto& slot : leaves)
+        per_slot.push_back(slot[leaf_offset + static_cast<size_t>(l)][k]);
       return at::stack(per_slot, 0).index_select(0, rows);
     };
     const at::Tensor qa = gather(0), qb = gather(1), va = gather(2), vb = gather(3);
@@ -213,7 +216,8 @@ at::Tensor GroupGraph(const LlamaWeights& base, int64_t group, const SlotLeaves&
     };
     at::Tensor q = (at::linear(h, P(lw.q_proj)) + lora(qa, qb)).view({B, S, H, HD}).transpose(1, 2);
     at::Tensor k = at::linear(h, P(lw.k_proj)).view({B, S, KVH, HD}).transpose(1, 2);
-    at::Tensor v = (at::linear(h, P(lw.v_proj)) + lora(va, vb)).view({B, S, KVH, HD}).transpose(1, 2);
+    at::Tensor v =
+        (at::linear(h, P(lw.v_proj)) + lora(va, vb)).view({B, S, KVH, HD}).transpose(1, 2);
     q = internal::ApplyRope(q, rope_cos, rope_sin);
     k = internal::ApplyRope(k, rope_cos, rope_sin);
     if (H != KVH) {
@@ -287,8 +291,8 @@ absl::StatusOr<TaskAdapters> TaskAdapters::Init(const LlamaDims& dims, const Lor
   SLICESCHED_RETURN_IF_ERROR(dims.Validate());
   SLICESCHED_RETURN_IF_ERROR(lora.Validate());
   if (head_outputs < 1) {
-    return absl::InvalidArgumentError(StrCat("TaskAdapters::Init: head_outputs must be >= 1, got ",
-                                             head_outputs));
+    return absl::InvalidArgumentError(
+        StrCat("TaskAdapters::Init: head_outputs must be >= 1, got ", head_outputs));
   }
   try {
     c10::InferenceMode guard;
@@ -318,7 +322,8 @@ absl::StatusOr<TaskAdapters> TaskAdapters::ZerosLike(const TaskAdapters& like) {
   try {
     c10::InferenceMode guard;
     for (Tensor* t : internal::AdapterTensors(out)) {
-      if (!t->defined()) return absl::InvalidArgumentError("TaskAdapters::ZerosLike: undefined tensor");
+      if (!t->defined())
+        return absl::InvalidArgumentError("TaskAdapters::ZerosLike: undefined tensor");
       *t = Access::Wrap(at::zeros(t->shape(), at::TensorOptions().dtype(at::kFloat)));
     }
   } catch (...) {
@@ -360,7 +365,8 @@ absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, i
   }
 }
 
-absl::StatusOr<GroupBackwardResult> TrainGroupBackward(GroupTape& tape, const Tensor& d_hidden_out) {
+absl::StatusOr<GroupBackwardResult> TrainGroupBackward(GroupTape& tape,
+                                                       const Tensor& d_hidden_out) {
   const std::string op = StrCat(tape.op, " backward");
   if (tape.used) {
     return absl::FailedPreconditionError(StrCat(op, ": this tape was already used by a backward"));
@@ -463,7 +469,8 @@ absl::StatusOr<TaskGradients> ComputeGradients(const LlamaWeights& base,
       h = std::move(f.hidden_out);
       tapes.push_back(std::move(f.tape));
     }
-    SLICESCHED_ASSIGN_OR_RETURN(HeadLossResult head, TrainHeadLoss(base, tasks, rows, h, batch.labels));
+    SLICESCHED_ASSIGN_OR_RETURN(HeadLossResult head,
+                                TrainHeadLoss(base, tasks, rows, h, batch.labels));
     out.loss = head.loss;
     out.counted = head.counted;
     for (size_t t = 0; t < tasks.size(); ++t) out.grads[t].head = head.d_head[t];
@@ -506,7 +513,8 @@ absl::StatusOr<TaskGradients> ComputeGradients(const LlamaWeights& base,
     for (const at::Tensor& l : hg.loss) out.loss.push_back(l.defined() ? l.item<double>() : 0.0);
     for (size_t t = 0; t < tasks.size(); ++t) {
       out.grads[t].head = Access::Wrap(GradOf(heads[t]));
-      for (size_t l = 0; l < leaves[t].size(); ++l) out.grads[t].layers[l] = LayerGrads(leaves[t][l]);
+      for (size_t l = 0; l < leaves[t].size(); ++l)
+        out.grads[t].layers[l] = LayerGrads(leaves[t][l]);
     }
     return out;
   } catch (...) {
@@ -551,8 +559,8 @@ absl::Status AccumulateGradients(TaskState& state, const TaskAdapters& grad) {
 absl::Status AdamWStep(TaskState& state) {
   constexpr std::string_view kOp = "AdamWStep";
   if (state.accumulated < 1) {
-    return absl::FailedPreconditionError(StrCat(kOp, ": no gradients accumulated since step ",
-                                                state.step));
+    return absl::FailedPreconditionError(
+        StrCat(kOp, ": no gradients accumulated since step ", state.step));
   }
   SLICESCHED_RETURN_IF_ERROR(state.adamw.Validate());
   const AdamWOptions& o = state.adamw;
@@ -564,7 +572,8 @@ absl::Status AdamWStep(TaskState& state) {
     std::vector<Tensor*> v = internal::AdapterTensors(next.v);
     std::vector<Tensor*> gs = internal::AdapterTensors(next.grad_sum);
     if (m.size() != p.size() || v.size() != p.size() || gs.size() != p.size()) {
-      return absl::InvalidArgumentError(StrCat(kOp, ": optimizer state does not match the parameters"));
+      return absl::InvalidArgumentError(
+          StrCat(kOp, ": optimizer state does not match the parameters"));
     }
     const double t = static_cast<double>(state.step + 1);
     const double bc1 = 1.0 - std::pow(o.beta1, t);
@@ -577,7 +586,8 @@ absl::Status AdamWStep(TaskState& state) {
       const at::Tensor p2 =
           Access::Unwrap(*p[i]) * (1.0 - o.lr * o.weight_decay) - (m2 / bc1) / denom * o.lr;
       if (p2.sizes() != Access::Unwrap(*p[i]).sizes()) {
-        return absl::InvalidArgumentError(StrCat(kOp, ": optimizer state does not match the parameters"));
+        return absl::InvalidArgumentError(
+            StrCat(kOp, ": optimizer state does not match the parameters"));
       }
       *p[i] = Access::Wrap(p2);
       *m[i] = Access::Wrap(m2);
@@ -625,22 +635,26 @@ absl::Status JointAdamWStep(std::span<TaskState* const> tasks) {
   constexpr std::string_view kOp = "JointAdamWStep";
   if (tasks.empty()) return absl::InvalidArgumentError(StrCat(kOp, ": no tasks"));
   for (size_t t = 0; t < tasks.size(); ++t) {
-    if (tasks[t] == nullptr) return absl::InvalidArgumentError(StrCat(kOp, ": task ", t, " is null"));
+    if (tasks[t] == nullptr)
+      return absl::InvalidArgumentError(StrCat(kOp, ": task ", t, " is null"));
     if (tasks[t]->accumulated < 1) {
       return absl::FailedPreconditionError(
           StrCat(kOp, ": task ", t, " has no gradients accumulated"));
     }
   }
   const size_t num_lora = tasks[0]->params.layers.size() * 4;
-  const std::vector<const Tensor*> shared = internal::AdapterTensors(std::as_const(tasks[0]->params));
+  const std::vector<const Tensor*> shared =
+      internal::AdapterTensors(std::as_const(tasks[0]->params));
   for (size_t t = 1; t < tasks.size(); ++t) {
-    const std::vector<const Tensor*> mine = internal::AdapterTensors(std::as_const(tasks[t]->params));
+    const std::vector<const Tensor*> mine =
+        internal::AdapterTensors(std::as_const(tasks[t]->params));
     bool same = mine.size() == shared.size();
     for (size_t i = 0; same && i < num_lora; ++i) same = mine[i]->MaxAbsDiff(*shared[i]) == 0.0;
     if (!same) {
-      return absl::FailedPreconditionError(StrCat(
-          kOp, ": task ", t, "'s LoRA adapter differs from task 0's: the tasks do not share one "
-          "adapter (call ShareLora first)"));
+      return absl::FailedPreconditionError(
+          StrCat(kOp, ": task ", t,
+                 "'s LoRA adapter differs from task 0's: the tasks do not share one "
+                 "adapter (call ShareLora first)"));
     }
   }
   std::vector<TaskState> stepped;

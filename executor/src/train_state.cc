@@ -105,14 +105,16 @@ absl::Status LoraConfig::Validate() const {
 
 absl::Status AdamWOptions::Validate() const {
   auto bad = [](double x) { return !std::isfinite(x); };
-  if (bad(lr) || lr < 0.0) return absl::InvalidArgumentError(StrCat("AdamW: lr must be >= 0, got ", lr));
+  if (bad(lr) || lr < 0.0)
+    return absl::InvalidArgumentError(StrCat("AdamW: lr must be >= 0, got ", lr));
   if (bad(beta1) || beta1 < 0.0 || beta1 >= 1.0) {
     return absl::InvalidArgumentError(StrCat("AdamW: beta1 must be in [0, 1), got ", beta1));
   }
   if (bad(beta2) || beta2 < 0.0 || beta2 >= 1.0) {
     return absl::InvalidArgumentError(StrCat("AdamW: beta2 must be in [0, 1), got ", beta2));
   }
-  if (bad(eps) || eps <= 0.0) return absl::InvalidArgumentError(StrCat("AdamW: eps must be > 0, got ", eps));
+  if (bad(eps) || eps <= 0.0)
+    return absl::InvalidArgumentError(StrCat("AdamW: eps must be > 0, got ", eps));
   if (bad(weight_decay) || weight_decay < 0.0) {
     return absl::InvalidArgumentError(
         StrCat("AdamW: weight_decay must be >= 0, got ", weight_decay));
@@ -159,10 +161,10 @@ absl::Status TaskAdapters::Check(const LlamaDims& dims) const {
   for (size_t i = 0; i < named.size(); ++i) {
     const Tensor& t = named[i].second;
     if (!t.defined() || t.dtype() != DType::kF32 || t.shape() != shapes[i]) {
-      return absl::InvalidArgumentError(
-          StrCat("adapter tensor '", named[i].first, "' is ", t.DebugString(), ", expected f32",
-                 internal::ShapeString(shapes[i]), " (model '", dims.name, "', LoRA rank ",
-                 lora.rank, ")"));
+      return absl::InvalidArgumentError(StrCat("adapter tensor '", named[i].first, "' is ",
+                                               t.DebugString(), ", expected f32",
+                                               internal::ShapeString(shapes[i]), " (model '",
+                                               dims.name, "', LoRA rank ", lora.rank, ")"));
     }
   }
   return absl::OkStatus();
@@ -172,7 +174,8 @@ absl::Status TaskState::Check(const LlamaDims& dims) const {
   SLICESCHED_RETURN_IF_ERROR(params.Check(dims));
   SLICESCHED_RETURN_IF_ERROR(adamw.Validate());
   for (const auto& [what, a] : {std::pair<const char*, const TaskAdapters*>{"first moments", &m},
-                                {"second moments", &v}, {"accumulated gradients", &grad_sum}}) {
+                                {"second moments", &v},
+                                {"accumulated gradients", &grad_sum}}) {
     absl::Status s = a->Check(dims);
     if (!s.ok()) return Annotate(s, StrCat("optimizer ", what));
     if (a->head_outputs() != params.head_outputs() || a->lora.rank != params.lora.rank) {
@@ -217,14 +220,15 @@ absl::StatusOr<Tensor> NextTokenLabels(const Tensor& tokens) {
 
 absl::StatusOr<Tensor> LastPositionLabels(std::span<const int64_t> classes, int64_t seq_len) {
   if (seq_len < 1) {
-    return absl::InvalidArgumentError(StrCat("LastPositionLabels: seq_len must be >= 1, got ", seq_len));
+    return absl::InvalidArgumentError(
+        StrCat("LastPositionLabels: seq_len must be >= 1, got ", seq_len));
   }
   const int64_t B = static_cast<int64_t>(classes.size());
   std::vector<int64_t> labels(static_cast<size_t>(B * seq_len), -1);
   for (int64_t b = 0; b < B; ++b) {
     if (classes[static_cast<size_t>(b)] < 0) {
-      return absl::InvalidArgumentError(
-          StrCat("LastPositionLabels: negative class ", classes[static_cast<size_t>(b)], " in row ", b));
+      return absl::InvalidArgumentError(StrCat("LastPositionLabels: negative class ",
+                                               classes[static_cast<size_t>(b)], " in row ", b));
     }
     labels[static_cast<size_t>(b * seq_len + seq_len - 1)] = classes[static_cast<size_t>(b)];
   }
@@ -234,15 +238,16 @@ absl::StatusOr<Tensor> LastPositionLabels(std::span<const int64_t> classes, int6
 absl::Status ShareLora(std::span<TaskState* const> tasks) {
   if (tasks.empty()) return absl::InvalidArgumentError("ShareLora: no tasks");
   for (size_t t = 0; t < tasks.size(); ++t) {
-    if (tasks[t] == nullptr) return absl::InvalidArgumentError(StrCat("ShareLora: task ", t, " is null"));
+    if (tasks[t] == nullptr)
+      return absl::InvalidArgumentError(StrCat("ShareLora: task ", t, " is null"));
   }
   const TaskAdapters& src = tasks[0]->params;
   for (size_t t = 1; t < tasks.size(); ++t) {
     const TaskAdapters& dst = tasks[t]->params;
     if (dst.layers.size() != src.layers.size() || dst.lora.rank != src.lora.rank) {
-      return absl::InvalidArgumentError(
-          StrCat("ShareLora: task ", t, " has ", dst.layers.size(), " layers of rank ",
-                 dst.lora.rank, ", task 0 has ", src.layers.size(), " of rank ", src.lora.rank));
+      return absl::InvalidArgumentError(StrCat("ShareLora: task ", t, " has ", dst.layers.size(),
+                                               " layers of rank ", dst.lora.rank, ", task 0 has ",
+                                               src.layers.size(), " of rank ", src.lora.rank));
     }
   }
   for (size_t t = 1; t < tasks.size(); ++t) {
@@ -256,9 +261,9 @@ absl::Status TransferLora(const TaskState& from, TaskState& to) {
   const TaskAdapters& src = from.params;
   const TaskAdapters& dst = to.params;
   if (src.layers.size() != dst.layers.size() || src.lora.rank != dst.lora.rank) {
-    return absl::InvalidArgumentError(
-        StrCat("TransferLora: source has ", src.layers.size(), " layers of rank ", src.lora.rank,
-               ", destination ", dst.layers.size(), " of rank ", dst.lora.rank));
+    return absl::InvalidArgumentError(StrCat("TransferLora: source has ", src.layers.size(),
+                                             " layers of rank ", src.lora.rank, ", destination ",
+                                             dst.layers.size(), " of rank ", dst.lora.rank));
   }
   for (size_t i = 0; i < src.layers.size(); ++i) {
     const LoraLayer& a = src.layers[i];
@@ -285,8 +290,11 @@ absl::Status TransferLora(const TaskState& from, TaskState& to) {
 
 absl::Status SaveTaskCheckpoint(const std::string& path, const TaskState& state) {
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [prefix, a] : {std::pair<const char*, const TaskAdapters*>{"params.", &state.params},
-                                  {"m.", &state.m}, {"v.", &state.v}, {"grad_sum.", &state.grad_sum}}) {
+  for (const auto& [prefix, a] :
+       {std::pair<const char*, const TaskAdapters*>{"params.", &state.params},
+        {"m.", &state.m},
+        {"v.", &state.v},
+        {"grad_sum.", &state.grad_sum}}) {
     for (auto& [name, t] : a->NamedTensors()) tensors.emplace_back(prefix + name, t);
   }
   const std::map<std::string, std::string> meta = {
@@ -352,7 +360,9 @@ absl::StatusOr<TaskState> LoadTaskCheckpoint(const std::string& path, const Llam
   }
   const auto shapes = internal::AdapterShapes(dims, s.params.lora.rank, head_outputs);
   for (const auto& [prefix, a] : {std::pair<const char*, TaskAdapters*>{"params.", &s.params},
-                                  {"m.", &s.m}, {"v.", &s.v}, {"grad_sum.", &s.grad_sum}}) {
+                                  {"m.", &s.m},
+                                  {"v.", &s.v},
+                                  {"grad_sum.", &s.grad_sum}}) {
     a->lora = s.params.lora;
     a->layers.resize(static_cast<size_t>(dims.layers));
     const std::vector<Tensor*> slots = internal::AdapterTensors(*a);

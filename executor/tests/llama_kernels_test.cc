@@ -355,7 +355,8 @@ TEST_F(LlamaKernelsTest, Pp2TrainingIterationsMatchDirectOps) {
   std::vector<double> direct_losses;
   for (int it = 0; it < 4; ++it) {
     const TrainBatch batch = MicroBatch(2, dims_.vocab, static_cast<uint64_t>(it));
-    auto id = gmg_->Instantiate(LlamaTrainStep(*tid, 2, 5, 4, 3, PriorityClass::kOffline, clock_.Now()));
+    auto id =
+        gmg_->Instantiate(LlamaTrainStep(*tid, 2, 5, 4, 3, PriorityClass::kOffline, clock_.Now()));
     ASSERT_TRUE(id.ok()) << id.status();
     runner_->SetTrainRequest(*id, LlamaTrainRequest{job, batch});
     auto r = Run(*id);
@@ -398,8 +399,8 @@ TEST_F(LlamaKernelsTest, TrainingInstanceWithMismatchedRankFailsCleanly) {
     absl::MutexLock l(&job->mu);
     job->state = *init;
   }
-  auto id = gmg_->Instantiate(LlamaTrainStep(*tid, 2, 5, /*rank=*/8, 3, PriorityClass::kOffline,
-                                             clock_.Now()));
+  auto id = gmg_->Instantiate(
+      LlamaTrainStep(*tid, 2, 5, /*rank=*/8, 3, PriorityClass::kOffline, clock_.Now()));
   ASSERT_TRUE(id.ok()) << id.status();
   runner_->SetTrainRequest(*id, LlamaTrainRequest{job, MicroBatch(2, dims_.vocab, 0)});
   auto r = Run(*id);

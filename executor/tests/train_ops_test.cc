@@ -42,7 +42,8 @@ uint64_t Next(uint64_t& x) {
 std::vector<int64_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<int64_t> out;
   uint64_t x = seed;
-  for (int64_t i = 0; i < n; ++i) out.push_back(static_cast<int64_t>(Next(x) % static_cast<uint64_t>(vocab)));
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(static_cast<int64_t>(Next(x) % static_cast<uint64_t>(vocab)));
   return out;
 }
 
@@ -50,7 +51,8 @@ std::vector<int64_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
 Tensor RandomLike(const Tensor& like, double scale, uint64_t seed) {
   uint64_t x = seed;
   std::vector<float> v(static_cast<size_t>(like.numel()));
-  for (float& f : v) f = static_cast<float>(scale * (2.0 * static_cast<double>(Next(x) % 100000) / 99999.0 - 1.0));
+  for (float& f : v)
+    f = static_cast<float>(scale * (2.0 * static_cast<double>(Next(x) % 100000) / 99999.0 - 1.0));
   return Tensor::FromFloat(v, like.shape());
 }
 
@@ -100,7 +102,8 @@ bool BitEqual(const TaskState& a, const TaskState& b) {
 TrainBatch ClassBatch(int64_t rows, int64_t S, int64_t classes, int64_t vocab, uint64_t seed) {
   const auto ids = RandomTokens(rows * S, vocab, seed);
   std::vector<int64_t> cls;
-  for (int64_t b = 0; b < rows; ++b) cls.push_back(ids[static_cast<size_t>(b * S + S - 1)] % classes);
+  for (int64_t b = 0; b < rows; ++b)
+    cls.push_back(ids[static_cast<size_t>(b * S + S - 1)] % classes);
   TrainBatch batch;
   batch.tokens = Tensor::FromInt64(ids, {rows, S});
   batch.labels = *LastPositionLabels(cls, S);
@@ -217,11 +220,14 @@ TEST(TrainOpsTest, GradientsMatchReferenceAndFiniteDifferences) {
   for (int64_t t = 0; t < 2; ++t) {
     for (const auto& [name, index] : std::vector<std::pair<std::string, int64_t>>{
              {"layers.0.q_a", 5}, {"layers.1.v_b", 7}, {"layers.3.q_b", 33}, {"head", 2}}) {
-      auto plus = ReferenceTrainLoss(*w, slots, batch, ReferencePerturbation{t, name, index, delta});
-      auto minus = ReferenceTrainLoss(*w, slots, batch, ReferencePerturbation{t, name, index, -delta});
+      auto plus =
+          ReferenceTrainLoss(*w, slots, batch, ReferencePerturbation{t, name, index, delta});
+      auto minus =
+          ReferenceTrainLoss(*w, slots, batch, ReferencePerturbation{t, name, index, -delta});
       ASSERT_TRUE(plus.ok() && minus.ok()) << plus.status() << minus.status();
       // Only task t's loss depends on task t's adapters.
-      const double fd = (plus->loss[static_cast<size_t>(t)] - minus->loss[static_cast<size_t>(t)]) / (2 * delta);
+      const double fd =
+          (plus->loss[static_cast<size_t>(t)] - minus->loss[static_cast<size_t>(t)]) / (2 * delta);
       EXPECT_EQ(plus->loss[static_cast<size_t>(1 - t)], ref->loss[static_cast<size_t>(1 - t)]);
       double analytic = 0;
       for (const auto& [n, g] : ref->grads[static_cast<size_t>(t)].NamedTensors()) {
@@ -255,8 +261,9 @@ TEST(TrainOpsTest, Bf16BackboneGradientsAreCloseToReference) {
   EXPECT_GT(mag, 1e-4);
   EXPECT_LE(diff, 0.05 * mag);
   EXPECT_EQ(fused->grads[0].head.dtype(), DType::kF32);
-  std::printf("[ numerics ] bf16 backbone vs f64 reference: loss %.4f vs %.4f, grad max rel diff %.3g\n",
-              fused->loss[0], ref->loss[0], diff / mag);
+  std::printf(
+      "[ numerics ] bf16 backbone vs f64 reference: loss %.4f vs %.4f, grad max rel diff %.3g\n",
+      fused->loss[0], ref->loss[0], diff / mag);
 }
 
 // The per-group operators, with every activation and gradient crossing a
@@ -331,7 +338,8 @@ TEST(TrainOpsTest, LossDecreasesAndBackboneStaysFrozen) {
   const TaskAdapters* slots[] = {&task.params};
   auto final_loss = ComputeGradients(*w, slots, batch);
   ASSERT_TRUE(final_loss.ok());
-  std::printf("[ training ] loss %.4f -> %.4f after 20 steps\n", losses.front(), final_loss->loss[0]);
+  std::printf("[ training ] loss %.4f -> %.4f after 20 steps\n", losses.front(),
+              final_loss->loss[0]);
   EXPECT_LT(final_loss->loss[0], 0.5 * losses.front());
   EXPECT_EQ(task.step, 20);
   // The LoRA factors moved (B is no longer zero).
@@ -341,7 +349,8 @@ TEST(TrainOpsTest, LossDecreasesAndBackboneStaysFrozen) {
   EXPECT_GT(b_max, 0.0);
   const auto after = w->NamedTensors();
   ASSERT_EQ(after.size(), before.size());
-  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].second.ToFloat(), before[i]) << after[i].first;
+  for (size_t i = 0; i < after.size(); ++i)
+    EXPECT_EQ(after[i].second.ToFloat(), before[i]) << after[i].first;
 }
 
 // Accumulating two micro-batches of two rows equals one step on the
@@ -409,7 +418,8 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   double worst = 0;
   for (size_t l = 0; l < a.params.layers.size(); ++l) {
     const auto ja = a.params.layers[l].v_b.ToFloat();
-    const auto sa = solo_a.params.layers[l].v_b.ToFloat(), sb = solo_b.params.layers[l].v_b.ToFloat();
+    const auto sa = solo_a.params.layers[l].v_b.ToFloat(),
+               sb = solo_b.params.layers[l].v_b.ToFloat();
     for (size_t i = 0; i < ja.size(); ++i) {
       worst = std::max(worst, std::fabs(double(ja[i]) - 0.5 * (double(sa[i]) + double(sb[i]))));
     }
@@ -425,8 +435,8 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   }
   const std::string path = TempPath("joint_a");
   ASSERT_TRUE(SaveTaskCheckpoint(path, a).ok());
-  TaskState alone = a;           // decoupled A
-  TaskState partner = b;         // decoupled B
+  TaskState alone = a;    // decoupled A
+  TaskState partner = b;  // decoupled B
   auto restored = LoadTaskCheckpoint(path, Tiny());
   ASSERT_TRUE(restored.ok()) << restored.status();
   std::filesystem::remove(path);
@@ -574,7 +584,8 @@ TEST(TrainOpsTest, BadInputsGiveClearErrors) {
   auto f = TrainGroupForward(*w, 0, slots, {}, narrow);
   EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(f.status().message().find("[2,3,32]"), absl::string_view::npos) << f.status();
-  EXPECT_EQ(TrainGroupForward(*w, 2, slots, {}, narrow).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(TrainGroupForward(*w, 2, slots, {}, narrow).status().code(),
+            absl::StatusCode::kOutOfRange);
   // d(out) of the wrong shape; the tape stays usable.
   auto h = Embedding(*w, batch.tokens);
   ASSERT_TRUE(h.ok());

@@ -271,7 +271,8 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildTrain(const LlamaDims&
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaTrainTemplate(const LlamaDims& dims) {
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaTrainTemplate(
+    const LlamaDims& dims) {
   SLICESCHED_RETURN_IF_ERROR(dims.Validate());
   return BuildTrain(dims);
 }

@@ -96,7 +96,8 @@ TEST(LlamaTest, TrainTemplateShapesAndPartitions) {
   devs[0].memory = Bytes::GiB(64);
   GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{12e9, Duration::Micros(20)}));
   TemplateId id = *g.RegisterTemplate(*t);
-  InstanceId i = *g.Instantiate(LlamaTrainStep(id, 2, 64, 16, 10, PriorityClass::kOffline, Timestamp()));
+  InstanceId i =
+      *g.Instantiate(LlamaTrainStep(id, 2, 64, 16, 10, PriorityClass::kOffline, Timestamp()));
   const Instance* inst = g.FindInstance(i);
   const int b0 = *tr.FindOp("b0");
   // LoRA gradients of 8 layers: rank 16 x (2 x 4096 + 4096 + 1024) f32.

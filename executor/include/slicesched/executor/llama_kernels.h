@@ -92,7 +92,7 @@ struct LlamaRequest {
 struct LlamaTrainJob {
   absl::Mutex mu;
   TaskState state ABSL_GUARDED_BY(mu);
-  int64_t accumulation = 1;                         // micro-batches per AdamW step
+  int64_t accumulation = 1;                        // micro-batches per AdamW step
   std::vector<double> losses ABSL_GUARDED_BY(mu);  // per micro-batch, in order
 };
 

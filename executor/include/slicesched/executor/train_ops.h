@@ -122,9 +122,9 @@ struct AdamWOptions {
 struct TaskState {
   TaskAdapters params;
   AdamWOptions adamw;
-  int64_t step = 0;    // optimizer steps taken
-  TaskAdapters m;      // first moments
-  TaskAdapters v;      // second moments
+  int64_t step = 0;         // optimizer steps taken
+  TaskAdapters m;           // first moments
+  TaskAdapters v;           // second moments
   TaskAdapters grad_sum;    // sum of the accumulated micro-batch gradients
   int64_t accumulated = 0;  // micro-batches in grad_sum
 
@@ -181,10 +181,10 @@ struct GroupBackwardResult {
 absl::StatusOr<GroupBackwardResult> TrainGroupBackward(GroupTape& tape, const Tensor& d_hidden_out);
 
 struct HeadLossResult {
-  std::vector<double> loss;     // per slot: mean CE over its labelled positions (0 if none)
-  std::vector<int64_t> counted; // per slot: labelled positions
-  Tensor d_hidden;              // d(sum of the slots' losses) / d(hidden), model dtype
-  std::vector<Tensor> d_head;   // per slot, [outputs, hidden]
+  std::vector<double> loss;      // per slot: mean CE over its labelled positions (0 if none)
+  std::vector<int64_t> counted;  // per slot: labelled positions
+  Tensor d_hidden;               // d(sum of the slots' losses) / d(hidden), model dtype
+  std::vector<Tensor> d_head;    // per slot, [outputs, hidden]
 };
 
 // Final norm, each row's task head and the loss, with the head's backward:
@@ -283,8 +283,8 @@ absl::StatusOr<TaskState> LoadTaskCheckpoint(const std::string& path, const Llam
 // --- Reference for tests -------------------------------------------------------
 
 struct ReferenceTrainResult {
-  std::vector<double> loss;          // per task
-  std::vector<TaskAdapters> grads;   // per task, f64 tensors
+  std::vector<double> loss;         // per task
+  std::vector<TaskAdapters> grads;  // per task, f64 tensors
 };
 
 // An independent, plain implementation of the training objective in f64: for
