@@ -2,6 +2,7 @@
 // the public operator API (llama_ops.h, tensor.h).
 #include "slicesched/executor/llama_kernels.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -112,14 +113,20 @@ void LlamaKernelRunner::SetRequest(InstanceId instance, LlamaRequest request) {
   requests_.insert_or_assign(instance.value(), std::move(request));
 }
 
+void LlamaKernelRunner::SetTrainRequest(InstanceId instance, LlamaTrainRequest request) {
+  absl::MutexLock l(&mu_);
+  train_requests_.insert_or_assign(instance.value(), std::move(request));
+}
+
 void LlamaKernelRunner::EraseRequest(InstanceId instance) {
   absl::MutexLock l(&mu_);
   requests_.erase(instance.value());
+  train_requests_.erase(instance.value());
 }
 
 size_t LlamaKernelRunner::num_requests() const {
   absl::MutexLock l(&mu_);
-  return requests_.size();
+  return requests_.size() + train_requests_.size();
 }
 
 int64_t LlamaKernelRunner::calls() const {
@@ -133,6 +140,16 @@ absl::StatusOr<LlamaRequest> LlamaKernelRunner::Lookup(InstanceId instance) cons
   if (it == requests_.end()) {
     return absl::FailedPreconditionError(
         StrCat("no Llama request registered for instance ", instance));
+  }
+  return it->second;
+}
+
+absl::StatusOr<LlamaTrainRequest> LlamaKernelRunner::LookupTrain(InstanceId instance) const {
+  absl::MutexLock l(&mu_);
+  auto it = train_requests_.find(instance.value());
+  if (it == train_requests_.end() || it->second.job == nullptr) {
+    return absl::FailedPreconditionError(
+        StrCat("no Llama training request (with a job) registered for instance ", instance));
   }
   return it->second;
 }
@@ -156,6 +173,10 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
     case OpKind::kFusedLayers: return RunFusedLayers(call);
     case OpKind::kLmHead: return RunLmHead(call);
     case OpKind::kSample: return RunSample(call);
+    case OpKind::kTrainForward: return RunTrainForward(call);
+    case OpKind::kTrainLoss: return RunTrainLoss(call);
+    case OpKind::kTrainBackward: return RunTrainBackward(call);
+    case OpKind::kOptimizerStep: return RunOptimizerStep(call);
     default:
       return absl::UnimplementedError(StrCat(Label(call), ": the Llama kernels do not implement op kind ",
                                              OpKindName(call.op().kind)));
@@ -164,9 +185,14 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
 
 absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
-  absl::StatusOr<LlamaRequest> req = Lookup(call.instance);
-  if (!req.ok()) return Annotate(req.status(), Label(call));
-  const Tensor& tokens = req->tokens;
+  Tensor tokens;
+  if (absl::StatusOr<LlamaTrainRequest> train = LookupTrain(call.instance); train.ok()) {
+    tokens = train->batch.tokens;
+  } else {
+    absl::StatusOr<LlamaRequest> req = Lookup(call.instance);
+    if (!req.ok()) return Annotate(req.status(), Label(call));
+    tokens = req->tokens;
+  }
   if (!tokens.defined()) {
     return absl::FailedPreconditionError(StrCat(Label(call), ": the request of instance ",
                                                 call.instance, " has no $tokens"));
@@ -187,21 +213,20 @@ absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> LlamaKernelRunner::GroupOf(const KernelCall& call) const {
+  // The group: the op whose weights are this group's layers.
+  const OpSpec& op = call.op();
+  for (int64_t g = 0; g < dims_.num_groups(); ++g) {
+    if (op.weight_key == LlamaGroupWeightKey(dims_, g)) return g;
+  }
+  return absl::InvalidArgumentError(StrCat(Label(call), ": weight key '", op.weight_key,
+                                           "' is not a layer group of model '", dims_.name, "'"));
+}
+
 absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 2));
   const OpSpec& op = call.op();
-  // The group: the op whose weights are this group's layers.
-  int64_t group = -1;
-  for (int64_t g = 0; g < dims_.num_groups(); ++g) {
-    if (op.weight_key == LlamaGroupWeightKey(dims_, g)) {
-      group = g;
-      break;
-    }
-  }
-  if (group < 0) {
-    return absl::InvalidArgumentError(StrCat(Label(call), ": weight key '", op.weight_key,
-                                             "' is not a layer group of model '", dims_.name, "'"));
-  }
+  SLICESCHED_ASSIGN_OR_RETURN(const int64_t group, GroupOf(call));
   std::optional<size_t> hidden_in, ckpt_in;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     if (op.inputs[i].kind == InputRef::Kind::kOp && !hidden_in.has_value()) hidden_in = i;
@@ -268,6 +293,167 @@ absl::Status LlamaKernelRunner::RunSample(const KernelCall& call) {
 }
 
 // ---------------------------------------------------------------------------
+// Training
+
+namespace {
+
+// The job's current adapters (a value copy: later steps do not change it).
+TaskAdapters CurrentAdapters(LlamaTrainJob& job) {
+  absl::MutexLock l(&job.mu);
+  return job.state.params;
+}
+
+// Checks the instance's R / NC bindings against the job.
+absl::Status CheckJobAttrs(const KernelCall& call, const TaskAdapters& params) {
+  if (const std::optional<int64_t> r = Attr(call, "rank");
+      r.has_value() && *r != params.lora.rank) {
+    return absl::FailedPreconditionError(
+        StrCat(Label(call), ": the instance binds LoRA rank R = ", *r,
+               ", the job's adapters have rank ", params.lora.rank));
+  }
+  if (const std::optional<int64_t> nc = Attr(call, "outputs");
+      nc.has_value() && *nc != params.head_outputs()) {
+    return absl::FailedPreconditionError(StrCat(Label(call), ": the instance binds NC = ", *nc,
+                                                ", the job's head has ", params.head_outputs(),
+                                                " outputs"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LlamaKernelRunner::RunTrainForward(const KernelCall& call) {
+  SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 2));
+  SLICESCHED_ASSIGN_OR_RETURN(const int64_t group, GroupOf(call));
+  absl::StatusOr<LlamaTrainRequest> req = LookupTrain(call.instance);
+  if (!req.ok()) return Annotate(req.status(), Label(call));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, 0));
+  const TaskAdapters params = CurrentAdapters(*req->job);
+  SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, params));
+  const TaskAdapters* slots[] = {&params};
+  absl::StatusOr<GroupForwardResult> f =
+      TrainGroupForward(*weights_, group, slots, req->batch.row_task, *hidden);
+  if (!f.ok()) return Annotate(f.status(), Label(call));
+  SetTensorPayload(call.outputs[0], std::move(f->hidden_out));
+  call.outputs[1].kind = kGroupTapePayload;
+  call.outputs[1].payload = std::move(f->tape);
+  return absl::OkStatus();
+}
+
+absl::Status LlamaKernelRunner::RunTrainLoss(const KernelCall& call) {
+  SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 3));
+  absl::StatusOr<LlamaTrainRequest> req = LookupTrain(call.instance);
+  if (!req.ok()) return Annotate(req.status(), Label(call));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, 0));
+  const TaskAdapters params = CurrentAdapters(*req->job);
+  SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, params));
+  const TaskAdapters* slots[] = {&params};
+  absl::StatusOr<HeadLossResult> r =
+      TrainHeadLoss(*weights_, slots, req->batch.row_task, *hidden, req->batch.labels);
+  if (!r.ok()) return Annotate(r.status(), Label(call));
+  const std::vector<float> loss = {static_cast<float>(r->loss[0])};
+  SetTensorPayload(call.outputs[0], std::move(r->d_hidden));
+  SetTensorPayload(call.outputs[1], std::move(r->d_head[0]));
+  SetTensorPayload(call.outputs[2], Tensor::FromFloat(loss, {1}));
+  return absl::OkStatus();
+}
+
+absl::Status LlamaKernelRunner::RunTrainBackward(const KernelCall& call) {
+  SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 2));
+  SLICESCHED_ASSIGN_OR_RETURN(const int64_t group, GroupOf(call));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* d_out, InputTensor(call, 0));
+  if (call.inputs.size() < 2 || call.inputs[1].kind != kGroupTapePayload ||
+      call.inputs[1].payload == nullptr) {
+    return absl::FailedPreconditionError(
+        StrCat(Label(call), ": input 1 holds no training tape (the forward's 'tape' output)"));
+  }
+  auto* tape = static_cast<GroupTape*>(call.inputs[1].payload.get());
+  absl::StatusOr<GroupBackwardResult> r = TrainGroupBackward(*tape, *d_out);
+  if (!r.ok()) return Annotate(r.status(), Label(call));
+  if (r->grads.size() != 1) {
+    return absl::FailedPreconditionError(
+        StrCat(Label(call), ": the tape holds ", r->grads.size(), " tasks, expected 1"));
+  }
+  auto grads = std::make_shared<LoraGroupGrads>();
+  grads->first_layer = group * dims_.fusion;
+  grads->layers = std::move(r->grads[0]);
+  SetTensorPayload(call.outputs[0], std::move(r->d_hidden_in));
+  call.outputs[1].kind = kLoraGradsPayload;
+  call.outputs[1].payload = std::move(grads);  // never modified once made
+  return absl::OkStatus();
+}
+
+absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
+  SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
+  absl::StatusOr<LlamaTrainRequest> req = LookupTrain(call.instance);
+  if (!req.ok()) return Annotate(req.status(), Label(call));
+  LlamaTrainJob& job = *req->job;
+  const OpSpec& op = call.op();
+  // Gather the gradient: every layer exactly once from the groups' payloads,
+  // the head's from "...:head_grad", the loss from "...:loss".
+  std::vector<LoraLayer> layers(static_cast<size_t>(dims_.layers));
+  std::vector<bool> seen(layers.size(), false);
+  Tensor head;
+  std::optional<double> loss;
+  for (size_t i = 0; i < call.inputs.size() && i < op.input_names.size(); ++i) {
+    const Buffer& in = call.inputs[i];
+    const std::string& name = op.input_names[i];
+    if (in.kind == kLoraGradsPayload && in.payload != nullptr) {
+      const auto* g = static_cast<const LoraGroupGrads*>(in.payload.get());
+      for (size_t l = 0; l < g->layers.size(); ++l) {
+        const int64_t layer = g->first_layer + static_cast<int64_t>(l);
+        if (layer < 0 || layer >= dims_.layers || seen[static_cast<size_t>(layer)]) {
+          return absl::InvalidArgumentError(StrCat(Label(call), ": input '", name,
+                                                   "' holds gradients of layer ", layer,
+                                                   " twice or out of range"));
+        }
+        seen[static_cast<size_t>(layer)] = true;
+        layers[static_cast<size_t>(layer)] = g->layers[l];
+      }
+    } else if (name.ends_with(":head_grad")) {
+      SLICESCHED_ASSIGN_OR_RETURN(const Tensor* t, InputTensor(call, i));
+      head = *t;
+    } else if (name.ends_with(":loss")) {
+      SLICESCHED_ASSIGN_OR_RETURN(const Tensor* t, InputTensor(call, i));
+      const std::vector<float> v = t->ToFloat();
+      if (v.size() != 1) {
+        return absl::InvalidArgumentError(
+            StrCat(Label(call), ": loss input is ", t->DebugString()));
+      }
+      loss = v[0];
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat(Label(call), ": unexpected input '", name, "' (payload kind ", in.kind, ")"));
+    }
+  }
+  for (size_t l = 0; l < seen.size(); ++l) {
+    if (!seen[l]) {
+      return absl::FailedPreconditionError(
+          StrCat(Label(call), ": no gradients for layer ", l, " among the inputs"));
+    }
+  }
+  if (!head.defined()) {
+    return absl::FailedPreconditionError(StrCat(Label(call), ": no ':head_grad' input"));
+  }
+  absl::MutexLock l(&job.mu);
+  TaskAdapters grads;
+  grads.lora = job.state.params.lora;
+  grads.layers = std::move(layers);
+  grads.head = std::move(head);
+  SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, job.state.params));
+  if (absl::Status s = AccumulateGradients(job.state, grads); !s.ok()) {
+    return Annotate(s, Label(call));
+  }
+  if (loss.has_value()) job.losses.push_back(*loss);
+  if (job.state.accumulated >= std::max<int64_t>(1, job.accumulation)) {
+    if (absl::Status s = AdamWStep(job.state); !s.ok()) return Annotate(s, Label(call));
+  }
+  const std::vector<int64_t> step = {job.state.step};
+  SetTensorPayload(call.outputs[0], Tensor::FromInt64(step, {1}));
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
 // LlamaTransferBackend
 
 absl::Status LlamaTransferBackend::Send(const TransferCall& call) {
@@ -291,6 +477,15 @@ absl::Status LlamaTransferBackend::Send(const TransferCall& call) {
       SetKvCachePayload(to, std::make_shared<KvCache>(*src));
       return absl::OkStatus();
     }
+    case kGroupTapePayload:
+    case kLoraGradsPayload:
+      if (from.payload == nullptr) {
+        return absl::FailedPreconditionError(
+            StrCat("transfer ", call.node, ": the source has no payload (kind ", from.kind, ")"));
+      }
+      to.kind = from.kind;
+      to.payload = from.payload;  // host memory: sharing is the copy
+      return absl::OkStatus();
     default:
       return host_.Send(call);
   }

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "llama_internal.h"
+#include "llama_math.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "tensor_internal.h"
@@ -55,34 +56,9 @@ absl::Status CheckInput(std::string_view op, std::string_view what, const Tensor
   return absl::OkStatus();
 }
 
-// RMSNorm in f32, scaled in the model dtype (as HuggingFace does).
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
-  return w * normed.to(x.scalar_type());
-}
-
-// cos/sin tables [S, head_dim] (rotate-half layout) for absolute positions.
-std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions, int64_t head_dim,
-                                             double theta) {
-  const at::Tensor exponents =
-      at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble)) / static_cast<double>(head_dim);
-  const at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();            // [hd/2]
-  const at::Tensor angles = at::outer(positions.to(at::kDouble), inv_freq);      // [S, hd/2]
-  const at::Tensor emb = at::cat({angles, angles}, -1);                          // [S, hd]
-  return {emb.cos().to(at::kFloat), emb.sin().to(at::kFloat)};
-}
-
-at::Tensor RotateHalf(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-// x [B, heads, S, hd]; cos/sin [S, hd].
-at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const at::Tensor xf = x.to(at::kFloat);
-  return (xf * cos + RotateHalf(xf) * sin).to(x.scalar_type());
-}
+using internal::ApplyRope;
+using internal::RmsNorm;
+using internal::RopeTables;
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/executor.h"
 #include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/train_ops.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/gmg/placement.h"
@@ -46,6 +48,14 @@ std::vector<int64_t> Prompt(int64_t n, int64_t vocab) {
     out.push_back(static_cast<int64_t>(x % static_cast<uint64_t>(vocab)));
   }
   return out;
+}
+
+double MaxAbsLora(const TaskAdapters& a) {
+  double m = 0;
+  for (const LoraLayer& l : a.layers) {
+    for (float f : l.q_b.ToFloat()) m = std::max(m, static_cast<double>(f < 0 ? -f : f));
+  }
+  return m;
 }
 
 // Sampling parameters of generation step `step` (0: the prefill).
@@ -296,6 +306,112 @@ TEST_F(LlamaKernelsTest, WrongTokenShapeAndOutOfVocabularyComeBackAsStatus) {
     runner_->EraseRequest(*id);
     ReleaseAndCheckBaseline(r->produced);
   }
+}
+
+bool BitEqual(const TaskAdapters& a, const TaskAdapters& b) {
+  const auto na = a.NamedTensors(), nb = b.NamedTensors();
+  if (na.size() != nb.size()) return false;
+  for (size_t i = 0; i < na.size(); ++i) {
+    if (na[i].second.shape() != nb[i].second.shape() ||
+        na[i].second.ToFloat() != nb[i].second.ToFloat()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A micro-batch of `rows` rows of 5 tokens; class = last token mod 3.
+TrainBatch MicroBatch(int64_t rows, int64_t vocab, uint64_t seed) {
+  std::vector<int64_t> ids = Prompt(rows * 5 + static_cast<int64_t>(seed), vocab);
+  ids.erase(ids.begin(), ids.begin() + static_cast<int64_t>(seed));
+  std::vector<int64_t> cls;
+  for (int64_t b = 0; b < rows; ++b) cls.push_back(ids[static_cast<size_t>(b * 5 + 4)] % 3);
+  TrainBatch batch;
+  batch.tokens = Tensor::FromInt64(ids, {rows, 5});
+  batch.labels = *LastPositionLabels(cls, 5);
+  return batch;
+}
+
+// Four micro-batches of a fine-tuning job through "<name>/train" placed pp2
+// on two devices (gradient accumulation 2: two AdamW steps) leave the job in
+// exactly the state of the direct operator calls.
+TEST_F(LlamaKernelsTest, Pp2TrainingIterationsMatchDirectOps) {
+  auto tpl = BuildLlamaTrainTemplate(dims_);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  auto tid = gmg_->RegisterTemplate(*tpl);
+  ASSERT_TRUE(tid.ok()) << tid.status();
+  AdamWOptions adamw;
+  adamw.lr = 1e-2;
+  auto init = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 7, adamw);
+  ASSERT_TRUE(init.ok()) << init.status();
+  auto job = std::make_shared<LlamaTrainJob>();
+  {
+    absl::MutexLock l(&job->mu);
+    job->state = *init;
+  }
+  job->accumulation = 2;
+  TaskState direct = *init;
+  SetIntraOpThreadsForThisThread(1);  // as on the device threads
+  std::vector<double> direct_losses;
+  for (int it = 0; it < 4; ++it) {
+    const TrainBatch batch = MicroBatch(2, dims_.vocab, static_cast<uint64_t>(it));
+    auto id =
+        gmg_->Instantiate(LlamaTrainStep(*tid, 2, 5, 4, 3, PriorityClass::kOffline, clock_.Now()));
+    ASSERT_TRUE(id.ok()) << id.status();
+    runner_->SetTrainRequest(*id, LlamaTrainRequest{job, batch});
+    auto r = Run(*id);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->state, InstanceState::kDone) << r->failure;
+    EXPECT_TRUE(r->produced.empty());
+    runner_->EraseRequest(*id);
+
+    auto loss = AccumulateMicroBatch(*weights_, direct, batch);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    direct_losses.push_back(static_cast<float>(*loss));
+    if (direct.accumulated == 2) {
+      ASSERT_TRUE(AdamWStep(direct).ok());
+    }
+  }
+  absl::MutexLock l(&job->mu);
+  EXPECT_EQ(job->losses, direct_losses);
+  EXPECT_EQ(job->state.step, 2);
+  EXPECT_EQ(job->state.accumulated, 0);
+  EXPECT_TRUE(BitEqual(job->state.params, direct.params));
+  EXPECT_TRUE(BitEqual(job->state.m, direct.m));
+  EXPECT_TRUE(BitEqual(job->state.v, direct.v));
+  EXPECT_GT(MaxAbsLora(job->state.params), 0.0);
+  // f0 -> f1, b1 -> b0 and b0's gradients -> the optimizer crossed devices.
+  EXPECT_GE(exec_->completed_transfers(), 3);
+  EXPECT_EQ(exec_->failed_nodes(), 0);
+  EXPECT_EQ(runner_->num_requests(), 0u);
+  ReleaseAndCheckBaseline({});
+}
+
+TEST_F(LlamaKernelsTest, TrainingInstanceWithMismatchedRankFailsCleanly) {
+  auto tpl = BuildLlamaTrainTemplate(dims_);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  auto tid = gmg_->RegisterTemplate(*tpl);
+  ASSERT_TRUE(tid.ok());
+  auto init = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 7);
+  ASSERT_TRUE(init.ok());
+  auto job = std::make_shared<LlamaTrainJob>();
+  {
+    absl::MutexLock l(&job->mu);
+    job->state = *init;
+  }
+  auto id = gmg_->Instantiate(
+      LlamaTrainStep(*tid, 2, 5, /*rank=*/8, 3, PriorityClass::kOffline, clock_.Now()));
+  ASSERT_TRUE(id.ok()) << id.status();
+  runner_->SetTrainRequest(*id, LlamaTrainRequest{job, MicroBatch(2, dims_.vocab, 0)});
+  auto r = Run(*id);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->state, InstanceState::kFailed);
+  EXPECT_THAT(r->failure, HasSubstr("LoRA rank R = 8"));
+  runner_->EraseRequest(*id);
+  absl::MutexLock l(&job->mu);
+  EXPECT_EQ(job->state.step, 0);
+  EXPECT_EQ(job->state.accumulated, 0);
+  ReleaseAndCheckBaseline(r->produced);
 }
 
 TEST(LlamaKernelRunnerTest, RejectsDimsThatDoNotMatchTheWeights) {

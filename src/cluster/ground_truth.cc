@@ -78,6 +78,14 @@ double GroundTruthModel::NominalOpNs(const GraphTemplate& tpl, int op_index, std
     }
     case OpKind::kSample:
       return B * V * 4.0 / o_.mem_bandwidth * 1e9 * 8.0 + o_.launch_ns_per_layer;
+    case OpKind::kTrainLoss: {
+      // The head's forward and its two backward GEMMs over every position.
+      const double NC = static_cast<double>(Attr(op, attrs, "outputs", static_cast<int64_t>(V)));
+      const double flops = 3.0 * 2.0 * tokens * NC * H;
+      const double bytes = 2.0 * tokens * H * ES + 2.0 * NC * H * 4.0;
+      return std::max(flops / (o_.peak_flops * eff), bytes / o_.mem_bandwidth) * 1e9 +
+             o_.launch_ns_per_layer;
+    }
     case OpKind::kMatmul: {
       const double b = static_cast<double>(Attr(op, attrs, "b", 1));
       const double m = static_cast<double>(Attr(op, attrs, "m", 1));

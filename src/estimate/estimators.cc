@@ -166,6 +166,7 @@ FeatureBasis FeatureBasis::For(const OpSpec& op) {
       fb.pos_ = {find("batch"), find("new_tokens"), find("context"), -1};
       break;
     case OpKind::kEmbedding:
+    case OpKind::kTrainLoss:
       fb.kind_ = Kind::kTokens;
       fb.size_ = 2;
       fb.pos_ = {find("batch"), find("new_tokens"), -1, -1};

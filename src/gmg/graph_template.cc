@@ -30,6 +30,7 @@ constexpr KindRule kKindRules[] = {
     {OpKind::kOptimizerStep, "optimizer_step", 1, 64, '*'},
     {OpKind::kGeneric, "generic", 0, 1 << 20, '*'},
     {OpKind::kTransfer, "transfer", 1, 1, '*'},
+    {OpKind::kTrainLoss, "train_loss", 1, 2, 'f'},
 };
 
 const KindRule& RuleFor(OpKind k) {

@@ -175,7 +175,117 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> Build(const LlamaDims& d, P
   return b.Build();
 }
 
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildTrain(const LlamaDims& d) {
+  TemplateBuilder b(StrCat(d.name, "/train"));
+  DefineDims(b, d);
+  const DType dt = d.dtype;
+  const int64_t groups = d.num_groups();
+  b.ExternalInput("tokens", DType::kI64, {"B", "S"});
+  b.ExternalInput("labels", DType::kI64, {"B", "S"});
+  b.Op("embed", OpKind::kEmbedding)
+      .Inputs({"$tokens"})
+      .Output("hidden", dt, {"B", "S", "H"})
+      .Weights(StrCat(d.name, "/embed"), Bytes(d.EmbeddingParams() * DTypeSize(dt)),
+               d.EmbeddingParams())
+      .Attr("batch", "B")
+      .Attr("new_tokens", "S")
+      .Attr("context", "0");
+  // Per-layer transient peak as in serving (QKV, fp32 scores, gate + up);
+  // the backward holds about twice that.
+  const std::string workspace = "B*S*(H+2*NKV*HD)*ES + B*NH*S*S*4 + 2*B*S*FFN*ES";
+  // What autograd keeps per layer for the backward (f32 elements, estimate):
+  // the normed inputs, q/k/v, attention output, residuals, gate, up and their
+  // product, and the attention probabilities and scores.
+  const std::string stash = "B*S*(8*H+3*FFN) + 2*B*NH*S*S";
+  std::string prev = "embed";
+  for (int64_t g = 0; g < groups; ++g) {
+    b.Op(StrCat("f", g), OpKind::kTrainForward)
+        .Inputs({prev})
+        .Output("hidden", dt, {"B", "S", "H"})
+        .Output("tape", DType::kF32, {"F", stash})
+        .Weights(LlamaGroupWeightKey(d, g), Bytes(d.ParamsPerGroup() * DTypeSize(dt)),
+                 d.ParamsPerGroup())
+        .Workspace(workspace)
+        .Attr("batch", "B")
+        .Attr("new_tokens", "S")
+        .Attr("context", "0")
+        .Attr("layers", "F")
+        .Attr("rank", "R");
+    prev = StrCat("f", g, ":hidden");
+  }
+  b.Op("loss", OpKind::kTrainLoss)
+      .Inputs({prev, "$labels"})
+      .Output("d_hidden", dt, {"B", "S", "H"})
+      .Output("head_grad", DType::kF32, {"NC", "H"})
+      .Output("loss", DType::kF32, {"1"})
+      .Workspace("3*B*S*NC*4 + B*S*H*4")
+      .Attr("batch", "B")
+      .Attr("new_tokens", "S")
+      .Attr("outputs", "NC");
+  std::string grad = "loss:d_hidden";
+  std::vector<std::string> opt_inputs;
+  for (int64_t g = groups - 1; g >= 0; --g) {
+    b.Op(StrCat("b", g), OpKind::kTrainBackward)
+        .Inputs({grad, StrCat("f", g, ":tape")})
+        .Output("d_hidden", dt, {"B", "S", "H"})
+        .Output("grads", DType::kF32, {"F", "R*(2*H+NH*HD+NKV*HD)"})
+        .Weights(LlamaGroupWeightKey(d, g), Bytes(d.ParamsPerGroup() * DTypeSize(dt)),
+                 d.ParamsPerGroup())
+        .Workspace(StrCat("2*(", workspace, ")"))
+        .Attr("batch", "B")
+        .Attr("new_tokens", "S")
+        .Attr("context", "0")
+        .Attr("layers", "F")
+        .Attr("rank", "R");
+    grad = StrCat("b", g, ":d_hidden");
+    opt_inputs.insert(opt_inputs.begin(), StrCat("b", g, ":grads"));
+  }
+  opt_inputs.push_back("loss:head_grad");
+  opt_inputs.push_back("loss:loss");
+  // AdamW keeps two moments and the accumulated gradient per parameter.
+  b.Op("optimizer", OpKind::kOptimizerStep)
+      .Inputs(opt_inputs)
+      .Output("step", DType::kI64, {"1"})
+      .Workspace(StrCat("4*(", d.layers, "*R*(2*H+NH*HD+NKV*HD) + NC*H)*4"))
+      .Attr("rank", "R")
+      .Attr("outputs", "NC");
+  for (const auto& [pname, serving_slots] : Partitions(d)) {
+    // Same slot layout as serving: embed with g0's slot, the head's slot for
+    // loss and optimizer; b{g} next to f{g}.
+    std::vector<std::pair<std::string, int>> slots;
+    for (const auto& [op, slot] : serving_slots) {
+      if (op == "embed") {
+        slots.emplace_back("embed", slot);
+      } else if (op == "head") {
+        slots.emplace_back("loss", slot);
+        slots.emplace_back("optimizer", slot);
+      } else if (op.size() > 1 && op[0] == 'g') {
+        slots.emplace_back(StrCat("f", op.substr(1)), slot);
+        slots.emplace_back(StrCat("b", op.substr(1)), slot);
+      }
+    }
+    b.Partition(pname, slots);
+  }
+  return b.Build();
+}
+
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaTrainTemplate(
+    const LlamaDims& dims) {
+  SLICESCHED_RETURN_IF_ERROR(dims.Validate());
+  return BuildTrain(dims);
+}
+
+InstanceSpec LlamaTrainStep(TemplateId train, int64_t batch, int64_t tokens, int64_t rank,
+                            int64_t head_outputs, PriorityClass priority_class, Timestamp arrival) {
+  InstanceSpec s;
+  s.template_id = train;
+  s.bindings = {{"B", batch}, {"S", tokens}, {"R", rank}, {"NC", head_outputs}};
+  s.priority_class = priority_class;
+  s.arrival = arrival;
+  return s;
+}
 
 absl::StatusOr<LlamaTemplates> BuildLlamaTemplates(const LlamaDims& dims) {
   SLICESCHED_RETURN_IF_ERROR(dims.Validate());

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "slicesched/common/strings.h"
 #include "slicesched/gmg/gmg.h"
 
 namespace slicesched {
@@ -58,6 +59,52 @@ TEST(LlamaTest, TemplatesHaveExactKvAndPartitions) {
   // Decode attaches to a KV of C tokens and grows it by one token.
   EXPECT_EQ(t.decode->FindCheckpointInput("kv3"), 3);
   (void)dec;
+}
+
+TEST(LlamaTest, TrainTemplateShapesAndPartitions) {
+  auto dims = *LlamaPreset("llama3-8b");
+  auto t = BuildLlamaTrainTemplate(dims);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const GraphTemplate& tr = **t;
+  EXPECT_EQ(tr.name(), "llama3-8b/train");
+  // embed, f0..f3, loss, b3..b0, optimizer.
+  ASSERT_EQ(tr.num_ops(), 1 + 4 + 1 + 4 + 1);
+  EXPECT_EQ(tr.op(*tr.FindOp("f2")).kind, OpKind::kTrainForward);
+  EXPECT_EQ(tr.op(*tr.FindOp("loss")).kind, OpKind::kTrainLoss);
+  EXPECT_EQ(tr.op(*tr.FindOp("b2")).kind, OpKind::kTrainBackward);
+  EXPECT_EQ(tr.op(*tr.FindOp("optimizer")).kind, OpKind::kOptimizerStep);
+  EXPECT_EQ(OpKindName(OpKind::kTrainLoss), "train_loss");
+  EXPECT_EQ(*ParseOpKind("train_loss"), OpKind::kTrainLoss);
+  // Training shares the serving backbone's weight keys.
+  EXPECT_EQ(tr.op(*tr.FindOp("f2")).weight_key, LlamaGroupWeightKey(dims, 2));
+  EXPECT_EQ(tr.op(*tr.FindOp("b2")).weight_key, LlamaGroupWeightKey(dims, 2));
+  // b{g} follows f{g}; the optimizer waits for every group's gradients.
+  EXPECT_EQ(tr.op(*tr.FindOp("optimizer")).preds.size(), 5u);
+  for (const CandidatePartition& p : tr.partitions()) {
+    for (int g = 0; g < 4; ++g) {
+      EXPECT_EQ(p.slot_of_op[*tr.FindOp(StrCat("f", g))], p.slot_of_op[*tr.FindOp(StrCat("b", g))])
+          << p.name;
+    }
+    EXPECT_EQ(p.slot_of_op[*tr.FindOp("loss")], p.num_slots - 1) << p.name;
+    EXPECT_EQ(p.slot_of_op[*tr.FindOp("optimizer")], p.num_slots - 1) << p.name;
+    EXPECT_EQ(p.slot_of_op[*tr.FindOp("embed")], 0) << p.name;
+  }
+
+  std::vector<DeviceSpec> devs(1);
+  devs[0].name = "gpu0";
+  devs[0].type = "A16";
+  devs[0].memory = Bytes::GiB(64);
+  GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{12e9, Duration::Micros(20)}));
+  TemplateId id = *g.RegisterTemplate(*t);
+  InstanceId i =
+      *g.Instantiate(LlamaTrainStep(id, 2, 64, 16, 10, PriorityClass::kOffline, Timestamp()));
+  const Instance* inst = g.FindInstance(i);
+  const int b0 = *tr.FindOp("b0");
+  // LoRA gradients of 8 layers: rank 16 x (2 x 4096 + 4096 + 1024) f32.
+  EXPECT_EQ(inst->nodes[b0].outputs[1].bytes, Bytes(8 * 16 * (2 * 4096 + 4096 + 1024) * 4));
+  const int loss = *tr.FindOp("loss");
+  EXPECT_EQ(inst->nodes[loss].outputs[1].bytes, Bytes(10 * 4096 * 4));  // head gradient
+  EXPECT_EQ(inst->nodes[loss].outputs[0].bytes, Bytes(2 * 64 * 4096 * 2));
 }
 
 TEST(LlamaTest, FullPrefillThenDecodeOnOneDevice) {

@@ -58,7 +58,8 @@ struct Features {
 //   fused_layers,   attrs batch (B), new_tokens (S), context (C):
 //   train_forward,    [B*S, B*S*(C+S), B*(C+S), 1]
 //   train_backward    (GEMM FLOPs, attention FLOPs, KV bytes read, launch)
-//   embedding       [B*S, 1]
+//   embedding,      [B*S, 1]
+//   train_loss
 //   lm_head, sample [B, 1]
 //   anything else   [1]
 // A missing attribute counts as 1 (batch) or 0 (context).

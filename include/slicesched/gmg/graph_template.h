@@ -48,6 +48,9 @@ enum class OpKind : uint8_t {
   kOptimizerStep,  // adapter update
   kGeneric,        // anything else; no typing rules
   kTransfer,       // GMG-internal: a cross-device copy (never in templates)
+  // Appended after kTransfer so that the numeric values above (stored in
+  // snapshots) stay stable.
+  kTrainLoss,      // task head + loss + the head's backward (fine-tuning)
 };
 absl::string_view OpKindName(OpKind k);
 absl::StatusOr<OpKind> ParseOpKind(absl::string_view name);

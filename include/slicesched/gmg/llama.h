@@ -17,6 +17,27 @@
 // Weight keys ("<name>/layers0-7", ...) are shared by both templates, so a
 // device holding a group's weights can run that group's prefill and decode.
 //
+// A third template runs one fine-tuning iteration (one micro-batch) of LoRA
+// adapters on the frozen backbone (executor/train_ops.h):
+//
+//   <name>/train    symbols B (batch), S (tokens per row), R (LoRA rank),
+//                   NC (head outputs: classes, or the vocabulary for a
+//                   next-token objective)
+//       $tokens[B,S] -> embed -> f0 -> ... -> f{G-1} -> loss ($labels[B,S])
+//       loss -> b{G-1} -> ... -> b0;  b*:grads + loss -> optimizer
+//     f{g} (train_forward)  hidden -> hidden, tape (the autograd stash that
+//                           b{g} consumes; an estimate of its bytes)
+//     loss (train_loss)     final norm, task head, cross-entropy and the
+//                           head's backward: d_hidden, head_grad[NC,H], loss[1]
+//     b{g} (train_backward) d_hidden, tape -> d_hidden (of the group's input),
+//                           grads (the group's LoRA gradients, f32)
+//     optimizer             accumulates the gradients of all groups and the
+//       (optimizer_step)    head, and steps AdamW every N micro-batches
+//                           (the N is the job's, not the template's)
+//   f{g} and b{g} carry the group's weight key, so training shares the
+//   serving backbone resident on a device. Partitions: as below, with f{g}
+//   and b{g} on group g's slot and loss + optimizer on the last slot.
+//
 // Candidate partitions: "single" (everything on one slot), "pp2" (first half
 // of the groups with the embedding on slot 0, the rest with the head on slot
 // 1) and, when the group count allows, "pp4" and "pp8" (one group per slot,
@@ -79,6 +100,15 @@ std::string LlamaGroupWeightKey(const LlamaDims& dims, int64_t group);
 // @kv0, @kv1, ... Callers set tenant, priority or label on the result.
 InstanceSpec LlamaDecodeStep(TemplateId decode, int64_t context, const std::vector<CheckpointId>& kv,
                              PriorityClass priority_class, Timestamp arrival);
+
+// The "<name>/train" template described above.
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaTrainTemplate(const LlamaDims& dims);
+
+// The instance of one training iteration (micro-batch) on a `<name>/train`
+// template: `batch` rows of `tokens` tokens, LoRA rank `rank`, a head with
+// `head_outputs` outputs.
+InstanceSpec LlamaTrainStep(TemplateId train, int64_t batch, int64_t tokens, int64_t rank,
+                            int64_t head_outputs, PriorityClass priority_class, Timestamp arrival);
 
 // Presets compiled into the binary: "llama3-8b", "small" and "tiny".
 absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name);

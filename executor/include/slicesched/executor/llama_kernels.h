@@ -21,6 +21,23 @@
 //   lm_head       last position -> f32 logits
 //   sample        token ids int64 [B, 1], also reported to the token sink
 //
+// Training ("<name>/train", one micro-batch of a fine-tuning job; see
+// BuildLlamaTrainTemplate and train_ops.h). The instance's LlamaTrainRequest
+// names the job (its shared TaskState) and the micro-batch:
+//   embedding       reads the micro-batch's tokens
+//   train_forward   TrainGroupForward with the job's current adapters;
+//                   outputs hidden and a kGroupTapePayload
+//   train_loss      TrainHeadLoss against the micro-batch's labels; outputs
+//                   d_hidden, head_grad and the loss (f32 [1])
+//   train_backward  TrainGroupBackward(tape, d_hidden); outputs d_hidden of
+//                   the group's input and a kLoraGradsPayload
+//   optimizer_step  AccumulateGradients of all groups' and the head's
+//                   gradients into the job, and AdamWStep once the job has
+//                   accumulated `accumulation` micro-batches; outputs the
+//                   job's step count (int64 [1])
+// The iterations of one job must run one after another (each forward reads
+// the adapters as the previous optimizer left them).
+//
 // Like every executor header this one is LibTorch-free; so is its .cc (it
 // only uses the public operator API).
 //
@@ -41,13 +58,22 @@
 #include "slicesched/executor/kernel.h"
 #include "slicesched/executor/llama_ops.h"
 #include "slicesched/executor/tensor.h"
+#include "slicesched/executor/train_ops.h"
 #include "slicesched/gmg/llama.h"
 
 namespace slicesched::executor {
 
 enum : uint32_t {
-  kTensorPayload = kFirstLibraryPayload,       // std::shared_ptr<Tensor>
-  kKvCachePayload = kFirstLibraryPayload + 1,  // std::shared_ptr<KvCache>
+  kTensorPayload = kFirstLibraryPayload,         // std::shared_ptr<Tensor>
+  kKvCachePayload = kFirstLibraryPayload + 1,    // std::shared_ptr<KvCache>
+  kGroupTapePayload = kFirstLibraryPayload + 2,  // std::shared_ptr<GroupTape>
+  kLoraGradsPayload = kFirstLibraryPayload + 3,  // std::shared_ptr<LoraGroupGrads> (immutable)
+};
+
+// The LoRA gradients of one fused group (layers first_layer ..).
+struct LoraGroupGrads {
+  int64_t first_layer = 0;
+  std::vector<LoraLayer> layers;
 };
 
 // Payload accessors: null when the buffer holds another kind (or nothing).
@@ -60,6 +86,20 @@ void SetKvCachePayload(Buffer& b, std::shared_ptr<KvCache> cache);
 struct LlamaRequest {
   Tensor tokens;            // int64 [B, new_tokens]: the instance's $tokens
   SamplingParams sampling;  // for its sample op (vary the seed per step)
+};
+
+// One fine-tuning job (task) trained through "<name>/train" instances.
+struct LlamaTrainJob {
+  absl::Mutex mu;
+  TaskState state ABSL_GUARDED_BY(mu);
+  int64_t accumulation = 1;                        // micro-batches per AdamW step
+  std::vector<double> losses ABSL_GUARDED_BY(mu);  // per micro-batch, in order
+};
+
+// What the kernels need to know about one training instance.
+struct LlamaTrainRequest {
+  std::shared_ptr<LlamaTrainJob> job;
+  TrainBatch batch;  // one task: row_task must be empty
 };
 
 // Called by the sample op with the token ids it produced ([B, 1] int64).
@@ -76,6 +116,9 @@ class LlamaKernelRunner final : public KernelRunner {
   // The request of an instance: set it before the instance's embedding op can
   // run (typically right after Instantiate), erase it once retired.
   void SetRequest(InstanceId instance, LlamaRequest request);
+  // The same for a training instance.
+  void SetTrainRequest(InstanceId instance, LlamaTrainRequest request);
+  // Erases the instance's request (serving or training).
   void EraseRequest(InstanceId instance);
   size_t num_requests() const;
   // Optional; set before the runner is used.
@@ -93,19 +136,28 @@ class LlamaKernelRunner final : public KernelRunner {
   absl::Status RunFusedLayers(const KernelCall& call);
   absl::Status RunLmHead(const KernelCall& call);
   absl::Status RunSample(const KernelCall& call);
+  absl::StatusOr<LlamaTrainRequest> LookupTrain(InstanceId instance) const;
+  absl::StatusOr<int64_t> GroupOf(const KernelCall& call) const;
+  absl::Status RunTrainForward(const KernelCall& call);
+  absl::Status RunTrainLoss(const KernelCall& call);
+  absl::Status RunTrainBackward(const KernelCall& call);
+  absl::Status RunOptimizerStep(const KernelCall& call);
 
   std::shared_ptr<const LlamaWeights> weights_;
   LlamaDims dims_;
   LlamaTokenSink sink_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, LlamaRequest> requests_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, LlamaTrainRequest> train_requests_ ABSL_GUARDED_BY(mu_);
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Moves Llama payloads between CPU devices: a kTensorPayload is shared (the
 // operators never modify a tensor in place, so a shared CPU tensor behaves
 // like a copy), a kKvCachePayload is copied into a new KvCache sharing the K
-// and V tensors; every other kind goes to a HostTransferBackend.
+// and V tensors, kLoraGradsPayload (immutable) and kGroupTapePayload (host
+// memory, used by one backward) are shared; every other kind goes to a
+// HostTransferBackend.
 class LlamaTransferBackend final : public TransferBackend {
  public:
   absl::Status Send(const TransferCall& call) override;

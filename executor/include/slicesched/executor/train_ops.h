@@ -1,0 +1,306 @@
+// Training operators for parameter-efficient fine-tuning on a frozen, shared
+// Llama backbone (issue 5, deliverable 2; the base of issue 7's fine-tuning
+// runtime): LoRA adapters, a per-task head, the training forward/backward of
+// fused layer groups with autograd, a cross-entropy loss, gradient
+// accumulation, AdamW with optimizer state per task, spatial joint training
+// of two tasks on a shared adapter, temporal transfer (copying adapters) and
+// checkpoints of the whole trainable state.
+//
+// Model. The backbone (LlamaWeights, the same object serving uses) is never
+// written and never gets a gradient. Each decoder layer i gets LoRA factors on
+// its attention q and v projections (the choice of the LoRA paper, Hu et al.
+// 2021, §7.1: adapting W_q and W_v gives the best quality per parameter):
+//
+//   q = h W_q^T + s * (h A_q^T) B_q^T,   v = h W_v^T + s * (h A_v^T) B_v^T,
+//   s = alpha / rank,  A_* [rank, hidden] ~ N(0, 1/hidden),  B_* = 0,
+//
+// so an initialised adapter leaves the backbone's function unchanged. The
+// LoRA branch is computed in f32 and cast to the model dtype before it is
+// added. A task head is a linear map [outputs, hidden] (f32, no bias) over
+// the final hidden state after the backbone's (frozen) final RMSNorm, applied
+// at EVERY position; its init is N(0, 1/hidden) from the task seed.
+//
+// Objective. Token-level cross-entropy against `labels` int64 [B, S], with
+// label -1 meaning "no loss here". The loss of a task is the mean over its
+// labelled positions. This one objective covers both issue-7 task kinds:
+//   next-token LM:           head outputs = vocab, labels = NextTokenLabels()
+//   sequence classification: head outputs = classes, labels = the class at
+//                            the last position only (LastPositionLabels())
+//
+// Batches may mix tasks: TrainBatch::row_task names, per row, which of the
+// call's task adapters (its "slot") that row runs through. Each slot's
+// adapters are separate autograd leaves, so one forward and one backward give
+// every task its own gradient, even when two slots hold the same (shared)
+// adapter values: this is what keeps spatial joint training decomposable.
+//
+// Pipeline split. TrainGroupForward(g) takes hidden states in and returns
+// hidden states out plus a GroupTape that keeps what the backward needs;
+// TrainHeadLoss runs the head, the loss and the head's backward and returns
+// d(hidden); TrainGroupBackward(tape, d(out)) returns d(in) and the group's
+// LoRA gradients. Only Tensors pass between groups, so groups may live on
+// different devices (pp2). ComputeGradients composes these (kPipelined) or
+// runs the whole model as one autograd graph (kOneShot, for checking).
+//
+// Value semantics. Tensors are never modified in place by these operators:
+// steps and copies produce new tensors, so copying a TaskAdapters or a
+// TaskState (a handle copy) yields an independent state.
+//
+// Errors: like llama_ops.h, every function returns Status and never throws
+// (LibTorch exceptions come back as Internal / ResourceExhausted); inputs are
+// validated first with messages naming the offending tensor and shape. The
+// operators run with autograd enabled even when called under
+// c10::InferenceMode (they leave it for their own scope). CPU only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/tensor.h"
+
+namespace slicesched::executor {
+
+struct LoraConfig {
+  int64_t rank = 8;
+  double alpha = 16.0;  // scaling s = alpha / rank
+
+  double scaling() const { return alpha / static_cast<double>(rank); }
+  // rank >= 1, alpha finite and > 0.
+  absl::Status Validate() const;
+};
+
+// The LoRA factors of one decoder layer (all f32).
+struct LoraLayer {
+  Tensor q_a;  // [rank, hidden]
+  Tensor q_b;  // [heads*head_dim, rank]
+  Tensor v_a;  // [rank, hidden]
+  Tensor v_b;  // [kv_heads*head_dim, rank]
+};
+
+// The trainable parameters of one task. The same type also holds
+// gradients and AdamW moments (same names and shapes).
+struct TaskAdapters {
+  LoraConfig lora;
+  std::vector<LoraLayer> layers;  // one per decoder layer of the backbone
+  Tensor head;                    // [outputs, hidden]
+
+  int64_t head_outputs() const;  // 0 when the head is undefined
+  // All tensors in a fixed order under stable names:
+  // "layers.{i}.{q_a,q_b,v_a,v_b}", then "head".
+  std::vector<std::pair<std::string, Tensor>> NamedTensors() const;
+  int64_t NumParams() const;
+  // Every tensor defined, f32, with the shapes above for `dims`.
+  absl::Status Check(const LlamaDims& dims) const;
+
+  // Seeded init (A ~ N(0, 1/hidden), B = 0, head ~ N(0, 1/hidden)) from a
+  // generator private to this call. head_outputs >= 1.
+  static absl::StatusOr<TaskAdapters> Init(const LlamaDims& dims, const LoraConfig& lora,
+                                           int64_t head_outputs, uint64_t seed);
+  // All zeros with the shapes of `like` (gradient / moment buffers).
+  static absl::StatusOr<TaskAdapters> ZerosLike(const TaskAdapters& like);
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // decoupled (Loshchilov & Hutter), on every adapter tensor
+  absl::Status Validate() const;
+};
+
+// Everything a task's training needs to resume exactly: its parameters, its
+// own AdamW moments and step count, and the gradients accumulated since the
+// last step.
+struct TaskState {
+  TaskAdapters params;
+  AdamWOptions adamw;
+  int64_t step = 0;         // optimizer steps taken
+  TaskAdapters m;           // first moments
+  TaskAdapters v;           // second moments
+  TaskAdapters grad_sum;    // sum of the accumulated micro-batch gradients
+  int64_t accumulated = 0;  // micro-batches in grad_sum
+
+  // Fresh parameters from `seed`, zero moments, nothing accumulated.
+  static absl::StatusOr<TaskState> Init(const LlamaDims& dims, const LoraConfig& lora,
+                                        int64_t head_outputs, uint64_t seed,
+                                        const AdamWOptions& adamw = {});
+  absl::Status Check(const LlamaDims& dims) const;
+};
+
+// Labels for the next-token objective: labels[b, s] = tokens[b, s+1], -1 at
+// the last position. tokens int64 [B, S].
+absl::StatusOr<Tensor> NextTokenLabels(const Tensor& tokens);
+// Labels for sequence classification: class[b] at position S-1, -1 elsewhere.
+absl::StatusOr<Tensor> LastPositionLabels(std::span<const int64_t> classes, int64_t seq_len);
+
+struct TrainBatch {
+  Tensor tokens;  // int64 [B, S]
+  Tensor labels;  // int64 [B, S], -1 = no loss; else in [0, head outputs of the row's task)
+  // Per row, the index of its task in the call's task list; empty = every
+  // row belongs to task 0.
+  std::vector<int64_t> row_task;
+};
+
+// --- Per-group operators (the pipeline split) ------------------------------
+
+// What TrainGroupBackward needs from a group's forward (the autograd graph
+// and its leaves). Opaque; holds tensors of the device that ran the forward.
+// Single use: a second backward fails with FailedPrecondition.
+class GroupTape;
+
+struct GroupForwardResult {
+  Tensor hidden_out;  // [B, S, hidden], model dtype, no autograd history
+  std::shared_ptr<GroupTape> tape;
+};
+
+// The training forward of fused group `group` on hidden [B, S, hidden]
+// (positions 0..S-1, causal, no KV cache). `tasks` are the adapter slots
+// (row_task indexes them; every TaskAdapters must fit `base`'s dims, and all
+// must have the same LoRA config, rank and alpha).
+absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, int64_t group,
+                                                     std::span<const TaskAdapters* const> tasks,
+                                                     std::span<const int64_t> row_task,
+                                                     const Tensor& hidden);
+
+struct GroupBackwardResult {
+  Tensor d_hidden_in;  // [B, S, hidden], model dtype
+  // grads[t][l]: the gradient for slot t of layer group*fusion+l.
+  std::vector<std::vector<LoraLayer>> grads;
+};
+
+// Backward of one group: d_hidden_out [B, S, hidden] (the gradient of the
+// total loss w.r.t. the group's output) -> d(input) and the LoRA gradients.
+absl::StatusOr<GroupBackwardResult> TrainGroupBackward(GroupTape& tape, const Tensor& d_hidden_out);
+
+struct HeadLossResult {
+  std::vector<double> loss;      // per slot: mean CE over its labelled positions (0 if none)
+  std::vector<int64_t> counted;  // per slot: labelled positions
+  Tensor d_hidden;               // d(sum of the slots' losses) / d(hidden), model dtype
+  std::vector<Tensor> d_head;    // per slot, [outputs, hidden]
+};
+
+// Final norm, each row's task head and the loss, with the head's backward:
+// hidden [B, S, hidden] is the output of the last group.
+absl::StatusOr<HeadLossResult> TrainHeadLoss(const LlamaWeights& base,
+                                             std::span<const TaskAdapters* const> tasks,
+                                             std::span<const int64_t> row_task,
+                                             const Tensor& hidden, const Tensor& labels);
+
+// --- Whole-step composition ------------------------------------------------
+
+enum class GradientPath {
+  kPipelined,  // group by group, passing only hidden states and their gradients
+  kOneShot,    // one autograd graph over all groups, one backward call
+};
+
+struct TaskGradients {
+  std::vector<TaskAdapters> grads;  // per task: the gradient of its own loss
+  std::vector<double> loss;         // per task
+  std::vector<int64_t> counted;     // per task
+};
+
+absl::StatusOr<TaskGradients> ComputeGradients(const LlamaWeights& base,
+                                               std::span<const TaskAdapters* const> tasks,
+                                               const TrainBatch& batch,
+                                               GradientPath path = GradientPath::kPipelined);
+
+// --- Optimizer ---------------------------------------------------------------
+
+// Adds one micro-batch gradient to state.grad_sum (new tensors) and counts it.
+absl::Status AccumulateGradients(TaskState& state, const TaskAdapters& grad);
+
+// One AdamW step on the mean of the accumulated gradients (grad_sum /
+// accumulated), with bias correction; clears the accumulation.
+// FailedPrecondition when nothing was accumulated.
+//   g = grad_sum / n;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p = p (1 - lr wd) - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+absl::Status AdamWStep(TaskState& state);
+
+// Convenience: ComputeGradients on a single-task batch, AccumulateGradients;
+// returns the loss. (AdamWStep is separate: call it every N micro-batches.)
+absl::StatusOr<double> AccumulateMicroBatch(const LlamaWeights& base, TaskState& state,
+                                            const TrainBatch& batch);
+
+// --- Spatial joint training ------------------------------------------------
+//
+// Two (or more) tasks train one shared LoRA adapter, each with its own head,
+// on batches that mix their rows. The joint state is simply the tasks' own
+// TaskStates, whose LoRA layers hold identical values (the shared adapter);
+// each keeps its own head, moments, step count and accumulated gradients.
+// A joint step is defined as:
+//
+//   for each task t: an AdamW step of t's state (shared LoRA + own head) on
+//                    t's own accumulated gradients with t's own moments;
+//   shared LoRA    = the element-wise mean over tasks of the stepped LoRA.
+//
+// i.e. exactly the mean of the tasks' solo steps from the same state, while
+// each task's moments evolve exactly as in its solo step. Decoupling is then
+// lossless by construction: task t's TaskState at any point IS an independent
+// task (its copy of the shared adapter, its own optimizer state), and it
+// continues alone with plain AdamWStep.
+
+// Makes `tasks` share one adapter: every task's LoRA layers become (copies of)
+// those of tasks[0]; heads and optimizer states are kept.
+absl::Status ShareLora(std::span<TaskState* const> tasks);
+
+// Joint micro-batch: gradients for every task from one mixed batch
+// (batch.row_task indexes `tasks`), each accumulated into its own state.
+// Returns the per-task losses.
+absl::StatusOr<std::vector<double>> AccumulateJointMicroBatch(const LlamaWeights& base,
+                                                              std::span<TaskState* const> tasks,
+                                                              const TrainBatch& batch);
+
+// The joint step above. FailedPrecondition when the tasks' LoRA values differ
+// (they do not share an adapter), a task has nothing accumulated, or the
+// tasks' step counts differ.
+absl::Status JointAdamWStep(std::span<TaskState* const> tasks);
+
+// --- Temporal transfer -------------------------------------------------------
+
+// Initialises `to`'s LoRA layers from `from`'s trained ones (copied values;
+// later training of either does not affect the other). `to` keeps its own
+// head, and its optimizer state restarts (zero moments, step 0, nothing
+// accumulated): B's training is its own. Shapes and ranks must match.
+absl::Status TransferLora(const TaskState& from, TaskState& to);
+
+// --- Checkpoints ---------------------------------------------------------------
+
+// Writes the whole TaskState (parameters, moments, accumulated gradients as
+// f32 tensors under "params.*", "m.*", "v.*", "grad_sum.*"; step,
+// accumulated, LoRA config and AdamW options as exact metadata) to a
+// safetensors file. Restoring gives a bit-identical state.
+absl::Status SaveTaskCheckpoint(const std::string& path, const TaskState& state);
+absl::StatusOr<TaskState> LoadTaskCheckpoint(const std::string& path, const LlamaDims& dims);
+
+// --- Reference for tests -------------------------------------------------------
+
+struct ReferenceTrainResult {
+  std::vector<double> loss;         // per task
+  std::vector<TaskAdapters> grads;  // per task, f64 tensors
+};
+
+// An independent, plain implementation of the training objective in f64: for
+// each row the merged weights W + s B A of its task, layer by layer with full
+// causal attention written per head (no code shared with train_ops.cc), the
+// whole model as one autograd graph. `perturb` (optional) adds `delta` (in
+// f64) to one coordinate of one task's tensor before the forward, for finite
+// differences: {task, tensor name as in NamedTensors, flat index, delta}.
+struct ReferencePerturbation {
+  int64_t task = 0;
+  std::string name;
+  int64_t index = 0;
+  double delta = 0.0;
+};
+absl::StatusOr<ReferenceTrainResult> ReferenceTrainLoss(
+    const LlamaWeights& base, std::span<const TaskAdapters* const> tasks, const TrainBatch& batch,
+    const std::optional<ReferencePerturbation>& perturb = std::nullopt);
+
+}  // namespace slicesched::executor
