@@ -10,8 +10,11 @@
 //     otherwise); without a token, read-only Admin calls are allowed and
 //     mutating ones (Drain) are refused with PERMISSION_DENIED.
 //
+// Admin.Timeline renders Master::Timeline() as structured events or as a
+// Chrome trace (server/timeline.h).
+//
 // Not implemented in this increment (they answer UNIMPLEMENTED):
-// Serving.Generate, Admin.Timeline and the whole FineTune service.
+// Serving.Generate and the whole FineTune service.
 #pragma once
 
 #include <memory>
@@ -53,6 +56,8 @@ class AdminServiceImpl final : public v1::Admin::Service {
                           v1::EstimatorsResponse* out) override;
   grpc::Status DumpGmg(grpc::ServerContext* ctx, const v1::DumpGmgRequest* req, v1::GmgDump* out) override;
   grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req, v1::DrainResponse* out) override;
+  grpc::Status Timeline(grpc::ServerContext* ctx, const v1::TimelineRequest* req,
+                        v1::TimelineResponse* out) override;
 
  private:
   grpc::Status Authorize(grpc::ServerContext* ctx, bool mutating) const;
