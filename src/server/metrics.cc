@@ -50,8 +50,8 @@ Histogram Histogram::DecisionSeconds() {
 
 void Histogram::Observe(double value) {
   if (counts.size() != upper_bounds.size() + 1) counts.assign(upper_bounds.size() + 1, 0);
-  const size_t i = static_cast<size_t>(std::lower_bound(upper_bounds.begin(), upper_bounds.end(), value) -
-                                       upper_bounds.begin());
+  const size_t i =
+      static_cast<size_t>(std::lower_bound(upper_bounds.begin(), upper_bounds.end(), value) - upper_bounds.begin());
   ++counts[i];
   sum += value;
   ++count;
@@ -155,8 +155,10 @@ std::string RenderPrometheusText(const MetricsSnapshot& m) {
   for (const auto& d : m.devices) w.Sample("device_busy_seconds_total", dev(d), d.busy_seconds_total);
   w.Family("device_queue_length", "gauge", "Operators issued to the device and not finished.");
   for (const auto& d : m.devices) w.Sample("device_queue_length", dev(d), static_cast<uint64_t>(d.queue_length));
-  w.Family("device_memory_used_bytes", "gauge", "Bytes resident on the device (weights, activations, workspace, checkpoints).");
-  for (const auto& d : m.devices) w.Sample("device_memory_used_bytes", dev(d), static_cast<double>(d.memory_used_bytes));
+  w.Family("device_memory_used_bytes", "gauge",
+           "Bytes resident on the device (weights, activations, workspace, checkpoints).");
+  for (const auto& d : m.devices)
+    w.Sample("device_memory_used_bytes", dev(d), static_cast<double>(d.memory_used_bytes));
   w.Family("device_memory_capacity_bytes", "gauge", "Bytes of the device slicesched may use.");
   for (const auto& d : m.devices) {
     w.Sample("device_memory_capacity_bytes", dev(d), static_cast<double>(d.memory_capacity_bytes));
@@ -365,7 +367,8 @@ void MetricsHttpServer::HandleConnection(int fd) {
       break;
     }
     pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     const int rc = left.count() <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left.count()));
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) {

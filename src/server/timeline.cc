@@ -88,8 +88,8 @@ void Complete(std::string* out, const std::string& name, int tid, int64_t start_
 
 void Metadata(std::string* out, const char* what, int tid, const std::string& value, int sort_index) {
   if (out->back() != '[') *out += ",\n";
-  *out += StrCat("{\"name\":\"", what, "\",\"ph\":\"M\",\"pid\":1,\"tid\":", tid, ",\"args\":{\"name\":",
-                 JsonQuote(value), "}}");
+  *out += StrCat("{\"name\":\"", what, "\",\"ph\":\"M\",\"pid\":1,\"tid\":", tid,
+                 ",\"args\":{\"name\":", JsonQuote(value), "}}");
   if (sort_index >= 0) {
     *out += StrCat(",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":", tid,
                    ",\"args\":{\"sort_index\":", sort_index, "}}");
@@ -104,8 +104,7 @@ std::string ChromeTraceJson(const std::vector<TimelineEntry>& events, const std:
   for (size_t d = 0; d < device_names.size(); ++d) devices.insert(static_cast<int>(d));
   for (const TimelineEntry& e : events) devices.insert(e.device);
   auto name_of = [&](int d) {
-    return static_cast<size_t>(d) < device_names.size() ? device_names[static_cast<size_t>(d)]
-                                                        : StrCat("device", d);
+    return static_cast<size_t>(d) < device_names.size() ? device_names[static_cast<size_t>(d)] : StrCat("device", d);
   };
 
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
@@ -120,8 +119,8 @@ std::string ChromeTraceJson(const std::vector<TimelineEntry>& events, const std:
   for (const TimelineEntry& e : events) {
     const int base = 1 + 4 * e.device + (e.is_transfer() ? 2 : 0);
     const int64_t end = e.running() ? std::max(now.nanos(), e.start.nanos()) : e.end.nanos();
-    std::string common = StrCat("\"node\":", e.node_id, ",\"instance\":", e.instance_id, ",\"class\":",
-                                JsonQuote(ToStd(PriorityClassName(e.priority_class))));
+    std::string common = StrCat("\"node\":", e.node_id, ",\"instance\":", e.instance_id,
+                                ",\"class\":", JsonQuote(ToStd(PriorityClassName(e.priority_class))));
     if (e.is_transfer()) common += StrCat(",\"dst\":", JsonQuote(name_of(e.dst_device)));
     std::string actual = common;
     if (e.running()) actual += ",\"running\":true";
@@ -129,8 +128,8 @@ std::string ChromeTraceJson(const std::vector<TimelineEntry>& events, const std:
     if (predicted) {
       actual += StrCat(",\"predicted_end_us\":", Micros(e.predicted_end.nanos()));
       if (!e.running() && end > e.start.nanos()) {
-        const double err = 100.0 * static_cast<double>(e.predicted_end.nanos() - end) /
-                           static_cast<double>(end - e.start.nanos());
+        const double err =
+            100.0 * static_cast<double>(e.predicted_end.nanos() - end) / static_cast<double>(end - e.start.nanos());
         char buf[32];
         std::snprintf(buf, sizeof(buf), "%.2f", err);
         actual += StrCat(",\"error_pct\":", buf);

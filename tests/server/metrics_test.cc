@@ -4,12 +4,11 @@
 #include "slicesched/server/metrics.h"
 
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -33,8 +32,13 @@ MetricsSnapshot Sample() {
   MetricsSnapshot m;
   m.version = "0.1.0";
   m.uptime_seconds = 12.5;
-  m.devices.push_back({.name = "gpu\"0\"", .type = "A16\\x\n", .busy_ratio = 0.25, .busy_seconds_total = 3,
-                       .queue_length = 2, .memory_used_bytes = 1024, .memory_capacity_bytes = 4096});
+  m.devices.push_back({.name = "gpu\"0\"",
+                       .type = "A16\\x\n",
+                       .busy_ratio = 0.25,
+                       .busy_seconds_total = 3,
+                       .queue_length = 2,
+                       .memory_used_bytes = 1024,
+                       .memory_capacity_bytes = 4096});
   m.devices.push_back({.name = "gpu1", .type = "A16", .busy_ratio = 0.5});
   for (double v : {0.0005, 0.003, 0.003, 0.2, 500.0}) m.classes[0].latency.Observe(v);
   m.classes[0].done = 5;
@@ -88,11 +92,11 @@ TEST(PrometheusText, EveryFamilyHasHelpAndTypeOnce) {
     }
     EXPECT_TRUE(type.contains(family)) << s << " has no TYPE line";
   }
-  for (const char* f : {"slicesched_device_busy_ratio", "slicesched_device_queue_length",
-                        "slicesched_device_memory_used_bytes", "slicesched_device_memory_capacity_bytes",
-                        "slicesched_request_latency_seconds", "slicesched_slo_attainment_ratio",
-                        "slicesched_estimator_mape_percent", "slicesched_estimator_key_mape_percent",
-                        "slicesched_schedule_call_seconds", "slicesched_schedule_round_seconds"}) {
+  for (const char* f :
+       {"slicesched_device_busy_ratio", "slicesched_device_queue_length", "slicesched_device_memory_used_bytes",
+        "slicesched_device_memory_capacity_bytes", "slicesched_request_latency_seconds",
+        "slicesched_slo_attainment_ratio", "slicesched_estimator_mape_percent", "slicesched_estimator_key_mape_percent",
+        "slicesched_schedule_call_seconds", "slicesched_schedule_round_seconds"}) {
     EXPECT_TRUE(type.contains(f)) << f;
   }
   EXPECT_THAT(text, HasSubstr("# TYPE slicesched_request_latency_seconds histogram\n"));
@@ -155,9 +159,9 @@ TEST(MetricsHttp, Responses) {
   EXPECT_THAT(HttpResponseFor("GET / HTTP/1.1\r\n\r\n", r), StartsWith("HTTP/1.1 404 "));
   EXPECT_THAT(HttpResponseFor("GET /metricsx HTTP/1.1\r\n\r\n", r), StartsWith("HTTP/1.1 404 "));
   EXPECT_THAT(HttpResponseFor("POST /metrics HTTP/1.1\r\n\r\n", r), StartsWith("HTTP/1.1 405 "));
-  for (const char* garbage : {"\r\n\r\n", "GET\r\n\r\n", "GET /metrics\r\n\r\n", "GET /metrics HTTP/9\r\n\r\n",
-                              "get /metrics HTTP/1.1\r\n\r\n", "GET /metrics HTTP/1.1 x\r\n\r\n",
-                              "\x16\x03\x01\x02\x00\r\n\r\n"}) {
+  for (const char* garbage :
+       {"\r\n\r\n", "GET\r\n\r\n", "GET /metrics\r\n\r\n", "GET /metrics HTTP/9\r\n\r\n",
+        "get /metrics HTTP/1.1\r\n\r\n", "GET /metrics HTTP/1.1 x\r\n\r\n", "\x16\x03\x01\x02\x00\r\n\r\n"}) {
     EXPECT_THAT(HttpResponseFor(garbage, r), StartsWith("HTTP/1.1 400 ")) << garbage;
   }
   const MetricsHttpServer::Render failing = [] {

@@ -129,9 +129,7 @@ TEST(ChromeTrace, EmptyIsStillAValidTrace) {
   EXPECT_EQ(root.fields().at("traceEvents").list_value().values_size(), 1);  // process_name only
 }
 
-TEST(JsonQuote, EscapesControlCharacters) {
-  EXPECT_EQ(JsonQuote("a\"b\\c\nd\x01"), "\"a\\\"b\\\\c\\nd\\u0001\"");
-}
+TEST(JsonQuote, EscapesControlCharacters) { EXPECT_EQ(JsonQuote("a\"b\\c\nd\x01"), "\"a\\\"b\\\\c\\nd\\u0001\""); }
 
 }  // namespace
 }  // namespace slicesched
