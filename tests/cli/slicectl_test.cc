@@ -24,6 +24,7 @@
 #include "slicesched/server/config.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/services.h"
+#include "slicesched/v1/serving.grpc.pb.h"
 
 namespace slicesched {
 namespace {
@@ -292,6 +293,61 @@ TEST_F(SlicectlTest, UnreachableSocketExitsThree) {
   std::ostringstream out2, err2;
   EXPECT_EQ(RunSlicectl({"--socket", dir_ + "/plain", "status"}, out2, err2), 3);
   EXPECT_THAT(err2.str(), HasSubstr("not a socket"));
+}
+
+// Serving.Generate is not implemented by the daemon yet; a stand-in server
+// streams tokens so the client's streaming output is checked.
+class StreamingServing final : public v1::Serving::Service {
+ public:
+  grpc::Status Generate(grpc::ServerContext*, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override {
+    last_ = *req;
+    for (uint32_t i = 0; i < req->max_tokens(); ++i) {
+      v1::GenerateResponse r;
+      r.set_request_id(9);
+      r.set_token_id(req->prompt_token_ids(0) + i);
+      r.set_index(i);
+      r.set_time_from_arrival_ms(1.5 * (i + 1));
+      if (i + 1 == req->max_tokens()) r.set_finish_reason(v1::FINISH_REASON_LENGTH);
+      writer->Write(r);
+    }
+    return grpc::Status::OK;
+  }
+  v1::GenerateRequest last_;
+};
+
+TEST(SlicectlGenerate, PrintsTokensAsTheyStream) {
+  const std::string sock = StrCat(::testing::TempDir(), "/slicectl_gen_", ::getpid(), ".sock");
+  std::filesystem::remove(sock);
+  StreamingServing serving;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + sock, grpc::InsecureServerCredentials());
+  builder.RegisterService(&serving);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+
+  std::ostringstream out, err;
+  ASSERT_EQ(RunSlicectl({"--socket", sock, "generate", "tiny", "--prompt", "40 2,3", "--max-tokens", "3", "--seed", "7",
+                         "--top-p", "0.5", "--offline"},
+                        out, err),
+            0)
+      << err.str();
+  EXPECT_EQ(out.str(), "40 41 42\n3 tokens, finish LENGTH, first token 1.5 ms, last 4.5 ms\n");
+  EXPECT_EQ(serving.last_.deployment(), "tiny");
+  EXPECT_THAT(serving.last_.prompt_token_ids(), ::testing::ElementsAre(40u, 2u, 3u));
+  EXPECT_EQ(serving.last_.sampling().seed(), 7u);
+  EXPECT_FLOAT_EQ(serving.last_.sampling().top_p(), 0.5f);
+  EXPECT_EQ(serving.last_.priority_class(), v1::PRIORITY_CLASS_OFFLINE);
+
+  std::ostringstream jout, jerr;
+  ASSERT_EQ(
+      RunSlicectl({"--socket", sock, "--json", "generate", "tiny", "--prompt", "5", "--max-tokens", "2"}, jout, jerr),
+      0);
+  std::vector<std::string> lines = absl::StrSplit(jout.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << jout.str();
+  EXPECT_EQ(ParseJson(lines[1]).fields().at("finish_reason").string_value(), "FINISH_REASON_LENGTH");
+  server->Shutdown();
+  std::filesystem::remove(sock);
 }
 
 TEST(SlicectlFormat, TableAndBytes) {

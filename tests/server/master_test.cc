@@ -227,6 +227,27 @@ TEST_F(DaemonTest, TimelineAndMetricsAfterCompletions) {
     ids.insert(sub.instance_id());
   }
 
+  // One offline instance: its events (including the last one, whose instance
+  // retires in the same loop step) carry its class.
+  uint64_t offline_id = 0;
+  {
+    v1::SubmitRequest req;
+    req.set_template_name("tiny-t/prefill");
+    (*req.mutable_bindings())["B"] = 1;
+    (*req.mutable_bindings())["S"] = 4;
+    req.set_priority_class(v1::PRIORITY_CLASS_OFFLINE);
+    v1::SubmitResponse sub;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(serving_->Submit(&ctx, req, &sub).ok());
+    grpc::Status ws;
+    auto events = WatchAll(sub.instance_id(), &ws);
+    ASSERT_TRUE(ws.ok());
+    ASSERT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE);
+    ops_total += events.back().ops_total();
+    offline_id = sub.instance_id();
+    ids.insert(offline_id);
+  }
+
   v1::TimelineResponse tl;
   {
     grpc::ClientContext ctx;
@@ -240,7 +261,7 @@ TEST_F(DaemonTest, TimelineAndMetricsAfterCompletions) {
   for (int i = 0; i < tl.events_size(); ++i) {
     const v1::TimelineEvent& e = tl.events(i);
     EXPECT_TRUE(ids.contains(e.instance_id())) << e.instance_id();
-    EXPECT_EQ(e.priority_class(), "online");
+    EXPECT_EQ(e.priority_class(), e.instance_id() == offline_id ? "offline" : "online") << e.node_id();
     EXPECT_GT(e.start_ns(), 0);
     EXPECT_GE(e.end_ns(), e.start_ns());  // all finished
     EXPECT_GT(e.predicted_end_ns(), e.start_ns());
@@ -313,7 +334,8 @@ TEST_F(DaemonTest, TimelineAndMetricsAfterCompletions) {
   EXPECT_EQ(m->classes[0].done, 3u);
   EXPECT_EQ(m->classes[0].latency.count, 3u);
   EXPECT_GT(m->classes[0].latency.sum, 0);
-  EXPECT_EQ(m->classes[1].done, 0u);
+  EXPECT_EQ(m->classes[1].done, 1u);
+  EXPECT_EQ(m->classes[1].latency.count, 1u);
   EXPECT_EQ(m->op_observations, ops_total);
   EXPECT_GT(m->schedule_call.count, 0u);
   EXPECT_GE(m->issued_nodes, ops_total);
@@ -324,6 +346,7 @@ TEST_F(DaemonTest, TimelineAndMetricsAfterCompletions) {
   EXPECT_FALSE(m->op_keys.empty());
   const std::string text = RenderPrometheusText(*m);
   EXPECT_THAT(text, HasSubstr("slicesched_request_latency_seconds_count{class=\"online\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("slicesched_instances_finished_total{class=\"offline\",state=\"done\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("slicesched_device_memory_capacity_bytes{device=\"v0\",type=\"testdev\"} 1073741824\n"));
 }
 

@@ -263,7 +263,9 @@ class Master {
   // now), at most `max_events` (>= 1, the latest starts kept). See
   // server/timeline.h for what "predicted" means.
   absl::StatusOr<TimelineView> Timeline(Timestamp since, Timestamp until, size_t max_events);
-  // A consistent snapshot of the counters and gauges of server/metrics.h.
+  // The counters and gauges of server/metrics.h, read on the loop (device,
+  // status and the rest in three consecutive visits, so gauges of different
+  // groups may be a loop iteration apart).
   absl::StatusOr<MetricsSnapshot> Metrics();
 
  private:
