@@ -119,12 +119,13 @@ class Args {
   std::vector<std::pair<std::string, std::string>> flags_;  // value "" for switches
 };
 
-// Command flags that take a value (the next word) and the switches; any
-// other "--x" is a switch for Args::Check to judge.
+// Command flags that take a value (the next word, or "--flag=value"). Any
+// other "--x" is recorded as a switch; Args::Check decides whether the
+// command knows it.
 bool TakesValue(std::string_view flag) {
-  static const char* const kValued[] = {"--prompt",      "--max-tokens", "--seed",    "--top-p", "--top-k",
-                                        "--temperature", "--tenant",     "--format",  "--out",   "--since-ns",
-                                        "--until-ns",    "--max-events", "--priority"};
+  static const char* const kValued[] = {"--prompt", "--max-tokens",  "--seed",     "--top-p",
+                                        "--top-k",  "--temperature", "--tenant",   "--format",
+                                        "--out",    "--since-ns",    "--until-ns", "--max-events"};
   return std::any_of(std::begin(kValued), std::end(kValued), [&](const char* v) { return flag == v; });
 }
 
@@ -212,18 +213,11 @@ std::optional<UsageError> ParseCommandLine(const std::vector<std::string>& args,
 // Output helpers
 // ---------------------------------------------------------------------------
 
-std::string ToJson(const google::protobuf::Message& m) {
+// protobuf's JSON mapping with the .proto field names and every field
+// printed; `pretty` indents it over several lines, otherwise one line.
+std::string ToJson(const google::protobuf::Message& m, bool pretty = true) {
   google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  o.always_print_primitive_fields = true;
-  o.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
-}
-
-std::string ToJsonLine(const google::protobuf::Message& m) {
-  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = pretty;
   o.always_print_primitive_fields = true;
   o.preserve_proto_field_names = true;
   std::string out;
@@ -613,7 +607,7 @@ int StreamGenerate(Client& c, const v1::GenerateRequest& req) {
   std::string finish;
   while (reader->Read(&r)) {
     if (c.json()) {
-      c.out() << ToJsonLine(r) << "\n";
+      c.out() << ToJson(r, /*pretty=*/false) << "\n";
     } else {
       c.out() << (n == 0 ? "" : " ") << r.token_id();
     }

@@ -8,9 +8,12 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -293,6 +296,19 @@ TEST_F(SlicectlTest, UnreachableSocketExitsThree) {
   std::ostringstream out2, err2;
   EXPECT_EQ(RunSlicectl({"--socket", dir_ + "/plain", "status"}, out2, err2), 3);
   EXPECT_THAT(err2.str(), HasSubstr("not a socket"));
+  // A stale socket file (bound, then closed): nothing listens; give up after
+  // --connect-timeout.
+  const std::string stale = dir_ + "/stale.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", stale.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::close(fd);
+  std::ostringstream out3, err3;
+  EXPECT_EQ(RunSlicectl({"--socket", stale, "--connect-timeout", "0.2", "status"}, out3, err3), 3);
+  EXPECT_THAT(err3.str(), HasSubstr("nothing listening"));
 }
 
 // Serving.Generate is not implemented by the daemon yet; a stand-in server
