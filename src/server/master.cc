@@ -168,7 +168,6 @@ struct Master::Impl {
   std::unique_ptr<MasterObserved> obs;  // Timeline and Metrics
 };
 
-
 // ---------------------------------------------------------------------------
 // Construction and the loop
 // ---------------------------------------------------------------------------

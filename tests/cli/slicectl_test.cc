@@ -27,6 +27,7 @@
 #include "slicesched/server/config.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/services.h"
+#include "slicesched/v1/admin.grpc.pb.h"
 #include "slicesched/v1/serving.grpc.pb.h"
 
 namespace slicesched {
@@ -362,6 +363,39 @@ TEST(SlicectlGenerate, PrintsTokensAsTheyStream) {
   std::vector<std::string> lines = absl::StrSplit(jout.str(), '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 2u) << jout.str();
   EXPECT_EQ(ParseJson(lines[1]).fields().at("finish_reason").string_value(), "FINISH_REASON_LENGTH");
+  server->Shutdown();
+  std::filesystem::remove(sock);
+}
+
+// --token travels as `authorization: Bearer TOKEN` (the daemon trusts unix
+// socket peers, so a stand-in Admin service checks it here).
+class TokenAdmin final : public v1::Admin::Service {
+ public:
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest*, v1::StatusResponse* out) override {
+    auto it = ctx->client_metadata().find("authorization");
+    if (it == ctx->client_metadata().end() || it->second != "Bearer s3cret") {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong admin token");
+    }
+    out->set_version("stand-in");
+    return grpc::Status::OK;
+  }
+};
+
+TEST(SlicectlToken, SentAsBearerMetadata) {
+  const std::string sock = StrCat(::testing::TempDir(), "/slicectl_token_", ::getpid(), ".sock");
+  std::filesystem::remove(sock);
+  TokenAdmin admin;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + sock, grpc::InsecureServerCredentials());
+  builder.RegisterService(&admin);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::ostringstream out, err;
+  EXPECT_EQ(RunSlicectl({"--socket", sock, "--token", "s3cret", "status"}, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("stand-in"));
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunSlicectl({"--socket", sock, "--token", "nope", "status"}, out2, err2), 1);
+  EXPECT_EQ(err2.str(), "slicectl: UNAUTHENTICATED: wrong admin token\n");
   server->Shutdown();
   std::filesystem::remove(sock);
 }
