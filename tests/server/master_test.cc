@@ -144,7 +144,7 @@ TEST_F(DaemonTest, RegisterSubmitWatchDumpDrain) {
   std::vector<v1::InstanceEvent> events = WatchAll(sub.instance_id(), &ws);
   ASSERT_TRUE(ws.ok()) << ws.error_message();
   ASSERT_FALSE(events.empty());
-  const v1::InstanceEvent& last = events.back();
+  const v1::InstanceEvent last = events.back();  // a copy: `events` is reassigned below
   EXPECT_EQ(last.state(), v1::INSTANCE_STATE_DONE) << last.message();
   EXPECT_EQ(last.ops_done(), last.ops_total());
   EXPECT_GT(last.ops_total(), 0u);
