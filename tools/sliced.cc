@@ -5,7 +5,8 @@
 // Without --config it runs the embedded configs/sliced.yaml (a CPU-only demo
 // under /tmp). It serves the Admin, Serving and FineTune gRPC services on the
 // configured unix socket (and on TCP with TLS when configured), plus gRPC
-// health checking and server reflection.
+// health checking and server reflection, and Prometheus metrics over plain
+// HTTP at GET /metrics when `listen.metrics: HOST:PORT` is set.
 //
 // Signals: the first SIGTERM (or SIGINT) drains: no new work is admitted,
 // in-flight instances get up to --drain-timeout seconds (default 100, below
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -34,7 +36,9 @@
 #include "slicesched/common/strings.h"
 #include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
+#include "slicesched/common/status.h"
 #include "slicesched/server/master.h"
+#include "slicesched/server/metrics.h"
 #include "slicesched/server/services.h"
 #include "spdlog/spdlog.h"
 
@@ -162,6 +166,21 @@ int Run(int argc, char** argv) {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 1;
   }
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (!config->listen.metrics_address.empty()) {
+    Master* m = master->get();
+    auto started = MetricsHttpServer::Start({.address = config->listen.metrics_address},
+                                            [m]() -> absl::StatusOr<std::string> {
+                                              SLICESCHED_ASSIGN_OR_RETURN(MetricsSnapshot snap, m->Metrics());
+                                              return RenderPrometheusText(snap);
+                                            });
+    if (!started.ok()) {
+      spdlog::critical("cannot start: {}", started.status().ToString());
+      return 1;
+    }
+    metrics = *std::move(started);
+    spdlog::info("Prometheus metrics on http://{}/metrics", config->listen.metrics_address);
+  }
   spdlog::info("serving on{}{}", config->listen.unix_socket.empty() ? "" : " unix:" + config->listen.unix_socket,
                config->listen.tcp_address.empty() ? "" : " " + config->listen.tcp_address + " (TLS)");
   Notify("READY=1\nSTATUS=serving");
@@ -184,6 +203,7 @@ int Run(int argc, char** argv) {
       spdlog::warn("drain timed out with {} instances still running; they are abandoned", r->remaining_instances);
     }
     (*server)->Shutdown(absl::Seconds(2));
+    if (metrics != nullptr) metrics->Stop();
     (*master)->Shutdown();  // saves the estimators
     done = true;
   });

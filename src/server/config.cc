@@ -164,7 +164,7 @@ void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
 }
 
 void ParseListen(const ConfigReader& l, ListenConfig* c) {
-  l.RejectUnknownKeys({"unix_socket", "tcp", "tls", "admin_token"});
+  l.RejectUnknownKeys({"unix_socket", "tcp", "tls", "admin_token", "metrics"});
   if (l.present() && l.IsMap() && l.node()["unix_socket"] && l.node()["unix_socket"].IsNull()) {
     c->unix_socket.clear();  // `unix_socket: ~` disables it too
   }
@@ -191,6 +191,10 @@ void ParseListen(const ConfigReader& l, ListenConfig* c) {
     l.Check(false, "tcp", "requires listen.tls with 'cert' and 'key' (TCP is served over TLS only)");
   }
   c->admin_token = l.Optional<std::string>("admin_token", "");
+  c->metrics_address = l.Optional<std::string>("metrics", "");
+  if (!c->metrics_address.empty() && !ValidTcpAddress(c->metrics_address, &why)) {
+    l.Check(false, "metrics", StrCat(why, ", got '", c->metrics_address, "'"));
+  }
   if (c->unix_socket.empty() && c->tcp_address.empty()) {
     l.Error("no listen address: set unix_socket, tcp or both");
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -133,6 +134,25 @@ int64_t UnixMillisNow() {
 
 }  // namespace
 
+// What the loop accumulates for Timeline and Metrics (owned by the loop).
+struct MasterObserved {
+  explicit MasterObserved(size_t timeline_capacity) : timeline(timeline_capacity) {}
+  TimelineRing timeline;
+  // This iteration's completions; entries whose instance already left the
+  // GMG get their class from the retirements of the same iteration.
+  std::vector<std::pair<TimelineEntry, bool>> pending;  // entry, class known
+  absl::flat_hash_map<uint64_t, PriorityClass> retired_class;
+  MetricsSnapshot::ClassStats classes[2];
+  uint64_t slo_total = 0;
+  uint64_t slo_met = 0;
+  Histogram schedule_call = Histogram::DecisionSeconds();
+  Histogram schedule_round = Histogram::DecisionSeconds();
+  size_t rounds_seen = 0;  // SliceScheduler::round_latency_us() entries observed
+  uint64_t schedule_rounds = 0;
+  uint64_t whatif_runs = 0;
+  uint64_t issued_nodes = 0;
+};
+
 struct Master::Impl {
   struct Tracked {
     InstanceId id;
@@ -259,6 +279,7 @@ struct Master::Impl {
     }
     g.kv.clear();
   }
+  std::unique_ptr<MasterObserved> obs;  // Timeline and Metrics
 };
 
 // ---------------------------------------------------------------------------
@@ -309,6 +330,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
         absl::StrJoin(cpu_devices, ", "));
 #endif
   }
+  im.obs = std::make_unique<MasterObserved>(std::max<size_t>(1, m->options_.timeline_capacity));
 
   // Estimators first, so keys registered with the deployments start warm.
   for (const char* kind : {"op", "transfer"}) {
@@ -437,6 +459,9 @@ void Master::Loop() {
     absl::Status s = im.backend->AdvanceTo(now, &im.feedback);
     if (!s.ok()) spdlog::error("backend: {}", s.ToString());
     for (const Feedback& f : im.feedback) {
+      bool class_known = true;
+      TimelineEntry e = TimelineEntryOf(f, &class_known);  // before the learner updates
+      im.obs->pending.emplace_back(std::move(e), class_known);
       im.learner.Apply(f, /*score=*/true);
       if (f.kind != Feedback::Kind::kOp) continue;
       im.busy_ns[f.device.value()] += f.measured().nanos();
@@ -448,6 +473,7 @@ void Master::Loop() {
 
     // Retired instances: their final state.
     for (const RetiredInstance& r : im.gmg.TakeRetired()) {
+      ObserveRetired(r);
       auto it = im.live.find(r.id.value());
       if (it == im.live.end()) continue;
       Impl::Tracked& t = it->second;
@@ -474,6 +500,7 @@ void Master::Loop() {
       }
       im.EraseRequest(r.id);
     }
+    FlushTimeline();
     while (im.finished_order.size() > options_.max_terminal_records) {
       im.finished.erase(im.finished_order.front());
       im.finished_order.pop_front();
@@ -494,7 +521,9 @@ void Master::Loop() {
     }
 
     if (!im.gmg.unscheduled_frontier().empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
       auto st = im.scheduler.Schedule(im.env, now);
+      ObserveSchedule(st.ok() ? &*st : nullptr, std::chrono::steady_clock::now() - t0);
       if (!st.ok()) spdlog::error("scheduler: {}", st.status().ToString());
     }
     s = im.backend->Dispatch(now);
@@ -1147,6 +1176,195 @@ absl::StatusOr<DrainResult> Master::Drain(bool wait, absl::Duration timeout) {
     r.state = ServingStateKind::kDraining;
   }
   return r;
+}
+
+// ---------------------------------------------------------------------------
+// Observability (Timeline, Metrics)
+// ---------------------------------------------------------------------------
+
+double Master::PredictedNs(bool transfer, DeviceId device, DeviceId dst, TemplateId tpl, int op,
+                           std::span<const int64_t> attrs, Bytes bytes, bool overlapped) {
+  Impl& im = *impl_;
+  if (transfer) {
+    return im.transfers.PredictNs(device, dst, bytes.count()) *
+           (overlapped ? im.calibration.transfer_overlap_factor() : 1.0);
+  }
+  const int key = im.ctx.OpKey(im.gmg.accelerators().device(device).type, tpl.value(), op);
+  return im.ops.PredictNs(key, attrs) * im.calibration.device_factor(device) *
+         (overlapped ? im.calibration.overlap_factor() : 1.0);
+}
+
+TimelineEntry Master::TimelineEntryOf(const Feedback& f, bool* class_known) {
+  Impl& im = *impl_;
+  const bool transfer = f.kind == Feedback::Kind::kTransfer;
+  TimelineEntry e;
+  e.node_id = f.node.value();
+  e.instance_id = f.instance.value();
+  e.device = f.device.value();
+  e.dst_device = transfer ? f.dst.value() : -1;
+  e.start = f.start;
+  e.end = f.end;
+  e.name = "transfer";
+  if (!transfer) {
+    const GraphTemplate* tpl = im.gmg.templates().Find(f.tpl);
+    e.name = tpl != nullptr && f.op >= 0 && f.op < tpl->num_ops() ? tpl->ops()[static_cast<size_t>(f.op)].name
+                                                                    : StrCat("op", f.op);
+  }
+  const double predicted = PredictedNs(transfer, f.device, f.dst, f.tpl, f.op, f.attrs, f.bytes, f.overlapped);
+  if (std::isfinite(predicted) && predicted >= 0) {
+    e.predicted_end = f.start + Duration::Nanos(static_cast<int64_t>(predicted));
+  }
+  const Instance* inst = im.gmg.FindInstance(f.instance);
+  *class_known = inst != nullptr;
+  if (inst != nullptr) e.priority_class = inst->spec.priority_class;
+  return e;
+}
+
+void Master::ObserveRetired(const RetiredInstance& r) {
+  MasterObserved& o = *impl_->obs;
+  o.retired_class[r.id.value()] = r.priority_class;
+  MetricsSnapshot::ClassStats& c = o.classes[r.priority_class == PriorityClass::kOffline ? 1 : 0];
+  const bool done = r.state == InstanceState::kDone;
+  if (done) {
+    ++c.done;
+    c.latency.Observe((r.finished - r.arrival).ToSecondsF());
+  } else if (r.state == InstanceState::kFailed) {
+    ++c.failed;
+  } else {
+    ++c.cancelled;
+  }
+  if (r.priority_class == PriorityClass::kOnline && r.deadline != Timestamp::Never() &&
+      r.deadline != Timestamp::Infinite()) {
+    ++o.slo_total;
+    if (done && r.finished <= r.deadline) ++o.slo_met;
+  }
+}
+
+void Master::FlushTimeline() {
+  MasterObserved& o = *impl_->obs;
+  for (auto& [e, known] : o.pending) {
+    if (!known) {
+      auto it = o.retired_class.find(e.instance_id);
+      if (it != o.retired_class.end()) e.priority_class = it->second;
+    }
+    o.timeline.Add(std::move(e));
+  }
+  o.pending.clear();
+  o.retired_class.clear();
+}
+
+void Master::ObserveSchedule(const ScheduleStats* stats, std::chrono::steady_clock::duration took) {
+  MasterObserved& o = *impl_->obs;
+  o.schedule_call.Observe(std::chrono::duration<double>(took).count());
+  if (stats != nullptr) {
+    o.schedule_rounds += static_cast<uint64_t>(stats->rounds);
+    o.whatif_runs += static_cast<uint64_t>(stats->whatif_runs);
+    o.issued_nodes += static_cast<uint64_t>(stats->issued_nodes);
+  }
+  const std::vector<double>& rounds = impl_->scheduler.round_latency_us();
+  for (size_t i = std::min(o.rounds_seen, rounds.size()); i < rounds.size(); ++i) {
+    o.schedule_round.Observe(rounds[i] / 1e6);
+  }
+  o.rounds_seen = rounds.size();
+}
+
+absl::StatusOr<TimelineView> Master::Timeline(Timestamp since, Timestamp until, size_t max_events) {
+  if (max_events == 0) return absl::InvalidArgumentError("max_events: must be at least 1");
+  TimelineView view;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    view.now = clock_.Now();
+    const Timestamp end = std::min(until, view.now);
+    std::vector<TimelineEntry> running;
+    for (const DeviceSpec& d : im.gmg.accelerators().devices()) {
+      view.device_names.push_back(d.name);
+      for (const NodeId id : {im.gmg.running_compute(d.id), im.gmg.active_transfer(d.id)}) {
+        if (!id.valid()) continue;
+        const OpNode* n = im.gmg.FindNode(id);
+        if (n == nullptr || n->state != NodeState::kRunning) continue;
+        const bool transfer = n->kind == OpKind::kTransfer;
+        if (transfer && n->device != d.id) continue;  // listed once, at its source
+        const Instance* inst = im.gmg.FindInstance(n->instance);
+        TimelineEntry e;
+        e.node_id = id.value();
+        e.instance_id = n->instance.value();
+        e.device = n->device.value();
+        e.start = n->times.start;
+        e.name = "transfer";
+        if (inst != nullptr) e.priority_class = inst->spec.priority_class;
+        Bytes bytes;
+        TemplateId tpl;
+        if (transfer) {
+          e.dst_device = n->dst_device.value();
+          const OpNode* producer = im.gmg.FindNode(n->src_node);
+          if (producer != nullptr && static_cast<size_t>(n->src_output) < producer->outputs.size()) {
+            bytes = producer->outputs[static_cast<size_t>(n->src_output)].bytes;
+          }
+        } else if (inst != nullptr && inst->tpl != nullptr) {
+          e.name = inst->tpl->ops()[static_cast<size_t>(n->op_index)].name;
+          tpl = inst->tpl->id();
+        }
+        const bool overlapped = transfer ? im.gmg.running_compute(n->device).valid()
+                                         : im.gmg.active_transfer(n->device).valid();
+        const double predicted =
+            transfer || tpl.valid()
+                ? PredictedNs(transfer, n->device, n->dst_device, tpl, n->op_index, n->attrs, bytes, overlapped)
+                : -1;
+        if (std::isfinite(predicted) && predicted >= 0) {
+          e.predicted_end = e.start + Duration::Nanos(static_cast<int64_t>(predicted));
+        }
+        running.push_back(std::move(e));
+      }
+    }
+    view.result = im.obs->timeline.Query(since, end, max_events, running);
+  }));
+  return view;
+}
+
+absl::StatusOr<MetricsSnapshot> Master::Metrics() {
+  SLICESCHED_ASSIGN_OR_RETURN(std::vector<DeviceInfo> devices, Devices());
+  SLICESCHED_ASSIGN_OR_RETURN(MasterStatus status, Status());
+  MetricsSnapshot m;
+  m.version = status.version;
+  m.uptime_seconds = static_cast<double>(status.uptime_ms) / 1000.0;
+  m.live_instances = status.live_instances;
+  m.queued_online = status.queued_online;
+  m.queued_offline = status.queued_offline;
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    const MasterObserved& o = *im.obs;
+    for (const DeviceInfo& d : devices) {
+      MetricsSnapshot::Device md;
+      md.name = d.spec.name;
+      md.type = d.spec.type;
+      md.busy_ratio = d.busy_fraction;
+      md.busy_seconds_total = static_cast<double>(im.busy_ns[d.spec.id.value()]) / 1e9;
+      md.queue_length = d.queue_length;
+      md.memory_used_bytes = d.memory.total().count();
+      md.memory_capacity_bytes = d.spec.memory.count();
+      m.devices.push_back(std::move(md));
+    }
+    for (int c = 0; c < 2; ++c) m.classes[c] = o.classes[c];
+    m.slo_total = o.slo_total;
+    m.slo_met = o.slo_met;
+    m.op_mape_pct = im.learner.op_error().mape_pct();
+    m.op_observations = static_cast<uint64_t>(im.learner.op_error().n);
+    m.transfer_mape_pct = im.learner.transfer_error().mape_pct();
+    m.transfer_observations = static_cast<uint64_t>(im.learner.transfer_error().n);
+    for (const OpEstimator::KeyStats& k : im.ops.Stats()) {
+      if (k.samples == 0) continue;
+      m.op_keys.push_back({.device_type = k.device_type,
+                           .op_key = StrCat(k.template_name, ":", k.op_name),
+                           .mape_pct = k.mape_pct,
+                           .samples = static_cast<uint64_t>(k.samples)});
+    }
+    m.schedule_call = o.schedule_call;
+    m.schedule_round = o.schedule_round;
+    m.schedule_rounds = o.schedule_rounds;
+    m.whatif_runs = o.whatif_runs;
+    m.issued_nodes = o.issued_nodes;
+  }));
+  return m;
 }
 
 }  // namespace slicesched

@@ -373,6 +373,45 @@ grpc::Status AdminServiceImpl::Drain(grpc::ServerContext* ctx, const v1::DrainRe
   return grpc::Status::OK;
 }
 
+grpc::Status AdminServiceImpl::Timeline(grpc::ServerContext* ctx, const v1::TimelineRequest* req,
+                                        v1::TimelineResponse* out) {
+  if (grpc::Status a = Authorize(ctx, false); !a.ok()) return a;
+  if (req->since_ns() < 0 || req->until_ns() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "since_ns/until_ns: must not be negative");
+  }
+  if (req->until_ns() != 0 && req->until_ns() < req->since_ns()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "until_ns: precedes since_ns");
+  }
+  const v1::TimelineFormat format = req->format();
+  if (format != v1::TIMELINE_FORMAT_UNSPECIFIED && format != v1::TIMELINE_FORMAT_STRUCTURED &&
+      format != v1::TIMELINE_FORMAT_CHROME_TRACE) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        StrCat("format: unknown value ", static_cast<int>(format)));
+  }
+  const Timestamp since = req->since_ns() == 0 ? Timestamp::Never() : Timestamp::FromNanos(req->since_ns());
+  const Timestamp until = req->until_ns() == 0 ? Timestamp::Infinite() : Timestamp::FromNanos(req->until_ns());
+  auto view = master_->Timeline(since, until, req->max_events() == 0 ? 10000 : req->max_events());
+  if (!view.ok()) return ToGrpc(view.status());
+  out->set_truncated(view->result.truncated);
+  if (format == v1::TIMELINE_FORMAT_CHROME_TRACE) {
+    out->set_chrome_trace_json(ChromeTraceJson(view->result.events, view->device_names, view->now));
+    return grpc::Status::OK;
+  }
+  for (const TimelineEntry& e : view->result.events) {
+    v1::TimelineEvent* ev = out->add_events();
+    ev->set_node_id(e.node_id);
+    ev->set_instance_id(e.instance_id);
+    ev->set_name(e.name);
+    ev->set_priority_class(std::string(ToStd(PriorityClassName(e.priority_class))));
+    ev->set_device(e.device);
+    ev->set_dst_device(e.dst_device);
+    ev->set_start_ns(TimeNs(e.start));
+    ev->set_end_ns(TimeNs(e.end));
+    ev->set_predicted_end_ns(TimeNs(e.predicted_end));
+  }
+  return grpc::Status::OK;
+}
+
 // ---------------------------------------------------------------------------
 // Serving
 // ---------------------------------------------------------------------------

@@ -162,6 +162,20 @@ TEST(SlicedConfigTest, BadTcpAddress) {
   EXPECT_THAT(err, HasSubstr("test.yaml:11:8: listen.tcp: expected HOST:PORT")) << err;
 }
 
+TEST(SlicedConfigTest, MetricsListener) {
+  auto c = Parse(std::string(kBase) + "listen:\n  unix_socket: /tmp/x.sock\n  metrics: 127.0.0.1:9464\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen.metrics_address, "127.0.0.1:9464");
+  auto off = Parse(std::string(kBase));
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->listen.metrics_address.empty());  // default: off
+
+  std::string err = ErrorOf(std::string(kBase) + "listen:\n  metrics: 9464\n");
+  EXPECT_THAT(err, HasSubstr("test.yaml:11:12: listen.metrics: expected HOST:PORT")) << err;
+  err = ErrorOf(std::string(kBase) + "listen:\n  metrics: 0.0.0.0:99999\n");
+  EXPECT_THAT(err, HasSubstr("listen.metrics: port must be a number in 1..65535")) << err;
+}
+
 TEST(SlicedConfigTest, BadByteSize) {
   std::string text = kBase;
   text.replace(text.find("1GiB"), 4, "lots");

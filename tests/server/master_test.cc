@@ -1,6 +1,8 @@
 // The daemon in-process: a Master plus the gRPC services on a unix socket in
 // the test's temp dir, exercised through the generated stubs.
 #include <gmock/gmock.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -8,11 +10,13 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "slicesched/common/strings.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/master.h"
+#include "slicesched/server/metrics.h"
 #include "slicesched/server/services.h"
 #include "slicesched/v1/admin.grpc.pb.h"
 #include "slicesched/v1/serving.grpc.pb.h"
@@ -140,7 +144,7 @@ TEST_F(DaemonTest, RegisterSubmitWatchDumpDrain) {
   std::vector<v1::InstanceEvent> events = WatchAll(sub.instance_id(), &ws);
   ASSERT_TRUE(ws.ok()) << ws.error_message();
   ASSERT_FALSE(events.empty());
-  const v1::InstanceEvent& last = events.back();
+  const v1::InstanceEvent last = events.back();  // a copy: `events` is reassigned below
   EXPECT_EQ(last.state(), v1::INSTANCE_STATE_DONE) << last.message();
   EXPECT_EQ(last.ops_done(), last.ops_total());
   EXPECT_GT(last.ops_total(), 0u);
@@ -205,6 +209,166 @@ TEST_F(DaemonTest, RegisterSubmitWatchDumpDrain) {
   s = Submit("tiny-a/prefill", {{"B", 1}, {"S", 16}}, &sub);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
   EXPECT_TRUE(std::filesystem::exists(config_.state_dir + "/sliced.db"));
+}
+
+TEST_F(DaemonTest, TimelineAndMetricsAfterCompletions) {
+  v1::RegisterDeploymentResponse reg;
+  ASSERT_TRUE(Register("tiny-t", &reg).ok());
+  std::set<uint64_t> ids;
+  uint32_t ops_total = 0;
+  for (int i = 0; i < 3; ++i) {
+    v1::SubmitResponse sub;
+    ASSERT_TRUE(Submit("tiny-t/prefill", {{"B", 1}, {"S", 8 + i}}, &sub).ok());
+    grpc::Status ws;
+    auto events = WatchAll(sub.instance_id(), &ws);
+    ASSERT_TRUE(ws.ok());
+    ASSERT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE);
+    ops_total += events.back().ops_total();
+    ids.insert(sub.instance_id());
+  }
+
+  // One offline instance: its events (including the last one, whose instance
+  // retires in the same loop step) carry its class.
+  uint64_t offline_id = 0;
+  {
+    v1::SubmitRequest req;
+    req.set_template_name("tiny-t/prefill");
+    (*req.mutable_bindings())["B"] = 1;
+    (*req.mutable_bindings())["S"] = 4;
+    req.set_priority_class(v1::PRIORITY_CLASS_OFFLINE);
+    v1::SubmitResponse sub;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(serving_->Submit(&ctx, req, &sub).ok());
+    grpc::Status ws;
+    auto events = WatchAll(sub.instance_id(), &ws);
+    ASSERT_TRUE(ws.ok());
+    ASSERT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE);
+    ops_total += events.back().ops_total();
+    offline_id = sub.instance_id();
+    ids.insert(offline_id);
+  }
+
+  v1::TimelineResponse tl;
+  {
+    grpc::ClientContext ctx;
+    v1::TimelineRequest req;
+    req.set_format(v1::TIMELINE_FORMAT_STRUCTURED);
+    grpc::Status s = admin_->Timeline(&ctx, req, &tl);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_FALSE(tl.truncated());
+  uint32_t ops = 0;
+  for (int i = 0; i < tl.events_size(); ++i) {
+    const v1::TimelineEvent& e = tl.events(i);
+    EXPECT_TRUE(ids.contains(e.instance_id())) << e.instance_id();
+    EXPECT_EQ(e.priority_class(), e.instance_id() == offline_id ? "offline" : "online") << e.node_id();
+    EXPECT_GT(e.start_ns(), 0);
+    EXPECT_GE(e.end_ns(), e.start_ns());  // all finished
+    EXPECT_GT(e.predicted_end_ns(), e.start_ns());
+    EXPECT_LT(e.device(), 2u);
+    if (i > 0) {
+      EXPECT_GE(e.start_ns(), tl.events(i - 1).start_ns());
+    }
+    if (e.name() == "transfer") {
+      EXPECT_GE(e.dst_device(), 0);
+    } else {
+      EXPECT_EQ(e.dst_device(), -1);
+      EXPECT_THAT(e.name(), ::testing::Not(::testing::IsEmpty()));
+      ++ops;
+    }
+  }
+  EXPECT_EQ(ops, ops_total);  // every operator of the three instances, once
+
+  // The Chrome trace has one actual interval per event and one predicted one.
+  v1::TimelineResponse chrome;
+  {
+    grpc::ClientContext ctx;
+    v1::TimelineRequest req;
+    req.set_format(v1::TIMELINE_FORMAT_CHROME_TRACE);
+    ASSERT_TRUE(admin_->Timeline(&ctx, req, &chrome).ok());
+  }
+  EXPECT_EQ(chrome.events_size(), 0);
+  google::protobuf::Struct root;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(chrome.chrome_trace_json(), &root).ok());
+  int actual = 0, predicted = 0;
+  for (const auto& v : root.fields().at("traceEvents").list_value().values()) {
+    const auto& f = v.struct_value().fields();
+    if (f.at("ph").string_value() != "X") continue;
+    (static_cast<int>(f.at("tid").number_value()) % 2 == 1 ? actual : predicted) += 1;
+  }
+  EXPECT_EQ(actual, tl.events_size());
+  EXPECT_EQ(predicted, tl.events_size());
+
+  // max_events keeps the latest starts and says so.
+  {
+    grpc::ClientContext ctx;
+    v1::TimelineRequest req;
+    req.set_max_events(2);
+    v1::TimelineResponse few;
+    ASSERT_TRUE(admin_->Timeline(&ctx, req, &few).ok());
+    EXPECT_TRUE(few.truncated());
+    ASSERT_EQ(few.events_size(), 2);
+    EXPECT_EQ(few.events(1).node_id(), tl.events(tl.events_size() - 1).node_id());
+  }
+  // A window before the first event is empty; a reversed one is refused.
+  {
+    grpc::ClientContext ctx;
+    v1::TimelineRequest req;
+    req.set_since_ns(1);
+    req.set_until_ns(tl.events(0).start_ns() - 1);
+    v1::TimelineResponse none;
+    ASSERT_TRUE(admin_->Timeline(&ctx, req, &none).ok());
+    EXPECT_EQ(none.events_size(), 0);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::TimelineRequest req;
+    req.set_since_ns(10);
+    req.set_until_ns(5);
+    v1::TimelineResponse bad;
+    EXPECT_EQ(admin_->Timeline(&ctx, req, &bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+
+  auto m = master_->Metrics();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->classes[0].done, 3u);
+  EXPECT_EQ(m->classes[0].latency.count, 3u);
+  EXPECT_GT(m->classes[0].latency.sum, 0);
+  EXPECT_EQ(m->classes[1].done, 1u);
+  EXPECT_EQ(m->classes[1].latency.count, 1u);
+  EXPECT_EQ(m->op_observations, ops_total);
+  EXPECT_GT(m->schedule_call.count, 0u);
+  EXPECT_GE(m->issued_nodes, ops_total);
+  ASSERT_EQ(m->devices.size(), 2u);
+  EXPECT_GT(m->devices[0].memory_used_bytes, 0);
+  EXPECT_EQ(m->devices[0].memory_capacity_bytes, int64_t{1} << 30);
+  EXPECT_GT(m->devices[0].busy_seconds_total + m->devices[1].busy_seconds_total, 0);
+  EXPECT_FALSE(m->op_keys.empty());
+  const std::string text = RenderPrometheusText(*m);
+  EXPECT_THAT(text, HasSubstr("slicesched_request_latency_seconds_count{class=\"online\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("slicesched_instances_finished_total{class=\"offline\",state=\"done\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("slicesched_device_memory_capacity_bytes{device=\"v0\",type=\"testdev\"} 1073741824\n"));
+}
+
+TEST_F(DaemonTest, SloAttainmentCountsOnlineDeadlines) {
+  v1::RegisterDeploymentResponse reg;
+  ASSERT_TRUE(Register("tiny-s", &reg).ok());
+  for (uint32_t deadline_ms : {60000u, 0u}) {
+    v1::SubmitRequest req;
+    req.set_template_name("tiny-s/prefill");
+    (*req.mutable_bindings())["B"] = 1;
+    (*req.mutable_bindings())["S"] = 8;
+    req.set_deadline_ms(deadline_ms);
+    v1::SubmitResponse sub;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(serving_->Submit(&ctx, req, &sub).ok());
+    grpc::Status ws;
+    ASSERT_EQ(WatchAll(sub.instance_id(), &ws).back().state(), v1::INSTANCE_STATE_DONE);
+  }
+  auto m = master_->Metrics();
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->slo_total, 1u);  // only the one with a deadline
+  EXPECT_EQ(m->slo_met, 1u);    // a tiny prefill finishes well within a minute
 }
 
 TEST_F(DaemonTest, CancelAndDecodeWithCheckpoints) {

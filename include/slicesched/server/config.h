@@ -23,6 +23,9 @@
 //     tcp: 0.0.0.0:50051        # optional; requires tls
 //     tls: {cert: /etc/sliced/tls.crt, key: /etc/sliced/tls.key}
 //     admin_token: secret       # optional; required by Admin calls when set
+//     metrics: 127.0.0.1:9464   # optional; Prometheus GET /metrics over plain
+//                               # HTTP (no TLS, no auth: bind it to a trusted
+//                               # interface); "" or absent = off
 //   state_dir: /var/lib/sliced  # SQLite state (absolute path)
 //   log_level: info             # trace|debug|info|warn|error|critical|off
 //
@@ -81,6 +84,7 @@ struct ListenConfig {
   std::string tls_cert;     // PEM paths; both set whenever tcp_address is
   std::string tls_key;
   std::string admin_token;  // empty = Admin calls need no token
+  std::string metrics_address;  // "host:port" of the HTTP /metrics listener; empty = off
 };
 
 struct SlicedConfig {

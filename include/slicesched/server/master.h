@@ -65,11 +65,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,9 +89,14 @@
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/snapshot.h"
 #include "slicesched/server/config.h"
+#include "slicesched/server/metrics.h"
 #include "slicesched/server/state_store.h"
+#include "slicesched/server/timeline.h"
 
 namespace slicesched {
+
+struct Feedback;       // sched/backend.h
+struct ScheduleStats;  // sched/policy.h
 
 struct MasterOptions {
   std::string version = "0.1.0";
@@ -101,6 +108,8 @@ struct MasterOptions {
   int64_t max_binding_value = int64_t{1} << 20;
   // Threads for the scheduler's parallel what-if simulations.
   int scheduler_threads = 1;
+  // Finished operator/transfer intervals kept for Timeline (>= 1).
+  size_t timeline_capacity = 100000;
 };
 
 enum class ServingStateKind : uint8_t { kStarting, kServing, kDraining, kDrained };
@@ -264,6 +273,13 @@ struct EstimatorView {
   std::vector<TransferEstimator::PairStats> transfers;
 };
 
+// Timeline(): the intervals and what is needed to render them.
+struct TimelineView {
+  TimelineResult result;
+  std::vector<std::string> device_names;  // by device id
+  Timestamp now;                          // the daemon's steady clock
+};
+
 struct DrainResult {
   ServingStateKind state = ServingStateKind::kDraining;
   uint64_t remaining_instances = 0;
@@ -321,6 +337,18 @@ class Master {
   // Saves the estimators now (also done periodically by the loop).
   absl::Status SaveEstimators();
 
+  // --- Observability ---------------------------------------------------------
+  // Finished operators and transfers (the last options.timeline_capacity)
+  // plus the running ones, overlapping [since, until] of the daemon's steady
+  // clock (Timestamp::Never() / Infinite() = unbounded; until is clamped to
+  // now), at most `max_events` (>= 1, the latest starts kept). See
+  // server/timeline.h for what "predicted" means.
+  absl::StatusOr<TimelineView> Timeline(Timestamp since, Timestamp until, size_t max_events);
+  // The counters and gauges of server/metrics.h, read on the loop (device,
+  // status and the rest in three consecutive visits, so gauges of different
+  // groups may be a loop iteration apart).
+  absl::StatusOr<MetricsSnapshot> Metrics();
+
  private:
   struct Impl;  // everything the loop owns (GMG, scheduler, backend, ...)
 
@@ -333,6 +361,21 @@ class Master {
   // Loop: a step of generation `request` retired: emit its token, start the
   // next step or end the request.
   void StepRetired(uint64_t request, const RetiredInstance& r, Timestamp now);
+
+  // Observability hooks of the loop (loop thread only; master.cc
+  // "Observability").
+  // A completion as a timeline interval, with the estimators' prediction
+  // (call before the learner applies it); `*class_known` is false when its
+  // instance already left the GMG (retired in this iteration).
+  TimelineEntry TimelineEntryOf(const Feedback& f, bool* class_known);
+  // The estimators' prediction of an operator (tpl/op/attrs) or a transfer
+  // (dst valid, bytes) on `device`, in ns, as OnlineLearner scores it.
+  double PredictedNs(bool transfer, DeviceId device, DeviceId dst, TemplateId tpl, int op,
+                     std::span<const int64_t> attrs, Bytes bytes, bool overlapped);
+  void ObserveRetired(const RetiredInstance& r);
+  // Moves this iteration's completions into the timeline ring.
+  void FlushTimeline();
+  void ObserveSchedule(const ScheduleStats* stats, std::chrono::steady_clock::duration took);
 
   const SlicedConfig config_;
   const MasterOptions options_;

@@ -14,8 +14,8 @@
 // (Master::Generate); a client that goes away (or cancels) has its request
 // cancelled and its KV cache freed within one poll interval (100 ms).
 //
-// Not implemented in this increment (they answer UNIMPLEMENTED):
-// Admin.Timeline.
+// Admin.Timeline renders Master::Timeline() as structured events or as a
+// Chrome trace (server/timeline.h).
 //
 // FineTune (finetune_service.h) is served when SlicedServer::Start is given
 // a JobManager; Admin.Status then counts its jobs: jobs_running = running,
@@ -65,6 +65,8 @@ class AdminServiceImpl final : public v1::Admin::Service {
                           v1::EstimatorsResponse* out) override;
   grpc::Status DumpGmg(grpc::ServerContext* ctx, const v1::DumpGmgRequest* req, v1::GmgDump* out) override;
   grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req, v1::DrainResponse* out) override;
+  grpc::Status Timeline(grpc::ServerContext* ctx, const v1::TimelineRequest* req,
+                        v1::TimelineResponse* out) override;
 
  private:
   grpc::Status Authorize(grpc::ServerContext* ctx, bool mutating) const;
