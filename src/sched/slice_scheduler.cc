@@ -178,11 +178,15 @@ absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timest
         }
         if (result.batch_completed == static_cast<int>(pl.size())) score[i] = result.batch_mean_completion_ns;
       };
+      const auto whatif_start = std::chrono::steady_clock::now();
       if (env.pool != nullptr) {
         env.pool->ParallelFor(cands.size(), evaluate);
       } else {
         for (size_t i = 0; i < cands.size(); ++i) evaluate(i);
       }
+      stats.whatif_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - whatif_start).count();
+      for (int64_t n : simulated) stats.simulated_ops += n;
       stats.whatif_runs += static_cast<int>(cands.size());
       best = cands.size();
       for (size_t i = 0; i < cands.size(); ++i) {

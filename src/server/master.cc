@@ -151,6 +151,8 @@ struct MasterObserved {
   uint64_t schedule_rounds = 0;
   uint64_t whatif_runs = 0;
   uint64_t issued_nodes = 0;
+  uint64_t simulated_ops = 0;
+  double whatif_seconds = 0;
 };
 
 struct Master::Impl {
@@ -1259,6 +1261,8 @@ void Master::ObserveSchedule(const ScheduleStats* stats, std::chrono::steady_clo
   if (stats != nullptr) {
     o.schedule_rounds += static_cast<uint64_t>(stats->rounds);
     o.whatif_runs += static_cast<uint64_t>(stats->whatif_runs);
+    o.simulated_ops += static_cast<uint64_t>(stats->simulated_ops);
+    o.whatif_seconds += stats->whatif_seconds;
     o.issued_nodes += static_cast<uint64_t>(stats->issued_nodes);
   }
   const std::vector<double>& rounds = impl_->scheduler.round_latency_us();
@@ -1362,6 +1366,8 @@ absl::StatusOr<MetricsSnapshot> Master::Metrics() {
     m.schedule_round = o.schedule_round;
     m.schedule_rounds = o.schedule_rounds;
     m.whatif_runs = o.whatif_runs;
+    m.simulated_ops = o.simulated_ops;
+    m.whatif_seconds = o.whatif_seconds;
     m.issued_nodes = o.issued_nodes;
   }));
   return m;

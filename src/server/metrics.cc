@@ -209,6 +209,14 @@ std::string RenderPrometheusText(const MetricsSnapshot& m) {
   w.Sample("schedule_whatif_runs_total", {}, m.whatif_runs);
   w.Family("schedule_issued_nodes_total", "counter", "Compute nodes the scheduler issued.");
   w.Sample("schedule_issued_nodes_total", {}, m.issued_nodes);
+  w.Family("schedule_simulated_ops_total", "counter", "Operators advanced by the scheduler's what-if simulations.");
+  w.Sample("schedule_simulated_ops_total", {}, m.simulated_ops);
+  w.Family("schedule_whatif_seconds_total", "counter", "Wall time spent in what-if evaluation.");
+  w.Sample("schedule_whatif_seconds_total", {}, m.whatif_seconds);
+  w.Family("schedule_simulated_ops_per_ms", "gauge",
+           "Simulated operators per millisecond of what-if wall time since start (0 before the first round).");
+  w.Sample("schedule_simulated_ops_per_ms", {},
+           m.whatif_seconds > 0 ? static_cast<double>(m.simulated_ops) / (m.whatif_seconds * 1e3) : 0.0);
   return w.Take();
 }
 

@@ -33,6 +33,8 @@ struct ScheduleStats {
   int rounds = 0;           // batches decided
   int issued_nodes = 0;     // compute nodes issued
   int whatif_runs = 0;      // simulations run
+  int64_t simulated_ops = 0;   // operators those simulations advanced
+  double whatif_seconds = 0;   // wall time of the what-if evaluations
   int rejected_oom = 0;     // candidates discarded for OOM
 };
 

@@ -23,6 +23,9 @@
 //   schedule_call_seconds                     histogram: one Schedule() call
 //   schedule_round_seconds                    histogram: one what-if round
 //   schedule_rounds_total, schedule_whatif_runs_total, schedule_issued_nodes_total
+//   schedule_simulated_ops_total, schedule_whatif_seconds_total
+//   schedule_simulated_ops_per_ms             their ratio since start (what-if
+//                                             throughput, all scheduler threads)
 //   uptime_seconds, build_info{version}
 #pragma once
 
@@ -96,6 +99,8 @@ struct MetricsSnapshot {
   uint64_t schedule_rounds = 0;
   uint64_t whatif_runs = 0;
   uint64_t issued_nodes = 0;
+  uint64_t simulated_ops = 0;
+  double whatif_seconds = 0;
 };
 
 // Text exposition format 0.0.4 of `m`: HELP and TYPE for every family,

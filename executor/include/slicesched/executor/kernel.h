@@ -36,6 +36,7 @@ namespace slicesched {
 enum : uint32_t {
   kNoPayload = 0,         // bytes are only accounted (fakes, emulation)
   kHostBytesPayload = 1,  // payload points to a HostBytes (host memory)
+  kCudaBytesPayload = 2,  // payload points to a CudaBytes (nccl_transfer.h)
   kFirstLibraryPayload = 100,
 };
 
