@@ -341,7 +341,7 @@ class Engine {
                                                  " which is neither scheduled nor earlier in the batch"));
       }
       if (TensorOn(t, pl.device) || InitialCopy(t, pl.device)) continue;
-      ++r.wait;
+      ++s_.node[n].wait;  // not through `r`: AddTransfer below may move the node array
       if (s_.node[p].dev == pl.device) continue;  // arrives when the producer finishes
       bool coming = false;
       for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) coming |= Xfer(x).dst == pl.device;
