@@ -46,7 +46,8 @@ const std::vector<int>& SimContext::OpKeys(const std::string& device_type, uint3
 // ---------------------------------------------------------------------------
 // Layout. The model keeps what a run only reads (per compute node one
 // immutable record of at most one cache line) apart from the small mutable
-// state a run copies (16 bytes per node, 12 per tensor), so that starting a
+// state a run copies (16 bytes per node, 32 per tensor: the tensor record
+// also carries the immutable facts a finish reads), so that starting a
 // run is a few memcpy-like vector copies and an event touches few cache
 // lines. Predicted start and end times are written straight into the
 // result's vectors rather than kept in the state.
@@ -125,6 +126,10 @@ class EventQueue {
     hole_ = true;
     return heap_.front();
   }
+
+  // The root's children: one of them, or an event pushed meanwhile, comes
+  // next (for prefetching). Null where absent.
+  const Event* child(size_t i) const { return i < heap_.size() ? &heap_[i] : nullptr; }
 
  private:
   // Moves the last element into the hole at the root.
@@ -429,6 +434,15 @@ class Engine {
       const Event e = events_.Pop();
       now_ = e.time();
       const uint32_t node = e.node();
+      // The next event is most likely one of the root's children: fetch
+      // their records while this one is processed.
+      for (size_t c = 1; c <= 2; ++c) {
+        if (const Event* next = events_.child(c)) {
+          const uint32_t nn = next->node();
+          __builtin_prefetch(&node_[nn]);
+          if (nn < num_compute_) __builtin_prefetch(&info_[nn]);
+        }
+      }
       if (node < m_.num_compute) {
         FinishCompute(node);
       } else {
@@ -643,6 +657,7 @@ class Engine {
     const uint32_t out_begin = info.out_begin, out_end = info.out_end;
     for (uint32_t t = out_begin; t < out_end; ++t) {
       TensorRun& tr = tensor_[t];
+      __builtin_prefetch(&tcons_[tr.cons_begin]);  // Arrived reads it below
       tr.produced = true;
       tr.dev = d;
       if (tr.pending == 0 && !tr.keep && !tr.freed) Free(t);
@@ -829,26 +844,28 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   for (uint32_t n = 0; n < nn; ++n) {
     const GmgSnapshot::Node& node = snap.nodes[n];
     const NodeState state = static_cast<NodeState>(node.state);
-    NodeRun& r = s.node[n];
-    r.dur = 0;
-    r.wait = 0;
-    r.dev = node.device;
+    // The record is assembled in locals and stored once: reading back
+    // fields just written piecewise would stall on store forwarding.
+    SimState st;
     switch (state) {
-      case NodeState::kUnscheduled: r.st = kUnplaced; break;
-      case NodeState::kIssued: r.st = kWaiting; break;
-      case NodeState::kRunning: r.st = kRunning; break;
-      default: r.st = kDone; break;  // failed/cancelled never appear live
+      case NodeState::kUnscheduled: st = kUnplaced; break;
+      case NodeState::kIssued: st = kWaiting; break;
+      case NodeState::kRunning: st = kRunning; break;
+      default: st = kDone; break;  // failed/cancelled never appear live
     }
-    m.init_start[n] = r.st == kRunning || r.st == kDone ? node.start_ns : -1;
+    const uint16_t dev = node.device;
+    int64_t dur = 0;
+    int32_t wait = 0;
+    m.init_start[n] = st == kRunning || st == kDone ? node.start_ns : -1;
     const uint32_t in_begin = snap.input_offsets[n], in_end = snap.input_offsets[n + 1];
     if (n >= nc) {
       const uint32_t t = snap.inputs[in_begin];
       TransferRun& x = s.xfer[n - nc];
       x = {node.id, t, s.tensor[t].first_transfer, node.priority, node.dst_device};
       s.tensor[t].first_transfer = n;
-      r.dur = static_cast<int64_t>(
+      dur = static_cast<int64_t>(
           ctx.transfers().PredictNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
-      if (r.st == kWaiting && !m.InitialCopy(t, node.device)) r.wait = 1;
+      if (st == kWaiting && !m.InitialCopy(t, node.device)) wait = 1;
     } else {
       NodeInfo& info = m.info[n];
       info.id = node.id;
@@ -858,8 +875,8 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
       for (uint32_t t = out_begin; t < out_end; ++t) {
         TensorRun& tr = s.tensor[t];
         alloc += tr.bytes;
-        tr.dev = r.dev;
-        tr.produced = r.st == kDone;
+        tr.dev = dev;
+        tr.produced = st == kDone;
       }
       info.alloc_bytes = alloc;
       info.instance = node.instance;
@@ -875,8 +892,9 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
         if (t != last) m.tcons_fill[t]++;
         last = t;
       }
-      s.unfinished[node.instance] += r.st != kDone;
-      if (r.st == kUnplaced) continue;
+      s.unfinished[node.instance] += st != kDone;
+    }
+    if (n < nc && st != kUnplaced) {
       // An instance's nodes are consecutive and mostly on one or two
       // devices: look the keys up again only when either changes.
       if (node.instance != cached_inst || node.device != cached_dev) {
@@ -917,20 +935,19 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
       } else {
         ns = ctx.ops().PredictNs(op < models->size() ? (*models)[op].key : -1, attrs);
       }
-      r.dur = static_cast<int64_t>(ns * m.device_factor[node.device]);
-      if (r.st == kWaiting) {
-        int32_t wait = 0;  // a local: InitialCopy's loads need not wait for the stores
+      dur = static_cast<int64_t>(ns * m.device_factor[node.device]);
+      if (st == kWaiting) {
         for (uint32_t k = in_begin; k < in_end; ++k) wait += !m.InitialCopy(snap.inputs[k], node.device);
-        r.wait = wait;
       }
     }
-    if (r.st == kRunning) {
+    s.node[n] = NodeRun{dur, wait, dev, st};
+    if (st == kRunning) {
       if (n >= nc) {
-        m.init_busy[r.dev] = 1;
+        m.init_busy[dev] = 1;
         m.init_busy[node.dst_device] = 1;
       }
-      m.init_events.push_back({std::max(m.now, node.start_ns + r.dur), n});
-    } else if (r.st == kWaiting && r.wait == 0) {
+      m.init_events.push_back({std::max(m.now, node.start_ns + dur), n});
+    } else if (st == kWaiting && wait == 0) {
       m.init_ready.push_back({n, InitialReadyAt(node.ready_ns, m.now)});
     }
   }
