@@ -303,18 +303,23 @@ int OpEstimator::Register(std::string_view device_type, const GraphTemplate& tpl
   return id;
 }
 
-// The simulator calls this once per node it builds: `flatten` inlines the
-// feature computation (same arithmetic, same order) to drop the call and the
-// Features round trip through memory.
+// The simulator calls this once per node it builds: `flatten` inlines
+// FeatureBasis::Dot, which sums the products as they are formed (same
+// arithmetic, same order as Compute + dot) instead of filling a Features.
 [[gnu::flatten]] double OpEstimator::PredictNs(int key, std::span<const int64_t> attrs) const {
   if (key < 0 || static_cast<size_t>(key) >= keys_.size()) {
     return static_cast<double>(options_.default_duration.nanos());
   }
   const Key& k = keys_[key];
-  const Features f = k.basis.Compute(attrs);
-  double t = 0;
-  for (int j = 0; j < f.n; ++j) t += k.coeffs[j] * f.v[j];
+  const double t = k.basis.Dot(k.coeffs.data(), attrs);
   return t > 0 ? t : 0.0;  // coefficients are >= 0; guards negative attrs and NaN
+}
+
+bool OpEstimator::LinearModel(int key, const FeatureBasis** basis, const double** coeffs) const {
+  if (key < 0 || static_cast<size_t>(key) >= keys_.size()) return false;
+  *basis = &keys_[key].basis;
+  *coeffs = keys_[key].coeffs.data();
+  return true;
 }
 
 Duration OpEstimator::Predict(int key, std::span<const int64_t> attrs) const {

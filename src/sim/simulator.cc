@@ -46,7 +46,8 @@ const std::vector<int>& SimContext::OpKeys(const std::string& device_type, uint3
 // ---------------------------------------------------------------------------
 // Layout. The model keeps what a run only reads (per compute node one
 // immutable record of at most one cache line) apart from the small mutable
-// state a run copies (16 bytes per node, 12 per tensor), so that starting a
+// state a run copies (16 bytes per node, 32 per tensor: the tensor record
+// also carries the immutable facts a finish reads), so that starting a
 // run is a few memcpy-like vector copies and an event touches few cache
 // lines. Predicted start and end times are written straight into the
 // result's vectors rather than kept in the state.
@@ -56,37 +57,63 @@ namespace {
 constexpr uint32_t kNone = GmgSnapshot::kNone;
 constexpr uint16_t kNoDevice = 0xffff;
 
-enum SimState : uint8_t { kUnplaced = 0, kWaiting = 1, kQueued = 2, kRunning = 3, kDone = 4 };
+// A scoped enum, not a plain uint8_t: stores through a character type may
+// alias anything, which would make the compiler reload every vector's data
+// pointer after each state change in the event loop.
+enum class SimState : uint8_t { kUnplaced = 0, kWaiting = 1, kQueued = 2, kRunning = 3, kDone = 4 };
+using enum SimState;
 
-// 16 bytes: the sequence number (high 32 bits) and the node (low 32 bits)
-// share one word, so comparing `key` compares sequence numbers, which are
-// unique within a run. A run schedules at most one completion per node (a
-// node completes once), so sequence numbers stay below the node count and
-// fit in 32 bits.
+// 16 bytes, ordered as one 128-bit key: the time (sign bit flipped, so that
+// unsigned order is signed order), then the sequence number (32 bits) and
+// the node (32 bits), so comparing events compares (time, seq); sequence
+// numbers are unique within a run. A run
+// schedules at most one completion per node (a node completes once), so
+// sequence numbers stay below the node count and fit in 32 bits.
 struct Event {
-  int64_t time;
-  uint64_t key;  // seq << 32 | node
-  uint32_t node() const { return static_cast<uint32_t>(key); }
+  uint64_t hi;  // time with the sign bit flipped
+  uint64_t lo;  // seq << 32 | node
+  static Event Make(int64_t time, uint32_t seq, uint32_t node) {
+    return {static_cast<uint64_t>(time) ^ (uint64_t{1} << 63), (uint64_t{seq} << 32) | node};
+  }
+  int64_t time() const { return static_cast<int64_t>(hi ^ (uint64_t{1} << 63)); }
+  uint32_t node() const { return static_cast<uint32_t>(lo); }
+  // Times rarely tie, so the second comparison is rarely reached.
+  friend bool operator<(const Event& a, const Event& b) { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo); }
 };
 static_assert(sizeof(Event) == 16);
 
-// Pending completions, popped in (time, seq) order. Sequence numbers are
-// unique, so the order is total and any correct priority queue pops the same
-// sequence; this is a plain binary heap with hole-based sifting (the queue
-// holds about one event per compute slot and per active transfer, so it stays
-// small and the sifts are short).
+// Pending completions, popped in (time, seq) order. Keys are unique, so the
+// order is total and any correct priority queue pops the same sequence.
+// This is a binary heap (the queue holds about one event per compute slot
+// and per active transfer, so it stays small) with a deferred pop: Pop
+// leaves a hole at the root, and the next Push fills it with one sift-down
+// (most completions start the device's next operator at once, so a pop is
+// usually followed by a push); top() and the next Pop fill a hole that is
+// still open with the last element, as a plain pop would.
 class EventQueue {
  public:
-  void Clear() { heap_.clear(); }
-  bool empty() const { return heap_.empty(); }
-  const Event& top() const { return heap_.front(); }
+  void Clear() {
+    heap_.clear();
+    hole_ = false;
+  }
+  bool empty() const { return heap_.size() == static_cast<size_t>(hole_); }
+  // Requires !empty().
+  const Event& top() {
+    if (hole_) FillHole();
+    return heap_.front();
+  }
 
   void Push(const Event& e) {
+    if (hole_) {
+      hole_ = false;
+      SiftDown(e, heap_.size());
+      return;
+    }
     size_t i = heap_.size();
     heap_.push_back(e);
     while (i > 0) {
       const size_t parent = (i - 1) / 2;
-      if (!Before(e, heap_[parent])) break;
+      if (!(e < heap_[parent])) break;
       heap_[i] = heap_[parent];
       i = parent;
     }
@@ -95,30 +122,40 @@ class EventQueue {
 
   // Removes and returns the earliest event. Requires !empty().
   Event Pop() {
-    const Event first = heap_.front();
-    const Event last = heap_.back();
-    heap_.pop_back();
-    const size_t n = heap_.size();
-    if (n > 0) {
-      size_t i = 0;
-      for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= n) break;
-        if (child + 1 < n && Before(heap_[child + 1], heap_[child])) ++child;
-        if (!Before(heap_[child], last)) break;
-        heap_[i] = heap_[child];
-        i = child;
-      }
-      heap_[i] = last;
-    }
-    return first;
+    if (hole_) FillHole();
+    hole_ = true;
+    return heap_.front();
   }
 
+  // The root's children: one of them, or an event pushed meanwhile, comes
+  // next (for prefetching). Null where absent.
+  const Event* child(size_t i) const { return i < heap_.size() ? &heap_[i] : nullptr; }
+
  private:
-  static bool Before(const Event& a, const Event& b) {
-    return a.time != b.time ? a.time < b.time : a.key < b.key;
+  // Moves the last element into the hole at the root.
+  void FillHole() {
+    hole_ = false;
+    const Event last = heap_.back();
+    heap_.pop_back();  // with a single slot, that was the hole itself
+    if (!heap_.empty()) SiftDown(last, heap_.size());
   }
+  // Places `e` in the hole at the root of heap_[0, n).
+  void SiftDown(const Event& e, size_t n) {
+    Event* h = heap_.data();
+    size_t i = 0;
+    for (;;) {
+      size_t child = 2 * i + 1;
+      if (child >= n) break;
+      if (child + 1 < n && h[child + 1] < h[child]) ++child;
+      if (!(h[child] < e)) break;
+      h[i] = h[child];
+      i = child;
+    }
+    h[i] = e;
+  }
+
   std::vector<Event> heap_;
+  bool hole_ = false;  // heap_[0] was popped and not refilled
 };
 
 // Immutable per compute node: everything an event of the node reads.
@@ -135,7 +172,6 @@ struct NodeInfo {
 
 // Immutable per tensor.
 struct TensorInfo {
-  int64_t bytes;
   uint32_t producer;
   uint8_t keep;          // retained or a checkpoint update: never freed
   uint8_t initial_copy;  // the snapshot lists a copy and the producer is done
@@ -146,14 +182,21 @@ struct NodeRun {
   int64_t dur;   // predicted duration (before overlap slowdowns)
   int32_t wait;  // inputs not yet local
   uint16_t dev;  // compute: device; transfer: source
-  uint8_t st;
+  SimState st;
 };
 
-// Mutable per tensor.
+// Mutable per tensor. It also carries the immutable facts a finish needs
+// (size, kept), so that consuming or freeing a tensor touches one record:
+// the event loop is bound by memory latency more than by instructions.
 struct TensorRun {
+  int64_t bytes;
   int32_t pending;          // consumers (compute and transfers) not finished
   uint32_t first_transfer;  // transfers of this tensor, linked through TransferRun::next
-  uint8_t freed;
+  uint32_t cons_begin, cons_end;  // its compute consumers: Model::tcons range
+  uint16_t dev;             // the producer's device, once `produced`
+  bool freed;               // bool, not uint8_t: see SimState
+  bool keep;                // retained or a checkpoint update: never freed
+  bool produced;            // the producer is done
 };
 
 // Mutable per transfer (indexed by node - num_compute).
@@ -199,8 +242,14 @@ struct Simulator::Model {
   double transfer_overlap_factor = 1.0; // transfer while an end computes
   std::vector<NodeInfo> info;        // per compute node
   std::vector<TensorInfo> tinfo;     // per tensor
-  std::vector<uint32_t> tcons_off, tcons;  // compute consumers per tensor (CSR)
-  std::vector<uint8_t> tcons_cnt;          // how many inputs of that consumer read the tensor
+  // Compute consumers per tensor (CSR; each tensor's range is in its
+  // TensorRun), with how many inputs of that consumer read the tensor.
+  struct Consumer {
+    uint32_t node;
+    uint32_t count;
+  };
+  std::vector<Consumer> tcons;
+  std::vector<uint32_t> tcons_fill;  // Rebuild's scratch: counts, then cursors
 
   // Where a run starts: per node its predicted start as far as the snapshot
   // knows (-1 unless running or done), the completion events of running
@@ -311,18 +360,19 @@ class Engine {
     result_.batch_completed = 0;
     result_.inserted_transfers = 0;
     now_ = m.now;
+    Bind();
   }
 
   absl::Status Place(const Placement& pl) {
     const uint32_t n = pl.node;
-    if (n >= m_.num_compute || s_.node[n].st != kUnplaced) {
+    if (n >= m_.num_compute || node_[n].st != kUnplaced) {
       return absl::InvalidArgumentError(StrCat("what-if: node index ", n, " is not an unscheduled compute node"));
     }
     if (pl.device >= m_.capacity.size()) {
       return absl::InvalidArgumentError(StrCat("what-if: node index ", n, ": no device ", pl.device));
     }
     const GmgSnapshot::Node& node = snap_.nodes[n];
-    NodeRun& r = s_.node[n];
+    NodeRun& r = node_[n];
     r.dev = pl.device;
     r.st = kWaiting;
     r.wait = 0;
@@ -334,17 +384,17 @@ class Engine {
                                  m_.device_factor[pl.device]);
     const int32_t prio = TransferPriority(node.priority_class, node.priority);
     for (uint32_t k = snap_.input_offsets[n]; k < snap_.input_offsets[n + 1]; ++k) {
-      const uint32_t t = snap_.inputs[k];
-      const uint32_t p = m_.tinfo[t].producer;
-      if (s_.node[p].st == kUnplaced) {
+      const uint32_t t = inputs_[k];
+      const uint32_t p = tinfo_[t].producer;
+      if (node_[p].st == kUnplaced) {
         return absl::InvalidArgumentError(StrCat("what-if: node ", node.id, " reads node ", snap_.nodes[p].id,
                                                  " which is neither scheduled nor earlier in the batch"));
       }
       if (TensorOn(t, pl.device) || InitialCopy(t, pl.device)) continue;
-      ++r.wait;
-      if (s_.node[p].dev == pl.device) continue;  // arrives when the producer finishes
+      ++node_[n].wait;  // not through `r`: AddTransfer below may move the node array
+      if (node_[p].dev == pl.device) continue;  // arrives when the producer finishes
       bool coming = false;
-      for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) coming |= Xfer(x).dst == pl.device;
+      for (uint32_t x = tensor_[t].first_transfer; x != kNone; x = Xfer(x).next) coming |= Xfer(x).dst == pl.device;
       if (!coming) {
         AddTransfer(t, pl.device, prio);
         ++result_.inserted_transfers;
@@ -357,6 +407,7 @@ class Engine {
   }
 
   void Run(const SimOptions& options) {
+    Bind();
     horizon_end_ = options.horizon == Duration::Infinite()
                        ? std::numeric_limits<int64_t>::max()
                        : m_.now + options.horizon.nanos();
@@ -369,20 +420,29 @@ class Engine {
     // dispatches until every device's turn below.
     for (const InitialReady& r : m_.init_ready) MakeReady(r.node, r.ready_at, false);
     for (uint32_t n : batch_) {  // what-if placements
-      if (s_.node[n].wait == 0) MakeReady(n, InitialReadyAt(snap_.nodes[n].ready_ns, m_.now), false);
+      if (node_[n].wait == 0) MakeReady(n, InitialReadyAt(snap_.nodes[n].ready_ns, m_.now), false);
     }
     for (uint32_t x = m_.num_nodes; x < s_.node.size(); ++x) {  // inserted transfers
-      if (s_.node[x].wait == 0) MakeReady(x, m_.now, false);
+      if (node_[x].wait == 0) MakeReady(x, m_.now, false);
     }
     for (uint16_t d = 0; d < m_.capacity.size(); ++d) {
-      if (s_.running[d] == kNone) Dispatch(d);
+      if (running_[d] == kNone) Dispatch(d);
     }
     Arbitrate();
     while (!events_.empty() && !(stop_when_batch_done_ && batch_left_ == 0)) {
-      if (events_.top().time > horizon_end_) break;
+      if (events_.top().time() > horizon_end_) break;
       const Event e = events_.Pop();
-      now_ = e.time;
+      now_ = e.time();
       const uint32_t node = e.node();
+      // The next event is most likely one of the root's children: fetch
+      // their records while this one is processed.
+      for (size_t c = 1; c <= 2; ++c) {
+        if (const Event* next = events_.child(c)) {
+          const uint32_t nn = next->node();
+          __builtin_prefetch(&node_[nn]);
+          if (nn < num_compute_) __builtin_prefetch(&info_[nn]);
+        }
+      }
       if (node < m_.num_compute) {
         FinishCompute(node);
       } else {
@@ -394,44 +454,64 @@ class Engine {
   }
 
  private:
-  TransferRun& Xfer(uint32_t n) { return s_.xfer[n - m_.num_compute]; }
+  // Raw data pointers of the vectors the event loop indexes, so that an
+  // access is one load from the engine rather than two (vector reference,
+  // then its data). Rebound whenever a vector may have grown.
+  void Bind() {
+    num_compute_ = m_.num_compute;
+    node_ = s_.node.data();
+    xfer_ = s_.xfer.data();
+    tensor_ = s_.tensor.data();
+    mem_ = s_.mem.data();
+    peak_ = s_.peak.data();
+    running_ = s_.running.data();
+    unfinished_ = s_.unfinished.data();
+    info_ = m_.info.data();
+    tinfo_ = m_.tinfo.data();
+    tcons_ = m_.tcons.data();
+    inputs_ = snap_.inputs.data();
+    capacity_ = m_.capacity.data();
+  }
+
+  TransferRun& Xfer(uint32_t n) { return xfer_[n - num_compute_]; }
 
   uint32_t AddTransfer(uint32_t t, uint16_t dst, int32_t prio) {
     const uint32_t x = static_cast<uint32_t>(s_.node.size());
-    const uint16_t src = s_.node[m_.tinfo[t].producer].dev;
+    const uint16_t src = node_[tinfo_[t].producer].dev;
     NodeRun r{};
-    r.dur = static_cast<int64_t>(m_.ctx->transfers().PredictNs(DeviceId(src), DeviceId(dst), m_.tinfo[t].bytes));
+    r.dur = static_cast<int64_t>(m_.ctx->transfers().PredictNs(DeviceId(src), DeviceId(dst), tensor_[t].bytes));
     r.wait = TensorOn(t, src) || InitialCopy(t, src) ? 0 : 1;
     r.dev = src;
     r.st = kWaiting;
     s_.node.push_back(r);
     start_.push_back(-1);
     end_.push_back(-1);
-    s_.xfer.push_back({(uint64_t{1} << 62) + x, t, s_.tensor[t].first_transfer, prio, dst});
-    s_.tensor[t].first_transfer = x;
-    s_.tensor[t].pending += 1;
+    s_.xfer.push_back({(uint64_t{1} << 62) + x, t, tensor_[t].first_transfer, prio, dst});
+    Bind();  // the push_backs may have moved node, xfer, start and end
+    tensor_[t].first_transfer = x;
+    tensor_[t].pending += 1;
     return x;
   }
 
   // Tensor t is present on device d (produced or received during the run).
   bool TensorOn(uint32_t t, uint16_t d) {
-    const NodeRun& p = s_.node[m_.tinfo[t].producer];
+    const NodeRun& p = node_[tinfo_[t].producer];
     if (p.st == kDone && p.dev == d) return true;
-    for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) {
-      if (s_.node[x].st == kDone && Xfer(x).dst == d) return true;
+    for (uint32_t x = tensor_[t].first_transfer; x != kNone; x = Xfer(x).next) {
+      if (node_[x].st == kDone && Xfer(x).dst == d) return true;
     }
     return false;
   }
   bool InitialCopy(uint32_t t, uint16_t d) const { return m_.InitialCopy(t, d); }
 
-  void Push(int64_t time, uint32_t node) { events_.Push({time, (uint64_t{seq_++} << 32) | node}); }
+  void Push(int64_t time, uint32_t node) { events_.Push(Event::Make(time, seq_++, node)); }
 
   void Alloc(uint16_t d, int64_t bytes) {
-    int64_t& mem = s_.mem[d];
+    int64_t& mem = mem_[d];
     mem += bytes;
-    if (mem > s_.peak[d]) {
-      s_.peak[d] = mem;
-      if (mem > m_.capacity[d] && !result_.oom) {
+    if (mem > peak_[d]) {
+      peak_[d] = mem;
+      if (mem > capacity_[d] && !result_.oom) {
         result_.oom = true;
         result_.oom_device = d;
         result_.oom_at_ns = now_;
@@ -440,16 +520,32 @@ class Engine {
   }
 
   void MakeReady(uint32_t n, int64_t ready_at, bool dispatch) {
-    NodeRun& r = s_.node[n];
+    NodeRun& r = node_[n];
     r.st = kQueued;
     if (n < m_.num_compute) {
-      const NodeInfo& info = m_.info[n];
+      const NodeInfo& info = info_[n];
       ready_[r.dev].Push(DisciplineKey{info.priority_class, info.priority, ready_at, info.id}, n);
-      if (dispatch && s_.running[r.dev] == kNone) Dispatch(r.dev);
+      if (dispatch && running_[r.dev] == kNone) Dispatch(r.dev);
     } else {
       const TransferRun& x = Xfer(n);
       pending_.push_back({n, r.dev, x.dst, x.priority, ready_at, x.seq});
-      if (dispatch) Arbitrate();
+      if (!dispatch) {
+        arbitrated_ = false;
+      } else if (arbitrated_) {
+        // Every older request is still blocked (no slot was freed since the
+        // last arbitration), so the rule can grant only this one, and only
+        // if both its ends are free; it grants nothing else either way.
+        const TransferRequest& q = pending_.back();
+        if (busy_[q.src] || busy_[q.dst]) return;
+        busy_[q.src] = 1;
+        busy_[q.dst] = 1;
+        granted_.clear();
+        granted_.push_back(q.id);
+        pending_.pop_back();
+        StartGranted();
+      } else {
+        Arbitrate();
+      }
     }
   }
 
@@ -459,28 +555,53 @@ class Engine {
   void Dispatch(uint16_t d) {
     if (ready_[d].empty()) return;
     const uint32_t n = ready_[d].Pop();
-    NodeRun& r = s_.node[n];
-    s_.running[d] = n;
+    NodeRun& r = node_[n];
+    running_[d] = n;
     r.st = kRunning;
     start_[n] = now_;
-    Alloc(d, m_.info[n].alloc_bytes);
+    const NodeInfo& info = info_[n];
+    // The finish of n reads its output and input records: start fetching
+    // them now, while other events run (the run is bound by memory latency).
+    __builtin_prefetch(&tensor_[info.out_begin]);
+    __builtin_prefetch(&inputs_[info.in_begin]);
+    Alloc(d, info.alloc_bytes);
     int64_t dur = r.dur;
     if (busy_[d]) dur = static_cast<int64_t>(static_cast<double>(dur) * m_.overlap_factor);
     Push(now_ + dur, n);
   }
 
+  // Grants pending transfers by the shared rule. Afterwards every request
+  // still pending has a busy end (arbitrated_), which stays true until a
+  // transfer slot is freed or a request is queued without arbitration.
   void Arbitrate() {
+    arbitrated_ = true;
     if (pending_.empty()) return;
     granted_.clear();
-    ArbitrateTransfers(&pending_, &busy_, &granted_);
+    if (pending_.size() == 1) {
+      // One request: the rule grants it iff both ends are free (what
+      // ArbitrateTransfers decides, without the sort check and the copy).
+      const TransferRequest& q = pending_.front();
+      if (busy_[q.src] || busy_[q.dst]) return;
+      busy_[q.src] = 1;
+      busy_[q.dst] = 1;
+      granted_.push_back(q.id);
+      pending_.clear();
+    } else {
+      ArbitrateTransfers(&pending_, &busy_, &granted_);
+    }
+    StartGranted();
+  }
+
+  // Starts the transfers in granted_, in grant order.
+  void StartGranted() {
     for (uint32_t x : granted_) {
-      NodeRun& r = s_.node[x];
+      NodeRun& r = node_[x];
       const TransferRun& xr = Xfer(x);
       r.st = kRunning;
       start_[x] = now_;
-      Alloc(xr.dst, m_.tinfo[xr.tensor].bytes);
+      Alloc(xr.dst, tensor_[xr.tensor].bytes);
       int64_t dur = r.dur;
-      if (s_.running[r.dev] != kNone || s_.running[xr.dst] != kNone) {
+      if (running_[r.dev] != kNone || running_[xr.dst] != kNone) {
         dur = static_cast<int64_t>(static_cast<double>(dur) * m_.transfer_overlap_factor);
       }
       Push(now_ + dur, x);
@@ -489,67 +610,78 @@ class Engine {
 
   // Tensor t became present on device d: wake its consumers there.
   void Arrived(uint32_t t, uint16_t d) {
-    for (uint32_t k = m_.tcons_off[t]; k < m_.tcons_off[t + 1]; ++k) {
-      const uint32_t c = m_.tcons[k];
-      NodeRun& r = s_.node[c];
+    const TensorRun& tr = tensor_[t];
+    for (uint32_t k = tr.cons_begin; k < tr.cons_end; ++k) {
+      const uint32_t c = tcons_[k].node;
+      __builtin_prefetch(&info_[c]);  // MakeReady reads it; overlap the two misses
+      NodeRun& r = node_[c];
       if (r.st != kWaiting || r.dev != d) continue;
-      r.wait -= m_.tcons_cnt[k];  // every input occurrence of t
+      r.wait -= static_cast<int32_t>(tcons_[k].count);  // every input occurrence of t
       if (r.wait <= 0) MakeReady(c, now_, true);
     }
-    for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) {
-      NodeRun& r = s_.node[x];
+    for (uint32_t x = tr.first_transfer; x != kNone; x = Xfer(x).next) {
+      NodeRun& r = node_[x];
       if (r.st == kWaiting && r.dev == d && --r.wait <= 0) MakeReady(x, now_, true);
     }
   }
 
   void Consume(uint32_t t) {
-    if (--s_.tensor[t].pending > 0 || s_.tensor[t].freed) return;
-    if (s_.node[m_.tinfo[t].producer].st != kDone) return;
+    TensorRun& tr = tensor_[t];
+    if (--tr.pending > 0 || tr.freed || tr.keep || !tr.produced) return;
     Free(t);
   }
 
+  // Releases t on every device holding it. Requires its producer done.
   void Free(uint32_t t) {
-    const TensorInfo& ti = m_.tinfo[t];
-    if (ti.keep || s_.tensor[t].freed) return;
-    s_.tensor[t].freed = 1;
-    s_.mem[s_.node[ti.producer].dev] -= ti.bytes;
-    for (uint32_t x = s_.tensor[t].first_transfer; x != kNone; x = Xfer(x).next) {
-      const uint8_t st = s_.node[x].st;
-      if (st == kRunning || st == kDone) s_.mem[Xfer(x).dst] -= ti.bytes;
+    TensorRun& tr = tensor_[t];
+    if (tr.keep || tr.freed) return;
+    tr.freed = true;
+    mem_[tr.dev] -= tr.bytes;
+    for (uint32_t x = tr.first_transfer; x != kNone; x = Xfer(x).next) {
+      const SimState st = node_[x].st;
+      if (st == kRunning || st == kDone) mem_[Xfer(x).dst] -= tr.bytes;
     }
   }
 
   void FinishCompute(uint32_t n) {
-    NodeRun& r = s_.node[n];
-    const NodeInfo& info = m_.info[n];
+    NodeRun& r = node_[n];
+    const NodeInfo& info = info_[n];
     const uint16_t d = r.dev;
     r.st = kDone;
     end_[n] = now_;
-    s_.running[d] = kNone;
+    running_[d] = kNone;
     ++result_.simulated_ops;
-    s_.mem[d] -= info.workspace;
-    if (--s_.unfinished[info.instance] == 0) inst_end_.emplace_back(info.instance, now_);
+    mem_[d] -= info.workspace;
+    if (--unfinished_[info.instance] == 0) inst_end_.emplace_back(info.instance, now_);
     if (stop_when_batch_done_ && in_batch_[n]) --batch_left_;
     const uint32_t out_begin = info.out_begin, out_end = info.out_end;
     for (uint32_t t = out_begin; t < out_end; ++t) {
-      if (s_.tensor[t].pending == 0) Free(t);
+      TensorRun& tr = tensor_[t];
+      __builtin_prefetch(&tcons_[tr.cons_begin]);  // Arrived reads it below
+      tr.produced = true;
+      tr.dev = d;
+      if (tr.pending == 0 && !tr.keep && !tr.freed) Free(t);
     }
-    for (uint32_t k = info.in_begin; k < info.in_end; ++k) Consume(snap_.inputs[k]);
+    for (uint32_t k = info.in_begin; k < info.in_end; ++k) Consume(inputs_[k]);
     for (uint32_t t = out_begin; t < out_end; ++t) Arrived(t, d);
-    if (s_.running[d] == kNone) Dispatch(d);  // Arrived may have started one
+    if (running_[d] == kNone) Dispatch(d);  // Arrived may have started one
   }
 
   void FinishTransfer(uint32_t x) {
-    NodeRun& r = s_.node[x];
+    NodeRun& r = node_[x];
     const TransferRun& xr = Xfer(x);
     r.st = kDone;
     end_[x] = now_;
     ++result_.simulated_ops;
     busy_[r.dev] = 0;
     busy_[xr.dst] = 0;
+    arbitrated_ = false;  // requests blocked on these slots may now go
     Arrived(xr.tensor, xr.dst);
     Consume(xr.tensor);
-    Arbitrate();
+    // An arbitration inside Arrived (a transfer made ready) already saw the
+    // freed slots, and nothing has been freed since: repeating it would
+    // grant nothing.
+    if (!arbitrated_) Arbitrate();
   }
 
   void Collect() {
@@ -582,10 +714,24 @@ class Engine {
   SimResult& result_;
   std::vector<int64_t>& start_;  // result_.node_start_ns
   std::vector<int64_t>& end_;    // result_.node_end_ns
+  uint32_t num_compute_ = 0;  // m_.num_compute
+  NodeRun* node_ = nullptr;
+  TransferRun* xfer_ = nullptr;
+  TensorRun* tensor_ = nullptr;
+  int64_t* mem_ = nullptr;
+  int64_t* peak_ = nullptr;
+  uint32_t* running_ = nullptr;
+  int32_t* unfinished_ = nullptr;
+  const NodeInfo* info_ = nullptr;
+  const TensorInfo* tinfo_ = nullptr;
+  const Model::Consumer* tcons_ = nullptr;
+  const uint32_t* inputs_ = nullptr;
+  const int64_t* capacity_ = nullptr;
   int64_t now_ = 0;
   int64_t horizon_end_ = 0;
   uint32_t seq_ = 0;  // see Event
   bool stop_when_batch_done_ = false;
+  bool arbitrated_ = false;  // see Arbitrate
   int batch_left_ = 0;
 };
 
@@ -661,8 +807,9 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   s.tensor.resize(nt);
   for (size_t t = 0; t < nt; ++t) {
     const GmgSnapshot::Tensor& ts = snap.tensors[t];
-    m.tinfo[t] = {ts.bytes, ts.node, static_cast<uint8_t>(ts.retained || ts.update_of >= 0), 0};
-    s.tensor[t] = {ts.pending_consumers, kNone, ts.freed};
+    const bool keep = ts.retained || ts.update_of >= 0;
+    m.tinfo[t] = {ts.node, static_cast<uint8_t>(keep), 0};
+    s.tensor[t] = {ts.bytes, ts.pending_consumers, kNone, 0, 0, kNoDevice, ts.freed != 0, keep, false};
   }
   for (const GmgSnapshot::Copy& c : snap.copies) {
     TensorInfo& ti = m.tinfo[c.tensor];
@@ -678,39 +825,59 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   m.init_start.resize(nn);
   m.init_events.clear();
   m.init_ready.clear();
-  m.tcons_off.assign(nt + 1, 0);
-  uint32_t cached_type = kNone, cached_tpl = kNone;
-  const std::vector<int>* keys = nullptr;
+  m.tcons_fill.assign(nt, 0);
+  uint32_t cached_type = kNone, cached_tpl = kNone, cached_inst = kNone;
+  uint16_t cached_dev = kNoDevice;
+  struct OpModel {
+    int key;
+    const FeatureBasis* basis;  // nullptr: unknown key, PredictNs's default
+    const double* coeffs;
+  };
+  // Per (device type, template) seen in this build: its op keys and models.
+  struct TplModels {
+    uint32_t type, tpl;
+    std::vector<int> keys;
+    std::vector<OpModel> ops;
+  };
+  std::vector<TplModels> tpl_models;
+  const std::vector<OpModel>* models = nullptr;  // of (cached_type, cached_tpl)
   for (uint32_t n = 0; n < nn; ++n) {
     const GmgSnapshot::Node& node = snap.nodes[n];
     const NodeState state = static_cast<NodeState>(node.state);
-    NodeRun& r = s.node[n];
-    r.dur = 0;
-    r.wait = 0;
-    r.dev = node.device;
+    // The record is assembled in locals and stored once: reading back
+    // fields just written piecewise would stall on store forwarding.
+    SimState st;
     switch (state) {
-      case NodeState::kUnscheduled: r.st = kUnplaced; break;
-      case NodeState::kIssued: r.st = kWaiting; break;
-      case NodeState::kRunning: r.st = kRunning; break;
-      default: r.st = kDone; break;  // failed/cancelled never appear live
+      case NodeState::kUnscheduled: st = kUnplaced; break;
+      case NodeState::kIssued: st = kWaiting; break;
+      case NodeState::kRunning: st = kRunning; break;
+      default: st = kDone; break;  // failed/cancelled never appear live
     }
-    m.init_start[n] = r.st == kRunning || r.st == kDone ? node.start_ns : -1;
+    const uint16_t dev = node.device;
+    int64_t dur = 0;
+    int32_t wait = 0;
+    m.init_start[n] = st == kRunning || st == kDone ? node.start_ns : -1;
     const uint32_t in_begin = snap.input_offsets[n], in_end = snap.input_offsets[n + 1];
     if (n >= nc) {
       const uint32_t t = snap.inputs[in_begin];
       TransferRun& x = s.xfer[n - nc];
       x = {node.id, t, s.tensor[t].first_transfer, node.priority, node.dst_device};
       s.tensor[t].first_transfer = n;
-      r.dur = static_cast<int64_t>(
+      dur = static_cast<int64_t>(
           ctx.transfers().PredictNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
-      if (r.st == kWaiting && !m.InitialCopy(t, node.device)) r.wait = 1;
+      if (st == kWaiting && !m.InitialCopy(t, node.device)) wait = 1;
     } else {
       NodeInfo& info = m.info[n];
       info.id = node.id;
       info.workspace = node.workspace_bytes;
       int64_t alloc = node.workspace_bytes;
       const uint32_t out_begin = snap.tensor_offsets[n], out_end = snap.tensor_offsets[n + 1];
-      for (uint32_t t = out_begin; t < out_end; ++t) alloc += m.tinfo[t].bytes;
+      for (uint32_t t = out_begin; t < out_end; ++t) {
+        TensorRun& tr = s.tensor[t];
+        alloc += tr.bytes;
+        tr.dev = dev;
+        tr.produced = st == kDone;
+      }
       info.alloc_bytes = alloc;
       info.instance = node.instance;
       info.priority = node.priority;
@@ -722,66 +889,95 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
       uint32_t last = kNone;
       for (uint32_t k = in_begin; k < in_end; ++k) {
         const uint32_t t = snap.inputs[k];
-        if (t != last) m.tcons_off[t + 1]++;
+        if (t != last) m.tcons_fill[t]++;
         last = t;
       }
-      s.unfinished[node.instance] += r.st != kDone;
-      if (r.st == kUnplaced) continue;
-      const uint32_t type = snap.devices[node.device].type;
-      const uint32_t tpl = snap.instances[node.instance].template_id;
-      if (type != cached_type || tpl != cached_tpl) {
-        keys = &ctx.OpKeys(snap.device_types[type], tpl);
-        cached_type = type;
-        cached_tpl = tpl;
-      }
-      r.dur = static_cast<int64_t>(ctx.ops().PredictNs(
-                                       (*keys)[node.op_index],
-                                       std::span<const int64_t>(snap.attrs.data() + snap.attr_offsets[n],
-                                                                snap.attr_offsets[n + 1] - snap.attr_offsets[n])) *
-                                   m.device_factor[node.device]);
-      if (r.st == kWaiting) {
-        for (uint32_t k = in_begin; k < in_end; ++k) {
-          if (!m.InitialCopy(snap.inputs[k], node.device)) ++r.wait;
+      s.unfinished[node.instance] += st != kDone;
+    }
+    if (n < nc && st != kUnplaced) {
+      // An instance's nodes are consecutive and mostly on one or two
+      // devices: look the keys up again only when either changes.
+      if (node.instance != cached_inst || node.device != cached_dev) {
+        cached_inst = node.instance;
+        cached_dev = node.device;
+        const uint32_t type = snap.devices[node.device].type;
+        const uint32_t tpl = snap.instances[node.instance].template_id;
+        if (type != cached_type || tpl != cached_tpl) {
+          cached_type = type;
+          cached_tpl = tpl;
+          size_t i = 0;
+          while (i < tpl_models.size() && (tpl_models[i].type != type || tpl_models[i].tpl != tpl)) ++i;
+          if (i == tpl_models.size()) {
+            tpl_models.push_back({type, tpl, ctx.OpKeys(snap.device_types[type], tpl), {}});
+            // OpKeys may have registered keys, which moves the estimator's
+            // models: fetch every cached pointer again.
+            for (TplModels& tm : tpl_models) {
+              tm.ops.resize(tm.keys.size());
+              for (size_t op = 0; op < tm.keys.size(); ++op) {
+                OpModel& om = tm.ops[op];
+                om.key = tm.keys[op];
+                if (!ctx.ops().LinearModel(om.key, &om.basis, &om.coeffs)) om.basis = nullptr;
+              }
+            }
+          }
+          models = &tpl_models[i].ops;
         }
       }
+      const std::span<const int64_t> attrs(snap.attrs.data() + snap.attr_offsets[n],
+                                           snap.attr_offsets[n + 1] - snap.attr_offsets[n]);
+      const uint32_t op = static_cast<uint32_t>(node.op_index);
+      double ns;
+      if (op < models->size() && (*models)[op].basis != nullptr) {
+        // OpEstimator::PredictNs, inlined (same arithmetic).
+        const OpModel& om = (*models)[op];
+        const double t = om.basis->Dot(om.coeffs, attrs);
+        ns = t > 0 ? t : 0.0;
+      } else {
+        ns = ctx.ops().PredictNs(op < models->size() ? (*models)[op].key : -1, attrs);
+      }
+      dur = static_cast<int64_t>(ns * m.device_factor[node.device]);
+      if (st == kWaiting) {
+        for (uint32_t k = in_begin; k < in_end; ++k) wait += !m.InitialCopy(snap.inputs[k], node.device);
+      }
     }
-    if (r.st == kRunning) {
+    s.node[n] = NodeRun{dur, wait, dev, st};
+    if (st == kRunning) {
       if (n >= nc) {
-        m.init_busy[r.dev] = 1;
+        m.init_busy[dev] = 1;
         m.init_busy[node.dst_device] = 1;
       }
-      m.init_events.push_back({std::max(m.now, node.start_ns + r.dur), n});
-    } else if (r.st == kWaiting && r.wait == 0) {
+      m.init_events.push_back({std::max(m.now, node.start_ns + dur), n});
+    } else if (st == kWaiting && wait == 0) {
       m.init_ready.push_back({n, InitialReadyAt(node.ready_ns, m.now)});
     }
   }
 
   // Compute consumers of each tensor (CSR by counting sort; a consumer that
-  // reads a tensor twice in a row is listed once, with the count).
-  for (size_t t = 0; t < nt; ++t) m.tcons_off[t + 1] += m.tcons_off[t];
-  m.tcons.resize(m.tcons_off[nt]);
-  m.tcons_cnt.resize(m.tcons_off[nt]);
+  // reads a tensor twice in a row is listed once, with the count). The
+  // counts become each tensor's range and its fill cursor.
   {
-    // fill[t]: next free slot of tensor t; tcons_off[t + 1] is used as the
-    // cursor and restored afterwards by shifting.
-    std::vector<uint32_t>& off = m.tcons_off;
+    std::vector<uint32_t>& fill = m.tcons_fill;
+    uint32_t total = 0;
+    for (size_t t = 0; t < nt; ++t) {
+      TensorRun& tr = s.tensor[t];
+      tr.cons_begin = total;
+      total += fill[t];
+      tr.cons_end = total;
+      fill[t] = tr.cons_begin;
+    }
+    m.tcons.resize(total);
     for (uint32_t n = 0; n < nc; ++n) {
       uint32_t last = kNone;
       for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
         const uint32_t t = snap.inputs[k];
         if (t != last) {
-          const uint32_t slot = off[t]++;
-          m.tcons[slot] = n;
-          m.tcons_cnt[slot] = 1;
+          m.tcons[fill[t]++] = {n, 1};
         } else {
-          m.tcons_cnt[off[t] - 1]++;
+          m.tcons[fill[t] - 1].count++;
         }
         last = t;
       }
     }
-    // off[t] now holds the end of t's range, i.e. the begin of t + 1.
-    for (size_t t = nt; t > 0; --t) off[t] = off[t - 1];
-    off[0] = 0;
   }
   return absl::OkStatus();
 }

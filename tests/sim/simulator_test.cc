@@ -303,6 +303,30 @@ TEST_F(SimTest, WhatIfPlacesABatchWithoutTouchingTheGmg) {
   EXPECT_TRUE(g_->VerifyInvariants().ok());
 }
 
+// A placed operator whose inputs both need an inserted transfer waits for
+// both (its wait count must survive the node array growing as the first
+// transfer is inserted).
+TEST_F(SimTest, WhatIfOperatorWaitsForEveryInsertedTransfer) {
+  SetUpCluster(3);
+  TemplateId t = Register("join", {{"a", {}, 1000, 1}, {"b", {}, 2 * kMs, 1}, {"c", {"a", "b"}, 10, 1}});
+  InstanceId i = New(t);
+  GmgSnapshot snap = g_->Snapshot(T(0));
+  auto sim = Simulator::Create(snap, *ctx_);
+  ASSERT_TRUE(sim.ok());
+  const uint32_t a = Index(snap, N(i, "a")), b = Index(snap, N(i, "b")), c = Index(snap, N(i, "c"));
+  std::vector<Placement> batch = {{a, 0}, {b, 1}, {c, 2}};
+  auto r = sim->WhatIf(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->inserted_transfers, 2);
+  ASSERT_EQ(r->node_end_ns.size(), snap.nodes.size() + 2);
+  const int64_t x1 = r->node_end_ns[snap.nodes.size()], x2 = r->node_end_ns[snap.nodes.size() + 1];
+  // a and b end at 1 ms; the transfers share device 2's slot: 1 us, then 2 ms.
+  EXPECT_EQ(std::max(x1, x2), 3 * kMs + 1000);
+  EXPECT_EQ(r->node_start_ns[c], 3 * kMs + 1000);
+  EXPECT_EQ(r->node_end_ns[c], 4 * kMs + 1000);
+  EXPECT_EQ(r->batch_completed, 3);
+}
+
 TEST_F(SimTest, SnapshotMidRunMatchesTheGmg) {
   // Drive the GMG by the simulator's own schedule and check that at each
   // completion the GMG's running node is what the simulator said.

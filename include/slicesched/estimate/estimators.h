@@ -68,6 +68,11 @@ class FeatureBasis {
   static FeatureBasis For(const OpSpec& op);
   int size() const { return size_; }
   Features Compute(std::span<const int64_t> attrs) const;
+  // coeffs . Compute(attrs), summed from the first feature on: the same
+  // arithmetic in the same order (so bit-identical), without materialising
+  // the features (the prediction path).
+  // Inline (below): the simulator evaluates it once per node it builds.
+  inline double Dot(const double* coeffs, std::span<const int64_t> attrs) const;
   std::vector<std::string> names() const;
 
  private:
@@ -78,6 +83,47 @@ class FeatureBasis {
   // context for the others.
   std::array<int, 4> pos_{-1, -1, -1, -1};
 };
+
+double FeatureBasis::Dot(const double* c, std::span<const int64_t> attrs) const {
+  // Mirrors Compute() feature by feature, summing from t = 0 in feature
+  // order as PredictNs's dot product did: bit-identical results.
+  auto at = [&](int s, double missing) {
+    const int p = pos_[s];
+    return p >= 0 && static_cast<size_t>(p) < attrs.size() ? static_cast<double>(attrs[p]) : missing;
+  };
+  double t = 0;
+  switch (kind_) {
+    case Kind::kMatmul: {
+      const double b = at(0, 1), m = at(1, 1), n = at(2, 1), k = at(3, 1);
+      t += c[0] * (b * m * n * k);
+      t += c[1] * (b * m * k);
+      t += c[2] * (b * k * n);
+      t += c[3] * (b * m * n);
+      t += c[4] * 1.0;
+      break;
+    }
+    case Kind::kLayers: {
+      const double batch = at(0, 1), s = at(1, 1), ctx = at(2, 0);
+      t += c[0] * (batch * s);
+      t += c[1] * (batch * s * (ctx + s));
+      t += c[2] * (batch * (ctx + s));
+      t += c[3] * 1.0;
+      break;
+    }
+    case Kind::kTokens:
+      t += c[0] * (at(0, 1) * at(1, 1));
+      t += c[1] * 1.0;
+      break;
+    case Kind::kBatch:
+      t += c[0] * at(0, 1);
+      t += c[1] * 1.0;
+      break;
+    case Kind::kConstant:
+      t += c[0] * 1.0;
+      break;
+  }
+  return t;
+}
 
 struct OpEstimatorOptions {
   int window = 256;                               // samples kept per key
@@ -102,6 +148,12 @@ class OpEstimator {
   // default duration.
   double PredictNs(int key, std::span<const int64_t> attrs) const;
   Duration Predict(int key, std::span<const int64_t> attrs) const;
+  // The model behind PredictNs, for callers that predict many nodes (the
+  // simulator's construction): for a registered key, PredictNs(key, attrs)
+  // is t = basis->Dot(coeffs, attrs) clamped to t > 0 ? t : 0. False for an
+  // unknown key. The pointers stay valid until the next Register or Restore
+  // (Observe refits the coefficients in place).
+  bool LinearModel(int key, const FeatureBasis** basis, const double** coeffs) const;
 
   // Adds a measurement and refits the key.
   void Observe(int key, std::span<const int64_t> attrs, Duration measured);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 namespace slicesched {
@@ -70,10 +71,7 @@ class ReadyQueue {
       Bucket& b = buckets_[i];
       if (b.head == b.q.size()) continue;
       first_ = i;  // every bucket before i is empty
-      if (!b.sorted) {
-        std::sort(b.q.begin() + static_cast<std::ptrdiff_t>(b.head), b.q.end(), Before);
-        b.sorted = true;
-      }
+      if (!b.sorted) SortBucket(b);
       const Entry e = b.q[b.head++];
       if (b.head == b.q.size()) {
         b.q.clear();
@@ -99,14 +97,24 @@ class ReadyQueue {
     size_t head = 0;
     bool sorted = true;
   };
+  // Out of line: rare, and inlined it would bloat every caller of Pop.
+  [[gnu::noinline]] static void SortBucket(Bucket& b) {
+    std::sort(b.q.begin() + static_cast<std::ptrdiff_t>(b.head), b.q.end(), Before);
+    b.sorted = true;
+  }
   static bool Before(const Entry& a, const Entry& b) {
     return a.ready_ns != b.ready_ns ? a.ready_ns < b.ready_ns : a.tiebreak < b.tiebreak;
   }
   // Index of the bucket of (cls, prio), created if missing.
   size_t BucketFor(uint8_t cls, int32_t prio) {
-    // Most pushes go to the bucket of the previous push.
-    if (last_ < buckets_.size() && buckets_[last_].cls == cls && buckets_[last_].prio == prio) return last_;
+    // A direct-mapped hint per (class, priority) slot: a checked guess, so a
+    // stale or colliding entry only costs the search below.
+    const uint8_t guess = hint_[HintSlot(cls, prio)];
+    if (guess < buckets_.size() && buckets_[guess].cls == cls && buckets_[guess].prio == prio) return guess;
     return FindOrAddBucket(cls, prio);
+  }
+  static size_t HintSlot(uint8_t cls, int32_t prio) {
+    return (static_cast<size_t>(cls) * 8 + static_cast<uint32_t>(prio)) % kHintSlots;
   }
   size_t FindOrAddBucket(uint8_t cls, int32_t prio) {
     // Buckets stay ordered by (class, -priority); there are a handful.
@@ -114,7 +122,7 @@ class ReadyQueue {
     for (; i < buckets_.size(); ++i) {
       const Bucket& b = buckets_[i];
       if (b.cls == cls && b.prio == prio) {
-        last_ = i;
+        if (i < 0xff) hint_[HintSlot(cls, prio)] = static_cast<uint8_t>(i);
         return i;
       }
       if (b.cls > cls || (b.cls == cls && b.prio < prio)) break;
@@ -122,16 +130,21 @@ class ReadyQueue {
     Bucket nb;
     nb.cls = cls;
     nb.prio = prio;
-    last_ = i;
     buckets_.insert(buckets_.begin() + static_cast<std::ptrdiff_t>(i), std::move(nb));
+    // The insert shifted every later bucket: the hints are refilled lazily.
+    std::fill(std::begin(hint_), std::end(hint_), uint8_t{0xff});
+    if (i < 0xff) hint_[HintSlot(cls, prio)] = static_cast<uint8_t>(i);
     // A bucket inserted at or before first_ is the one being pushed to, and
     // Push lowers first_ to it.
     return i;
   }
 
+  static constexpr size_t kHintSlots = 32;
   std::vector<Bucket> buckets_;
   size_t size_ = 0;
-  size_t last_ = 0;  // bucket of the previous push
+  uint8_t hint_[kHintSlots] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                               0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                               0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};  // bucket guess
   size_t first_ = 0;  // no bucket before this one holds an entry
 };
 
