@@ -15,6 +15,7 @@
 #include "slicesched/experiments/gmg_demo.h"
 #include "slicesched/experiments/replay.h"
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
+#include "slicesched/executor/fidelity.h"
 #include "slicesched/executor/overhead.h"
 #endif
 
@@ -100,6 +101,9 @@ int Usage(FILE* to) {
                "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
+               "  fidelity [--model tiny|small] [--calibration N] [--iterations N] [--seed S] [--json]\n"
+               "                        simulator-predicted vs measured time per training and serving\n"
+               "                        iteration, pp2 on 2 CPU executors (paper Table 2; needs LibTorch)\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -284,6 +288,58 @@ int Overhead(const std::vector<std::string>& args) {
 #endif
 }
 
+int Fidelity(const std::vector<std::string>& args) {
+#ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
+  slicesched::FidelityOptions o;
+  bool json = false;
+  int64_t calibration = o.calibration, iterations = o.iterations, seed = static_cast<int64_t>(o.seed);
+  int64_t decode_steps = o.decode_steps;
+  if (int rc = Flags("fidelity")
+                   .Switch("--json", &json)
+                   .Text("--model", &o.model)
+                   .Int("--calibration", &calibration)
+                   .Int("--iterations", &iterations)
+                   .Int("--seed", &seed)
+                   .Int("--train-batch", &o.train_batch)
+                   .Int("--train-tokens", &o.train_tokens)
+                   .Int("--prompt-tokens", &o.prompt_tokens)
+                   .Int("--decode-steps", &decode_steps)
+                   .Parse(args)) {
+    return rc;
+  }
+  o.calibration = static_cast<int>(calibration);
+  o.iterations = static_cast<int>(iterations);
+  o.seed = static_cast<uint64_t>(seed);
+  o.decode_steps = static_cast<int>(decode_steps);
+  auto r = slicesched::RunFidelity(o);
+  if (!r.ok()) return Failed("fidelity", r.status());
+  if (json) {
+    std::printf("%s\n", r->ToJson().c_str());
+  } else {
+    std::printf("%s, %s, %d calibration iterations of each kind\n", r->model.c_str(), r->placement.c_str(),
+                r->calibration);
+    for (const auto& [name, k] : {std::pair<const char*, const slicesched::FidelityKindResult*>{"train", &r->train},
+                                  {"serve", &r->serve},
+                                  {"overall", &r->overall}}) {
+      std::printf("%-8s %3lld iterations: predicted %.3f ms, measured %.3f ms, error %.2f%% "
+                  "(mean per-iteration %.2f%%); per transfer: launch gap %.3f ms, delivery gap %.3f ms\n",
+                  name, static_cast<long long>(k->iterations), k->predicted_ms, k->measured_ms, k->error_pct,
+                  k->mean_abs_error_pct, k->launch_gap_ms, k->delivery_gap_ms);
+    }
+    std::printf("estimator online MAPE: operators %.2f%%, transfers %.2f%%; target %.2f%%: %s\n",
+                r->op_mape_pct, r->transfer_mape_pct, r->target_error_pct,
+                r->overall.error_pct <= r->target_error_pct ? "met" : "NOT met");
+  }
+  return 0;
+#else
+  (void)args;
+  std::fprintf(stderr,
+               "slicesim fidelity: this slicesim was built without LibTorch "
+               "(SLICESCHED_WITH_TORCH=OFF); the command needs the LibTorch executors\n");
+  return 1;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -295,6 +351,7 @@ int main(int argc, char** argv) {
   if (cmd == "accuracy") return Accuracy(args);
   if (cmd == "replay") return Replay(args);
   if (cmd == "overhead") return Overhead(args);
+  if (cmd == "fidelity") return Fidelity(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);
