@@ -20,6 +20,7 @@
 #include "slicesched/loadgen/load.h"
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
 #include "slicesched/executor/llama_serving.h"
+#include "slicesched/executor/fidelity.h"
 #include "slicesched/executor/overhead.h"
 #endif
 
@@ -115,6 +116,9 @@ int Usage(FILE* to) {
                "                        drive a running sliced over gRPC: open-loop online arrivals\n"
                "                        (built-in Azure-derived model or a trace) plus offline\n"
                "                        streams, or N closed-loop streams; prints the summary\n"
+               "  fidelity [--model tiny|small] [--calibration N] [--iterations N] [--seed S] [--json]\n"
+               "                        simulator-predicted vs measured time per training and serving\n"
+               "                        iteration, pp2 on 2 CPU executors (paper Table 2; needs LibTorch)\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -375,6 +379,54 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
 #else
   (void)args;
   std::fprintf(stderr, "slicesim generate-direct: this slicesim was built without LibTorch\n");
+int Fidelity(const std::vector<std::string>& args) {
+#ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
+  slicesched::FidelityOptions o;
+  bool json = false;
+  int64_t calibration = o.calibration, iterations = o.iterations, seed = static_cast<int64_t>(o.seed);
+  int64_t decode_steps = o.decode_steps;
+  if (int rc = Flags("fidelity")
+                   .Switch("--json", &json)
+                   .Text("--model", &o.model)
+                   .Int("--calibration", &calibration)
+                   .Int("--iterations", &iterations)
+                   .Int("--seed", &seed)
+                   .Int("--train-batch", &o.train_batch)
+                   .Int("--train-tokens", &o.train_tokens)
+                   .Int("--prompt-tokens", &o.prompt_tokens)
+                   .Int("--decode-steps", &decode_steps)
+                   .Parse(args)) {
+    return rc;
+  }
+  o.calibration = static_cast<int>(calibration);
+  o.iterations = static_cast<int>(iterations);
+  o.seed = static_cast<uint64_t>(seed);
+  o.decode_steps = static_cast<int>(decode_steps);
+  auto r = slicesched::RunFidelity(o);
+  if (!r.ok()) return Failed("fidelity", r.status());
+  if (json) {
+    std::printf("%s\n", r->ToJson().c_str());
+  } else {
+    std::printf("%s, %s, %d calibration iterations of each kind\n", r->model.c_str(), r->placement.c_str(),
+                r->calibration);
+    for (const auto& [name, k] : {std::pair<const char*, const slicesched::FidelityKindResult*>{"train", &r->train},
+                                  {"serve", &r->serve},
+                                  {"overall", &r->overall}}) {
+      std::printf("%-8s %3lld iterations: predicted %.3f ms, measured %.3f ms, error %.2f%% "
+                  "(mean per-iteration %.2f%%); per transfer: launch gap %.3f ms, delivery gap %.3f ms\n",
+                  name, static_cast<long long>(k->iterations), k->predicted_ms, k->measured_ms, k->error_pct,
+                  k->mean_abs_error_pct, k->launch_gap_ms, k->delivery_gap_ms);
+    }
+    std::printf("estimator online MAPE: operators %.2f%%, transfers %.2f%%; target %.2f%%: %s\n",
+                r->op_mape_pct, r->transfer_mape_pct, r->target_error_pct,
+                r->overall.error_pct <= r->target_error_pct ? "met" : "NOT met");
+  }
+  return 0;
+#else
+  (void)args;
+  std::fprintf(stderr,
+               "slicesim fidelity: this slicesim was built without LibTorch "
+               "(SLICESCHED_WITH_TORCH=OFF); the command needs the LibTorch executors\n");
   return 1;
 #endif
 }
@@ -392,6 +444,7 @@ int main(int argc, char** argv) {
   if (cmd == "overhead") return Overhead(args);
   if (cmd == "generate-direct") return GenerateDirectCommand(args);
   if (cmd == "load") return Load(args);
+  if (cmd == "fidelity") return Fidelity(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);

@@ -810,4 +810,17 @@ size_t ExecutorSet::stored_tensors() const {
   return n;
 }
 
+std::vector<ExecutorSet::StoredBuffer> ExecutorSet::StoredBuffers() const {
+  std::vector<StoredBuffer> out;
+  for (const auto& [key, copies] : tensors_) {
+    for (const auto& [device, held] : copies) out.push_back({key.first, key.second, device});
+  }
+  for (const auto& [id, held] : checkpoints_) {
+    for (const Held& h : held) out.push_back({id, -1, h.buffer.device.value()});
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 }  // namespace slicesched

@@ -751,6 +751,28 @@ int64_t Simulator::duration_ns(uint32_t node) const {
   return model_->init.node[node].dur;
 }
 
+uint32_t Simulator::running(size_t device) const {
+  assert(!model_->consumed && "Simulator used after RunOnceInto without a Rebuild");
+  return model_->init.running[device];
+}
+
+std::vector<SimResidentBuffer> Simulator::ResidentBuffers() const {
+  const Model& m = *model_;
+  assert(!m.consumed && "Simulator used after RunOnceInto without a Rebuild");
+  const GmgSnapshot& snap = *m.snap;
+  std::vector<SimResidentBuffer> out;
+  for (const GmgSnapshot::Copy& c : snap.copies) {
+    const uint32_t t = c.tensor;
+    // initial_copy: listed and the producer is done (the buffer is complete).
+    if (!m.tinfo[t].initial_copy || m.init.tensor[t].freed) continue;
+    const uint32_t p = m.tinfo[t].producer;
+    out.push_back({snap.nodes[p].id, static_cast<int32_t>(t - snap.tensor_offsets[p]), c.device});
+  }
+  for (const GmgSnapshot::Checkpoint& c : snap.checkpoints) out.push_back({c.id, -1, c.device});
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 absl::StatusOr<Simulator> Simulator::Create(const GmgSnapshot& snap, SimContext& ctx) {
   Simulator sim;
   SLICESCHED_RETURN_IF_ERROR(sim.Rebuild(snap, ctx));

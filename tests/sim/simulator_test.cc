@@ -1,5 +1,7 @@
 #include "slicesched/sim/simulator.h"
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -98,6 +100,46 @@ TEST_F(SimTest, ChainOnOneDevice) {
   EXPECT_EQ(r.instance_end_ns[0], 60 * kMs);
   EXPECT_EQ(r.simulated_ops, 3);
   EXPECT_FALSE(r.oom);
+}
+
+// The reconstruction names what the snapshot says runs and is resident:
+// complete output copies (the producer's and a transferred one), the
+// checkpoint a retained output became, but not the output of a running
+// operator.
+TEST_F(SimTest, ResidentBuffersAndRunningNodesFromTheSnapshot) {
+  SetUpCluster(2);
+  TemplateId t = Register("fan", {{"a", {}, 100, 10, /*retain=*/true}, {"b", {"a"}, 100, 20}, {"c", {"a"}, 100, 5}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 1);
+  IssueOn(i, "c", 0);
+  auto x = g_->IssueTransfer(N(i, "a"), 0, DeviceId(1), N(i, "b"), 0, T(0));
+  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_TRUE(g_->Start(N(i, "a"), T(0)).ok());
+  ASSERT_TRUE(g_->Finish(N(i, "a"), T(10)).ok());
+  ASSERT_TRUE(g_->Start(*x, T(10)).ok());
+  ASSERT_TRUE(g_->Finish(*x, T(11)).ok());
+  ASSERT_TRUE(g_->Start(N(i, "b"), T(11)).ok());
+  ASSERT_EQ(g_->checkpoint_index().size(), 1u);
+  const uint64_t ckpt = g_->checkpoint_index().begin()->first;
+  const GmgSnapshot snap = g_->Snapshot(T(12));
+  auto sim = Simulator::Create(snap, *ctx_);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_EQ(sim->running(0), GmgSnapshot::kNone);
+  EXPECT_EQ(sim->running(1), Index(snap, N(i, "b")));
+  const uint64_t a = N(i, "a").value();
+  const std::vector<SimResidentBuffer> want = {{a, 0, 0}, {a, 0, 1}, {ckpt, -1, 0}};
+  std::vector<SimResidentBuffer> sorted_want = want;
+  std::sort(sorted_want.begin(), sorted_want.end());
+  EXPECT_EQ(sim->ResidentBuffers(), sorted_want);
+  // c and b consume a's output: once both are done it is freed everywhere.
+  ASSERT_TRUE(g_->Finish(N(i, "b"), T(31)).ok());
+  ASSERT_TRUE(g_->Start(N(i, "c"), T(31)).ok());
+  ASSERT_TRUE(g_->Finish(N(i, "c"), T(36)).ok());
+  const GmgSnapshot after = g_->Snapshot(T(40));
+  auto sim2 = Simulator::Create(after, *ctx_);
+  ASSERT_TRUE(sim2.ok()) << sim2.status();
+  EXPECT_EQ(sim2->ResidentBuffers(), (std::vector<SimResidentBuffer>{{ckpt, -1, 0}}));
 }
 
 TEST_F(SimTest, SimultaneousCompletionsAreDeterministic) {

@@ -115,6 +115,15 @@ struct SimResult {
   int inserted_transfers = 0;
 };
 
+// A buffer the built state holds at the snapshot instant (the
+// reconstruction's view of device memory; see Simulator::ResidentBuffers).
+struct SimResidentBuffer {
+  uint64_t id = 0;      // producer NodeId, or CheckpointId when output < 0
+  int32_t output = -1;  // output index of the producer; -1 for a checkpoint
+  uint16_t device = 0;
+  auto operator<=>(const SimResidentBuffer&) const = default;
+};
+
 // Buffers a run works in. Reusing one across runs (one per thread) makes a
 // warm run allocation-free; the plain Run/WhatIf make a fresh one.
 class SimScratch {
@@ -169,6 +178,20 @@ class Simulator {
 
   size_t num_nodes() const;
   size_t num_devices() const;
+
+  // What the built state starts from, as reconstructed from the snapshot
+  // (for checking the reconstruction against the executors). Not valid
+  // after RunOnceInto until the next Rebuild.
+  // The snapshot index of the compute node running on `device`, or
+  // GmgSnapshot::kNone when it is idle.
+  uint32_t running(size_t device) const;
+  // Every complete buffer resident at the snapshot instant, sorted: each
+  // copy of an operator output whose producer is done and that is not freed
+  // (one entry per device holding a copy), and each retained checkpoint on
+  // its device (its growth by later steps included). Not listed: outputs of
+  // running operators, buffers of transfers in flight, workspace and
+  // weights.
+  std::vector<SimResidentBuffer> ResidentBuffers() const;
   // Predicted duration of a placed node in ns (tests and reports).
   int64_t duration_ns(uint32_t node) const;
 

@@ -161,6 +161,20 @@ class ExecutorSet final : public ExecutionBackend {
   int64_t failed_nodes() const { return failed_nodes_; }
   // Buffers held in the tensor and checkpoint stores.
   size_t stored_tensors() const;
+  // What the stores hold now, sorted and without duplicates: one entry per
+  // (producer node, output, device) of the tensor store, and one per
+  // (checkpoint, device) of the checkpoint store (output -1; a checkpoint's
+  // growth buffers on its device collapse into one entry). Outputs still
+  // travelling to the owner (a device finished the node, the owner has not
+  // applied it) are not in the stores yet: Pause() and AdvanceTo() first to
+  // compare with the GMG.
+  struct StoredBuffer {
+    uint64_t id = 0;      // producer NodeId, or CheckpointId when output < 0
+    int32_t output = -1;
+    uint16_t device = 0;
+    auto operator<=>(const StoredBuffer&) const = default;
+  };
+  std::vector<StoredBuffer> StoredBuffers() const;
 
  private:
   struct Held {

@@ -1,0 +1,449 @@
+#include "slicesched/executor/fidelity.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "slicesched/common/clock.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/estimate/calibration.h"
+#include "slicesched/estimate/estimators.h"
+#include "slicesched/executor/executor.h"
+#include "slicesched/executor/llama_kernels.h"
+#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/train_ops.h"
+#include "slicesched/gmg/gmg.h"
+#include "slicesched/gmg/llama.h"
+#include "slicesched/gmg/placement.h"
+#include "slicesched/sched/learner.h"
+#include "slicesched/sim/simulator.h"
+
+namespace slicesched {
+
+namespace {
+
+std::string KindJson(const FidelityKindResult& k) {
+  auto list = [](const std::vector<double>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += absl::StrFormat("%s%.3f", i ? ", " : "", v[i]);
+    return out + "]";
+  };
+  return absl::StrFormat(
+      "{\"iterations\": %d, \"predicted_ms\": %.4f, \"measured_ms\": %.4f, \"error_pct\": %.2f, "
+      "\"mean_abs_error_pct\": %.2f, \"transfers_per_iteration\": %.2f, \"launch_gap_ms\": %.4f, "
+      "\"delivery_gap_ms\": %.4f, \"predicted_runs_ms\": %s, \"measured_runs_ms\": %s}",
+      k.iterations, k.predicted_ms, k.measured_ms, k.error_pct, k.mean_abs_error_pct,
+      k.transfers_per_iteration, k.launch_gap_ms, k.delivery_gap_ms, list(k.predicted_runs_ms),
+      list(k.measured_runs_ms));
+}
+
+// Fills the means and errors of `k` from its per-iteration runs.
+void Summarize(FidelityKindResult& k) {
+  k.iterations = static_cast<int64_t>(k.measured_runs_ms.size());
+  if (k.iterations == 0) return;
+  double p = 0, m = 0, abs_pct = 0;
+  for (size_t i = 0; i < k.measured_runs_ms.size(); ++i) {
+    p += k.predicted_runs_ms[i];
+    m += k.measured_runs_ms[i];
+    abs_pct += 100.0 * std::abs(k.predicted_runs_ms[i] - k.measured_runs_ms[i]) /
+               k.measured_runs_ms[i];
+  }
+  const double n = static_cast<double>(k.iterations);
+  k.predicted_ms = p / n;
+  k.measured_ms = m / n;
+  k.error_pct = k.measured_ms > 0 ? 100.0 * std::abs(k.predicted_ms - k.measured_ms) / k.measured_ms : 0;
+  k.mean_abs_error_pct = abs_pct / n;
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+  };
+  k.transfers_per_iteration = static_cast<double>(k.launch_gaps_ms.size()) / n;
+  k.launch_gap_ms = mean(k.launch_gaps_ms);
+  k.delivery_gap_ms = mean(k.delivery_gaps_ms);
+}
+
+using executor::LlamaKernelRunner;
+using executor::LlamaRequest;
+using executor::LlamaTrainJob;
+using executor::LlamaTrainRequest;
+using executor::LlamaWeights;
+using executor::Tensor;
+
+// Deterministic token ids in [0, vocab).
+std::vector<int64_t> Tokens(int64_t n, int64_t vocab, uint64_t* state) {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t& x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    out.push_back(static_cast<int64_t>(x % static_cast<uint64_t>(vocab)));
+  }
+  return out;
+}
+
+const CandidatePartition* FindPartition(const GraphTemplate& t, absl::string_view name) {
+  for (const CandidatePartition& p : t.partitions()) {
+    if (p.name == ToStd(name)) return &p;
+  }
+  return nullptr;
+}
+
+// The two-device rig: GMG, executors, estimators, learner.
+class FidelityRig {
+ public:
+  static absl::StatusOr<std::unique_ptr<FidelityRig>> Create(const FidelityOptions& o) {
+    SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
+    if (dims.num_groups() < 2) {
+      return absl::InvalidArgumentError(
+          StrCat("fidelity: model '", o.model, "' has one fused group; pp2 needs two"));
+    }
+    std::vector<DeviceSpec> devs(2);
+    for (int d = 0; d < 2; ++d) {
+      devs[d].name = StrCat("cpu", d);
+      devs[d].type = "cpu";
+      devs[d].memory = Bytes::GiB(8);
+      devs[d].backend = DeviceBackend::kCpu;
+    }
+    SLICESCHED_ASSIGN_OR_RETURN(AcceleratorSet accel,
+                                AcceleratorSet::Create(devs, LinkSpec{10e9, Duration::Micros(5)}));
+    SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
+                                LlamaWeights::FromSeed(dims, o.seed));
+    SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<LlamaKernelRunner> runner,
+                                LlamaKernelRunner::Create(w, dims));
+    auto rig = std::unique_ptr<FidelityRig>(new FidelityRig(dims, std::move(accel), std::move(runner)));
+    SLICESCHED_RETURN_IF_ERROR(rig->Init(o));
+    return rig;
+  }
+
+  // One training iteration; recorded into `out` when `score`.
+  absl::Status TrainIteration(bool score, FidelityKindResult* out) {
+    SLICESCHED_ASSIGN_OR_RETURN(executor::TrainBatch batch, NextBatch());
+    SLICESCHED_ASSIGN_OR_RETURN(
+        InstanceId id, g_.Instantiate(LlamaTrainStep(train_, o_.train_batch, o_.train_tokens, o_.lora_rank,
+                                                     o_.head_outputs, PriorityClass::kOffline, clock_.Now())));
+    runner_->SetTrainRequest(id, LlamaTrainRequest{job_, std::move(batch)});
+    SLICESCHED_RETURN_IF_ERROR(RunIteration({id}, score, out));
+    runner_->EraseRequest(id);
+    return absl::OkStatus();
+  }
+
+  // One serving iteration: a new conversation's prefill plus a decode step of
+  // every conversation still generating; recorded into `out` when `score`.
+  absl::Status ServeIteration(bool score, FidelityKindResult* out) {
+    std::vector<InstanceId> ids;
+    // Decode steps of the live conversations.
+    std::vector<std::pair<InstanceId, size_t>> decodes;
+    for (size_t c = 0; c < convs_.size(); ++c) {
+      Conversation& cv = convs_[c];
+      SLICESCHED_ASSIGN_OR_RETURN(
+          InstanceId id, g_.Instantiate(LlamaDecodeStep(decode_, cv.context, cv.kv, PriorityClass::kOnline,
+                                                        clock_.Now())));
+      const std::vector<int64_t> last = {cv.last_token};
+      runner_->SetRequest(id, LlamaRequest{Tensor::FromInt64(last, {1, 1}), executor::SamplingParams{}});
+      ids.push_back(id);
+      decodes.emplace_back(id, c);
+    }
+    // The new conversation's prefill.
+    InstanceSpec ps;
+    ps.template_id = prefill_;
+    ps.bindings = {{"B", 1}, {"S", o_.prompt_tokens}};
+    ps.priority_class = PriorityClass::kOnline;
+    ps.arrival = clock_.Now();
+    SLICESCHED_ASSIGN_OR_RETURN(InstanceId pid, g_.Instantiate(ps));
+    const std::vector<int64_t> prompt = Tokens(o_.prompt_tokens, dims_.vocab, &rng_);
+    runner_->SetRequest(pid, LlamaRequest{Tensor::FromInt64(prompt, {1, o_.prompt_tokens}),
+                                          executor::SamplingParams{}});
+    ids.push_back(pid);
+
+    SLICESCHED_RETURN_IF_ERROR(RunIteration(ids, score, out));
+
+    for (InstanceId id : ids) runner_->EraseRequest(id);
+    for (const auto& [id, c] : decodes) {
+      Conversation& cv = convs_[c];
+      SLICESCHED_ASSIGN_OR_RETURN(cv.last_token, TokenOf(id));
+      ++cv.context;
+      ++cv.steps;
+    }
+    // Conversations that are done release their KV checkpoints.
+    for (auto it = convs_.begin(); it != convs_.end();) {
+      if (it->steps >= o_.decode_steps) {
+        for (CheckpointId k : it->kv) SLICESCHED_RETURN_IF_ERROR(g_.ReleaseCheckpoint(k));
+        it = convs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    Conversation fresh;
+    fresh.kv = produced_[pid.value()];
+    fresh.context = o_.prompt_tokens;
+    SLICESCHED_ASSIGN_OR_RETURN(fresh.last_token, TokenOf(pid));
+    convs_.push_back(std::move(fresh));
+    produced_.clear();
+    {
+      absl::MutexLock l(&mu_);
+      sampled_.clear();
+    }
+    SLICESCHED_RETURN_IF_ERROR(exec_->Dispatch(clock_.Now()));  // frees released buffers
+    return g_.VerifyInvariants();
+  }
+
+  // Releases every conversation's checkpoints.
+  absl::Status Finish() {
+    for (const Conversation& cv : convs_) {
+      for (CheckpointId k : cv.kv) SLICESCHED_RETURN_IF_ERROR(g_.ReleaseCheckpoint(k));
+    }
+    convs_.clear();
+    SLICESCHED_RETURN_IF_ERROR(exec_->Dispatch(clock_.Now()));
+    if (exec_->failed_nodes() != 0) {
+      return absl::InternalError(StrCat("fidelity: ", exec_->failed_nodes(), " nodes failed"));
+    }
+    return g_.VerifyInvariants();
+  }
+
+  const OnlineLearner& learner() const { return learner_; }
+
+ private:
+  struct Conversation {
+    std::vector<CheckpointId> kv;
+    int64_t context = 0;  // tokens in the KV caches
+    int64_t last_token = 0;
+    int steps = 0;
+  };
+
+  FidelityRig(const LlamaDims& dims, AcceleratorSet accel, std::unique_ptr<LlamaKernelRunner> runner)
+      : dims_(dims),
+        g_(std::move(accel)),
+        runner_(std::move(runner)),
+        transfer_est_(g_.accelerators()),
+        calibration_(2),
+        ctx_(&g_.templates(), &op_est_, &transfer_est_),
+        learner_(&g_, &ctx_, &op_est_, &transfer_est_, &calibration_) {}
+
+  absl::Status Init(const FidelityOptions& o) {
+    o_ = o;
+    rng_ = 88172645463325252ull ^ (o.seed * 0x9e3779b97f4a7c15ull);
+    SLICESCHED_ASSIGN_OR_RETURN(LlamaTemplates t, BuildLlamaTemplates(dims_));
+    SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const GraphTemplate> train, BuildLlamaTrainTemplate(dims_));
+    SLICESCHED_ASSIGN_OR_RETURN(prefill_, g_.RegisterTemplate(t.prefill));
+    SLICESCHED_ASSIGN_OR_RETURN(decode_, g_.RegisterTemplate(t.decode));
+    SLICESCHED_ASSIGN_OR_RETURN(train_, g_.RegisterTemplate(train));
+    for (const GraphTemplate* tpl : {t.prefill.get(), t.decode.get(), train.get()}) {
+      const CandidatePartition* p = FindPartition(*tpl, "pp2");
+      if (p == nullptr) return absl::InternalError(StrCat("fidelity: template ", tpl->name(), " has no pp2"));
+      for (int op = 0; op < tpl->num_ops(); ++op) {
+        const OpSpec& spec = tpl->op(op);
+        if (spec.weight_key.empty()) continue;
+        const DeviceId d(static_cast<uint16_t>(p->slot_of_op[static_cast<size_t>(op)]));
+        if (g_.HasWeights(d, spec.weight_key)) continue;
+        SLICESCHED_RETURN_IF_ERROR(g_.LoadWeights(d, spec.weight_key, spec.weight_bytes));
+      }
+    }
+    SLICESCHED_ASSIGN_OR_RETURN(
+        executor::TaskState init,
+        executor::TaskState::Init(dims_, executor::LoraConfig{o.lora_rank, 2.0 * static_cast<double>(o.lora_rank)},
+                                  o.head_outputs, o.seed));
+    job_ = std::make_shared<LlamaTrainJob>();
+    {
+      absl::MutexLock l(&job_->mu);
+      job_->state = std::move(init);
+    }
+    job_->accumulation = 1;  // an AdamW step every iteration
+    ctx_.set_calibration(&calibration_);
+    runner_->SetTokenSink([this](InstanceId inst, const Tensor& tokens) {
+      const std::vector<int64_t> v = tokens.ToInt64();
+      absl::MutexLock l(&mu_);
+      sampled_[inst.value()] = v.empty() ? -1 : v[0];
+    });
+    exec_ = std::make_unique<ExecutorSet>(&g_, &clock_, runner_.get(), &transfers_);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<executor::TrainBatch> NextBatch() {
+    const int64_t b = o_.train_batch, s = o_.train_tokens;
+    const std::vector<int64_t> ids = Tokens(b * s, dims_.vocab, &rng_);
+    std::vector<int64_t> cls;
+    for (int64_t r = 0; r < b; ++r) cls.push_back(ids[static_cast<size_t>(r * s + s - 1)] % o_.head_outputs);
+    executor::TrainBatch out;
+    out.tokens = Tensor::FromInt64(ids, {b, s});
+    SLICESCHED_ASSIGN_OR_RETURN(out.labels, executor::LastPositionLabels(cls, s));
+    return out;
+  }
+
+  absl::StatusOr<int64_t> TokenOf(InstanceId id) {
+    absl::MutexLock l(&mu_);
+    auto it = sampled_.find(id.value());
+    if (it == sampled_.end()) return absl::InternalError(StrCat("fidelity: instance ", id, " sampled nothing"));
+    return it->second;
+  }
+
+  // Issues `ids` by pp2, predicts the iteration from the snapshot, runs it on
+  // the executors to retirement and records both.
+  absl::Status RunIteration(const std::vector<InstanceId>& ids, bool score, FidelityKindResult* out) {
+    const DeviceId slots[2] = {DeviceId(0), DeviceId(1)};
+    std::vector<NodeId> issued;
+    for (InstanceId id : ids) {
+      const Instance* inst = g_.FindInstance(id);
+      const CandidatePartition* p = FindPartition(*inst->tpl, "pp2");
+      SLICESCHED_ASSIGN_OR_RETURN(std::vector<NodeId> n, IssueByPartition(g_, id, *p, slots, 0, clock_.Now()));
+      issued.insert(issued.end(), n.begin(), n.end());
+    }
+    // The iteration's transfers: (transfer, producer, consumer).
+    std::vector<std::array<uint64_t, 3>> xfers;
+    for (NodeId n : issued) {
+      if (!IsTransferId(n)) continue;
+      const OpNode* t = g_.FindNode(n);
+      xfers.push_back({n.value(), t->src_node.value(), t->consumer.value()});
+    }
+    std::map<uint64_t, std::pair<Timestamp, Timestamp>> times;  // node -> (start, end)
+    // The prediction, from the snapshot at the iteration's start.
+    g_.SnapshotInto(clock_.Now(), &snap_);
+    if (sim_.has_value()) {
+      SLICESCHED_RETURN_IF_ERROR(sim_->Rebuild(snap_, ctx_));
+    } else {
+      SLICESCHED_ASSIGN_OR_RETURN(Simulator sim, Simulator::Create(snap_, ctx_));
+      sim_.emplace(std::move(sim));
+    }
+    sim_->RunOnceInto(SimOptions{}, &scratch_, &result_);
+    int64_t predicted_end = -1;
+    for (size_t i = 0; i < snap_.instances.size(); ++i) {
+      if (std::find(ids.begin(), ids.end(), InstanceId(snap_.instances[i].id)) == ids.end()) continue;
+      if (result_.instance_end_ns[i] < 0) {
+        return absl::InternalError(StrCat("fidelity: the simulator did not complete instance ",
+                                          snap_.instances[i].id));
+      }
+      predicted_end = std::max(predicted_end, result_.instance_end_ns[i]);
+    }
+    const double predicted_ms = static_cast<double>(predicted_end - result_.start_ns) / 1e6;
+
+    // The measurement.
+    const Timestamp t0 = clock_.Now();
+    for (NodeId n : issued) exec_->NodeIssued(n);
+    SLICESCHED_RETURN_IF_ERROR(exec_->Dispatch(clock_.Now()));
+    size_t left = ids.size();
+    Timestamp last_end = t0;
+    while (left > 0) {
+      if (!exec_->WaitForCompletion(absl::Seconds(120))) {
+        return absl::DeadlineExceededError("fidelity: no completion within 120 s");
+      }
+      feedback_.clear();
+      SLICESCHED_RETURN_IF_ERROR(exec_->AdvanceTo(clock_.Now(), &feedback_));
+      for (const Feedback& f : feedback_) {
+        last_end = std::max(last_end, f.end);
+        times[f.node.value()] = {f.start, f.end};
+        learner_.Apply(f, score);
+      }
+      for (RetiredInstance& r : g_.TakeRetired()) {
+        if (r.state != InstanceState::kDone) {
+          return absl::InternalError(StrCat("fidelity: instance ", r.id, " ", InstanceStateName(r.state),
+                                            ": ", r.failure));
+        }
+        produced_[r.id.value()] = std::move(r.produced);
+        --left;
+      }
+    }
+    if (score) {
+      out->predicted_runs_ms.push_back(predicted_ms);
+      out->measured_runs_ms.push_back(static_cast<double>((last_end - t0).nanos()) / 1e6);
+      for (const auto& [x, src, consumer] : xfers) {
+        const auto xt = times.find(x), st = times.find(src), ct = times.find(consumer);
+        if (xt == times.end() || st == times.end() || ct == times.end()) continue;
+        out->launch_gaps_ms.push_back(static_cast<double>((xt->second.first - st->second.second).nanos()) / 1e6);
+        out->delivery_gaps_ms.push_back(static_cast<double>((ct->second.first - xt->second.second).nanos()) / 1e6);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  LlamaDims dims_;
+  FidelityOptions o_;
+  uint64_t rng_ = 0;
+  SteadyClock clock_;
+  GlobalMappingGraph g_;
+  std::unique_ptr<LlamaKernelRunner> runner_;
+  executor::LlamaTransferBackend transfers_;
+  OpEstimator op_est_;
+  TransferEstimator transfer_est_;
+  RuntimeCalibration calibration_;
+  SimContext ctx_;
+  OnlineLearner learner_;
+  TemplateId prefill_, decode_, train_;
+  std::shared_ptr<LlamaTrainJob> job_;
+  std::vector<Conversation> convs_;
+  std::map<uint64_t, std::vector<CheckpointId>> produced_;
+  absl::Mutex mu_;
+  std::map<uint64_t, int64_t> sampled_ ABSL_GUARDED_BY(mu_);
+  GmgSnapshot snap_;
+  std::optional<Simulator> sim_;  // rebuilt every iteration
+  SimScratch scratch_;
+  SimResult result_;
+  std::vector<Feedback> feedback_;
+  std::unique_ptr<ExecutorSet> exec_;  // last: stopped first
+};
+
+}  // namespace
+
+std::string FidelityResult::ToJson() const {
+  return absl::StrFormat(
+      "{\"model\": \"%s\", \"devices\": %d, \"placement\": \"%s\", \"calibration_iterations\": %d, "
+      "\"train\": %s, \"serve\": %s, \"overall\": %s, \"op_mape_pct\": %.2f, "
+      "\"transfer_mape_pct\": %.2f, \"target_error_pct\": %.2f, \"target_met\": %s}",
+      model, devices, placement, calibration, KindJson(train), KindJson(serve), KindJson(overall),
+      op_mape_pct, transfer_mape_pct, target_error_pct,
+      overall.error_pct <= target_error_pct && overall.iterations > 0 ? "true" : "false");
+}
+
+absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
+  if (o.iterations <= 0) return absl::InvalidArgumentError("fidelity: --iterations must be positive");
+  if (o.calibration < 0) return absl::InvalidArgumentError("fidelity: --calibration must be >= 0");
+  if (o.train_batch <= 0 || o.train_tokens <= 0 || o.prompt_tokens <= 0 || o.lora_rank <= 0 ||
+      o.head_outputs <= 0) {
+    return absl::InvalidArgumentError("fidelity: batch, token, rank and head sizes must be positive");
+  }
+  if (o.decode_steps < 0) return absl::InvalidArgumentError("fidelity: --decode-steps must be >= 0");
+  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<FidelityRig> rig, FidelityRig::Create(o));
+  FidelityResult r;
+  r.model = o.model;
+  r.devices = 2;
+  r.calibration = o.calibration;
+  r.placement = "pp2 on 2 CPU devices (template partition, explicit)";
+  FidelityKindResult unused;
+  for (int i = 0; i < o.calibration; ++i) {
+    SLICESCHED_RETURN_IF_ERROR(rig->TrainIteration(false, &unused));
+    SLICESCHED_RETURN_IF_ERROR(rig->ServeIteration(false, &unused));
+  }
+  for (int i = 0; i < o.iterations; ++i) {
+    SLICESCHED_RETURN_IF_ERROR(rig->TrainIteration(true, &r.train));
+    SLICESCHED_RETURN_IF_ERROR(rig->ServeIteration(true, &r.serve));
+  }
+  SLICESCHED_RETURN_IF_ERROR(rig->Finish());
+  for (const FidelityKindResult* k : {&r.train, &r.serve}) {
+    r.overall.predicted_runs_ms.insert(r.overall.predicted_runs_ms.end(), k->predicted_runs_ms.begin(),
+                                       k->predicted_runs_ms.end());
+    r.overall.measured_runs_ms.insert(r.overall.measured_runs_ms.end(), k->measured_runs_ms.begin(),
+                                      k->measured_runs_ms.end());
+    r.overall.launch_gaps_ms.insert(r.overall.launch_gaps_ms.end(), k->launch_gaps_ms.begin(),
+                                    k->launch_gaps_ms.end());
+    r.overall.delivery_gaps_ms.insert(r.overall.delivery_gaps_ms.end(), k->delivery_gaps_ms.begin(),
+                                      k->delivery_gaps_ms.end());
+  }
+  Summarize(r.train);
+  Summarize(r.serve);
+  Summarize(r.overall);
+  r.op_mape_pct = rig->learner().op_error().mape_pct();
+  r.transfer_mape_pct = rig->learner().transfer_error().mape_pct();
+  return r;
+}
+
+}  // namespace slicesched
