@@ -379,6 +379,10 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
 #else
   (void)args;
   std::fprintf(stderr, "slicesim generate-direct: this slicesim was built without LibTorch\n");
+  return 1;
+#endif
+}
+
 int Fidelity(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   slicesched::FidelityOptions o;
