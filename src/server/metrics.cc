@@ -66,6 +66,7 @@ namespace {
 std::string Num(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == std::trunc(v) && std::fabs(v) < 1e15) return StrCat(static_cast<int64_t>(v));  // 10, not 1e+01
   char buf[40];
   std::snprintf(buf, sizeof(buf), "%.17g", v);
   // Shortest form that reads back to the same double.

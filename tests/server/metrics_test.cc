@@ -51,8 +51,8 @@ MetricsSnapshot Sample() {
   m.schedule_call.Observe(0.0001);
   m.schedule_round.Observe(0.002);
   m.schedule_rounds = 3;
-  m.simulated_ops = 50000;
-  m.whatif_seconds = 0.004;
+  m.simulated_ops = 5000;
+  m.whatif_seconds = 0.5;
   return m;
 }
 
@@ -114,8 +114,8 @@ TEST(PrometheusText, ValuesAndEscaping) {
   EXPECT_EQ(s.at(R"(slicesched_instances_finished_total{class="offline",state="cancelled"})"), "1");
   EXPECT_EQ(s.at(R"(slicesched_build_info{version="0.1.0"})"), "1");
   EXPECT_EQ(s.at("slicesched_schedule_rounds_total"), "3");
-  EXPECT_EQ(s.at("slicesched_schedule_simulated_ops_total"), "50000");
-  EXPECT_EQ(s.at("slicesched_schedule_simulated_ops_per_ms"), "12500");
+  EXPECT_EQ(s.at("slicesched_schedule_simulated_ops_total"), "5000");
+  EXPECT_EQ(s.at("slicesched_schedule_simulated_ops_per_ms"), "10");
 
   MetricsSnapshot empty;
   EXPECT_EQ(Samples(RenderPrometheusText(empty)).at("slicesched_slo_attainment_ratio"), "NaN");

@@ -53,8 +53,9 @@ CTL timeline --out "$DIR/trace.json" > /dev/null || fail "timeline exited $?"
 head -c 30 "$DIR/trace.json" | grep -q '{"displayTimeUnit"' || fail "timeline: not a Chrome trace"
 CTL generate demo --prompt "1 2" --max-tokens 2 2> "$DIR/gen.err"
 RC=$?
-[ $RC -eq 1 ] || fail "generate exited $RC, expected 1 (UNIMPLEMENTED)"
-grep -q "UNIMPLEMENTED" "$DIR/gen.err" || fail "generate: $(cat "$DIR/gen.err")"
+[ $RC -eq 1 ] || fail "generate exited $RC, expected 1 (the virtual backend computes no tokens)"
+grep -q "FAILED_PRECONDITION" "$DIR/gen.err" || fail "generate: $(cat "$DIR/gen.err")"
+CTL jobs > /dev/null || fail "jobs exited $? (the FineTune service is served)"
 CTL frobnicate 2> /dev/null
 RC=$?
 [ $RC -eq 2 ] || fail "unknown command exited $RC, expected 2"
