@@ -131,7 +131,7 @@ int Usage(FILE* to) {
                "                        pretrain the tiny backbone on the synthetic language (merged\n"
                "                        LoRA rounds) and write it as safetensors (needs LibTorch)\n"
                "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
-               "         [--lora-rank R] [--sequence-length L] [--gains-out FILE] [--json]\n"
+               "         [--lora-rank R] [--sequence-length L] [--repeats N] [--gains-out FILE] [--json]\n"
                "                        Task2Vec similarity -> transfer gain, against gains measured\n"
                "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch)\n"
                "  help                  this text\n");
@@ -495,6 +495,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Int("--steps", &o.normal_steps)
                    .Num("--learning-rate", &o.learning_rate)
                    .Int("--lora-rank", &o.lora_rank)
+                   .Int("--repeats", &o.repeats)
                    .Int("--sequence-length", &o.sequence_length)
                    .Text("--gains-out", &gains_out)
                    .Switch("--json", &json)

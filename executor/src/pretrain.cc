@@ -19,7 +19,8 @@ namespace {
 Tensor Tokens(const std::vector<std::vector<int64_t>>& rows) {
   std::vector<int64_t> flat;
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  return Tensor::FromInt64(flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows.front().size())});
+  return Tensor::FromInt64(
+      flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows.front().size())});
 }
 
 // W + s B A, all row-major f32 ([out, in] += s [out, r] x [r, in]).
@@ -32,7 +33,8 @@ Tensor Merge(const Tensor& w, const Tensor& b, const Tensor& a, double s) {
     for (int64_t j = 0; j < in; ++j) {
       double acc = 0;
       for (int64_t k = 0; k < r; ++k) {
-        acc += static_cast<double>(bv[static_cast<size_t>(i * r + k)]) * static_cast<double>(av[static_cast<size_t>(k * in + j)]);
+        acc += static_cast<double>(bv[static_cast<size_t>(i * r + k)]) *
+               static_cast<double>(av[static_cast<size_t>(k * in + j)]);
       }
       float& x = wv[static_cast<size_t>(i * in + j)];
       x = static_cast<float>(static_cast<double>(x) + s * acc);
@@ -46,11 +48,14 @@ Tensor Merge(const Tensor& w, const Tensor& b, const Tensor& a, double s) {
 absl::Status PretrainOptions::Validate() const {
   if (rounds < 1 || steps_per_round < 1 || batch_size < 1 || lora_rank < 1 || eval_sentences < 1) {
     return absl::InvalidArgumentError(
-        StrCat("pretraining: rounds, steps_per_round, batch_size, lora_rank and eval_sentences must be >= 1 (got ",
-               rounds, ", ", steps_per_round, ", ", batch_size, ", ", lora_rank, ", ", eval_sentences, ")"));
+        StrCat("pretraining: rounds, steps_per_round, batch_size, lora_rank and eval_sentences "
+               "must be >= 1 (got ",
+               rounds, ", ", steps_per_round, ", ", batch_size, ", ", lora_rank, ", ",
+               eval_sentences, ")"));
   }
   if (sequence_length < 2) {
-    return absl::InvalidArgumentError(StrCat("pretraining: sequence_length must be >= 2, got ", sequence_length));
+    return absl::InvalidArgumentError(
+        StrCat("pretraining: sequence_length must be >= 2, got ", sequence_length));
   }
   if (!(learning_rate > 0) || !(lora_alpha > 0)) {
     return absl::InvalidArgumentError("pretraining: learning_rate and lora_alpha must be > 0");
@@ -80,7 +85,8 @@ absl::StatusOr<double> LanguageModelLoss(const LlamaWeights& weights,
     return absl::InvalidArgumentError("LanguageModelLoss needs sentences of at least 2 tokens");
   }
   const LlamaDims& d = weights.dims();
-  SLICESCHED_ASSIGN_OR_RETURN(TaskAdapters probe, TaskAdapters::Init(d, LoraConfig{.rank = 1, .alpha = 1.0}, d.vocab, 0));
+  SLICESCHED_ASSIGN_OR_RETURN(
+      TaskAdapters probe, TaskAdapters::Init(d, LoraConfig{.rank = 1, .alpha = 1.0}, d.vocab, 0));
   probe.head = weights.lm_head();  // B = 0: the probe is the backbone itself
   TrainBatch batch;
   batch.tokens = Tokens(sentences);
@@ -94,18 +100,21 @@ absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const Pre
   SLICESCHED_RETURN_IF_ERROR(o.Validate());
   SLICESCHED_RETURN_IF_ERROR(dims.Validate());
   if (dims.dtype != DType::kF32) {
-    return absl::InvalidArgumentError(StrCat("pretraining needs an f32 model; '", dims.name, "' is not"));
+    return absl::InvalidArgumentError(
+        StrCat("pretraining needs an f32 model; '", dims.name, "' is not"));
   }
   if (o.language.vocab > dims.vocab) {
-    return absl::InvalidArgumentError(StrCat("the language's vocab ", o.language.vocab,
-                                             " exceeds the model's ", dims.vocab));
+    return absl::InvalidArgumentError(
+        StrCat("the language's vocab ", o.language.vocab, " exceeds the model's ", dims.vocab));
   }
   SetIntraOpThreadsForThisThread(1);
   SLICESCHED_ASSIGN_OR_RETURN(synth::Language lang, synth::Language::Make(o.language));
-  SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w, LlamaWeights::FromSeed(dims, o.seed));
+  SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
+                              LlamaWeights::FromSeed(dims, o.seed));
   synth::Rng eval_rng(o.seed ^ 0x6576616cull);  // "eval": held out from the training stream
   std::vector<std::vector<int64_t>> eval;
-  for (int64_t i = 0; i < o.eval_sentences; ++i) eval.push_back(lang.Sample(o.sequence_length, eval_rng));
+  for (int64_t i = 0; i < o.eval_sentences; ++i)
+    eval.push_back(lang.Sample(o.sequence_length, eval_rng));
   PretrainResult out;
   SLICESCHED_ASSIGN_OR_RETURN(out.initial_eval_loss, LanguageModelLoss(*w, eval));
 
@@ -114,12 +123,14 @@ absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const Pre
   const std::string scratch = std::filesystem::temp_directory_path().string();
   for (int64_t round = 0; round < o.rounds; ++round) {
     SLICESCHED_ASSIGN_OR_RETURN(
-        TaskState st, TaskState::Init(dims, lora, dims.vocab, o.seed + 1000 + static_cast<uint64_t>(round),
-                                      AdamWOptions{.lr = o.learning_rate}));
+        TaskState st,
+        TaskState::Init(dims, lora, dims.vocab, o.seed + 1000 + static_cast<uint64_t>(round),
+                        AdamWOptions{.lr = o.learning_rate}));
     st.params.head = w->lm_head();
     for (int64_t step = 0; step < o.steps_per_round; ++step) {
       std::vector<std::vector<int64_t>> rows;
-      for (int64_t b = 0; b < o.batch_size; ++b) rows.push_back(lang.Sample(o.sequence_length, rng));
+      for (int64_t b = 0; b < o.batch_size; ++b)
+        rows.push_back(lang.Sample(o.sequence_length, rng));
       TrainBatch batch;
       batch.tokens = Tokens(rows);
       SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));

@@ -20,7 +20,8 @@ struct TaskData {
   std::vector<synth::Example> train, eval;
 };
 
-TrainBatch MakeBatch(std::span<const synth::Example* const> rows, std::span<const int64_t> row_task) {
+TrainBatch MakeBatch(std::span<const synth::Example* const> rows,
+                     std::span<const int64_t> row_task) {
   std::vector<int64_t> tokens, labels;
   const size_t s = rows.front()->tokens.size();
   for (const synth::Example* e : rows) {
@@ -39,11 +40,13 @@ TrainBatch MakeBatch(std::span<const synth::Example* const> rows, std::span<cons
 std::vector<const synth::Example*> StepRows(const TaskData& t, int64_t step, int64_t batch) {
   std::vector<const synth::Example*> rows;
   const auto n = static_cast<int64_t>(t.train.size());
-  for (int64_t i = 0; i < batch; ++i) rows.push_back(&t.train[static_cast<size_t>((step * batch + i) % n)]);
+  for (int64_t i = 0; i < batch; ++i)
+    rows.push_back(&t.train[static_cast<size_t>((step * batch + i) % n)]);
   return rows;
 }
 
-absl::StatusOr<double> EvalLoss(const LlamaWeights& base, const TaskAdapters& params, const TaskData& t) {
+absl::StatusOr<double> EvalLoss(const LlamaWeights& base, const TaskAdapters& params,
+                                const TaskData& t) {
   std::vector<const synth::Example*> rows;
   for (const auto& e : t.eval) rows.push_back(&e);
   // Forward through the groups (no group backward), then the head's loss.
@@ -51,7 +54,8 @@ absl::StatusOr<double> EvalLoss(const LlamaWeights& base, const TaskAdapters& pa
   const TrainBatch b = MakeBatch(rows, {});
   SLICESCHED_ASSIGN_OR_RETURN(Tensor hidden, Embedding(base, b.tokens));
   for (int64_t g = 0; g < base.num_groups(); ++g) {
-    SLICESCHED_ASSIGN_OR_RETURN(GroupForwardResult f, TrainGroupForward(base, g, tasks, {}, hidden));
+    SLICESCHED_ASSIGN_OR_RETURN(GroupForwardResult f,
+                                TrainGroupForward(base, g, tasks, {}, hidden));
     hidden = f.hidden_out;
   }
   SLICESCHED_ASSIGN_OR_RETURN(HeadLossResult h, TrainHeadLoss(base, tasks, {}, hidden, b.labels));
@@ -111,20 +115,22 @@ double Pearson(const std::vector<double>& x, const std::vector<double>& y) {
 }  // namespace
 
 absl::Status YmirExperimentOptions::Validate() const {
-  if (tasks.size() < 3) return absl::InvalidArgumentError("the Ymir experiment needs at least 3 tasks");
+  if (tasks.size() < 3)
+    return absl::InvalidArgumentError("the Ymir experiment needs at least 3 tasks");
   for (const YmirTaskSpec& t : tasks) {
     SLICESCHED_ASSIGN_OR_RETURN(synth::TaskInfo info, synth::FindTask(t.name));
     if (info.kind != synth::TaskKind::kClassification) {
       return absl::InvalidArgumentError(StrCat("task '", t.name, "' is not a classification task"));
     }
   }
-  if (sequence_length < 2 || batch_size < 1 || train_examples < 1 || eval_examples < 1 || lora_rank < 1 ||
-      normal_steps < 1 || max_steps_factor < 1 || eval_every < 1 || probe_steps < 0 ||
-      probe_steps > normal_steps || fisher_examples < 1) {
+  if (sequence_length < 2 || batch_size < 1 || train_examples < 1 || eval_examples < 1 ||
+      lora_rank < 1 || normal_steps < 1 || max_steps_factor < 1 || repeats < 1 || eval_every < 1 ||
+      probe_steps < 0 || probe_steps > normal_steps || fisher_examples < 1) {
     return absl::InvalidArgumentError("Ymir experiment: a size is out of range (see task2vec.h)");
   }
   if (!(target_fraction > 0 && target_fraction <= 1)) {
-    return absl::InvalidArgumentError(StrCat("target_fraction must be in (0, 1], got ", target_fraction));
+    return absl::InvalidArgumentError(
+        StrCat("target_fraction must be in (0, 1], got ", target_fraction));
   }
   if (!(learning_rate > 0) || !(lora_alpha > 0) || !(alpha >= 0)) {
     return absl::InvalidArgumentError("learning_rate and lora_alpha must be > 0, alpha >= 0");
@@ -163,11 +169,14 @@ LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
   return f;
 }
 
-absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base, const YmirExperimentOptions& o) {
+absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
+                                                      const YmirExperimentOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(o.Validate());
   const LlamaDims& dims = base.dims();
-  if (dims.dtype != DType::kF32) return absl::InvalidArgumentError("the Ymir experiment needs an f32 backbone");
-  if (o.language.vocab > dims.vocab) return absl::InvalidArgumentError("the language's vocab exceeds the backbone's");
+  if (dims.dtype != DType::kF32)
+    return absl::InvalidArgumentError("the Ymir experiment needs an f32 backbone");
+  if (o.language.vocab > dims.vocab)
+    return absl::InvalidArgumentError("the language's vocab exceeds the backbone's");
   SetIntraOpThreadsForThisThread(1);
   const auto t0 = std::chrono::steady_clock::now();
   YmirEstimatorReport rep;
@@ -177,22 +186,17 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base, 
   const int64_t max_steps = o.max_steps_factor * o.normal_steps;
   const double censored = static_cast<double>(max_steps + 1);
 
+  const size_t n = o.tasks.size();
+  for (const YmirTaskSpec& spec : o.tasks) rep.tasks.push_back(spec.name);
+  std::vector<std::vector<double>> emb(n);
+  std::vector<double> trivial;
+  std::vector<double> normal_sum(n, 0.0);
+  std::vector<size_t> pair_dst;  // per pair: the index of its task B
+  uint64_t seed = o.seed;        // of the current repeat
   std::vector<TaskData> data;
-  for (const YmirTaskSpec& spec : o.tasks) {
-    TaskData d;
-    d.spec = spec;
-    synth::DatasetOptions g{.task = spec.name, .seed = o.seed, .examples = o.train_examples,
-                            .sequence_length = o.sequence_length, .num_classes = spec.num_classes,
-                            .language = o.language};
-    SLICESCHED_ASSIGN_OR_RETURN(d.train, synth::Generate(g));
-    g.seed = o.seed + 1;
-    g.examples = o.eval_examples;
-    SLICESCHED_ASSIGN_OR_RETURN(d.eval, synth::Generate(g));
-    rep.tasks.push_back(spec.name);
-    data.push_back(std::move(d));
-  }
-  const size_t n = data.size();
-  auto init = [&](const TaskData& t) { return TaskState::Init(dims, lora, t.spec.num_classes, o.seed, adamw); };
+  auto init = [&](const TaskData& t) {
+    return TaskState::Init(dims, lora, t.spec.num_classes, seed, adamw);
+  };
 
   // One single-task training run from `st`, evaluating every eval_every
   // steps; stops early once the eval loss reaches `stop_at`.
@@ -218,130 +222,167 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base, 
     return absl::OkStatus();
   };
 
-  // Normal runs: targets, trained sources for temporal transfer, probes.
-  std::vector<TaskState> trained(n), probe(n);
-  std::vector<double> target(n);
-  for (size_t i = 0; i < n; ++i) {
-    SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[i]));
-    Curve c;
-    SLICESCHED_RETURN_IF_ERROR(run(st, data[i], o.normal_steps, -1.0, &c, &probe[i]));
-    const double best = *std::min_element(c.loss.begin(), c.loss.end());
-    target[i] = c.loss[0] - o.target_fraction * (c.loss[0] - best);
-    rep.normal_target_loss.push_back(target[i]);
-    rep.normal_initial_loss.push_back(c.loss[0]);
-    rep.normal_best_loss.push_back(best);
-    rep.normal_steps.push_back(StepsTo(c, target[i], censored));
-    trained[i] = st;
-  }
-
-  // Task2Vec embeddings: per-example squared gradients of the LoRA factors.
-  auto embed = [&](const TaskAdapters& params, const std::vector<const synth::Example*>& rows,
-                   bool next_token) -> absl::StatusOr<std::vector<double>> {
-    std::vector<double> fisher;
-    for (const synth::Example* e : rows) {
-      TrainBatch b = MakeBatch(std::span<const synth::Example* const>(&e, 1), {});
-      if (next_token) {
-        SLICESCHED_ASSIGN_OR_RETURN(b.labels, NextTokenLabels(b.tokens));
+  for (int64_t r = 0; r < o.repeats; ++r) {
+    seed = o.seed + 1000 * static_cast<uint64_t>(r);
+    data.clear();
+    for (const YmirTaskSpec& spec : o.tasks) {
+      TaskData d;
+      d.spec = spec;
+      synth::DatasetOptions g{.task = spec.name,
+                              .seed = seed,
+                              .examples = o.train_examples,
+                              .sequence_length = o.sequence_length,
+                              .num_classes = spec.num_classes,
+                              .language = o.language};
+      SLICESCHED_ASSIGN_OR_RETURN(d.train, synth::Generate(g));
+      g.seed = seed + 1;
+      g.examples = o.eval_examples;
+      SLICESCHED_ASSIGN_OR_RETURN(d.eval, synth::Generate(g));
+      data.push_back(std::move(d));
+    }
+    // Normal runs: targets, trained sources for temporal transfer, probes.
+    std::vector<TaskState> trained(n), probe(n);
+    std::vector<double> target(n);
+    size_t pair_index = 0;
+    // Adds one repeat's measurement of a pair (its row is created by repeat 0).
+    auto record = [&](const std::string& mode, size_t src, size_t dst, double sim, double steps) {
+      if (r == 0) {
+        YmirPair p{.task_a = o.tasks[src].name,
+                   .task_b = o.tasks[dst].name,
+                   .mode = mode,
+                   .similarity = sim};
+        rep.pairs.push_back(p);
+        pair_dst.push_back(dst);
       }
-      const TaskAdapters* tasks[] = {&params};
-      SLICESCHED_ASSIGN_OR_RETURN(TaskGradients g, ComputeGradients(base, tasks, b));
-      const std::vector<double> v = Flatten(g.grads[0], true);
-      if (fisher.empty()) fisher.assign(v.size(), 0.0);
-      for (size_t k = 0; k < v.size(); ++k) fisher[k] += v[k] * v[k] / static_cast<double>(rows.size());
-    }
-    return fisher;
-  };
-  std::vector<std::vector<double>> emb(n);
-  for (size_t i = 0; i < n; ++i) {
-    std::vector<const synth::Example*> rows;
-    for (int64_t k = 0; k < o.fisher_examples; ++k) {
-      rows.push_back(&data[i].train[static_cast<size_t>(k) % data[i].train.size()]);
-    }
-    SLICESCHED_ASSIGN_OR_RETURN(emb[i], embed(probe[i].params, rows, false));
-  }
-  // The trivial embedding: the same probe trained on the backbone's own task.
-  std::vector<double> trivial;
-  {
-    SLICESCHED_ASSIGN_OR_RETURN(synth::Language lang, synth::Language::Make(o.language));
-    synth::Rng rng(o.seed ^ 0x6c6dull);
-    std::vector<synth::Example> lm;
-    for (int64_t k = 0; k < std::max(o.fisher_examples, o.probe_steps * o.batch_size); ++k) {
-      lm.push_back({lang.Sample(o.sequence_length, rng), 0});
-    }
-    SLICESCHED_ASSIGN_OR_RETURN(TaskState st, TaskState::Init(dims, lora, dims.vocab, o.seed, adamw));
-    st.params.head = base.lm_head();
-    for (int64_t step = 0; step < o.probe_steps; ++step) {
-      std::vector<const synth::Example*> rows;
-      for (int64_t b = 0; b < o.batch_size; ++b) rows.push_back(&lm[static_cast<size_t>(step * o.batch_size + b)]);
-      TrainBatch batch = MakeBatch(rows, {});
-      SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));
-      SLICESCHED_RETURN_IF_ERROR(AccumulateMicroBatch(base, st, batch).status());
-      SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
-      ++rep.train_steps;
-    }
-    std::vector<const synth::Example*> rows;
-    for (int64_t k = 0; k < o.fisher_examples; ++k) rows.push_back(&lm[static_cast<size_t>(k)]);
-    SLICESCHED_ASSIGN_OR_RETURN(trivial, embed(st.params, rows, true));
-  }
-  auto similarity = [&](size_t a, size_t b) {
-    return 1.0 - AsymmetricDistance(emb[a], emb[b], trivial, o.alpha);
-  };
-
-  // Temporal A -> B.
-  for (size_t a = 0; a < n; ++a) {
-    for (size_t b = 0; b < n; ++b) {
-      if (a == b) continue;
-      SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[b]));
-      SLICESCHED_RETURN_IF_ERROR(TransferLora(trained[a], st));
+      YmirPair& p = rep.pairs[pair_index++];
+      p.steps_transfer += steps / static_cast<double>(o.repeats);
+      p.censored = p.censored || steps == censored;
+    };
+    for (size_t i = 0; i < n; ++i) {
+      SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[i]));
       Curve c;
-      SLICESCHED_RETURN_IF_ERROR(run(st, data[b], max_steps, target[b], &c, nullptr));
-      YmirPair p{.task_a = data[a].spec.name, .task_b = data[b].spec.name, .mode = "temporal",
-                 .similarity = similarity(a, b)};
-      p.steps_normal = rep.normal_steps[b];
-      p.steps_transfer = StepsTo(c, target[b], censored);
-      p.censored = p.steps_transfer == censored;
-      rep.pairs.push_back(p);
+      SLICESCHED_RETURN_IF_ERROR(run(st, data[i], o.normal_steps, -1.0, &c, &probe[i]));
+      const double best = *std::min_element(c.loss.begin(), c.loss.end());
+      target[i] = c.loss[0] - o.target_fraction * (c.loss[0] - best);
+      if (r == 0) {
+        rep.normal_target_loss.push_back(target[i]);
+        rep.normal_initial_loss.push_back(c.loss[0]);
+        rep.normal_best_loss.push_back(best);
+      }
+      normal_sum[i] += StepsTo(c, target[i], censored);
+      trained[i] = st;
     }
-  }
-  // Spatial A + B (a < b): one joint run gives both tasks' gains.
-  for (size_t a = 0; a < n; ++a) {
-    for (size_t b = a + 1; b < n; ++b) {
-      SLICESCHED_ASSIGN_OR_RETURN(TaskState sa, init(data[a]));
-      SLICESCHED_ASSIGN_OR_RETURN(TaskState sb, init(data[b]));
-      TaskState* both[] = {&sa, &sb};
-      SLICESCHED_RETURN_IF_ERROR(ShareLora(both));
-      Curve ca, cb;
-      SLICESCHED_ASSIGN_OR_RETURN(double la, EvalLoss(base, sa.params, data[a]));
-      SLICESCHED_ASSIGN_OR_RETURN(double lb, EvalLoss(base, sb.params, data[b]));
-      ca.steps.push_back(0), ca.loss.push_back(la), cb.steps.push_back(0), cb.loss.push_back(lb);
-      for (int64_t step = 1; step <= max_steps; ++step) {
-        std::vector<const synth::Example*> rows = StepRows(data[a], step - 1, o.batch_size);
-        const std::vector<const synth::Example*> rb = StepRows(data[b], step - 1, o.batch_size);
-        rows.insert(rows.end(), rb.begin(), rb.end());
-        std::vector<int64_t> row_task(static_cast<size_t>(o.batch_size), 0);
-        row_task.resize(static_cast<size_t>(2 * o.batch_size), 1);
-        SLICESCHED_RETURN_IF_ERROR(AccumulateJointMicroBatch(base, both, MakeBatch(rows, row_task)).status());
-        SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both));
-        rep.train_steps += 2;
-        if (step % o.eval_every == 0) {
-          SLICESCHED_ASSIGN_OR_RETURN(la, EvalLoss(base, sa.params, data[a]));
-          SLICESCHED_ASSIGN_OR_RETURN(lb, EvalLoss(base, sb.params, data[b]));
-          ca.steps.push_back(step), ca.loss.push_back(la), cb.steps.push_back(step), cb.loss.push_back(lb);
-          if (StepsTo(ca, target[a], censored) != censored && StepsTo(cb, target[b], censored) != censored) break;
+    if (r == 0) {
+      // Task2Vec embeddings: per-example squared gradients of the LoRA factors.
+      auto embed = [&](const TaskAdapters& params, const std::vector<const synth::Example*>& rows,
+                       bool next_token) -> absl::StatusOr<std::vector<double>> {
+        std::vector<double> fisher;
+        for (const synth::Example* e : rows) {
+          TrainBatch b = MakeBatch(std::span<const synth::Example* const>(&e, 1), {});
+          if (next_token) {
+            SLICESCHED_ASSIGN_OR_RETURN(b.labels, NextTokenLabels(b.tokens));
+          }
+          const TaskAdapters* tasks[] = {&params};
+          SLICESCHED_ASSIGN_OR_RETURN(TaskGradients g, ComputeGradients(base, tasks, b));
+          const std::vector<double> v = Flatten(g.grads[0], true);
+          if (fisher.empty()) fisher.assign(v.size(), 0.0);
+          for (size_t k = 0; k < v.size(); ++k)
+            fisher[k] += v[k] * v[k] / static_cast<double>(rows.size());
+        }
+        return fisher;
+      };
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<const synth::Example*> rows;
+        for (int64_t k = 0; k < o.fisher_examples; ++k) {
+          rows.push_back(&data[i].train[static_cast<size_t>(k) % data[i].train.size()]);
+        }
+        SLICESCHED_ASSIGN_OR_RETURN(emb[i], embed(probe[i].params, rows, false));
+      }
+      // The trivial embedding: the same probe trained on the backbone's own task.
+      {
+        SLICESCHED_ASSIGN_OR_RETURN(synth::Language lang, synth::Language::Make(o.language));
+        synth::Rng rng(o.seed ^ 0x6c6dull);
+        std::vector<synth::Example> lm;
+        for (int64_t k = 0; k < std::max(o.fisher_examples, o.probe_steps * o.batch_size); ++k) {
+          lm.push_back({lang.Sample(o.sequence_length, rng), 0});
+        }
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState st,
+                                    TaskState::Init(dims, lora, dims.vocab, o.seed, adamw));
+        st.params.head = base.lm_head();
+        for (int64_t step = 0; step < o.probe_steps; ++step) {
+          std::vector<const synth::Example*> rows;
+          for (int64_t b = 0; b < o.batch_size; ++b)
+            rows.push_back(&lm[static_cast<size_t>(step * o.batch_size + b)]);
+          TrainBatch batch = MakeBatch(rows, {});
+          SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));
+          SLICESCHED_RETURN_IF_ERROR(AccumulateMicroBatch(base, st, batch).status());
+          SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
+          ++rep.train_steps;
+        }
+        std::vector<const synth::Example*> rows;
+        for (int64_t k = 0; k < o.fisher_examples; ++k) rows.push_back(&lm[static_cast<size_t>(k)]);
+        SLICESCHED_ASSIGN_OR_RETURN(trivial, embed(st.params, rows, true));
+      }
+    }  // r == 0: embeddings
+    auto similarity = [&](size_t a, size_t b) {
+      return 1.0 - AsymmetricDistance(emb[a], emb[b], trivial, o.alpha);
+    };
+
+    // Temporal A -> B.
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = 0; b < n; ++b) {
+        if (a == b) continue;
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[b]));
+        SLICESCHED_RETURN_IF_ERROR(TransferLora(trained[a], st));
+        Curve c;
+        SLICESCHED_RETURN_IF_ERROR(run(st, data[b], max_steps, target[b], &c, nullptr));
+        record("temporal", a, b, similarity(a, b), StepsTo(c, target[b], censored));
+      }
+    }
+    // Spatial A + B (a < b): one joint run gives both tasks' gains.
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = a + 1; b < n; ++b) {
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState sa, init(data[a]));
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState sb, init(data[b]));
+        TaskState* both[] = {&sa, &sb};
+        SLICESCHED_RETURN_IF_ERROR(ShareLora(both));
+        Curve ca, cb;
+        SLICESCHED_ASSIGN_OR_RETURN(double la, EvalLoss(base, sa.params, data[a]));
+        SLICESCHED_ASSIGN_OR_RETURN(double lb, EvalLoss(base, sb.params, data[b]));
+        ca.steps.push_back(0), ca.loss.push_back(la), cb.steps.push_back(0), cb.loss.push_back(lb);
+        for (int64_t step = 1; step <= max_steps; ++step) {
+          std::vector<const synth::Example*> rows = StepRows(data[a], step - 1, o.batch_size);
+          const std::vector<const synth::Example*> rb = StepRows(data[b], step - 1, o.batch_size);
+          rows.insert(rows.end(), rb.begin(), rb.end());
+          std::vector<int64_t> row_task(static_cast<size_t>(o.batch_size), 0);
+          row_task.resize(static_cast<size_t>(2 * o.batch_size), 1);
+          SLICESCHED_RETURN_IF_ERROR(
+              AccumulateJointMicroBatch(base, both, MakeBatch(rows, row_task)).status());
+          SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both));
+          rep.train_steps += 2;
+          if (step % o.eval_every == 0) {
+            SLICESCHED_ASSIGN_OR_RETURN(la, EvalLoss(base, sa.params, data[a]));
+            SLICESCHED_ASSIGN_OR_RETURN(lb, EvalLoss(base, sb.params, data[b]));
+            ca.steps.push_back(step), ca.loss.push_back(la), cb.steps.push_back(step),
+                cb.loss.push_back(lb);
+            if (StepsTo(ca, target[a], censored) != censored &&
+                StepsTo(cb, target[b], censored) != censored)
+              break;
+          }
+        }
+        const double s = 0.5 * (similarity(a, b) + similarity(b, a));
+        for (int side = 0; side < 2; ++side) {
+          const size_t src = side == 0 ? a : b, dst = side == 0 ? b : a;
+          record("spatial", src, dst, s, StepsTo(side == 0 ? cb : ca, target[dst], censored));
         }
       }
-      const double s = 0.5 * (similarity(a, b) + similarity(b, a));
-      for (int side = 0; side < 2; ++side) {
-        const size_t src = side == 0 ? a : b, dst = side == 0 ? b : a;
-        YmirPair p{.task_a = data[src].spec.name, .task_b = data[dst].spec.name, .mode = "spatial", .similarity = s};
-        p.steps_normal = rep.normal_steps[dst];
-        p.steps_transfer = StepsTo(side == 0 ? cb : ca, target[dst], censored);
-        p.censored = p.steps_transfer == censored;
-        rep.pairs.push_back(p);
-      }
     }
-  }
-  for (YmirPair& p : rep.pairs) {
+  }  // repeats
+  for (size_t i = 0; i < n; ++i)
+    rep.normal_steps.push_back(normal_sum[i] / static_cast<double>(o.repeats));
+  for (size_t k = 0; k < rep.pairs.size(); ++k) {
+    YmirPair& p = rep.pairs[k];
+    p.steps_normal = rep.normal_steps[pair_dst[k]];
     p.gain = p.steps_normal / p.steps_transfer - 1.0;
   }
 
@@ -408,7 +449,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base, 
 
 std::string YmirEstimatorReport::GainsCsv() const {
   std::string out = "task_a,task_b,mode,gain\n";
-  for (const YmirPair& p : pairs) out += absl::StrFormat("%s,%s,%s,%.6f\n", p.task_a, p.task_b, p.mode, p.gain);
+  for (const YmirPair& p : pairs)
+    out += absl::StrFormat("%s,%s,%s,%.6f\n", p.task_a, p.task_b, p.mode, p.gain);
   return out;
 }
 
@@ -418,24 +460,30 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "%s\n    {\"name\": \"%s\", \"normal_steps_to_target\": %.2f, \"eval_loss_initial\": %.4f, "
         "\"eval_loss_best\": %.4f, \"eval_loss_target\": %.4f}",
-        i ? "," : "", tasks[i], normal_steps[i], normal_initial_loss[i], normal_best_loss[i], normal_target_loss[i]);
+        i ? "," : "", tasks[i], normal_steps[i], normal_initial_loss[i], normal_best_loss[i],
+        normal_target_loss[i]);
   }
-  j += "],\n  \"paper\": {\"accuracy_pct\": [97.2, 98.6, 98.6], \"gain_mape_pct\": [15.53, 16.76, 18.05]},\n";
+  j += "],\n  \"paper\": {\"accuracy_pct\": [97.2, 98.6, 98.6], \"gain_mape_pct\": [15.53, 16.76, "
+       "18.05]},\n";
   j += "  \"scores\": [";
   for (size_t i = 0; i < scores.size(); ++i) {
     const YmirModeScore& s = scores[i];
     j += absl::StrFormat(
         "%s\n    {\"mode\": \"%s\", \"pairs\": %d, \"positive\": %d, \"accuracy_pct\": %.1f, "
-        "\"majority_accuracy_pct\": %.1f, \"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": %.1f, "
-        "\"in_sample_gain_mape_pct\": %.1f, \"correlation\": %.3f, \"fit\": {\"intercept\": %.4f, \"slope\": %.4f}}",
-        i ? "," : "", s.mode, s.pairs, s.positive, s.accuracy_pct, s.majority_accuracy_pct, s.mape_pct,
-        s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept, s.fit.slope);
+        "\"majority_accuracy_pct\": %.1f, \"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": "
+        "%.1f, "
+        "\"in_sample_gain_mape_pct\": %.1f, \"correlation\": %.3f, \"fit\": {\"intercept\": %.4f, "
+        "\"slope\": %.4f}}",
+        i ? "," : "", s.mode, s.pairs, s.positive, s.accuracy_pct, s.majority_accuracy_pct,
+        s.mape_pct, s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept,
+        s.fit.slope);
   }
   j += "],\n  \"pairs\": [";
   for (size_t i = 0; i < pairs.size(); ++i) {
     const YmirPair& p = pairs[i];
     j += absl::StrFormat(
-        "%s\n    {\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"similarity\": %.4f, \"steps_normal\": %.2f, "
+        "%s\n    {\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"similarity\": %.4f, "
+        "\"steps_normal\": %.2f, "
         "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"predicted_gain\": %.4f}",
         i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.steps_normal, p.steps_transfer,
         p.censored ? "true" : "false", p.gain, p.predicted_gain);

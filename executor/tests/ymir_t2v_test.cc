@@ -77,7 +77,8 @@ TEST(Pretrain, SameSeedSameBytesOtherSeedOtherWeights) {
 TEST(Pretrain, RejectsBadOptions) {
   PretrainOptions o;
   o.rounds = 0;
-  EXPECT_THAT(std::string(PretrainBackbone(Tiny(), o).status().message()), testing::HasSubstr("rounds"));
+  EXPECT_THAT(std::string(PretrainBackbone(Tiny(), o).status().message()),
+              testing::HasSubstr("rounds"));
   LlamaDims bf16 = Tiny();
   bf16.dtype = DType::kBF16;
   EXPECT_THAT(std::string(PretrainBackbone(bf16, PretrainOptions{}).status().message()),
@@ -93,7 +94,8 @@ TEST(Task2Vec, DistancesFollowTheDefinitions) {
   EXPECT_NEAR(SymmetricDistance(a, c), SymmetricDistance(c, a), 1e-12);
   // The asymmetric distance subtracts alpha x the source's distance from t0.
   EXPECT_NEAR(AsymmetricDistance(a, c, b, 0.5), SymmetricDistance(a, c), 1e-12);
-  EXPECT_NEAR(AsymmetricDistance(c, a, b, 0.5), SymmetricDistance(a, c) - 0.5 * SymmetricDistance(c, b), 1e-12);
+  EXPECT_NEAR(AsymmetricDistance(c, a, b, 0.5),
+              SymmetricDistance(a, c) - 0.5 * SymmetricDistance(c, b), 1e-12);
   const LinearFit f = FitLine({0, 1, 2, 3}, {1, 3, 5, 7});
   EXPECT_NEAR(f.intercept, 1.0, 1e-12);
   EXPECT_NEAR(f.slope, 2.0, 1e-12);
@@ -124,7 +126,8 @@ TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {
   // 3 x 2 temporal pairs, 3 spatial runs giving two gains each.
   ASSERT_EQ(r1->pairs.size(), 12u);
   EXPECT_EQ(r1->GainsCsv(), r2->GainsCsv());
-  EXPECT_THAT(r1->GainsCsv(), testing::StartsWith("task_a,task_b,mode,gain\nfa-major,fa-inv,temporal,"));
+  EXPECT_THAT(r1->GainsCsv(),
+              testing::StartsWith("task_a,task_b,mode,gain\nfa-major,fa-inv,temporal,"));
   for (const YmirPair& p : r1->pairs) {
     EXPECT_NEAR(p.gain, p.steps_normal / p.steps_transfer - 1.0, 1e-12);
     EXPECT_GT(p.steps_transfer, 0.0);
@@ -145,15 +148,37 @@ TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {
   EXPECT_THAT(r1->ToJson(), testing::HasSubstr("\"gain_mape_pct\""));
 }
 
+TEST(Task2Vec, RepeatsAverageTheStepsOfIndependentSeeds) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  auto one = RunYmirEstimators(**w, o);
+  o.seed += 1000;
+  auto other = RunYmirEstimators(**w, o);
+  o.seed -= 1000;
+  o.repeats = 2;
+  auto both = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(one.ok() && other.ok() && both.ok()) << both.status();
+  ASSERT_EQ(both->pairs.size(), one->pairs.size());
+  for (size_t k = 0; k < both->pairs.size(); ++k) {
+    const YmirPair &p = both->pairs[k], &a = one->pairs[k], &b = other->pairs[k];
+    EXPECT_NEAR(p.steps_transfer, 0.5 * (a.steps_transfer + b.steps_transfer), 1e-9);
+    EXPECT_NEAR(p.steps_normal, 0.5 * (a.steps_normal + b.steps_normal), 1e-9);
+    EXPECT_EQ(p.similarity, a.similarity);  // embeddings from repeat 0
+  }
+}
+
 TEST(Task2Vec, RejectsBadOptions) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(w.ok());
   YmirExperimentOptions o = SmallExperiment();
   o.tasks[0].name = "lm";
-  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()), testing::HasSubstr("not a classification"));
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("not a classification"));
   o = SmallExperiment();
   o.tasks.pop_back();
-  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()), testing::HasSubstr("at least 3"));
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("at least 3"));
 }
 
 }  // namespace

@@ -43,11 +43,11 @@ int64_t Count(const Language& lang, const std::vector<int64_t>& tokens, const st
 // Thresholds t_1 < ... < t_{k-1} on the count so that class j = #{t_i <= c}
 // has about 1/k of the language's sentences: t_i is the smallest count whose
 // cumulative share reaches i/k (at least 1 above the previous threshold).
-std::vector<int64_t> Thresholds(const Language& lang, const std::vector<int64_t>& set, int64_t length,
-                                int64_t k) {
+std::vector<int64_t> Thresholds(const Language& lang, const std::vector<int64_t>& set, int64_t length, int64_t k) {
   Rng rng(lang.options().seed ^ kThresholdSalt ^ static_cast<uint64_t>(length));
   std::vector<int64_t> hist(static_cast<size_t>(length + 1), 0);
-  for (int64_t i = 0; i < kThresholdSamples; ++i) ++hist[static_cast<size_t>(Count(lang, lang.Sample(length, rng), set))];
+  for (int64_t i = 0; i < kThresholdSamples; ++i)
+    ++hist[static_cast<size_t>(Count(lang, lang.Sample(length, rng), set))];
   std::vector<int64_t> out;
   int64_t below = 0;  // sentences with count < c
   int64_t c = 0;
@@ -113,7 +113,8 @@ absl::StatusOr<Language> Language::Make(const LanguageOptions& options) {
   const auto k = static_cast<size_t>(options.classes);
   std::vector<int64_t> perm(v);
   for (size_t i = 0; i < v; ++i) perm[i] = static_cast<int64_t>(i);
-  for (size_t i = v - 1; i > 0; --i) std::swap(perm[i], perm[static_cast<size_t>(rng.Below(static_cast<int64_t>(i) + 1))]);
+  for (size_t i = v - 1; i > 0; --i)
+    std::swap(perm[i], perm[static_cast<size_t>(rng.Below(static_cast<int64_t>(i) + 1))]);
   l.token_class_.resize(v);
   l.members_.resize(k);
   for (size_t t = 0; t < v; ++t) {
@@ -122,7 +123,8 @@ absl::StatusOr<Language> Language::Make(const LanguageOptions& options) {
   }
   for (size_t c = 0; c < k; ++c) {
     auto& m = l.members_[c];
-    for (size_t i = m.size() - 1; i > 0; --i) std::swap(m[i], m[static_cast<size_t>(rng.Below(static_cast<int64_t>(i) + 1))]);
+    for (size_t i = m.size() - 1; i > 0; --i)
+      std::swap(m[i], m[static_cast<size_t>(rng.Below(static_cast<int64_t>(i) + 1))]);
     std::vector<double> w(m.size());
     for (size_t r = 0; r < m.size(); ++r) w[r] = 1.0 / static_cast<double>(r + 1);
     l.emit_cumulative_.push_back(Cumulative(w));
@@ -156,11 +158,9 @@ const std::vector<TaskInfo>& KnownTasks() {
       t.push_back({f + "-bins", f, TaskKind::kClassification, StrCat(feat, " in num_classes quantile bins")});
     }
     t.push_back({"parity", "parity", TaskKind::kClassification, "the count of the fa class set mod 2"});
-    t.push_back({"last-class", "last-class", TaskKind::kClassification,
-                 "the class of the last token mod num_classes"});
+    t.push_back({"last-class", "last-class", TaskKind::kClassification, "the class of the last token mod num_classes"});
     t.push_back({"lm", "lm", TaskKind::kNextToken, "next-token prediction on the language"});
-    t.push_back({"copy", "copy", TaskKind::kNextToken,
-                 "next-token prediction; the second half repeats the first"});
+    t.push_back({"copy", "copy", TaskKind::kNextToken, "next-token prediction; the second half repeats the first"});
     return t;
   }();
   return tasks;
@@ -182,7 +182,8 @@ absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
   if (o.sequence_length < 2) {
     return absl::InvalidArgumentError(StrCat("sequence_length must be at least 2, got ", o.sequence_length));
   }
-  if (o.num_classes < 2) return absl::InvalidArgumentError(StrCat("num_classes must be at least 2, got ", o.num_classes));
+  if (o.num_classes < 2)
+    return absl::InvalidArgumentError(StrCat("num_classes must be at least 2, got ", o.num_classes));
   SLICESCHED_ASSIGN_OR_RETURN(Language lang, Language::Make(o.language));
   const std::string& fam = info->family;
   const std::string variant = info->name.substr(std::min(info->name.size(), fam.size() + 1));
@@ -298,7 +299,8 @@ absl::StatusOr<std::vector<Example>> ReadTokensBin(const std::string& path) {
     }
     out.push_back(std::move(e));
   }
-  if (pos != in.size()) return absl::InvalidArgumentError(StrCat("'", path, "': trailing bytes after ", n, " examples"));
+  if (pos != in.size())
+    return absl::InvalidArgumentError(StrCat("'", path, "': trailing bytes after ", n, " examples"));
   return out;
 }
 

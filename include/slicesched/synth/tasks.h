@@ -73,9 +73,9 @@ class Rng {
  public:
   explicit Rng(uint64_t seed) : x_(seed) {}
   uint64_t Next();
-  double Uniform();                  // [0, 1), 53 bits
-  int64_t Below(int64_t n);          // [0, n), n >= 1
-  double Normal();                   // Box-Muller
+  double Uniform();                                    // [0, 1), 53 bits
+  int64_t Below(int64_t n);                            // [0, n), n >= 1
+  double Normal();                                     // Box-Muller
   size_t Pick(const std::vector<double>& cumulative);  // index by cumulative weights
 
  private:

@@ -62,7 +62,8 @@ struct PretrainResult {
   double final_eval_loss = 0;      // the same after pretraining
 };
 
-absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const PretrainOptions& options);
+absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims,
+                                                const PretrainOptions& options);
 
 // Mean next-token cross-entropy of the backbone itself (its lm_head) on
 // `sentences` (all of one length >= 2).

@@ -67,7 +67,7 @@ struct YmirTaskSpec {
 struct YmirExperimentOptions {
   std::vector<YmirTaskSpec> tasks = {
       {"fa-major", 2}, {"fa-inv", 2}, {"fb-major", 2}, {"fab-major", 2}, {"last-class", 4}};
-  uint64_t seed = 1;             // data (train: seed, eval: seed + 1) and the probe init
+  uint64_t seed = 1;  // data (train: seed, eval: seed + 1) and the probe init
   int64_t sequence_length = 8;
   int64_t batch_size = 16;
   int64_t train_examples = 1024;
@@ -79,16 +79,15 @@ struct YmirExperimentOptions {
   int64_t max_steps_factor = 2;
   int64_t eval_every = 4;
   double target_fraction = 0.9;
-  int64_t probe_steps = 20;      // <= normal_steps
+  int64_t probe_steps = 20;  // <= normal_steps
   int64_t fisher_examples = 64;
-  double alpha = 0.15;           // Task2Vec's asymmetry weight
+  double alpha = 0.15;  // Task2Vec's asymmetry weight
+  // Measurement repeats: every run again with seed + 1000 r (data and init);
+  // steps are averaged over repeats before the gain is formed. The
+  // embeddings come from repeat 0.
+  int64_t repeats = 1;
   synth::LanguageOptions language;
   absl::Status Validate() const;
-};
-
-struct TaskEmbedding {
-  std::string task;
-  std::vector<double> fisher;  // diagonal Fisher over the LoRA parameters, NamedTensors order
 };
 
 // d_sym and d_asym above (cosine distances in [0, 2]).
@@ -105,13 +104,13 @@ LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
 
 struct YmirPair {
   std::string task_a, task_b;
-  std::string mode;     // "temporal" (A then B) or "spatial" (A with B); the gain is B's
+  std::string mode;  // "temporal" (A then B) or "spatial" (A with B); the gain is B's
   double similarity = 0;
   double steps_normal = 0;    // of B (interpolated, see below)
   double steps_transfer = 0;  // of B; max_steps + 1 when censored
   bool censored = false;
-  double gain = 0;             // measured
-  double predicted_gain = 0;   // leave-one-out
+  double gain = 0;            // measured
+  double predicted_gain = 0;  // leave-one-out
 };
 
 struct YmirModeScore {
@@ -123,8 +122,8 @@ struct YmirModeScore {
   double mape_pct = 0;                // on 1 + gain, leave-one-out
   double in_sample_accuracy_pct = 0;  // with the fit on all pairs
   double in_sample_mape_pct = 0;
-  double correlation = 0;             // Pearson r(similarity, gain)
-  LinearFit fit;                      // on all pairs
+  double correlation = 0;  // Pearson r(similarity, gain)
+  LinearFit fit;           // on all pairs
 };
 
 struct YmirEstimatorReport {
@@ -132,11 +131,11 @@ struct YmirEstimatorReport {
   std::vector<std::string> tasks;
   std::vector<double> normal_initial_loss;  // per task: eval loss at step 0
   std::vector<double> normal_best_loss;     // per task: lowest eval loss of the normal run
-  std::vector<double> normal_target_loss;  // per task
-  std::vector<double> normal_steps;        // per task: steps to its own target
+  std::vector<double> normal_target_loss;   // per task
+  std::vector<double> normal_steps;         // per task: steps to its own target
   std::vector<YmirPair> pairs;
-  std::vector<YmirModeScore> scores;       // temporal, spatial, all
-  int64_t train_steps = 0;                 // optimizer steps run in total
+  std::vector<YmirModeScore> scores;  // temporal, spatial, all
+  int64_t train_steps = 0;            // optimizer steps run in total
   double seconds = 0;
 
   std::string ToJson() const;
