@@ -4,6 +4,8 @@
 // parses arguments.
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <utility>
 #include <string>
 #include <vector>
@@ -18,10 +20,16 @@
 #include "slicesched/experiments/replay.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/loadgen/load.h"
+#include "slicesched/synth/tasks.h"
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
 #include "slicesched/executor/llama_serving.h"
 #include "slicesched/executor/fidelity.h"
 #include "slicesched/executor/overhead.h"
+#endif
+#ifdef SLICESCHED_HAVE_YMIR_T2V
+#include "slicesched/executor/pretrain.h"
+#include "slicesched/executor/safetensors.h"
+#include "slicesched/executor/task2vec.h"
 #endif
 
 namespace {
@@ -119,6 +127,17 @@ int Usage(FILE* to) {
                "  fidelity [--model tiny|small] [--calibration N] [--iterations N] [--seed S] [--json]\n"
                "                        simulator-predicted vs measured time per training and serving\n"
                "                        iteration, pp2 on 2 CPU executors (paper Table 2; needs LibTorch)\n"
+               "  synth-data --task NAME --out FILE [--seed N] [--examples K] [--sequence-length L]\n"
+               "         [--num-classes C]\n"
+               "                        write a built-in synthetic task's examples as jsonl (.jsonl)\n"
+               "                        or tokens-bin (.bin); --list prints the task names\n"
+               "  make-backbone --out FILE [--seed S] [--rounds R] [--steps N] [--json]\n"
+               "                        pretrain the tiny backbone on the synthetic language (merged\n"
+               "                        LoRA rounds) and write it as safetensors (needs LibTorch)\n"
+               "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
+               "         [--lora-rank R] [--sequence-length L] [--repeats N] [--gains-out FILE] [--json]\n"
+               "                        Task2Vec similarity -> transfer gain, against gains measured\n"
+               "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch)\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -435,6 +454,154 @@ int Fidelity(const std::vector<std::string>& args) {
 #endif
 }
 
+int SynthData(const std::vector<std::string>& args) {
+  slicesched::synth::DatasetOptions o;
+  std::string out;
+  bool list = false;
+  int64_t seed = 0;
+  if (int rc = Flags("synth-data")
+                   .Text("--task", &o.task)
+                   .Text("--out", &out)
+                   .Int("--seed", &seed)
+                   .Int("--examples", &o.examples)
+                   .Int("--sequence-length", &o.sequence_length)
+                   .Int("--num-classes", &o.num_classes)
+                   .Switch("--list", &list)
+                   .Parse(args)) {
+    return rc;
+  }
+  if (list) {
+    for (const auto& t : slicesched::synth::KnownTasks()) {
+      std::printf("%-12s %s\n", t.name.c_str(), t.description.c_str());
+    }
+    return 0;
+  }
+  if (out.empty()) return Failed("synth-data", absl::InvalidArgumentError("--out FILE is required"));
+  if (seed < 0) return Failed("synth-data", absl::InvalidArgumentError("--seed must not be negative"));
+  o.seed = static_cast<uint64_t>(seed);
+  auto ex = slicesched::synth::Generate(o);
+  if (!ex.ok()) return Failed("synth-data", ex.status());
+  absl::Status st;
+  if (out.ends_with(".jsonl")) {
+    st = slicesched::synth::WriteJsonl(out, *ex);
+  } else if (out.ends_with(".bin")) {
+    st = slicesched::synth::WriteTokensBin(out, *ex);
+  } else {
+    st = absl::InvalidArgumentError("--out must end in .jsonl or .bin");
+  }
+  if (!st.ok()) return Failed("synth-data", st);
+  std::printf("wrote %zu examples of %s to %s\n", ex->size(), o.task.c_str(), out.c_str());
+  return 0;
+}
+
+int MakeBackbone(const std::vector<std::string>& args) {
+#ifdef SLICESCHED_HAVE_YMIR_T2V
+  slicesched::executor::PretrainOptions o;
+  std::string out;
+  bool json = false;
+  int64_t seed = static_cast<int64_t>(o.seed);
+  if (int rc = Flags("make-backbone")
+                   .Text("--out", &out)
+                   .Int("--seed", &seed)
+                   .Int("--rounds", &o.rounds)
+                   .Int("--steps", &o.steps_per_round)
+                   .Switch("--json", &json)
+                   .Parse(args)) {
+    return rc;
+  }
+  if (out.empty()) return Failed("make-backbone", absl::InvalidArgumentError("--out FILE is required"));
+  o.seed = static_cast<uint64_t>(seed);
+  auto dims = slicesched::LlamaPreset("tiny");
+  if (!dims.ok()) return Failed("make-backbone", dims.status());
+  auto r = slicesched::executor::PretrainBackbone(*dims, o);
+  if (!r.ok()) return Failed("make-backbone", r.status());
+  const std::map<std::string, std::string> meta = {
+      {"slicesched.pretrain", "synthetic-language merged-LoRA (executor/include/slicesched/executor/pretrain.h)"},
+      {"slicesched.seed", std::to_string(o.seed)},
+      {"slicesched.rounds", std::to_string(o.rounds)},
+      {"slicesched.steps_per_round", std::to_string(o.steps_per_round)}};
+  if (auto st = slicesched::executor::WriteSafetensors(out, r->weights->NamedTensors(), meta); !st.ok()) {
+    return Failed("make-backbone", st);
+  }
+  if (json) {
+    std::printf("{\"out\": \"%s\", \"steps\": %zu, \"initial_eval_loss\": %.4f, \"final_eval_loss\": %.4f}\n",
+                out.c_str(), r->train_loss.size(), r->initial_eval_loss, r->final_eval_loss);
+  } else {
+    std::printf("wrote %s: %zu steps, held-out next-token loss %.4f -> %.4f\n", out.c_str(), r->train_loss.size(),
+                r->initial_eval_loss, r->final_eval_loss);
+  }
+  return 0;
+#else
+  (void)args;
+  std::fprintf(stderr, "slicesim make-backbone: this slicesim was built without LibTorch\n");
+  return 1;
+#endif
+}
+
+int YmirEstimators(const std::vector<std::string>& args) {
+#ifdef SLICESCHED_HAVE_YMIR_T2V
+  slicesched::executor::YmirExperimentOptions o;
+  std::string backbone, gains_out;
+  bool json = false;
+  int64_t seed = static_cast<int64_t>(o.seed), backbone_seed = 1;
+  if (int rc = Flags("ymir-estimators")
+                   .Text("--backbone", &backbone)
+                   .Int("--backbone-seed", &backbone_seed)
+                   .Int("--seed", &seed)
+                   .Int("--steps", &o.normal_steps)
+                   .Num("--learning-rate", &o.learning_rate)
+                   .Int("--lora-rank", &o.lora_rank)
+                   .Int("--repeats", &o.repeats)
+                   .Int("--sequence-length", &o.sequence_length)
+                   .Text("--gains-out", &gains_out)
+                   .Switch("--json", &json)
+                   .Parse(args)) {
+    return rc;
+  }
+  o.seed = static_cast<uint64_t>(seed);
+  auto dims = slicesched::LlamaPreset("tiny");
+  if (!dims.ok()) return Failed("ymir-estimators", dims.status());
+  std::shared_ptr<const slicesched::executor::LlamaWeights> w;
+  if (backbone.empty()) {
+    // The default backbone: `slicesim make-backbone --seed backbone_seed`.
+    slicesched::executor::PretrainOptions p;
+    p.seed = static_cast<uint64_t>(backbone_seed);
+    auto r = slicesched::executor::PretrainBackbone(*dims, p);
+    if (!r.ok()) return Failed("ymir-estimators", r.status());
+    w = r->weights;
+  } else {
+    auto r = slicesched::executor::LlamaWeights::FromSafetensors(*dims, backbone);
+    if (!r.ok()) return Failed("ymir-estimators", r.status());
+    w = *r;
+  }
+  auto rep = slicesched::executor::RunYmirEstimators(*w, o);
+  if (!rep.ok()) return Failed("ymir-estimators", rep.status());
+  if (!gains_out.empty()) {
+    FILE* f = std::fopen(gains_out.c_str(), "w");
+    if (f == nullptr) return Failed("ymir-estimators", absl::UnavailableError("cannot write " + gains_out));
+    const std::string csv = rep->GainsCsv();
+    const bool ok = std::fwrite(csv.data(), 1, csv.size(), f) == csv.size();
+    if (std::fclose(f) != 0 || !ok) return Failed("ymir-estimators", absl::DataLossError("writing " + gains_out));
+  }
+  if (json) {
+    std::printf("%s\n", rep->ToJson().c_str());
+  } else {
+    for (const auto& s : rep->scores) {
+      std::printf("%-8s %3lld pairs (%lld positive): sign accuracy %.1f%% (majority %.1f%%), gain MAPE %.1f%%, r=%.2f\n",
+                  s.mode.c_str(), static_cast<long long>(s.pairs), static_cast<long long>(s.positive), s.accuracy_pct,
+                  s.majority_accuracy_pct, s.mape_pct, s.correlation);
+    }
+    std::printf("paper (Table 2): accuracy 97.2-98.6%%, gain MAPE 15.5-18.1%%; %lld training steps in %.1f s\n",
+                static_cast<long long>(rep->train_steps), rep->seconds);
+  }
+  return 0;
+#else
+  (void)args;
+  std::fprintf(stderr, "slicesim ymir-estimators: this slicesim was built without LibTorch\n");
+  return 1;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -449,6 +616,9 @@ int main(int argc, char** argv) {
   if (cmd == "generate-direct") return GenerateDirectCommand(args);
   if (cmd == "load") return Load(args);
   if (cmd == "fidelity") return Fidelity(args);
+  if (cmd == "synth-data") return SynthData(args);
+  if (cmd == "make-backbone") return MakeBackbone(args);
+  if (cmd == "ymir-estimators") return YmirEstimators(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);

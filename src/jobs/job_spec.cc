@@ -13,6 +13,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/gmg/llama.h"
+#include "slicesched/synth/tasks.h"
 
 namespace slicesched::jobs {
 namespace {
@@ -142,6 +143,11 @@ void ParseSyntheticDataset(const ConfigReader& s, DatasetSpec* ds) {
   syn.task = s.Required<std::string>("task");
   if (!syn.task.empty()) {
     s.Check(ValidTaskName(syn.task), "task", StrCat("must be a name of [a-z0-9_-], got '", syn.task, "'"));
+    if (ValidTaskName(syn.task)) {
+      // The built-in generator's tasks (slicesched/synth/tasks.h).
+      auto known = synth::FindTask(syn.task);
+      s.Check(known.ok(), "task", std::string(known.status().message()));
+    }
   }
   if (auto seed = RequiredValue<int64_t>(s, "seed")) {
     s.Check(*seed >= 0, "seed", StrCat("must not be negative, got ", *seed));

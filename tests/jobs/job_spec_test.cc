@@ -187,6 +187,8 @@ TEST(JobSpecTest, EveryFieldReportsItsError) {
       {"  max_epochs: 2", "  max_epochs: 2\ncolour: red", "unknown field 'colour'", 12},
       {"  synthetic: {task: parity, seed: 1}", "  synthetic: {task: Parity!, seed: 1}",
        "dataset.synthetic.task: must be a name of [a-z0-9_-], got 'Parity!'", 4},
+      {"  synthetic: {task: parity, seed: 1}", "  synthetic: {task: sst2, seed: 1}",
+       "dataset.synthetic.task: unknown synthetic task 'sst2' (known: fa-major,", 4},
       {"  synthetic: {task: parity, seed: 1}", "  synthetic: {task: parity}",
        "dataset.synthetic: missing required field 'seed'", 4},
       {"  synthetic: {task: parity, seed: 1}", "  synthetic: {task: parity, seed: -1}",

@@ -51,8 +51,9 @@
 // Parsing checks that the file exists, is a regular file and (tokens-bin)
 // starts with the magic; the contents are read by the data loader (issue 7).
 //
-// Synthetic datasets are produced by the built-in generator (issue 7). The
-// fields are validated here: task (a name, [a-z0-9_-]), seed (>= 0,
+// Synthetic datasets are produced by the built-in generator (issue 7,
+// slicesched/synth/tasks.h). The fields are validated here: task (one of
+// synth::KnownTasks(), e.g. parity, copy, fa-major), seed (>= 0,
 // required), examples (>= 1, default 1024), sequence_length (>= 1, default
 // 32), num_classes (>= 2, default 2).
 //

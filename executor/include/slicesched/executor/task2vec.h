@@ -1,0 +1,150 @@
+// Ymir's transfer-gain estimator (../shared/papers/ymir.md §4.1; issue 7,
+// deliverable 2), reproduced on the synthetic task family of
+// slicesched/synth/tasks.h and the LoRA training operators of train_ops.h:
+// Task2Vec task embeddings, directed and symmetric similarities, and a linear
+// regression from similarity to a transfer gain that is MEASURED by training.
+//
+// Probe and embedding (Task2Vec, Achille et al. 2019, adapted to PETL). Every
+// task starts from the same probe: LoRA factors and a head from one seed on
+// the shared backbone. The probe is trained on the task for `probe_steps`
+// AdamW steps (the start of the task's normal run), then the task's embedding
+// is the diagonal of the empirical Fisher information of the LoRA parameters,
+//   F_T = mean over `fisher_examples` training examples (x, y) of
+//         (d loss(x, y) / d theta)^2,  theta = every LoRA factor,
+// from per-example gradients (the head is left out: its shape depends on the
+// task's number of classes; Task2Vec likewise embeds only the feature
+// extractor). The labels are the true ones (empirical Fisher), not samples
+// from the model: train_ops.h exposes losses, not predictive distributions.
+//
+// Distances, as in Task2Vec: the symmetric distance normalises element-wise
+// by the pair,  d_sym(a, b) = d_cos(F_a / (F_a + F_b), F_b / (F_a + F_b)),
+// and the asymmetric one subtracts the source's distance from the trivial
+// embedding t0 (here: the Fisher of the same probe trained on `lm`, the
+// backbone's own pretraining task), d_asym(a -> b) = d_sym(a, b) -
+// alpha d_sym(a, t0). Ymir's similarities: temporal (A then B, directed)
+// S(A, B) = 1 - d_asym(A -> B); spatial (A and B jointly) the mean of
+// S(A, B) and S(B, A).
+//
+// Measured gain. Each task's normal run trains from the probe init for
+// `normal_steps` steps; its eval-loss curve (every `eval_every` steps on
+// held-out examples) defines the target: the loss at which it has achieved
+// `target_fraction` of its loss reduction, L0 - f (L0 - min L). Steps(run) is
+// where its eval loss first reaches the target, interpolated linearly
+// between the eval points around the crossing (`max_steps + 1` when it never
+// does: censored). Temporal A -> B: B's probe init with A's
+// trained LoRA (TransferLora after A's normal run); spatial A + B: both from
+// the probe init with one shared LoRA (ShareLora, AccumulateJointMicroBatch,
+// JointAdamWStep), each step a batch of each task. A run stops when its
+// target(s) are reached or after max_steps = max_steps_factor x normal_steps.
+//   gain(B | mode, A) = Steps(normal B) / Steps(transfer B) - 1
+// (> 0: B reaches normal training's target sooner; < 0: later). A spatial run
+// gives two gains, B's (row A,B) and A's (row B,A).
+//
+// Regression and scores. Per mode, gain ~ w0 + w1 S by least squares; the
+// reported predictions are leave-one-out (each pair's gain predicted by the
+// fit on the other pairs of its mode), so the scores are out of sample.
+// Classification accuracy: predicted and measured gain on the same side of 0.
+// MAPE is over the speedup 1 + gain (the gain itself crosses 0, where a
+// relative error is undefined): mean |pred - meas| / (1 + meas).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "slicesched/executor/llama_ops.h"
+#include "slicesched/synth/tasks.h"
+
+namespace slicesched::executor {
+
+struct YmirTaskSpec {
+  std::string name;  // a classification task of synth::KnownTasks()
+  int64_t num_classes = 2;
+};
+
+struct YmirExperimentOptions {
+  std::vector<YmirTaskSpec> tasks = {
+      {"fa-major", 2}, {"fa-inv", 2}, {"fb-major", 2}, {"fab-major", 2}, {"last-class", 4}};
+  uint64_t seed = 1;  // data (train: seed, eval: seed + 1) and the probe init
+  int64_t sequence_length = 8;
+  int64_t batch_size = 16;
+  int64_t train_examples = 1024;
+  int64_t eval_examples = 64;
+  int64_t lora_rank = 8;
+  double lora_alpha = 8.0;
+  double learning_rate = 1e-2;
+  int64_t normal_steps = 40;
+  int64_t max_steps_factor = 2;
+  int64_t eval_every = 4;
+  double target_fraction = 0.9;
+  int64_t probe_steps = 20;  // <= normal_steps
+  int64_t fisher_examples = 64;
+  double alpha = 0.15;  // Task2Vec's asymmetry weight
+  // Measurement repeats: every run again with seed + 1000 r (data and init);
+  // steps are averaged over repeats before the gain is formed. The
+  // embeddings come from repeat 0.
+  int64_t repeats = 1;
+  synth::LanguageOptions language;
+  absl::Status Validate() const;
+};
+
+// d_sym and d_asym above (cosine distances in [0, 2]).
+double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b);
+double AsymmetricDistance(const std::vector<double>& from, const std::vector<double>& to,
+                          const std::vector<double>& trivial, double alpha);
+
+struct LinearFit {
+  double intercept = 0;
+  double slope = 0;
+};
+// Least squares y ~ intercept + slope x (slope 0 when x is constant).
+LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
+
+struct YmirPair {
+  std::string task_a, task_b;
+  std::string mode;  // "temporal" (A then B) or "spatial" (A with B); the gain is B's
+  double similarity = 0;
+  double steps_normal = 0;    // of B (interpolated, see below)
+  double steps_transfer = 0;  // of B; max_steps + 1 when censored
+  bool censored = false;
+  double gain = 0;            // measured
+  double predicted_gain = 0;  // leave-one-out
+};
+
+struct YmirModeScore {
+  std::string mode;
+  int64_t pairs = 0;
+  int64_t positive = 0;               // measured gain > 0
+  double accuracy_pct = 0;            // sign agreement, leave-one-out
+  double majority_accuracy_pct = 0;   // always predicting the more common sign
+  double mape_pct = 0;                // on 1 + gain, leave-one-out
+  double in_sample_accuracy_pct = 0;  // with the fit on all pairs
+  double in_sample_mape_pct = 0;
+  double correlation = 0;  // Pearson r(similarity, gain)
+  LinearFit fit;           // on all pairs
+};
+
+struct YmirEstimatorReport {
+  YmirExperimentOptions options;
+  std::vector<std::string> tasks;
+  std::vector<double> normal_initial_loss;  // per task: eval loss at step 0
+  std::vector<double> normal_best_loss;     // per task: lowest eval loss of the normal run
+  std::vector<double> normal_target_loss;   // per task
+  std::vector<double> normal_steps;         // per task: steps to its own target
+  std::vector<YmirPair> pairs;
+  std::vector<YmirModeScore> scores;  // temporal, spatial, all
+  int64_t train_steps = 0;            // optimizer steps run in total
+  double seconds = 0;
+
+  std::string ToJson() const;
+  // "task_a,task_b,mode,gain" with a header line; gain as defined above.
+  std::string GainsCsv() const;
+};
+
+// Runs the whole experiment on `backbone` (f32).
+absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& backbone,
+                                                      const YmirExperimentOptions& options);
+
+}  // namespace slicesched::executor

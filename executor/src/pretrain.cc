@@ -1,0 +1,162 @@
+// Torch-free TU: everything goes through the training operators.
+#include "slicesched/executor/pretrain.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/executor/safetensors.h"
+#include "slicesched/executor/train_ops.h"
+
+namespace slicesched::executor {
+namespace {
+
+Tensor Tokens(const std::vector<std::vector<int64_t>>& rows) {
+  std::vector<int64_t> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  return Tensor::FromInt64(
+      flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows.front().size())});
+}
+
+// W + s B A, all row-major f32 ([out, in] += s [out, r] x [r, in]).
+Tensor Merge(const Tensor& w, const Tensor& b, const Tensor& a, double s) {
+  const auto ws = w.shape(), bs = b.shape();
+  const int64_t out = ws[0], in = ws[1], r = bs[1];
+  std::vector<float> wv = w.ToFloat();
+  const std::vector<float> bv = b.ToFloat(), av = a.ToFloat();
+  for (int64_t i = 0; i < out; ++i) {
+    for (int64_t j = 0; j < in; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < r; ++k) {
+        acc += static_cast<double>(bv[static_cast<size_t>(i * r + k)]) *
+               static_cast<double>(av[static_cast<size_t>(k * in + j)]);
+      }
+      float& x = wv[static_cast<size_t>(i * in + j)];
+      x = static_cast<float>(static_cast<double>(x) + s * acc);
+    }
+  }
+  return Tensor::FromFloat(wv, ws);
+}
+
+}  // namespace
+
+absl::Status PretrainOptions::Validate() const {
+  if (rounds < 1 || steps_per_round < 1 || batch_size < 1 || lora_rank < 1 || eval_sentences < 1) {
+    return absl::InvalidArgumentError(
+        StrCat("pretraining: rounds, steps_per_round, batch_size, lora_rank and eval_sentences "
+               "must be >= 1 (got ",
+               rounds, ", ", steps_per_round, ", ", batch_size, ", ", lora_rank, ", ",
+               eval_sentences, ")"));
+  }
+  if (sequence_length < 2) {
+    return absl::InvalidArgumentError(
+        StrCat("pretraining: sequence_length must be >= 2, got ", sequence_length));
+  }
+  if (!(learning_rate > 0) || !(lora_alpha > 0)) {
+    return absl::InvalidArgumentError("pretraining: learning_rate and lora_alpha must be > 0");
+  }
+  return language.Validate();
+}
+
+absl::StatusOr<std::shared_ptr<const LlamaWeights>> WeightsFromTensors(
+    const LlamaDims& dims, const std::vector<std::pair<std::string, Tensor>>& tensors,
+    const std::string& scratch_dir, const LlamaOptions& options) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string path = (std::filesystem::path(scratch_dir) /
+                            StrCat("slicesched-weights-", getpid(), "-", counter++, ".safetensors"))
+                               .string();
+  absl::Status written = WriteSafetensors(path, tensors);
+  absl::StatusOr<std::shared_ptr<const LlamaWeights>> w =
+      written.ok() ? LlamaWeights::FromSafetensors(dims, path, options)
+                   : absl::StatusOr<std::shared_ptr<const LlamaWeights>>(written);
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  return w;
+}
+
+absl::StatusOr<double> LanguageModelLoss(const LlamaWeights& weights,
+                                         const std::vector<std::vector<int64_t>>& sentences) {
+  if (sentences.empty() || sentences.front().size() < 2) {
+    return absl::InvalidArgumentError("LanguageModelLoss needs sentences of at least 2 tokens");
+  }
+  const LlamaDims& d = weights.dims();
+  SLICESCHED_ASSIGN_OR_RETURN(
+      TaskAdapters probe, TaskAdapters::Init(d, LoraConfig{.rank = 1, .alpha = 1.0}, d.vocab, 0));
+  probe.head = weights.lm_head();  // B = 0: the probe is the backbone itself
+  TrainBatch batch;
+  batch.tokens = Tokens(sentences);
+  SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));
+  const TaskAdapters* tasks[] = {&probe};
+  SLICESCHED_ASSIGN_OR_RETURN(TaskGradients g, ComputeGradients(weights, tasks, batch));
+  return g.loss[0];
+}
+
+absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const PretrainOptions& o) {
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
+  SLICESCHED_RETURN_IF_ERROR(dims.Validate());
+  if (dims.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(
+        StrCat("pretraining needs an f32 model; '", dims.name, "' is not"));
+  }
+  if (o.language.vocab > dims.vocab) {
+    return absl::InvalidArgumentError(
+        StrCat("the language's vocab ", o.language.vocab, " exceeds the model's ", dims.vocab));
+  }
+  SetIntraOpThreadsForThisThread(1);
+  SLICESCHED_ASSIGN_OR_RETURN(synth::Language lang, synth::Language::Make(o.language));
+  SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
+                              LlamaWeights::FromSeed(dims, o.seed));
+  synth::Rng eval_rng(o.seed ^ 0x6576616cull);  // "eval": held out from the training stream
+  std::vector<std::vector<int64_t>> eval;
+  for (int64_t i = 0; i < o.eval_sentences; ++i)
+    eval.push_back(lang.Sample(o.sequence_length, eval_rng));
+  PretrainResult out;
+  SLICESCHED_ASSIGN_OR_RETURN(out.initial_eval_loss, LanguageModelLoss(*w, eval));
+
+  synth::Rng rng(o.seed);
+  const LoraConfig lora{.rank = o.lora_rank, .alpha = o.lora_alpha};
+  const std::string scratch = std::filesystem::temp_directory_path().string();
+  for (int64_t round = 0; round < o.rounds; ++round) {
+    SLICESCHED_ASSIGN_OR_RETURN(
+        TaskState st,
+        TaskState::Init(dims, lora, dims.vocab, o.seed + 1000 + static_cast<uint64_t>(round),
+                        AdamWOptions{.lr = o.learning_rate}));
+    st.params.head = w->lm_head();
+    for (int64_t step = 0; step < o.steps_per_round; ++step) {
+      std::vector<std::vector<int64_t>> rows;
+      for (int64_t b = 0; b < o.batch_size; ++b)
+        rows.push_back(lang.Sample(o.sequence_length, rng));
+      TrainBatch batch;
+      batch.tokens = Tokens(rows);
+      SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));
+      SLICESCHED_ASSIGN_OR_RETURN(double loss, AccumulateMicroBatch(*w, st, batch));
+      SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
+      out.train_loss.push_back(loss);
+    }
+    // Merge into a new backbone.
+    std::vector<std::pair<std::string, Tensor>> named = w->NamedTensors();
+    std::map<std::string, Tensor> replace;
+    const double s = lora.scaling();
+    for (int64_t l = 0; l < dims.layers; ++l) {
+      const LoraLayer& ll = st.params.layers[static_cast<size_t>(l)];
+      const std::string p = StrCat("model.layers.", l, ".self_attn.");
+      replace[p + "q_proj.weight"] = Merge(w->layer(l).q_proj, ll.q_b, ll.q_a, s);
+      replace[p + "v_proj.weight"] = Merge(w->layer(l).v_proj, ll.v_b, ll.v_a, s);
+    }
+    replace["lm_head.weight"] = Tensor::FromFloat(st.params.head.ToFloat(), st.params.head.shape());
+    for (auto& [name, t] : named) {
+      if (auto it = replace.find(name); it != replace.end()) t = it->second;
+    }
+    SLICESCHED_ASSIGN_OR_RETURN(w, WeightsFromTensors(dims, named, scratch, w->options()));
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(out.final_eval_loss, LanguageModelLoss(*w, eval));
+  out.weights = w;
+  return out;
+}
+
+}  // namespace slicesched::executor

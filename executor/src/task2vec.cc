@@ -1,0 +1,495 @@
+// Torch-free TU: the experiment drives the training operators of train_ops.h.
+#include "slicesched/executor/task2vec.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <span>
+
+#include "absl/strings/str_format.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/executor/train_ops.h"
+
+namespace slicesched::executor {
+namespace {
+
+struct TaskData {
+  YmirTaskSpec spec;
+  std::vector<synth::Example> train, eval;
+};
+
+TrainBatch MakeBatch(std::span<const synth::Example* const> rows,
+                     std::span<const int64_t> row_task) {
+  std::vector<int64_t> tokens, labels;
+  const size_t s = rows.front()->tokens.size();
+  for (const synth::Example* e : rows) {
+    tokens.insert(tokens.end(), e->tokens.begin(), e->tokens.end());
+    for (size_t j = 0; j < s; ++j) labels.push_back(j + 1 == s ? e->label : -1);
+  }
+  const std::vector<int64_t> shape = {static_cast<int64_t>(rows.size()), static_cast<int64_t>(s)};
+  TrainBatch b;
+  b.tokens = Tensor::FromInt64(tokens, shape);
+  b.labels = Tensor::FromInt64(labels, shape);
+  b.row_task.assign(row_task.begin(), row_task.end());
+  return b;
+}
+
+// Rows of training step `step` (0-based) of one task: a cyclic walk.
+std::vector<const synth::Example*> StepRows(const TaskData& t, int64_t step, int64_t batch) {
+  std::vector<const synth::Example*> rows;
+  const auto n = static_cast<int64_t>(t.train.size());
+  for (int64_t i = 0; i < batch; ++i)
+    rows.push_back(&t.train[static_cast<size_t>((step * batch + i) % n)]);
+  return rows;
+}
+
+absl::StatusOr<double> EvalLoss(const LlamaWeights& base, const TaskAdapters& params,
+                                const TaskData& t) {
+  std::vector<const synth::Example*> rows;
+  for (const auto& e : t.eval) rows.push_back(&e);
+  // Forward through the groups (no group backward), then the head's loss.
+  const TaskAdapters* tasks[] = {&params};
+  const TrainBatch b = MakeBatch(rows, {});
+  SLICESCHED_ASSIGN_OR_RETURN(Tensor hidden, Embedding(base, b.tokens));
+  for (int64_t g = 0; g < base.num_groups(); ++g) {
+    SLICESCHED_ASSIGN_OR_RETURN(GroupForwardResult f,
+                                TrainGroupForward(base, g, tasks, {}, hidden));
+    hidden = f.hidden_out;
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(HeadLossResult h, TrainHeadLoss(base, tasks, {}, hidden, b.labels));
+  return h.loss[0];
+}
+
+struct Curve {
+  std::vector<int64_t> steps;  // eval points (0 first)
+  std::vector<double> loss;
+};
+
+// The first crossing of `target`, linearly interpolated between the two eval
+// points around it (eval points are eval_every steps apart; interpolation
+// keeps the gain from being quantised to ratios of multiples of eval_every).
+double StepsTo(const Curve& c, double target, double censored) {
+  for (size_t i = 1; i < c.steps.size(); ++i) {
+    if (c.loss[i] > target) continue;
+    const double s0 = static_cast<double>(c.steps[i - 1]), s1 = static_cast<double>(c.steps[i]);
+    if (c.loss[i - 1] <= target || i == 1) return s1;  // step 0 never counts as reached
+    return s0 + (s1 - s0) * (c.loss[i - 1] - target) / (c.loss[i - 1] - c.loss[i]);
+  }
+  return censored;
+}
+
+std::vector<double> Flatten(const TaskAdapters& a, bool squared_only_lora) {
+  std::vector<double> out;
+  for (const auto& [name, t] : a.NamedTensors()) {
+    if (squared_only_lora && name == "head") continue;
+    for (float f : t.ToFloat()) out.push_back(static_cast<double>(f));
+  }
+  return out;
+}
+
+double Cosine(const std::vector<double>& a, const std::vector<double>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+}
+
+double Pearson(const std::vector<double>& x, const std::vector<double>& y) {
+  const auto n = static_cast<double>(x.size());
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) mx += x[i] / n, my += y[i] / n;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0.0;
+}
+
+}  // namespace
+
+absl::Status YmirExperimentOptions::Validate() const {
+  if (tasks.size() < 3)
+    return absl::InvalidArgumentError("the Ymir experiment needs at least 3 tasks");
+  for (const YmirTaskSpec& t : tasks) {
+    SLICESCHED_ASSIGN_OR_RETURN(synth::TaskInfo info, synth::FindTask(t.name));
+    if (info.kind != synth::TaskKind::kClassification) {
+      return absl::InvalidArgumentError(StrCat("task '", t.name, "' is not a classification task"));
+    }
+  }
+  if (sequence_length < 2 || batch_size < 1 || train_examples < 1 || eval_examples < 1 ||
+      lora_rank < 1 || normal_steps < 1 || max_steps_factor < 1 || repeats < 1 || eval_every < 1 ||
+      probe_steps < 0 || probe_steps > normal_steps || fisher_examples < 1) {
+    return absl::InvalidArgumentError("Ymir experiment: a size is out of range (see task2vec.h)");
+  }
+  if (!(target_fraction > 0 && target_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        StrCat("target_fraction must be in (0, 1], got ", target_fraction));
+  }
+  if (!(learning_rate > 0) || !(lora_alpha > 0) || !(alpha >= 0)) {
+    return absl::InvalidArgumentError("learning_rate and lora_alpha must be > 0, alpha >= 0");
+  }
+  return language.Validate();
+}
+
+double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> na(a.size()), nb(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double s = a[i] + b[i];
+    na[i] = s > 0 ? a[i] / s : 0.5;
+    nb[i] = s > 0 ? b[i] / s : 0.5;
+  }
+  return 1.0 - Cosine(na, nb);
+}
+
+double AsymmetricDistance(const std::vector<double>& from, const std::vector<double>& to,
+                          const std::vector<double>& trivial, double alpha) {
+  return SymmetricDistance(from, to) - alpha * SymmetricDistance(from, trivial);
+}
+
+LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
+  const auto n = static_cast<double>(x.size());
+  if (x.empty()) return {};
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) mx += x[i] / n, my += y[i] / n;
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+  }
+  LinearFit f;
+  f.slope = sxx > 0 ? sxy / sxx : 0.0;
+  f.intercept = my - f.slope * mx;
+  return f;
+}
+
+absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
+                                                      const YmirExperimentOptions& o) {
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
+  const LlamaDims& dims = base.dims();
+  if (dims.dtype != DType::kF32)
+    return absl::InvalidArgumentError("the Ymir experiment needs an f32 backbone");
+  if (o.language.vocab > dims.vocab)
+    return absl::InvalidArgumentError("the language's vocab exceeds the backbone's");
+  SetIntraOpThreadsForThisThread(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  YmirEstimatorReport rep;
+  rep.options = o;
+  const LoraConfig lora{.rank = o.lora_rank, .alpha = o.lora_alpha};
+  const AdamWOptions adamw{.lr = o.learning_rate};
+  const int64_t max_steps = o.max_steps_factor * o.normal_steps;
+  const double censored = static_cast<double>(max_steps + 1);
+
+  const size_t n = o.tasks.size();
+  for (const YmirTaskSpec& spec : o.tasks) rep.tasks.push_back(spec.name);
+  std::vector<std::vector<double>> emb(n);
+  std::vector<double> trivial;
+  std::vector<double> normal_sum(n, 0.0);
+  std::vector<size_t> pair_dst;  // per pair: the index of its task B
+  uint64_t seed = o.seed;        // of the current repeat
+  std::vector<TaskData> data;
+  auto init = [&](const TaskData& t) {
+    return TaskState::Init(dims, lora, t.spec.num_classes, seed, adamw);
+  };
+
+  // One single-task training run from `st`, evaluating every eval_every
+  // steps; stops early once the eval loss reaches `stop_at`.
+  auto run = [&](TaskState& st, const TaskData& t, int64_t steps, double stop_at, Curve* c,
+                 TaskState* snapshot) -> absl::Status {
+    SLICESCHED_ASSIGN_OR_RETURN(double l0, EvalLoss(base, st.params, t));
+    c->steps.push_back(0);
+    c->loss.push_back(l0);
+    if (snapshot != nullptr && o.probe_steps == 0) *snapshot = st;
+    for (int64_t step = 1; step <= steps; ++step) {
+      const auto rows = StepRows(t, step - 1, o.batch_size);
+      SLICESCHED_RETURN_IF_ERROR(AccumulateMicroBatch(base, st, MakeBatch(rows, {})).status());
+      SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
+      ++rep.train_steps;
+      if (snapshot != nullptr && step == o.probe_steps) *snapshot = st;
+      if (step % o.eval_every == 0) {
+        SLICESCHED_ASSIGN_OR_RETURN(double l, EvalLoss(base, st.params, t));
+        c->steps.push_back(step);
+        c->loss.push_back(l);
+        if (l <= stop_at) break;
+      }
+    }
+    return absl::OkStatus();
+  };
+
+  for (int64_t r = 0; r < o.repeats; ++r) {
+    seed = o.seed + 1000 * static_cast<uint64_t>(r);
+    data.clear();
+    for (const YmirTaskSpec& spec : o.tasks) {
+      TaskData d;
+      d.spec = spec;
+      synth::DatasetOptions g{.task = spec.name,
+                              .seed = seed,
+                              .examples = o.train_examples,
+                              .sequence_length = o.sequence_length,
+                              .num_classes = spec.num_classes,
+                              .language = o.language};
+      SLICESCHED_ASSIGN_OR_RETURN(d.train, synth::Generate(g));
+      g.seed = seed + 1;
+      g.examples = o.eval_examples;
+      SLICESCHED_ASSIGN_OR_RETURN(d.eval, synth::Generate(g));
+      data.push_back(std::move(d));
+    }
+    // Normal runs: targets, trained sources for temporal transfer, probes.
+    std::vector<TaskState> trained(n), probe(n);
+    std::vector<double> target(n);
+    size_t pair_index = 0;
+    // Adds one repeat's measurement of a pair (its row is created by repeat 0).
+    auto record = [&](const std::string& mode, size_t src, size_t dst, double sim, double steps) {
+      if (r == 0) {
+        YmirPair p{.task_a = o.tasks[src].name,
+                   .task_b = o.tasks[dst].name,
+                   .mode = mode,
+                   .similarity = sim};
+        rep.pairs.push_back(p);
+        pair_dst.push_back(dst);
+      }
+      YmirPair& p = rep.pairs[pair_index++];
+      p.steps_transfer += steps / static_cast<double>(o.repeats);
+      p.censored = p.censored || steps == censored;
+    };
+    for (size_t i = 0; i < n; ++i) {
+      SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[i]));
+      Curve c;
+      SLICESCHED_RETURN_IF_ERROR(run(st, data[i], o.normal_steps, -1.0, &c, &probe[i]));
+      const double best = *std::min_element(c.loss.begin(), c.loss.end());
+      target[i] = c.loss[0] - o.target_fraction * (c.loss[0] - best);
+      if (r == 0) {
+        rep.normal_target_loss.push_back(target[i]);
+        rep.normal_initial_loss.push_back(c.loss[0]);
+        rep.normal_best_loss.push_back(best);
+      }
+      normal_sum[i] += StepsTo(c, target[i], censored);
+      trained[i] = st;
+    }
+    if (r == 0) {
+      // Task2Vec embeddings: per-example squared gradients of the LoRA factors.
+      auto embed = [&](const TaskAdapters& params, const std::vector<const synth::Example*>& rows,
+                       bool next_token) -> absl::StatusOr<std::vector<double>> {
+        std::vector<double> fisher;
+        for (const synth::Example* e : rows) {
+          TrainBatch b = MakeBatch(std::span<const synth::Example* const>(&e, 1), {});
+          if (next_token) {
+            SLICESCHED_ASSIGN_OR_RETURN(b.labels, NextTokenLabels(b.tokens));
+          }
+          const TaskAdapters* tasks[] = {&params};
+          SLICESCHED_ASSIGN_OR_RETURN(TaskGradients g, ComputeGradients(base, tasks, b));
+          const std::vector<double> v = Flatten(g.grads[0], true);
+          if (fisher.empty()) fisher.assign(v.size(), 0.0);
+          for (size_t k = 0; k < v.size(); ++k)
+            fisher[k] += v[k] * v[k] / static_cast<double>(rows.size());
+        }
+        return fisher;
+      };
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<const synth::Example*> rows;
+        for (int64_t k = 0; k < o.fisher_examples; ++k) {
+          rows.push_back(&data[i].train[static_cast<size_t>(k) % data[i].train.size()]);
+        }
+        SLICESCHED_ASSIGN_OR_RETURN(emb[i], embed(probe[i].params, rows, false));
+      }
+      // The trivial embedding: the same probe trained on the backbone's own task.
+      {
+        SLICESCHED_ASSIGN_OR_RETURN(synth::Language lang, synth::Language::Make(o.language));
+        synth::Rng rng(o.seed ^ 0x6c6dull);
+        std::vector<synth::Example> lm;
+        for (int64_t k = 0; k < std::max(o.fisher_examples, o.probe_steps * o.batch_size); ++k) {
+          lm.push_back({lang.Sample(o.sequence_length, rng), 0});
+        }
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState st,
+                                    TaskState::Init(dims, lora, dims.vocab, o.seed, adamw));
+        st.params.head = base.lm_head();
+        for (int64_t step = 0; step < o.probe_steps; ++step) {
+          std::vector<const synth::Example*> rows;
+          for (int64_t b = 0; b < o.batch_size; ++b)
+            rows.push_back(&lm[static_cast<size_t>(step * o.batch_size + b)]);
+          TrainBatch batch = MakeBatch(rows, {});
+          SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));
+          SLICESCHED_RETURN_IF_ERROR(AccumulateMicroBatch(base, st, batch).status());
+          SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
+          ++rep.train_steps;
+        }
+        std::vector<const synth::Example*> rows;
+        for (int64_t k = 0; k < o.fisher_examples; ++k) rows.push_back(&lm[static_cast<size_t>(k)]);
+        SLICESCHED_ASSIGN_OR_RETURN(trivial, embed(st.params, rows, true));
+      }
+    }  // r == 0: embeddings
+    auto similarity = [&](size_t a, size_t b) {
+      return 1.0 - AsymmetricDistance(emb[a], emb[b], trivial, o.alpha);
+    };
+
+    // Temporal A -> B.
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = 0; b < n; ++b) {
+        if (a == b) continue;
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[b]));
+        SLICESCHED_RETURN_IF_ERROR(TransferLora(trained[a], st));
+        Curve c;
+        SLICESCHED_RETURN_IF_ERROR(run(st, data[b], max_steps, target[b], &c, nullptr));
+        record("temporal", a, b, similarity(a, b), StepsTo(c, target[b], censored));
+      }
+    }
+    // Spatial A + B (a < b): one joint run gives both tasks' gains.
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = a + 1; b < n; ++b) {
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState sa, init(data[a]));
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState sb, init(data[b]));
+        TaskState* both[] = {&sa, &sb};
+        SLICESCHED_RETURN_IF_ERROR(ShareLora(both));
+        Curve ca, cb;
+        SLICESCHED_ASSIGN_OR_RETURN(double la, EvalLoss(base, sa.params, data[a]));
+        SLICESCHED_ASSIGN_OR_RETURN(double lb, EvalLoss(base, sb.params, data[b]));
+        ca.steps.push_back(0), ca.loss.push_back(la), cb.steps.push_back(0), cb.loss.push_back(lb);
+        for (int64_t step = 1; step <= max_steps; ++step) {
+          std::vector<const synth::Example*> rows = StepRows(data[a], step - 1, o.batch_size);
+          const std::vector<const synth::Example*> rb = StepRows(data[b], step - 1, o.batch_size);
+          rows.insert(rows.end(), rb.begin(), rb.end());
+          std::vector<int64_t> row_task(static_cast<size_t>(o.batch_size), 0);
+          row_task.resize(static_cast<size_t>(2 * o.batch_size), 1);
+          SLICESCHED_RETURN_IF_ERROR(
+              AccumulateJointMicroBatch(base, both, MakeBatch(rows, row_task)).status());
+          SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both));
+          rep.train_steps += 2;
+          if (step % o.eval_every == 0) {
+            SLICESCHED_ASSIGN_OR_RETURN(la, EvalLoss(base, sa.params, data[a]));
+            SLICESCHED_ASSIGN_OR_RETURN(lb, EvalLoss(base, sb.params, data[b]));
+            ca.steps.push_back(step), ca.loss.push_back(la), cb.steps.push_back(step),
+                cb.loss.push_back(lb);
+            if (StepsTo(ca, target[a], censored) != censored &&
+                StepsTo(cb, target[b], censored) != censored)
+              break;
+          }
+        }
+        const double s = 0.5 * (similarity(a, b) + similarity(b, a));
+        for (int side = 0; side < 2; ++side) {
+          const size_t src = side == 0 ? a : b, dst = side == 0 ? b : a;
+          record("spatial", src, dst, s, StepsTo(side == 0 ? cb : ca, target[dst], censored));
+        }
+      }
+    }
+  }  // repeats
+  for (size_t i = 0; i < n; ++i)
+    rep.normal_steps.push_back(normal_sum[i] / static_cast<double>(o.repeats));
+  for (size_t k = 0; k < rep.pairs.size(); ++k) {
+    YmirPair& p = rep.pairs[k];
+    p.steps_normal = rep.normal_steps[pair_dst[k]];
+    p.gain = p.steps_normal / p.steps_transfer - 1.0;
+  }
+
+  // Regression per mode, leave-one-out predictions, scores.
+  for (const char* mode : {"temporal", "spatial"}) {
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < rep.pairs.size(); ++i) {
+      if (rep.pairs[i].mode == mode) idx.push_back(i);
+    }
+    std::vector<double> x, y;
+    for (size_t i : idx) x.push_back(rep.pairs[i].similarity), y.push_back(rep.pairs[i].gain);
+    YmirModeScore sc;
+    sc.mode = mode;
+    sc.pairs = static_cast<int64_t>(idx.size());
+    sc.fit = FitLine(x, y);
+    sc.correlation = Pearson(x, y);
+    for (size_t k = 0; k < idx.size(); ++k) {
+      std::vector<double> xs, ys;
+      for (size_t j = 0; j < idx.size(); ++j) {
+        if (j != k) xs.push_back(x[j]), ys.push_back(y[j]);
+      }
+      const LinearFit f = FitLine(xs, ys);
+      rep.pairs[idx[k]].predicted_gain = f.intercept + f.slope * x[k];
+    }
+    rep.scores.push_back(sc);
+  }
+  auto score = [&](YmirModeScore& sc, const std::string& mode) {
+    int64_t agree = 0, agree_in = 0, pos = 0, count = 0;
+    double ape = 0, ape_in = 0;
+    for (const YmirPair& p : rep.pairs) {
+      if (mode != "all" && p.mode != mode) continue;
+      const LinearFit& f = rep.scores[p.mode == "temporal" ? 0 : 1].fit;
+      const double in = f.intercept + f.slope * p.similarity;
+      ++count;
+      pos += p.gain > 0 ? 1 : 0;
+      agree += (p.predicted_gain > 0) == (p.gain > 0) ? 1 : 0;
+      agree_in += (in > 0) == (p.gain > 0) ? 1 : 0;
+      ape += std::abs(p.predicted_gain - p.gain) / (1.0 + p.gain);
+      ape_in += std::abs(in - p.gain) / (1.0 + p.gain);
+    }
+    sc.pairs = count;
+    sc.positive = pos;
+    const double c = static_cast<double>(std::max<int64_t>(count, 1));
+    sc.accuracy_pct = 100.0 * static_cast<double>(agree) / c;
+    sc.in_sample_accuracy_pct = 100.0 * static_cast<double>(agree_in) / c;
+    sc.majority_accuracy_pct = 100.0 * static_cast<double>(std::max(pos, count - pos)) / c;
+    sc.mape_pct = 100.0 * ape / c;
+    sc.in_sample_mape_pct = 100.0 * ape_in / c;
+  };
+  score(rep.scores[0], "temporal");
+  score(rep.scores[1], "spatial");
+  YmirModeScore all;
+  all.mode = "all";
+  score(all, "all");
+  {
+    std::vector<double> x, y;
+    for (const YmirPair& p : rep.pairs) x.push_back(p.similarity), y.push_back(p.gain);
+    all.correlation = Pearson(x, y);
+  }
+  rep.scores.push_back(all);
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+std::string YmirEstimatorReport::GainsCsv() const {
+  std::string out = "task_a,task_b,mode,gain\n";
+  for (const YmirPair& p : pairs)
+    out += absl::StrFormat("%s,%s,%s,%.6f\n", p.task_a, p.task_b, p.mode, p.gain);
+  return out;
+}
+
+std::string YmirEstimatorReport::ToJson() const {
+  std::string j = "{\n  \"tasks\": [";
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    j += absl::StrFormat(
+        "%s\n    {\"name\": \"%s\", \"normal_steps_to_target\": %.2f, \"eval_loss_initial\": %.4f, "
+        "\"eval_loss_best\": %.4f, \"eval_loss_target\": %.4f}",
+        i ? "," : "", tasks[i], normal_steps[i], normal_initial_loss[i], normal_best_loss[i],
+        normal_target_loss[i]);
+  }
+  j += "],\n  \"paper\": {\"accuracy_pct\": [97.2, 98.6, 98.6], \"gain_mape_pct\": [15.53, 16.76, "
+       "18.05]},\n";
+  j += "  \"scores\": [";
+  for (size_t i = 0; i < scores.size(); ++i) {
+    const YmirModeScore& s = scores[i];
+    j += absl::StrFormat(
+        "%s\n    {\"mode\": \"%s\", \"pairs\": %d, \"positive\": %d, \"accuracy_pct\": %.1f, "
+        "\"majority_accuracy_pct\": %.1f, \"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": "
+        "%.1f, "
+        "\"in_sample_gain_mape_pct\": %.1f, \"correlation\": %.3f, \"fit\": {\"intercept\": %.4f, "
+        "\"slope\": %.4f}}",
+        i ? "," : "", s.mode, s.pairs, s.positive, s.accuracy_pct, s.majority_accuracy_pct,
+        s.mape_pct, s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept,
+        s.fit.slope);
+  }
+  j += "],\n  \"pairs\": [";
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const YmirPair& p = pairs[i];
+    j += absl::StrFormat(
+        "%s\n    {\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"similarity\": %.4f, "
+        "\"steps_normal\": %.2f, "
+        "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"predicted_gain\": %.4f}",
+        i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.steps_normal, p.steps_transfer,
+        p.censored ? "true" : "false", p.gain, p.predicted_gain);
+  }
+  j += absl::StrFormat("],\n  \"train_steps\": %d,\n  \"seconds\": %.1f\n}", train_steps, seconds);
+  return j;
+}
+
+}  // namespace slicesched::executor

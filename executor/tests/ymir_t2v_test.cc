@@ -1,0 +1,185 @@
+// Backbone pretraining on the synthetic language and the Ymir transfer-gain
+// estimator (pretrain.h, task2vec.h) on the "tiny" preset (f32).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
+#include "slicesched/executor/pretrain.h"
+#include "slicesched/executor/safetensors.h"
+#include "slicesched/executor/task2vec.h"
+#include "slicesched/gmg/llama.h"
+
+namespace slicesched::executor {
+namespace {
+
+LlamaDims Tiny() {
+  auto dims = LlamaPreset("tiny");
+  EXPECT_TRUE(dims.ok()) << dims.status();
+  return *dims;
+}
+
+PretrainOptions SmallPretrain() {
+  PretrainOptions o;
+  o.rounds = 2;
+  o.steps_per_round = 15;
+  o.batch_size = 8;
+  o.sequence_length = 16;
+  o.eval_sentences = 32;
+  return o;
+}
+
+TEST(Pretrain, LossDecreasesAndTheBackboneLearnsTheLanguage) {
+  auto r = PretrainBackbone(Tiny(), SmallPretrain());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->train_loss.size(), 30u);
+  // A random backbone is near-uniform over 256 tokens (ln 256 = 5.55); the
+  // language is far more predictable than that.
+  EXPECT_GT(r->initial_eval_loss, 5.0);
+  EXPECT_LT(r->final_eval_loss, r->initial_eval_loss - 0.3);
+  EXPECT_LT(r->train_loss.back(), r->train_loss.front());
+  // The merged backbone is what the eval loss measured.
+  auto again = LanguageModelLoss(*r->weights, {{1, 2, 3, 4}});
+  EXPECT_TRUE(again.ok());
+}
+
+TEST(Pretrain, SameSeedSameBytesOtherSeedOtherWeights) {
+  const std::string dir = testing::TempDir();
+  std::vector<std::string> paths;
+  for (uint64_t seed : {3, 3, 4}) {
+    PretrainOptions o = SmallPretrain();
+    o.rounds = 1;
+    o.steps_per_round = 5;
+    o.seed = seed;
+    auto r = PretrainBackbone(Tiny(), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    paths.push_back(dir + "/pretrain_" + std::to_string(paths.size()) + ".safetensors");
+    ASSERT_TRUE(WriteSafetensors(paths.back(), r->weights->NamedTensors()).ok());
+  }
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(slurp(paths[0]), slurp(paths[1]));
+  EXPECT_NE(slurp(paths[0]), slurp(paths[2]));
+  // Only q, v and lm_head change; the embeddings keep their seeded values.
+  auto seeded = LlamaWeights::FromSeed(Tiny(), 3);
+  auto loaded = LlamaWeights::FromSafetensors(Tiny(), paths[0]);
+  ASSERT_TRUE(seeded.ok() && loaded.ok());
+  EXPECT_EQ((*seeded)->embed_tokens().MaxAbsDiff((*loaded)->embed_tokens()), 0.0);
+  EXPECT_EQ((*seeded)->layer(0).k_proj.MaxAbsDiff((*loaded)->layer(0).k_proj), 0.0);
+  EXPECT_GT((*seeded)->layer(0).q_proj.MaxAbsDiff((*loaded)->layer(0).q_proj), 0.0);
+  EXPECT_GT((*seeded)->lm_head().MaxAbsDiff((*loaded)->lm_head()), 0.0);
+}
+
+TEST(Pretrain, RejectsBadOptions) {
+  PretrainOptions o;
+  o.rounds = 0;
+  EXPECT_THAT(std::string(PretrainBackbone(Tiny(), o).status().message()),
+              testing::HasSubstr("rounds"));
+  LlamaDims bf16 = Tiny();
+  bf16.dtype = DType::kBF16;
+  EXPECT_THAT(std::string(PretrainBackbone(bf16, PretrainOptions{}).status().message()),
+              testing::HasSubstr("f32"));
+}
+
+TEST(Task2Vec, DistancesFollowTheDefinitions) {
+  const std::vector<double> a = {1, 2, 3, 4}, b = {2, 4, 6, 8}, c = {4, 3, 2, 1};
+  // Proportional Fishers normalise to constant vectors: distance 0.
+  EXPECT_NEAR(SymmetricDistance(a, b), 0.0, 1e-12);
+  EXPECT_NEAR(SymmetricDistance(a, a), 0.0, 1e-12);
+  EXPECT_GT(SymmetricDistance(a, c), 0.01);
+  EXPECT_NEAR(SymmetricDistance(a, c), SymmetricDistance(c, a), 1e-12);
+  // The asymmetric distance subtracts alpha x the source's distance from t0.
+  EXPECT_NEAR(AsymmetricDistance(a, c, b, 0.5), SymmetricDistance(a, c), 1e-12);
+  EXPECT_NEAR(AsymmetricDistance(c, a, b, 0.5),
+              SymmetricDistance(a, c) - 0.5 * SymmetricDistance(c, b), 1e-12);
+  const LinearFit f = FitLine({0, 1, 2, 3}, {1, 3, 5, 7});
+  EXPECT_NEAR(f.intercept, 1.0, 1e-12);
+  EXPECT_NEAR(f.slope, 2.0, 1e-12);
+  EXPECT_EQ(FitLine({1, 1}, {2, 4}).slope, 0.0);
+}
+
+YmirExperimentOptions SmallExperiment() {
+  YmirExperimentOptions o;
+  o.tasks = {{"fa-major", 2}, {"fa-inv", 2}, {"fb-major", 2}};
+  o.sequence_length = 8;
+  o.batch_size = 8;
+  o.train_examples = 64;
+  o.eval_examples = 16;
+  o.normal_steps = 6;
+  o.probe_steps = 3;
+  o.fisher_examples = 4;
+  o.eval_every = 2;
+  return o;
+}
+
+TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  auto r1 = RunYmirEstimators(**w, SmallExperiment());
+  auto r2 = RunYmirEstimators(**w, SmallExperiment());
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  ASSERT_TRUE(r2.ok());
+  // 3 x 2 temporal pairs, 3 spatial runs giving two gains each.
+  ASSERT_EQ(r1->pairs.size(), 12u);
+  EXPECT_EQ(r1->GainsCsv(), r2->GainsCsv());
+  EXPECT_THAT(r1->GainsCsv(),
+              testing::StartsWith("task_a,task_b,mode,gain\nfa-major,fa-inv,temporal,"));
+  for (const YmirPair& p : r1->pairs) {
+    EXPECT_NEAR(p.gain, p.steps_normal / p.steps_transfer - 1.0, 1e-12);
+    EXPECT_GT(p.steps_transfer, 0.0);
+    EXPECT_LE(p.steps_transfer, 13);
+    EXPECT_TRUE(std::isfinite(p.similarity));
+  }
+  // Spatial similarity is symmetric: the two rows of one joint run agree.
+  for (const YmirPair& p : r1->pairs) {
+    if (p.mode != "spatial") continue;
+    for (const YmirPair& q : r1->pairs) {
+      if (q.mode == "spatial" && q.task_a == p.task_b && q.task_b == p.task_a) {
+        EXPECT_EQ(p.similarity, q.similarity);
+      }
+    }
+  }
+  ASSERT_EQ(r1->scores.size(), 3u);
+  EXPECT_EQ(r1->scores[2].pairs, 12);
+  EXPECT_THAT(r1->ToJson(), testing::HasSubstr("\"gain_mape_pct\""));
+}
+
+TEST(Task2Vec, RepeatsAverageTheStepsOfIndependentSeeds) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  auto one = RunYmirEstimators(**w, o);
+  o.seed += 1000;
+  auto other = RunYmirEstimators(**w, o);
+  o.seed -= 1000;
+  o.repeats = 2;
+  auto both = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(one.ok() && other.ok() && both.ok()) << both.status();
+  ASSERT_EQ(both->pairs.size(), one->pairs.size());
+  for (size_t k = 0; k < both->pairs.size(); ++k) {
+    const YmirPair &p = both->pairs[k], &a = one->pairs[k], &b = other->pairs[k];
+    EXPECT_NEAR(p.steps_transfer, 0.5 * (a.steps_transfer + b.steps_transfer), 1e-9);
+    EXPECT_NEAR(p.steps_normal, 0.5 * (a.steps_normal + b.steps_normal), 1e-9);
+    EXPECT_EQ(p.similarity, a.similarity);  // embeddings from repeat 0
+  }
+}
+
+TEST(Task2Vec, RejectsBadOptions) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  o.tasks[0].name = "lm";
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("not a classification"));
+  o = SmallExperiment();
+  o.tasks.pop_back();
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("at least 3"));
+}
+
+}  // namespace
+}  // namespace slicesched::executor

@@ -1,0 +1,307 @@
+#include "slicesched/synth/tasks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numbers>
+#include <set>
+
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+
+namespace slicesched::synth {
+namespace {
+
+// Sentences drawn to place the thresholds of the count features.
+constexpr int64_t kThresholdSamples = 4096;
+constexpr uint64_t kThresholdSalt = 0x7468726573686f6cull;  // "threshol"
+constexpr double kNoisyFlip = 0.2;
+
+std::vector<double> Cumulative(const std::vector<double>& w) {
+  std::vector<double> c(w.size());
+  double sum = 0;
+  for (size_t i = 0; i < w.size(); ++i) c[i] = (sum += w[i]);
+  for (double& x : c) x /= sum;
+  return c;
+}
+
+const std::vector<int64_t>* ClassSet(const std::string& family) {
+  static const std::vector<int64_t> fa = {0, 1}, fb = {2, 3}, fab = {1, 2};
+  if (family == "fa" || family == "parity") return &fa;
+  if (family == "fb") return &fb;
+  if (family == "fab") return &fab;
+  return nullptr;
+}
+
+int64_t Count(const Language& lang, const std::vector<int64_t>& tokens, const std::vector<int64_t>& set) {
+  int64_t c = 0;
+  for (int64_t t : tokens) c += std::find(set.begin(), set.end(), lang.ClassOf(t)) != set.end() ? 1 : 0;
+  return c;
+}
+
+// Thresholds t_1 < ... < t_{k-1} on the count so that class j = #{t_i <= c}
+// has about 1/k of the language's sentences: t_i is the smallest count whose
+// cumulative share reaches i/k (at least 1 above the previous threshold).
+std::vector<int64_t> Thresholds(const Language& lang, const std::vector<int64_t>& set, int64_t length, int64_t k) {
+  Rng rng(lang.options().seed ^ kThresholdSalt ^ static_cast<uint64_t>(length));
+  std::vector<int64_t> hist(static_cast<size_t>(length + 1), 0);
+  for (int64_t i = 0; i < kThresholdSamples; ++i)
+    ++hist[static_cast<size_t>(Count(lang, lang.Sample(length, rng), set))];
+  std::vector<int64_t> out;
+  int64_t below = 0;  // sentences with count < c
+  int64_t c = 0;
+  for (int64_t i = 1; i < k; ++i) {
+    const double want = static_cast<double>(kThresholdSamples) * static_cast<double>(i) / static_cast<double>(k);
+    int64_t lo = out.empty() ? 1 : out.back() + 1;
+    while (c < lo) below += hist[static_cast<size_t>(c++)];
+    // Move up while stopping here leaves the lower classes short by more than
+    // taking the next count would overshoot.
+    while (c <= length && static_cast<double>(below) + static_cast<double>(hist[static_cast<size_t>(c)]) / 2.0 < want) {
+      below += hist[static_cast<size_t>(c++)];
+    }
+    out.push_back(std::min(c, length));
+  }
+  return out;
+}
+
+int64_t Bin(int64_t count, const std::vector<int64_t>& thresholds) {
+  int64_t j = 0;
+  for (int64_t t : thresholds) j += count >= t ? 1 : 0;
+  return j;
+}
+
+}  // namespace
+
+absl::Status LanguageOptions::Validate() const {
+  if (vocab < 8) return absl::InvalidArgumentError(StrCat("language vocab must be at least 8, got ", vocab));
+  if (classes < 4 || classes > vocab) {
+    return absl::InvalidArgumentError(StrCat("language classes must be in [4, vocab=", vocab, "], got ", classes));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Rng::Next() {
+  uint64_t z = (x_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+int64_t Rng::Below(int64_t n) { return static_cast<int64_t>(Next() % static_cast<uint64_t>(n)); }
+
+double Rng::Normal() {
+  const double u1 = 1.0 - Uniform();  // (0, 1]
+  const double u2 = Uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+size_t Rng::Pick(const std::vector<double>& cumulative) {
+  const double u = Uniform();
+  const auto it = std::upper_bound(cumulative.begin(), cumulative.end(), u);
+  return std::min(static_cast<size_t>(it - cumulative.begin()), cumulative.size() - 1);
+}
+
+absl::StatusOr<Language> Language::Make(const LanguageOptions& options) {
+  SLICESCHED_RETURN_IF_ERROR(options.Validate());
+  Language l;
+  l.options_ = options;
+  Rng rng(options.seed);
+  const auto v = static_cast<size_t>(options.vocab);
+  const auto k = static_cast<size_t>(options.classes);
+  std::vector<int64_t> perm(v);
+  for (size_t i = 0; i < v; ++i) perm[i] = static_cast<int64_t>(i);
+  for (size_t i = v - 1; i > 0; --i)
+    std::swap(perm[i], perm[static_cast<size_t>(rng.Below(static_cast<int64_t>(i) + 1))]);
+  l.token_class_.resize(v);
+  l.members_.resize(k);
+  for (size_t t = 0; t < v; ++t) {
+    l.token_class_[t] = perm[t] % options.classes;
+    l.members_[static_cast<size_t>(l.token_class_[t])].push_back(static_cast<int64_t>(t));
+  }
+  for (size_t c = 0; c < k; ++c) {
+    auto& m = l.members_[c];
+    for (size_t i = m.size() - 1; i > 0; --i)
+      std::swap(m[i], m[static_cast<size_t>(rng.Below(static_cast<int64_t>(i) + 1))]);
+    std::vector<double> w(m.size());
+    for (size_t r = 0; r < m.size(); ++r) w[r] = 1.0 / static_cast<double>(r + 1);
+    l.emit_cumulative_.push_back(Cumulative(w));
+    std::vector<double> next(k);
+    for (double& x : next) x = std::exp(1.5 * rng.Normal());
+    l.next_cumulative_.push_back(Cumulative(next));
+  }
+  return l;
+}
+
+std::vector<int64_t> Language::Sample(int64_t length, Rng& rng) const {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(std::max<int64_t>(length, 0)));
+  size_t c = static_cast<size_t>(rng.Below(options_.classes));
+  for (int64_t i = 0; i < length; ++i) {
+    if (i > 0) c = rng.Pick(next_cumulative_[c]);
+    out.push_back(members_[c][rng.Pick(emit_cumulative_[c])]);
+  }
+  return out;
+}
+
+const std::vector<TaskInfo>& KnownTasks() {
+  static const std::vector<TaskInfo> tasks = [] {
+    std::vector<TaskInfo> t;
+    for (const char* fam : {"fa", "fb", "fab"}) {
+      const std::string f = fam;
+      const std::string feat = StrCat("the count of tokens of the ", f, " class set");
+      t.push_back({f + "-major", f, TaskKind::kClassification, StrCat("1 if ", feat, " is at least its median")});
+      t.push_back({f + "-inv", f, TaskKind::kClassification, StrCat(f, "-major with inverted labels")});
+      t.push_back({f + "-noisy", f, TaskKind::kClassification, StrCat(f, "-major with 20% of labels flipped")});
+      t.push_back({f + "-bins", f, TaskKind::kClassification, StrCat(feat, " in num_classes quantile bins")});
+    }
+    t.push_back({"parity", "parity", TaskKind::kClassification, "the count of the fa class set mod 2"});
+    t.push_back({"last-class", "last-class", TaskKind::kClassification, "the class of the last token mod num_classes"});
+    t.push_back({"lm", "lm", TaskKind::kNextToken, "next-token prediction on the language"});
+    t.push_back({"copy", "copy", TaskKind::kNextToken, "next-token prediction; the second half repeats the first"});
+    return t;
+  }();
+  return tasks;
+}
+
+absl::StatusOr<TaskInfo> FindTask(std::string_view name) {
+  std::string names;
+  for (const TaskInfo& t : KnownTasks()) {
+    if (t.name == name) return t;
+    names += names.empty() ? t.name : ", " + t.name;
+  }
+  return absl::NotFoundError(StrCat("unknown synthetic task '", name, "' (known: ", names, ")"));
+}
+
+absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
+  auto info = FindTask(o.task);
+  if (!info.ok()) return absl::InvalidArgumentError(info.status().message());
+  if (o.examples < 1) return absl::InvalidArgumentError(StrCat("examples must be at least 1, got ", o.examples));
+  if (o.sequence_length < 2) {
+    return absl::InvalidArgumentError(StrCat("sequence_length must be at least 2, got ", o.sequence_length));
+  }
+  if (o.num_classes < 2)
+    return absl::InvalidArgumentError(StrCat("num_classes must be at least 2, got ", o.num_classes));
+  SLICESCHED_ASSIGN_OR_RETURN(Language lang, Language::Make(o.language));
+  const std::string& fam = info->family;
+  const std::string variant = info->name.substr(std::min(info->name.size(), fam.size() + 1));
+  const bool binary = fam == "parity" || variant == "major" || variant == "inv" || variant == "noisy";
+  if (binary && o.num_classes != 2) {
+    return absl::InvalidArgumentError(
+        StrCat("task '", o.task, "' is binary: num_classes must be 2, got ", o.num_classes));
+  }
+  if (fam == "last-class" && o.num_classes > o.language.classes) {
+    return absl::InvalidArgumentError(StrCat("task 'last-class': num_classes must be at most the language's ",
+                                             o.language.classes, " classes, got ", o.num_classes));
+  }
+  const std::vector<int64_t>* set = ClassSet(fam);
+  std::vector<int64_t> thresholds;
+  if (set != nullptr && fam != "parity") {
+    thresholds = Thresholds(lang, *set, o.sequence_length, variant == "bins" ? o.num_classes : 2);
+  }
+  Rng rng(o.seed);
+  Rng noise(o.seed ^ 0x6e6f697365ull);  // "noise": independent of the sentences
+  std::vector<Example> out;
+  out.reserve(static_cast<size_t>(o.examples));
+  for (int64_t i = 0; i < o.examples; ++i) {
+    Example e;
+    if (fam == "copy") {
+      const int64_t half = (o.sequence_length + 1) / 2;
+      e.tokens = lang.Sample(half, rng);
+      for (int64_t j = half; j < o.sequence_length; ++j) e.tokens.push_back(e.tokens[static_cast<size_t>(j - half)]);
+    } else {
+      e.tokens = lang.Sample(o.sequence_length, rng);
+    }
+    if (fam == "parity") {
+      e.label = Count(lang, e.tokens, *set) % 2;
+    } else if (fam == "last-class") {
+      e.label = lang.ClassOf(e.tokens.back()) % o.num_classes;
+    } else if (set != nullptr) {
+      e.label = Bin(Count(lang, e.tokens, *set), thresholds);
+      if (variant == "inv") e.label = 1 - e.label;
+      if (variant == "noisy" && noise.Uniform() < kNoisyFlip) e.label = 1 - e.label;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::Status WriteJsonl(const std::string& path, const std::vector<Example>& examples) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return absl::UnavailableError(StrCat("cannot open '", path, "' for writing"));
+  for (const Example& e : examples) {
+    f << "{\"tokens\": [";
+    for (size_t i = 0; i < e.tokens.size(); ++i) f << (i ? ", " : "") << e.tokens[i];
+    f << "], \"label\": " << e.label << "}\n";
+  }
+  f.flush();
+  if (!f) return absl::DataLossError(StrCat("writing '", path, "' failed"));
+  return absl::OkStatus();
+}
+
+namespace {
+template <typename T>
+void PutLe(std::string& out, T v) {
+  const auto u = static_cast<uint64_t>(v);
+  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+}
+template <typename T>
+bool GetLe(const std::string& in, size_t& pos, T* v) {
+  if (pos + sizeof(T) > in.size()) return false;
+  uint64_t u = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) u |= static_cast<uint64_t>(static_cast<unsigned char>(in[pos + i])) << (8 * i);
+  pos += sizeof(T);
+  *v = static_cast<T>(u);
+  return true;
+}
+constexpr std::string_view kMagic = "SSTOKV1\n";
+}  // namespace
+
+absl::Status WriteTokensBin(const std::string& path, const std::vector<Example>& examples) {
+  std::string out(kMagic);
+  PutLe<uint64_t>(out, examples.size());
+  for (const Example& e : examples) {
+    PutLe<int64_t>(out, e.label);
+    PutLe<uint32_t>(out, static_cast<uint32_t>(e.tokens.size()));
+    for (int64_t t : e.tokens) PutLe<uint32_t>(out, static_cast<uint32_t>(t));
+  }
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return absl::UnavailableError(StrCat("cannot open '", path, "' for writing"));
+  f.write(out.data(), static_cast<std::streamsize>(out.size()));
+  f.flush();
+  if (!f) return absl::DataLossError(StrCat("writing '", path, "' failed"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Example>> ReadTokensBin(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(StrCat("cannot open '", path, "'"));
+  const std::string in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (in.compare(0, kMagic.size(), kMagic) != 0) {
+    return absl::InvalidArgumentError(StrCat("'", path, "' does not start with the tokens-bin magic"));
+  }
+  size_t pos = kMagic.size();
+  uint64_t n = 0;
+  if (!GetLe(in, pos, &n)) return absl::InvalidArgumentError(StrCat("'", path, "': truncated count"));
+  std::vector<Example> out;
+  for (uint64_t i = 0; i < n; ++i) {
+    Example e;
+    uint32_t len = 0;
+    if (!GetLe(in, pos, &e.label) || !GetLe(in, pos, &len)) {
+      return absl::InvalidArgumentError(StrCat("'", path, "': example ", i, " is truncated"));
+    }
+    for (uint32_t j = 0; j < len; ++j) {
+      uint32_t t = 0;
+      if (!GetLe(in, pos, &t)) return absl::InvalidArgumentError(StrCat("'", path, "': example ", i, " is truncated"));
+      e.tokens.push_back(t);
+    }
+    out.push_back(std::move(e));
+  }
+  if (pos != in.size())
+    return absl::InvalidArgumentError(StrCat("'", path, "': trailing bytes after ", n, " examples"));
+  return out;
+}
+
+}  // namespace slicesched::synth
