@@ -994,10 +994,11 @@ absl::StatusOr<YmirCompareResult> RunYmirCompare(const YmirCompareOptions& optio
   YmirCompareResult r;
   if (o.trace.empty()) {
 #ifdef SLICESCHED_SOURCE_DIR
-    const std::string shared = std::string(SLICESCHED_SOURCE_DIR) + "/../shared";
+    std::string shared = std::string(SLICESCHED_SOURCE_DIR) + "/../shared";
 #else
-    const std::string shared = "../shared";
+    std::string shared = "../shared";
 #endif
+    if (!o.shared_dir.empty()) shared = o.shared_dir;
     if (!std::ifstream(shared + "/traces/philly_jobs_pollux.csv")) {
       return absl::NotFoundError(StrCat("no --trace given and the default trace ", shared,
                                         "/traces/philly_jobs_pollux.csv is absent; pass --trace FILE (a job table "

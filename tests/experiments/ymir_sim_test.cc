@@ -280,6 +280,15 @@ TEST(YmirSim, CompareRejectsBadClusterAndMissingTrace) {
   EXPECT_THAT(ok->ToJson(o), HasSubstr("\"policy\": \"SRTF\""));
   o.policy = "FIFO";
   EXPECT_FALSE(RunYmirCompare(o).ok());
+  // No --trace and no ../shared: a clear error, not a crash.
+  o.policy = "SRTF";
+  o.trace.clear();
+  o.shared_dir = "/nonexistent/shared";
+  auto absent = RunYmirCompare(o);
+  ASSERT_FALSE(absent.ok());
+  EXPECT_THAT(std::string(absent.status().message()),
+              HasSubstr("no --trace given and the default trace /nonexistent/shared/traces/"
+                        "philly_jobs_pollux.csv is absent"));
 }
 
 }  // namespace

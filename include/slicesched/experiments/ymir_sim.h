@@ -267,7 +267,8 @@ absl::StatusOr<YmirSimResult> RunYmirSim(const std::vector<YmirSimJob>& jobs, co
 
 // `slicesim ymir`.
 struct YmirCompareOptions {
-  std::string trace;       // empty: ../shared/traces/philly_jobs_pollux.csv
+  std::string trace;       // empty: <shared_dir>/traces/philly_jobs_pollux.csv
+  std::string shared_dir;  // empty: ../shared next to the source tree
   std::string gains;       // empty: DefaultYmirGains()
   std::string policy = "all";
   int jobs = 2000;
