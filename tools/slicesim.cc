@@ -18,6 +18,7 @@
 #include "slicesched/experiments/bench_sim.h"
 #include "slicesched/experiments/gmg_demo.h"
 #include "slicesched/experiments/replay.h"
+#include "slicesched/experiments/ymir_sim.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/loadgen/load.h"
 #include "slicesched/synth/tasks.h"
@@ -138,6 +139,13 @@ int Usage(FILE* to) {
                "         [--lora-rank R] [--sequence-length L] [--repeats N] [--gains-out FILE] [--json]\n"
                "                        Task2Vec similarity -> transfer gain, against gains measured\n"
                "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch)\n"
+               "  ymir [--trace FILE] [--jobs N] [--seed S] [--load 1|2] [--gpus G] [--nodes N]\n"
+               "       [--gains FILE] [--policy NAME|all] [--json] [--round S] [--restart S]\n"
+               "       [--ilp-window K] [--ilp-gap G] [--ilp-time-limit S]\n"
+               "                        job-level comparison of the Ymir planner with Tiresias,\n"
+               "                        Optimus, Pollux, Themis and SRTF on a GPU-cluster job trace\n"
+               "                        (default ../shared/traces/philly_jobs_pollux.csv, 2000 jobs,\n"
+               "                        240 GPUs = 60 nodes x 4; gains: a documented stand-in table)\n"
                "  help                  this text\n");
   return to == stdout ? 0 : 2;
 }
@@ -602,6 +610,40 @@ int YmirEstimators(const std::vector<std::string>& args) {
 #endif
 }
 
+int YmirCommand(const std::vector<std::string>& args) {
+  slicesched::YmirCompareOptions o;
+  bool json = false;
+  int64_t jobs = o.jobs, seed = static_cast<int64_t>(o.config.seed), gpus = o.config.gpus, nodes = o.nodes,
+          window = o.config.ilp_window;
+  if (int rc = Flags("ymir")
+                   .Text("--trace", &o.trace)
+                   .Text("--gains", &o.gains)
+                   .Text("--policy", &o.policy)
+                   .Int("--jobs", &jobs)
+                   .Int("--seed", &seed)
+                   .Num("--load", &o.load)
+                   .Int("--gpus", &gpus)
+                   .Int("--nodes", &nodes)
+                   .Num("--round", &o.config.round_s)
+                   .Num("--restart", &o.config.restart_s)
+                   .Int("--ilp-window", &window)
+                   .Num("--ilp-gap", &o.config.ilp_gap)
+                   .Num("--ilp-time-limit", &o.config.ilp_time_limit_s)
+                   .Switch("--json", &json)
+                   .Parse(args)) {
+    return rc;
+  }
+  o.jobs = static_cast<int>(jobs);
+  o.config.seed = static_cast<uint64_t>(seed);
+  o.config.gpus = static_cast<int>(gpus);
+  o.nodes = static_cast<int>(nodes);
+  o.config.ilp_window = static_cast<int>(window);
+  auto r = slicesched::RunYmirCompare(o);
+  if (!r.ok()) return Failed("ymir", r.status());
+  std::printf("%s\n", json ? r->ToJson(o).c_str() : r->ToText().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -619,6 +661,7 @@ int main(int argc, char** argv) {
   if (cmd == "synth-data") return SynthData(args);
   if (cmd == "make-backbone") return MakeBackbone(args);
   if (cmd == "ymir-estimators") return YmirEstimators(args);
+  if (cmd == "ymir") return YmirCommand(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);

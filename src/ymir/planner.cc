@@ -32,7 +32,7 @@ Status Validate(const std::vector<JobView>& jobs, const ClusterView& cluster,
         slicesched::StrCat("bad cluster: gpus=", cluster.gpus,
                            " gpus_per_node=", cluster.gpus_per_node));
   }
-  if (options.round_s < 0 || options.time_limit_s <= 0) {
+  if (options.round_s < 0 || options.time_limit_s <= 0 || !(options.relative_gap >= 0)) {
     return absl::InvalidArgumentError("bad planner options");
   }
   std::unordered_map<uint64_t, int> seen;
@@ -408,7 +408,7 @@ StatusOr<PlanResult> Plan(const std::vector<JobView>& jobs,
   Cbc_setParameter(m, "logLevel", "0");
   Cbc_setParameter(m, "slogLevel", "0");
   Cbc_setParameter(m, "seconds", slicesched::StrCat(options.time_limit_s).c_str());
-  Cbc_setParameter(m, "ratioGap", "0");
+  Cbc_setParameter(m, "ratioGap", slicesched::StrCat(options.relative_gap).c_str());
   Cbc_setParameter(m, "allowableGap", "1e-9");
   Cbc_solve(m);
 
@@ -419,7 +419,7 @@ StatusOr<PlanResult> Plan(const std::vector<JobView>& jobs,
       if (sol[c] > 0.5) selected.push_back(c);
     }
   }
-  bool optimal = Cbc_isProvenOptimal(m) != 0;
+  bool optimal = Cbc_isProvenOptimal(m) != 0 && options.relative_gap == 0;
   if (!FeasibleSelection(set, selected, n, cluster.gpus)) {
     // No usable incumbent (should not happen with the MIP start): everyone waits.
     selected.clear();

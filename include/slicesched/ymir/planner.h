@@ -119,6 +119,10 @@ struct PlannerOptions {
   double round_s = 120.0;      // scheduling period, used for the wait option
   double min_tran_wt = 1.0;    // pair candidates below this are pruned
   double time_limit_s = 30.0;  // CBC "seconds" limit
+  // CBC "ratioGap": stop once the incumbent is proven within this relative
+  // gap of the best bound (0 = prove optimality; PlanResult::optimal is then
+  // false when the solver stopped at a non-zero gap).
+  double relative_gap = 0.0;
 };
 
 enum class Mode { kWait, kNormal, kTemporal, kSpatial };

@@ -1,0 +1,295 @@
+#include "slicesched/experiments/ymir_sim.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace slicesched {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kFixture = std::string(SLICESCHED_SOURCE_DIR) + "/tests/experiments/data/ymir_jobs.csv";
+
+// Two backbones x two families x two tasks.
+YmirGains FamilyGains(double same_temporal, double same_spatial, double cross) {
+  YmirGains g;
+  for (const std::string bb : {"vit", "bert"}) {
+    std::vector<std::pair<std::string, int>> tasks = {
+        {bb + "/a1", 0}, {bb + "/a2", 0}, {bb + "/b1", 1}, {bb + "/b2", 1}};
+    for (const auto& [a, fa] : tasks) {
+      for (const auto& [b, fb] : tasks) {
+        if (a == b) continue;
+        g.Set(a, b, ymir::Mode::kTemporal, fa == fb ? same_temporal : cross);
+        g.Set(a, b, ymir::Mode::kSpatial, fa == fb ? same_spatial : cross);
+      }
+    }
+  }
+  return g;
+}
+
+YmirSimConfig SmallCluster(int gpus) {
+  YmirSimConfig c;
+  c.gpus = gpus;
+  c.gpus_per_node = 4;
+  return c;
+}
+
+YmirSimResult RunPolicy(const std::vector<YmirSimJob>& jobs, const YmirGains& gains, const YmirSimConfig& c,
+                  const std::string& policy) {
+  auto p = MakeYmirSimPolicy(policy);
+  EXPECT_TRUE(p.ok()) << p.status();
+  auto r = RunYmirSim(jobs, gains, c, **p);
+  EXPECT_TRUE(r.ok()) << policy << ": " << r.status();
+  return r.ok() ? *r : YmirSimResult{};
+}
+
+TEST(YmirSim, EveryJobCompletesUnderEveryPolicyWithinCapacity) {
+  const YmirGains gains = DefaultYmirGains();
+  for (double load : {1.0, 2.0}) {
+    auto jobs = LoadYmirJobs(kFixture, 40, load, 3, 16, gains);
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 40u);
+    for (const auto& name : YmirSimPolicyNames()) {
+      YmirSimResult r = RunPolicy(*jobs, gains, SmallCluster(16), name);
+      ASSERT_EQ(r.jobs.size(), jobs->size()) << name;
+      for (size_t i = 0; i < r.jobs.size(); ++i) {
+        EXPECT_GT(r.jobs[i].jct_s, 0) << name << " job " << i;
+        EXPECT_NEAR(r.jobs[i].finish_s, (*jobs)[i].submit_s + r.jobs[i].jct_s, 1e-6);
+      }
+      EXPECT_LE(r.peak_gpus, 16) << name;
+      EXPECT_GT(r.peak_gpus, 0) << name;
+      EXPECT_GT(r.avg_jct_s, 0);
+      EXPECT_GE(r.p99_jct_s, r.avg_jct_s * 0.5);
+      if (name == "Ymir" || name == "Ymir-elastic") {
+        EXPECT_GT(r.ilp_calls, 0) << name;
+        EXPECT_GE(r.ilp_max_s, r.ilp_avg_s);
+      } else {
+        EXPECT_EQ(r.ilp_calls, 0) << name;
+      }
+    }
+  }
+}
+
+// A policy that ignores capacity: the simulator must refuse its decision.
+class GreedyOverAllocator : public YmirSimPolicy {
+ public:
+  std::string Name() const override { return "over"; }
+  absl::StatusOr<YmirSimDecision> Decide(const YmirSimState& s) override {
+    YmirSimDecision d;
+    for (const auto& u : s.units) d.gpus.push_back(u.trace_gpus);
+    return d;
+  }
+};
+
+TEST(YmirSim, OverAllocationIsAnError) {
+  std::vector<YmirSimJob> jobs = {{0, 100, 4, "vit/a1"}, {0, 100, 4, "vit/a2"}, {0, 100, 4, "vit/b1"}};
+  GreedyOverAllocator over;
+  auto r = RunYmirSim(jobs, FamilyGains(0, 0, 0), SmallCluster(8), over);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("over-allocated"));
+}
+
+TEST(YmirSim, SingleJobRunsItsDuration) {
+  const YmirSimConfig c = SmallCluster(8);
+  std::vector<YmirSimJob> jobs = {{50, 1000, 2, "vit/a1"}};
+  for (const auto& name : YmirSimPolicyNames()) {
+    YmirSimResult r = RunPolicy(jobs, FamilyGains(0.5, 0.5, 0), c, name);
+    ASSERT_EQ(r.jobs.size(), 1u);
+    const int g = r.jobs[0].final_gpus;
+    // Its work is 1000 s on 2 GPUs; an elastic policy may give it more.
+    EXPECT_NEAR(r.jobs[0].jct_s, 1000 * YmirSpeedup(c, 2) / YmirSpeedup(c, g), 1e-6) << name;
+    if (name == "Tiresias" || name == "Themis" || name == "SRTF") {
+      EXPECT_EQ(g, 2) << name;
+      EXPECT_NEAR(r.jobs[0].jct_s, 1000, 1e-6) << name;
+    } else {
+      EXPECT_EQ(g, 4) << name;  // alone: the largest allowed count
+    }
+    EXPECT_EQ(r.restarts, 0) << name;
+  }
+}
+
+TEST(YmirSim, SrtfRunsShortestFirstAndPreempts) {
+  YmirSimConfig c = SmallCluster(1);
+  c.gpus_per_node = 1;
+  std::vector<YmirSimJob> jobs = {{0, 300, 1, "vit/a1"}, {0, 100, 1, "vit/a2"}, {0, 200, 1, "vit/b1"}};
+  YmirSimResult r = RunPolicy(jobs, FamilyGains(0, 0, 0), c, "SRTF");
+  ASSERT_EQ(r.jobs.size(), 3u);
+  EXPECT_NEAR(r.jobs[1].finish_s, 100, 1e-6);
+  EXPECT_NEAR(r.jobs[2].finish_s, 300, 1e-6);
+  EXPECT_NEAR(r.jobs[0].finish_s, 600, 1e-6);
+
+  // A short arrival preempts the long job, which pays one restart on resume.
+  c.restart_s = 30;
+  std::vector<YmirSimJob> pre = {{0, 300, 1, "vit/a1"}, {100, 50, 1, "vit/a2"}};
+  r = RunPolicy(pre, FamilyGains(0, 0, 0), c, "SRTF");
+  EXPECT_NEAR(r.jobs[1].finish_s, 150, 1e-6);
+  EXPECT_NEAR(r.jobs[0].finish_s, 300 + 50 + 30, 1e-6);
+  EXPECT_EQ(r.restarts, 1);
+}
+
+TEST(YmirSim, YmirWithZeroGainsDecidesLikeTheElasticFallback) {
+  const YmirGains zero = FamilyGains(0, 0, 0);
+  auto jobs = LoadYmirJobs(kFixture, 40, 2, 5, 8, zero);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  YmirSimResult ymir = RunPolicy(*jobs, zero, SmallCluster(8), "Ymir");
+  YmirSimResult elastic = RunPolicy(*jobs, zero, SmallCluster(8), "Ymir-elastic");
+  EXPECT_EQ(ymir.transfer_share, 0);
+  EXPECT_EQ(ymir.log, elastic.log);
+  ASSERT_EQ(ymir.jobs.size(), elastic.jobs.size());
+  for (size_t i = 0; i < ymir.jobs.size(); ++i) EXPECT_EQ(ymir.jobs[i].finish_s, elastic.jobs[i].finish_s) << i;
+  EXPECT_GT(ymir.decisions, 10);
+}
+
+TEST(YmirSim, YmirUsesPositiveTransferAndBeatsTheFallback) {
+  const YmirGains strong = FamilyGains(0.6, 0.5, -0.3);
+  auto jobs = LoadYmirJobs(kFixture, 40, 2, 5, 8, strong);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  YmirSimConfig c = SmallCluster(8);
+  YmirSimResult ymir = RunPolicy(*jobs, strong, c, "Ymir");
+  YmirSimResult elastic = RunPolicy(*jobs, strong, c, "Ymir-elastic");
+  EXPECT_GT(ymir.transfer_share, 0.1);
+  EXPECT_EQ(elastic.transfer_share, 0);
+  EXPECT_LT(ymir.avg_jct_s, elastic.avg_jct_s);
+  // Only same-family (positive) pairs were formed.
+  for (const auto& line : ymir.log) {
+    EXPECT_THAT(line, ::testing::Not(HasSubstr("decouple")));
+  }
+}
+
+TEST(YmirSim, NegativeRealizedGainTriggersStopLoss) {
+  // The estimator says +0.3 but every realized gain is far below zero.
+  YmirSimConfig c = SmallCluster(4);
+  c.gain_noise_rel = 0;
+  c.gain_noise_abs = 0;
+  YmirGains g = FamilyGains(0.3, 0.3, 0);
+  std::vector<YmirSimJob> jobs = {{0, 1000, 1, "vit/a1"}, {0, 1000, 1, "vit/a2"}};
+  YmirSimResult honest = RunPolicy(jobs, g, c, "Ymir");
+  EXPECT_EQ(honest.decoupled_jobs, 0);
+  c.gain_noise_abs = 3;  // huge error: some realized gains become negative
+  int decoupled = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    c.seed = seed;
+    YmirSimResult r = RunPolicy(jobs, g, c, "Ymir");
+    decoupled += r.decoupled_jobs;
+    for (const auto& o : r.jobs) EXPECT_GT(o.jct_s, 0);
+  }
+  EXPECT_GT(decoupled, 0);
+}
+
+TEST(YmirSim, JobsAndSeedAreReproducible) {
+  const YmirGains gains = DefaultYmirGains();
+  auto a = LoadYmirJobs(kFixture, 20, 1, 7, 16, gains);
+  auto b = LoadYmirJobs(kFixture, 20, 1, 7, 16, gains);
+  auto other = LoadYmirJobs(kFixture, 20, 1, 8, 16, gains);
+  ASSERT_TRUE(a.ok() && b.ok() && other.ok());
+  ASSERT_EQ(a->size(), 20u);
+  bool same_other = a->size() == other->size();
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].task, (*b)[i].task);
+    EXPECT_EQ((*a)[i].submit_s, (*b)[i].submit_s);
+    EXPECT_EQ((*a)[i].duration_s, (*b)[i].duration_s);
+    if (same_other && ((*a)[i].task != (*other)[i].task || (*a)[i].duration_s != (*other)[i].duration_s)) {
+      same_other = false;
+    }
+  }
+  EXPECT_FALSE(same_other);
+  EXPECT_EQ((*a)[0].submit_s, 0);
+  // Load 2 halves every submission time of the same window.
+  auto twice = LoadYmirJobs(kFixture, 20, 2, 7, 16, gains);
+  ASSERT_TRUE(twice.ok());
+  for (size_t i = 0; i < a->size(); ++i) EXPECT_DOUBLE_EQ((*twice)[i].submit_s, (*a)[i].submit_s / 2);
+  // The filter drops the 30 s job: at most 48 of the 49 rows are kept.
+  auto all = LoadYmirJobs(kFixture, 1000, 1, 7, 16, gains);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 48u);
+  for (const auto& j : *all) EXPECT_GE(j.duration_s, 60);
+
+  YmirSimResult r1 = RunPolicy(*a, gains, SmallCluster(16), "Ymir");
+  YmirSimResult r2 = RunPolicy(*b, gains, SmallCluster(16), "Ymir");
+  EXPECT_EQ(r1.log, r2.log);
+  EXPECT_EQ(r1.avg_jct_s, r2.avg_jct_s);
+}
+
+TEST(YmirSim, GainsTableLoadsAndRejectsBadInput) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  auto ok = LoadYmirGains(write("g.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,temporal,0.4\n"
+                                        "vit/x,vit/y,spatial,-0.1\r\nvit/y,vit/x,Temporal,0.2"));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  double v = 0;
+  EXPECT_TRUE(ok->Get("vit/x", "vit/y", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, 0.4);
+  EXPECT_TRUE(ok->Get("vit/y", "vit/x", ymir::Mode::kSpatial, &v));
+  EXPECT_DOUBLE_EQ(v, -0.1);
+  EXPECT_TRUE(ok->Get("vit/y", "vit/x", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, 0.2);
+  EXPECT_EQ(ok->Tasks(), (std::vector<std::string>{"vit/x", "vit/y"}));
+
+  auto bad_mode = LoadYmirGains(write("b1.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,sideways,0.4\n"));
+  ASSERT_FALSE(bad_mode.ok());
+  EXPECT_THAT(std::string(bad_mode.status().message()), HasSubstr("b1.csv:2: column 'mode'"));
+  auto bad_gain = LoadYmirGains(write("b2.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,temporal,1.5\n"));
+  ASSERT_FALSE(bad_gain.ok());
+  EXPECT_THAT(std::string(bad_gain.status().message()), HasSubstr("column 'gain'"));
+  auto missing = LoadYmirGains(write("b3.csv", "task_a,task_b,gain\nvit/x,vit/y,0.4\n"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("missing column 'mode'"));
+  auto dup = LoadYmirGains(write("b4.csv", "task_a,task_b,mode,gain\na,b,spatial,0.1\nb,a,spatial,0.2\n"));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_THAT(std::string(dup.status().message()), HasSubstr("duplicate"));
+  EXPECT_FALSE(LoadYmirGains(dir + "/nope.csv").ok());
+}
+
+TEST(YmirSim, DefaultGainsAreTheDocumentedStandIn) {
+  YmirGains g = DefaultYmirGains();
+  EXPECT_EQ(g.Tasks().size(), 27u);
+  double v = 0;
+  ASSERT_TRUE(g.Get("roberta-base/stsb", "roberta-base/qqp", ymir::Mode::kTemporal, &v));
+  EXPECT_GE(v, 0.25);
+  EXPECT_LE(v, 0.60);
+  ASSERT_TRUE(g.Get("roberta-base/stsb", "roberta-base/sst2", ymir::Mode::kSpatial, &v));
+  EXPECT_LE(v, 0.0);
+  EXPECT_FALSE(g.Get("vit-base/food101", "roberta-base/qqp", ymir::Mode::kTemporal, &v));
+}
+
+TEST(YmirSim, CompareRejectsBadClusterAndMissingTrace) {
+  YmirCompareOptions o;
+  o.trace = kFixture;
+  o.config.gpus = 10;
+  o.nodes = 4;
+  auto r = RunYmirCompare(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("multiple of --nodes"));
+  o.config.gpus = 16;
+  o.trace = "/nonexistent/trace.csv";
+  EXPECT_FALSE(RunYmirCompare(o).ok());
+  o.trace = kFixture;
+  o.jobs = 30;
+  o.policy = "SRTF";
+  auto ok = RunYmirCompare(o);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_THAT(ok->ToJson(o), HasSubstr("\"policy\": \"SRTF\""));
+  o.policy = "FIFO";
+  EXPECT_FALSE(RunYmirCompare(o).ok());
+  // No --trace and no ../shared: a clear error, not a crash.
+  o.policy = "SRTF";
+  o.trace.clear();
+  o.shared_dir = "/nonexistent/shared";
+  auto absent = RunYmirCompare(o);
+  ASSERT_FALSE(absent.ok());
+  EXPECT_THAT(std::string(absent.status().message()),
+              HasSubstr("no --trace given and the default trace /nonexistent/shared/traces/"
+                        "philly_jobs_pollux.csv is absent"));
+}
+
+}  // namespace
+}  // namespace slicesched
