@@ -17,6 +17,7 @@
 #include <set>
 #include <variant>
 
+#include "slicesched/common/json.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "tensor_internal.h"
@@ -294,29 +295,6 @@ std::string ShapeString(std::span<const int64_t> shape) {
   return out + "]";
 }
 
-std::string JsonEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += kHex[(c >> 4) & 0xF];
-          out += kHex[c & 0xF];
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string_view SafetensorsDTypeName(DType dtype) {
@@ -563,7 +541,7 @@ absl::Status WriteSafetensors(const std::string& path,
     for (const auto& [k, v] : metadata) {
       if (!first) header += ",";
       first = false;
-      header += StrCat("\"", JsonEscape(k), "\":\"", JsonEscape(v), "\"");
+      header += StrCat(JsonQuote(k), ":", JsonQuote(v));
     }
     header += "}";
   }
@@ -575,7 +553,7 @@ absl::Status WriteSafetensors(const std::string& path,
     auto bytes = internal::TensorToBytes(tensor);
     if (!bytes.ok()) return Annotate(bytes.status(), ToAbsl(StrCat("tensor '", name, "'")));
     if (header.size() > 1) header += ",";
-    header += StrCat("\"", JsonEscape(name), "\":{\"dtype\":\"", SafetensorsDTypeName(tensor.dtype()),
+    header += StrCat(JsonQuote(name), ":{\"dtype\":\"", SafetensorsDTypeName(tensor.dtype()),
                      "\",\"shape\":[");
     const auto shape = tensor.shape();
     for (size_t i = 0; i < shape.size(); ++i) {

@@ -12,30 +12,11 @@
 #include <string_view>
 #include <vector>
 
+#include "slicesched/common/json.h"
+
 namespace slicesched::jobs {
 
-inline std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
+inline std::string JsonString(std::string_view s) { return JsonQuote(s); }
 
 // Shortest text that reads back as the same double; null when not finite.
 inline std::string JsonNumber(double v) {

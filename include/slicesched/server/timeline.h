@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "slicesched/common/json.h"  // JsonQuote (timeline tests and callers)
 #include "slicesched/common/units.h"
 #include "slicesched/gmg/gmg.h"
 
@@ -80,9 +81,5 @@ class TimelineRing {
 // rendered as "device<d>").
 std::string ChromeTraceJson(const std::vector<TimelineEntry>& events, const std::vector<std::string>& device_names,
                             Timestamp now);
-
-// `s` as a JSON string literal, quotes included (control characters
-// escaped as \u00XX; bytes >= 0x80 are passed through).
-std::string JsonQuote(std::string_view s);
 
 }  // namespace slicesched
