@@ -64,19 +64,30 @@ class Daemon:
         self.proc = None
         self.log = None
 
-    def start(self, ready_timeout_s=120):
+    def start(self, ready_timeout_s=240):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [self.binary, "--socket", self.socket, "--state-dir", self.state_dir] + self.extra_args,
             stdout=self.log, stderr=subprocess.STDOUT)
-        channel = grpc.insecure_channel("unix:" + self.socket)
+        # Bounded reconnect backoff: the socket appears only once the daemon
+        # is up, and gRPC's default backoff grows to minutes.
+        channel = grpc.insecure_channel("unix:" + self.socket, options=[
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ])
         try:
             # Blocks until the channel connects (the daemon listens only once
             # its master is up) or the timeout passes.
             grpc.channel_ready_future(channel).result(timeout=ready_timeout_s)
         except grpc.FutureTimeoutError:
+            rc = self.proc.poll()
             self.proc.kill()
-            raise RuntimeError("sliced did not become ready; log: " + self.log_path)
+            self.proc.wait()
+            self.log.close()
+            raise RuntimeError("sliced did not become ready within %d s (%s); its log:\n%s" % (
+                ready_timeout_s, "exited with %s" % rc if rc is not None else "still running",
+                self.log_text()[-6000:]))
         return channel
 
     def stop(self, timeout_s=120):
@@ -99,12 +110,12 @@ class Daemon:
 
 
 def generate(stubs, channel, deployment, prompt, max_tokens, temperature=0.0, top_p=0.0, seed=0,
-             stop=(), timeout_s=300, priority_class=0):
+             stop=(), timeout_s=300, priority_class=0, top_k=0):
     """One Generate call; returns (tokens, messages, grpc status code)."""
     serving = stubs.serving_pb2_grpc.ServingStub(channel)
     req = stubs.serving_pb2.GenerateRequest(
         deployment=deployment, prompt_token_ids=list(prompt), max_tokens=max_tokens,
-        sampling=stubs.serving_pb2.SamplingParams(temperature=temperature, top_p=top_p, seed=seed),
+        sampling=stubs.serving_pb2.SamplingParams(temperature=temperature, top_p=top_p, seed=seed, top_k=top_k),
         stop_token_ids=list(stop), priority_class=priority_class)
     messages = []
     try:

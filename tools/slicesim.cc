@@ -116,7 +116,7 @@ int Usage(FILE* to) {
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
-               "         [--safetensors FILE] [--temperature T] [--top-p P] [--seed S] [--stop IDS]\n"
+               "         [--safetensors FILE] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop IDS]\n"
                "                        the tokens a Generate request yields, computed by calling the\n"
                "                        LibTorch operators directly (IDS: comma-separated token ids;\n"
                "                        prints JSON; needs LibTorch)\n"
@@ -363,7 +363,7 @@ int Load(const std::vector<std::string>& args) {
 int GenerateDirectCommand(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   std::string model = "tiny", safetensors, prompt_text, stop_text;
-  int64_t weights_seed = 1, max_tokens = 0, seed = 0;
+  int64_t weights_seed = 1, max_tokens = 0, seed = 0, top_k = 0;
   double temperature = 0, top_p = 1;
   if (int rc = Flags("generate-direct")
                    .Text("--model", &model)
@@ -373,6 +373,7 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
                    .Int("--max-tokens", &max_tokens)
                    .Num("--temperature", &temperature)
                    .Num("--top-p", &top_p)
+                   .Int("--top-k", &top_k)
                    .Int("--seed", &seed)
                    .Text("--stop", &stop_text)
                    .Parse(args)) {
@@ -398,7 +399,7 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
                      : slicesched::executor::LlamaWeights::FromSafetensors(*dims, safetensors);
   if (!weights.ok()) return Failed("generate-direct", weights.status());
   slicesched::executor::SamplingParams sp{.temperature = temperature, .top_p = top_p,
-                                          .seed = static_cast<uint64_t>(seed)};
+                                          .seed = static_cast<uint64_t>(seed), .top_k = top_k};
   auto tokens = slicesched::executor::GenerateDirect(**weights, prompt, static_cast<int>(max_tokens), sp, stop);
   if (!tokens.ok()) return Failed("generate-direct", tokens.status());
   std::printf("{\"tokens\": [%s]}\n", absl::StrJoin(*tokens, ", ").c_str());

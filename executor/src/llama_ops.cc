@@ -255,6 +255,7 @@ absl::StatusOr<Tensor> Sample(const Tensor& logits, const SamplingParams& params
   if (!(params.top_p >= 0.0 && params.top_p <= 1.0)) {
     return absl::InvalidArgumentError(StrCat(kOp, ": top_p must be in [0, 1], got ", params.top_p));
   }
+  if (params.top_k < 0) return absl::InvalidArgumentError(StrCat(kOp, ": top_k must be >= 0, got ", params.top_k));
   try {
     c10::InferenceMode guard;
     const at::Tensor l = Access::Unwrap(logits).to(at::kFloat);
@@ -266,7 +267,10 @@ absl::StatusOr<Tensor> Sample(const Tensor& logits, const SamplingParams& params
     // Drop a token when the tokens before it already hold top_p of the mass
     // (the most likely token is always kept).
     const at::Tensor before = sorted.cumsum(-1) - sorted;
-    const at::Tensor kept = sorted.masked_fill(before >= params.top_p, 0.0f);
+    at::Tensor kept = sorted.masked_fill(before >= params.top_p, 0.0f);
+    if (params.top_k > 0 && params.top_k < kept.size(-1)) {
+      kept.narrow(-1, params.top_k, kept.size(-1) - params.top_k).zero_();  // only the k most likely
+    }
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(params.seed);
     const at::Tensor choice = at::multinomial(kept, 1, /*replacement=*/false, gen);  // [B, 1]
     return Access::Wrap(order.gather(-1, choice).contiguous());

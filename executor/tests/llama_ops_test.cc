@@ -299,6 +299,17 @@ TEST(LlamaOpsTest, SampleSemantics) {
     seen[static_cast<size_t>(Sample(logits, SamplingParams{100.0, 1.0, seed})->ToInt64()[0])] = true;
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 4);
+  // Top-k 2 at the same temperature reaches exactly the two most likely
+  // tokens of row 0 (2 and 3); top-k 1 is greedy whatever the seed.
+  std::vector<bool> seen_k(4, false);
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    auto t = Sample(logits, SamplingParams{100.0, 1.0, seed, 2});
+    ASSERT_TRUE(t.ok()) << t.status();
+    seen_k[static_cast<size_t>(t->ToInt64()[0])] = true;
+    EXPECT_EQ(Sample(logits, SamplingParams{100.0, 1.0, seed, 1})->ToInt64(), (std::vector<int64_t>{2, 0}));
+  }
+  EXPECT_EQ(seen_k, (std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(Sample(logits, SamplingParams{1.0, 1.0, 0, -1}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Sample(logits, SamplingParams{-1.0, 1.0, 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Sample(logits, SamplingParams{1.0, 1.5, 0}).status().code(),

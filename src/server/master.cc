@@ -166,6 +166,7 @@ struct Master::Impl {
   struct BusySample {
     Timestamp time;
     std::vector<int64_t> busy_ns;
+    std::vector<int64_t> busy_offline_ns;
   };
   // One Generate request between its steps (see the header).
   struct Generation {
@@ -218,7 +219,14 @@ struct Master::Impl {
   std::deque<uint64_t> finished_order;
   absl::flat_hash_map<uint64_t, Timestamp> checkpoint_used;  // retained checkpoint -> last use
   std::deque<BusySample> busy_samples;
-  std::vector<int64_t> busy_ns;  // per device: measured operator time so far
+  std::vector<int64_t> busy_ns;          // per device: measured operator time so far
+  std::vector<int64_t> busy_offline_ns;  // the part of it spent on offline instances
+  struct UnclassifiedBusy {
+    uint64_t instance;
+    uint16_t device;
+    int64_t ns;
+  };
+  std::vector<UnclassifiedBusy> busy_unclassified;  // this iteration's, class resolved at retirement
   Timestamp last_save;
   std::vector<Feedback> feedback;
 
@@ -247,14 +255,14 @@ struct Master::Impl {
     return absl::OkStatus();
   }
   absl::Status SetRequest(const std::string& deployment, InstanceId inst, const std::vector<int64_t>& tokens,
-                          int64_t batch, double temperature, double top_p, uint64_t seed) {
+                          int64_t batch, double temperature, double top_p, uint64_t seed, int64_t top_k = 0) {
 #if SLICESCHED_SERVING_WITH_TORCH
     if (real != nullptr) {
-      return real->SetRequest(deployment, inst, tokens, batch,
-                              executor::SamplingParams{.temperature = temperature, .top_p = top_p, .seed = seed});
+      const executor::SamplingParams sp{.temperature = temperature, .top_p = top_p, .seed = seed, .top_k = top_k};
+      return real->SetRequest(deployment, inst, tokens, batch, sp);
     }
 #endif
-    (void)deployment, (void)inst, (void)tokens, (void)batch, (void)temperature, (void)top_p, (void)seed;
+    (void)deployment, (void)inst, (void)tokens, (void)batch, (void)temperature, (void)top_p, (void)seed, (void)top_k;
     return absl::OkStatus();
   }
   void EraseRequest(InstanceId inst) {
@@ -316,6 +324,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   m->impl_ = std::make_unique<Impl>(m->config_, m->options_);
   Impl& im = *m->impl_;
   im.busy_ns.assign(im.gmg.accelerators().size(), 0);
+  im.busy_offline_ns.assign(im.gmg.accelerators().size(), 0);
   if (!cpu_devices.empty()) {
 #if SLICESCHED_SERVING_WITH_TORCH
     SLICESCHED_ASSIGN_OR_RETURN(im.real, executor::LlamaServingBackend::Create(&im.gmg, &m->clock_));
@@ -463,10 +472,13 @@ void Master::Loop() {
     for (const Feedback& f : im.feedback) {
       bool class_known = true;
       TimelineEntry e = TimelineEntryOf(f, &class_known);  // before the learner updates
+      const bool offline = class_known && e.priority_class == PriorityClass::kOffline;
       im.obs->pending.emplace_back(std::move(e), class_known);
       im.learner.Apply(f, /*score=*/true);
       if (f.kind != Feedback::Kind::kOp) continue;
       im.busy_ns[f.device.value()] += f.measured().nanos();
+      if (offline) im.busy_offline_ns[f.device.value()] += f.measured().nanos();
+      if (!class_known) im.busy_unclassified.push_back({f.instance.value(), f.device.value(), f.measured().nanos()});
       if (auto g = im.step_owner.find(f.instance.value()); g != im.step_owner.end()) {
         Impl::Generation& gen = im.generations.at(g->second);
         if (gen.first_start == Timestamp::Never()) gen.first_start = f.start;
@@ -474,7 +486,16 @@ void Master::Loop() {
     }
 
     // Retired instances: their final state.
-    for (const RetiredInstance& r : im.gmg.TakeRetired()) {
+    const std::vector<RetiredInstance> retired = im.gmg.TakeRetired();
+    for (const Impl::UnclassifiedBusy& b : im.busy_unclassified) {  // retired before their feedback was read
+      for (const RetiredInstance& r : retired) {
+        if (r.id.value() == b.instance && r.priority_class == PriorityClass::kOffline) {
+          im.busy_offline_ns[b.device] += b.ns;
+        }
+      }
+    }
+    im.busy_unclassified.clear();
+    for (const RetiredInstance& r : retired) {
       ObserveRetired(r);
       auto it = im.live.find(r.id.value());
       if (it == im.live.end()) continue;
@@ -548,6 +569,7 @@ void Master::Loop() {
       Impl::BusySample b{.time = now};
       for (size_t d = 0; d < im.gmg.accelerators().size(); ++d) {
         b.busy_ns.push_back(im.busy_ns[d]);
+        b.busy_offline_ns.push_back(im.busy_offline_ns[d]);
       }
       im.busy_samples.push_back(std::move(b));
       while (im.busy_samples.size() > 2 && now - im.busy_samples[1].time >= Duration::Seconds(60)) {
@@ -848,8 +870,8 @@ absl::StatusOr<std::shared_ptr<GenerationRecord>> Master::Generate(GenerateArgs 
     return absl::InvalidArgumentError(StrCat("max_tokens: prompt (", args.prompt.size(), ") + max_tokens (",
                                              args.max_tokens, ") exceeds ", options_.max_binding_value, " tokens"));
   }
-  if (!(args.temperature >= 0) || !(args.top_p >= 0 && args.top_p <= 1)) {
-    return absl::InvalidArgumentError("sampling: temperature must be >= 0 and top_p within [0, 1]");
+  if (!(args.temperature >= 0) || !(args.top_p >= 0 && args.top_p <= 1) || args.top_k < 0) {
+    return absl::InvalidArgumentError("sampling: temperature must be >= 0, top_p within [0, 1] and top_k >= 0");
   }
   absl::StatusOr<std::shared_ptr<GenerationRecord>> result = absl::InternalError("not run");
   SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
@@ -913,7 +935,8 @@ absl::StatusOr<std::shared_ptr<GenerationRecord>> Master::Generate(GenerateArgs 
       spec.label = args.client_tag;
       auto id = im.gmg.Instantiate(spec);
       if (!id.ok()) return Annotate(id.status(), "prompt_token_ids");
-      if (absl::Status r = im.SetRequest(g.deployment, *id, args.prompt, 1, args.temperature, args.top_p, args.seed);
+      if (absl::Status r =
+              im.SetRequest(g.deployment, *id, args.prompt, 1, args.temperature, args.top_p, args.seed, args.top_k);
           !r.ok()) {
         (void)im.gmg.CancelInstance(*id, "its request could not be registered", now);
         return r;
@@ -995,7 +1018,7 @@ void Master::StepRetired(uint64_t request, const RetiredInstance& r, Timestamp n
   }
   const std::vector<int64_t> last = {token};
   if (absl::Status s = im.SetRequest(g.deployment, *id, last, 1, g.args.temperature, g.args.top_p,
-                                     g.args.seed + g.produced);
+                                     g.args.seed + g.produced, g.args.top_k);
       !s.ok()) {
     (void)im.gmg.CancelInstance(*id, "its request could not be registered", now);
     end_request(GenerationEnd::kError, std::string(ToStd(s.message())));
@@ -1091,7 +1114,12 @@ absl::StatusOr<std::vector<DeviceInfo>> Master::Devices() {
         const Impl::BusySample& b = im.busy_samples.front();
         const int64_t span = now.nanos() - b.time.nanos();
         const int64_t busy = im.busy_ns[d.id.value()] - b.busy_ns[d.id.value()];
-        if (span > 0) info.busy_fraction = std::clamp(static_cast<double>(busy) / static_cast<double>(span), 0.0, 1.0);
+        const int64_t offline = im.busy_offline_ns[d.id.value()] - b.busy_offline_ns[d.id.value()];
+        if (span > 0) {
+          info.busy_fraction = std::clamp(static_cast<double>(busy) / static_cast<double>(span), 0.0, 1.0);
+          info.busy_fraction_offline =
+              std::clamp(static_cast<double>(offline) / static_cast<double>(span), 0.0, info.busy_fraction);
+        }
       }
       out.push_back(std::move(info));
     }

@@ -255,7 +255,7 @@ grpc::Status AdminServiceImpl::Devices(grpc::ServerContext* ctx, const v1::Devic
     s->set_queue_length(d.queue_length);
     s->set_running_node(d.running_node);
     s->set_busy_fraction(d.busy_fraction);
-    s->set_busy_fraction_offline(0);  // not measured yet
+    s->set_busy_fraction_offline(d.busy_fraction_offline);
     s->set_healthy(true);
   }
   return grpc::Status::OK;
@@ -578,10 +578,6 @@ grpc::Status ServingServiceImpl::Generate(grpc::ServerContext* ctx, const v1::Ge
   if (req->max_tokens() == 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "max_tokens: must be at least 1");
   args.max_tokens = req->max_tokens();
   const v1::SamplingParams& sp = req->sampling();
-  if (sp.top_k() != 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "sampling.top_k: top-k sampling is not supported (use top_p, or 0 for greedy)");
-  }
   if (!(sp.temperature() >= 0.0f)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.temperature: must be >= 0");
   }
@@ -591,6 +587,7 @@ grpc::Status ServingServiceImpl::Generate(grpc::ServerContext* ctx, const v1::Ge
   args.temperature = sp.temperature();
   args.top_p = sp.top_p() == 0.0f ? 1.0 : sp.top_p();
   args.seed = sp.seed();
+  args.top_k = sp.top_k();
   switch (req->priority_class()) {
     case v1::PRIORITY_CLASS_UNSPECIFIED: break;
     case v1::PRIORITY_CLASS_ONLINE: args.priority_class = PriorityClass::kOnline; break;

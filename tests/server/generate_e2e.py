@@ -38,10 +38,11 @@ def check(cond, what):
         print("FAIL:", what, flush=True)
 
 
-def direct(deployment, prompt, max_tokens, temperature, top_p, seed, stop=()):
+def direct(deployment, prompt, max_tokens, temperature, top_p, seed, stop=(), top_k=0):
     cmd = [SLICESIM, "generate-direct", "--model", "tiny", "--weights-seed", str(WEIGHT_SEEDS[deployment]),
            "--prompt", ",".join(map(str, prompt)), "--max-tokens", str(max_tokens),
-           "--temperature", str(temperature), "--top-p", str(top_p if top_p > 0 else 1.0), "--seed", str(seed)]
+           "--temperature", str(temperature), "--top-p", str(top_p if top_p > 0 else 1.0), "--seed", str(seed),
+           "--top-k", str(top_k)]
     if stop:
         cmd += ["--stop", ",".join(map(str, stop))]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -62,12 +63,13 @@ def main():
                 sampled = i % 3 == 0
                 cases.append(dict(deployment=dep, prompt=prompt, max_tokens=4 + i % 4,
                                   temperature=0.8 if sampled else 0.0, top_p=0.9 if sampled else 0.0,
-                                  seed=100 + i if sampled else 0))
+                                  seed=100 + i if sampled else 0, top_k=5 if i % 6 == 0 else 0))
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(cases)) as pool:
                 results = list(pool.map(lambda c: sliced_client.generate(stubs, channel, **c), cases))
             for c, (tokens, messages, code) in zip(cases, results):
                 check(code == grpc.StatusCode.OK, "Generate %s ended with %s" % (c, code))
-                want = direct(c["deployment"], c["prompt"], c["max_tokens"], c["temperature"], c["top_p"], c["seed"])
+                want = direct(c["deployment"], c["prompt"], c["max_tokens"], c["temperature"], c["top_p"], c["seed"],
+                              top_k=c["top_k"])
                 check(tokens == want, "Generate %s streamed %s, direct computation gives %s" % (c, tokens, want))
                 check([m.index for m in messages] == list(range(len(messages))), "indices in order for %s" % c)
                 check(messages and messages[-1].finish_reason == stubs.serving_pb2.FINISH_REASON_LENGTH,

@@ -175,6 +175,7 @@ struct GenerateArgs {
   uint32_t max_tokens = 1;      // >= 1
   double temperature = 0;       // 0: greedy
   double top_p = 1;             // 0 or 1: no nucleus cut
+  int64_t top_k = 0;            // 0: no top-k cut
   uint64_t seed = 0;            // 0: derived from the request id
   std::optional<PriorityClass> priority_class;  // unset: the deployment's role
   int32_t priority = 0;
@@ -246,7 +247,8 @@ struct DeviceInfo {
   DeviceMemory memory;
   uint32_t queue_length = 0;
   uint64_t running_node = 0;
-  double busy_fraction = 0;  // over the last minute (or since start)
+  double busy_fraction = 0;          // over the last minute (or since start)
+  double busy_fraction_offline = 0;  // the part of it spent on offline instances
 };
 
 // A consistent GMG picture: the snapshot plus the names it refers to.

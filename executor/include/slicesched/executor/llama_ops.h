@@ -147,11 +147,13 @@ struct SamplingParams {
   double temperature = 0.0;  // 0: greedy
   double top_p = 1.0;        // 0: greedy; otherwise nucleus sampling
   uint64_t seed = 0;         // seeds a generator private to this call
+  int64_t top_k = 0;         // > 0: also keep only the k most likely tokens
 };
 
 // logits [B, vocab] (floating) -> token ids int64 [B, 1]. Greedy (argmax)
 // when temperature == 0 or top_p == 0; otherwise samples from the smallest
-// set of most likely tokens whose probability mass reaches top_p, using a
+// set of most likely tokens whose probability mass reaches top_p (and, with
+// top_k > 0, at most the k most likely of them), using a
 // generator seeded with params.seed (the same seed and logits give the same
 // tokens; callers vary the seed per step, e.g. seed + position).
 absl::StatusOr<Tensor> Sample(const Tensor& logits, const SamplingParams& params);
