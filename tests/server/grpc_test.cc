@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -61,7 +62,8 @@ class FakeServing final : public v1::Serving::Service {
 class GrpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    socket_ = ::testing::TempDir() + "/slicesched_grpc_test.sock";
+    // One socket per process: ctest runs the cases of this suite in parallel.
+    socket_ = ::testing::TempDir() + "/slicesched_grpc_test_" + std::to_string(::getpid()) + ".sock";
     std::filesystem::remove(socket_);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix:" + socket_, grpc::InsecureServerCredentials());
