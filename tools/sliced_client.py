@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import types
 
 import grpc
@@ -76,18 +77,25 @@ class Daemon:
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
         ])
-        try:
-            # Blocks until the channel connects (the daemon listens only once
-            # its master is up) or the timeout passes.
-            grpc.channel_ready_future(channel).result(timeout=ready_timeout_s)
-        except grpc.FutureTimeoutError:
-            rc = self.proc.poll()
-            self.proc.kill()
-            self.proc.wait()
-            self.log.close()
-            raise RuntimeError("sliced did not become ready within %d s (%s); its log:\n%s" % (
-                ready_timeout_s, "exited with %s" % rc if rc is not None else "still running",
-                self.log_text()[-6000:]))
+        deadline = time.monotonic() + ready_timeout_s
+        while True:
+            try:
+                # Blocks until the channel connects (the daemon listens only
+                # once its master is up), one second at a time so that a
+                # daemon that exits during start-up is noticed at once.
+                grpc.channel_ready_future(channel).result(timeout=1)
+                break
+            except grpc.FutureTimeoutError:
+                rc = self.proc.poll()
+                if rc is None and time.monotonic() < deadline:
+                    continue
+                if rc is None:
+                    self.proc.kill()
+                    self.proc.wait()
+                self.log.close()
+                raise RuntimeError("sliced did not become ready within %d s (%s); its log:\n%s" % (
+                    ready_timeout_s, "exited with %s" % rc if rc is not None else "still running, killed",
+                    self.log_text()[-6000:]))
         return channel
 
     def stop(self, timeout_s=120):

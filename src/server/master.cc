@@ -147,7 +147,6 @@ struct MasterObserved {
   uint64_t slo_met = 0;
   Histogram schedule_call = Histogram::DecisionSeconds();
   Histogram schedule_round = Histogram::DecisionSeconds();
-  size_t rounds_seen = 0;  // SliceScheduler::round_latency_us() entries observed
   uint64_t schedule_rounds = 0;
   uint64_t whatif_runs = 0;
   uint64_t issued_nodes = 0;
@@ -1293,11 +1292,8 @@ void Master::ObserveSchedule(const ScheduleStats* stats, std::chrono::steady_clo
     o.whatif_seconds += stats->whatif_seconds;
     o.issued_nodes += static_cast<uint64_t>(stats->issued_nodes);
   }
-  const std::vector<double>& rounds = impl_->scheduler.round_latency_us();
-  for (size_t i = std::min(o.rounds_seen, rounds.size()); i < rounds.size(); ++i) {
-    o.schedule_round.Observe(rounds[i] / 1e6);
-  }
-  o.rounds_seen = rounds.size();
+  for (double us : impl_->scheduler.round_latency_us()) o.schedule_round.Observe(us / 1e6);
+  impl_->scheduler.ClearRoundRecords();  // observed; a daemon must not keep them forever
 }
 
 absl::StatusOr<TimelineView> Master::Timeline(Timestamp since, Timestamp until, size_t max_events) {

@@ -60,6 +60,13 @@ class SliceScheduler final : public PlacementPolicy {
   // (for reports; never used in decisions).
   const std::vector<double>& round_latency_us() const { return round_latency_us_; }
   const std::vector<int>& round_candidates() const { return round_candidates_; }
+  // Forgets the per-round records gathered so far. A long-running caller (the
+  // daemon) reads them after each Schedule() and clears them, so that they do
+  // not grow without bound.
+  void ClearRoundRecords() {
+    round_latency_us_.clear();
+    round_candidates_.clear();
+  }
 
  private:
   struct Candidate {
