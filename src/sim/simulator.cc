@@ -158,24 +158,20 @@ class EventQueue {
   bool hole_ = false;  // heap_[0] was popped and not refilled
 };
 
-// Immutable per compute node: everything an event of the node reads.
-struct NodeInfo {
-  uint64_t id;          // tiebreak of the queue discipline
+// Immutable per compute node: everything an event of the node reads, in
+// 32 bytes (two records per cache line). The ranges end where the next
+// node's begin (the model keeps one record past the last compute node).
+// The queue discipline's tiebreak is the node index (see Model::tiebreak)
+// and the priority class sits in the node's NodeRun.
+struct alignas(32) NodeInfo {
   int64_t alloc_bytes;  // outputs (growth for checkpoint updates) + workspace, at start
   int64_t workspace;    // released at finish
   uint32_t instance;
   int32_t priority;
-  uint32_t in_begin, in_end;    // snapshot inputs range
-  uint32_t out_begin, out_end;  // snapshot tensors range
-  uint8_t priority_class;
+  uint32_t in_begin;   // snapshot inputs [in_begin, next in_begin)
+  uint32_t out_begin;  // snapshot tensors [out_begin, next out_begin)
 };
-
-// Immutable per tensor.
-struct TensorInfo {
-  uint32_t producer;
-  uint8_t keep;          // retained or a checkpoint update: never freed
-  uint8_t initial_copy;  // the snapshot lists a copy and the producer is done
-};
+static_assert(sizeof(NodeInfo) == 32);
 
 // Mutable per node (compute and transfer).
 struct NodeRun {
@@ -183,7 +179,9 @@ struct NodeRun {
   int32_t wait;  // inputs not yet local
   uint16_t dev;  // compute: device; transfer: source
   SimState st;
+  uint8_t cls;   // compute: priority class (immutable; fills the padding)
 };
+static_assert(sizeof(NodeRun) == 16);
 
 // Mutable per tensor. It also carries the immutable facts a finish needs
 // (size, kept), so that consuming or freeing a tensor touches one record:
@@ -240,8 +238,16 @@ struct Simulator::Model {
   std::vector<double> device_factor;   // calibration, per device
   double overlap_factor = 1.0;          // compute while a transfer touches the device
   double transfer_overlap_factor = 1.0; // transfer while an end computes
-  std::vector<NodeInfo> info;        // per compute node
-  std::vector<TensorInfo> tinfo;     // per tensor
+  std::vector<NodeInfo> info;        // per compute node, plus one (range ends)
+  // Per tensor: the snapshot lists a copy and the producer is done.
+  std::vector<uint8_t> initial_copy;
+  // The queue discipline's tiebreak is the GMG node id. Compute node ids
+  // grow with the snapshot index (instances in id order, ops in template
+  // order; gmg.h's ComputeNodeId), which Rebuild checks: then the index
+  // itself is the tiebreak (ids_ordered). Otherwise tiebreak[n] is the
+  // rank of node n's id.
+  bool ids_ordered = true;
+  std::vector<uint32_t> tiebreak;
   // Compute consumers per tensor (CSR; each tensor's range is in its
   // TensorRun), with how many inputs of that consumer read the tensor.
   struct Consumer {
@@ -265,7 +271,7 @@ struct Simulator::Model {
   // GMG allocates an output's buffer when its producer starts, so a copy
   // counts only once the producer is done; initial_copy caches both facts.
   bool InitialCopy(uint32_t t, uint16_t d) const {
-    if (!tinfo[t].initial_copy) return false;
+    if (!initial_copy[t]) return false;
     // The snapshot lists copies in tensor order.
     const std::vector<GmgSnapshot::Copy>& copies = snap->copies;
     auto it = std::lower_bound(copies.begin(), copies.end(), t,
@@ -385,7 +391,7 @@ class Engine {
     const int32_t prio = TransferPriority(node.priority_class, node.priority);
     for (uint32_t k = snap_.input_offsets[n]; k < snap_.input_offsets[n + 1]; ++k) {
       const uint32_t t = inputs_[k];
-      const uint32_t p = tinfo_[t].producer;
+      const uint32_t p = snap_.tensors[t].node;
       if (node_[p].st == kUnplaced) {
         return absl::InvalidArgumentError(StrCat("what-if: node ", node.id, " reads node ", snap_.nodes[p].id,
                                                  " which is neither scheduled nor earlier in the batch"));
@@ -467,7 +473,7 @@ class Engine {
     running_ = s_.running.data();
     unfinished_ = s_.unfinished.data();
     info_ = m_.info.data();
-    tinfo_ = m_.tinfo.data();
+    tiebreak_ = m_.ids_ordered ? nullptr : m_.tiebreak.data();
     tcons_ = m_.tcons.data();
     inputs_ = snap_.inputs.data();
     capacity_ = m_.capacity.data();
@@ -477,7 +483,7 @@ class Engine {
 
   uint32_t AddTransfer(uint32_t t, uint16_t dst, int32_t prio) {
     const uint32_t x = static_cast<uint32_t>(s_.node.size());
-    const uint16_t src = node_[tinfo_[t].producer].dev;
+    const uint16_t src = node_[snap_.tensors[t].node].dev;
     NodeRun r{};
     r.dur = static_cast<int64_t>(m_.ctx->transfers().PredictNs(DeviceId(src), DeviceId(dst), tensor_[t].bytes));
     r.wait = TensorOn(t, src) || InitialCopy(t, src) ? 0 : 1;
@@ -495,7 +501,7 @@ class Engine {
 
   // Tensor t is present on device d (produced or received during the run).
   bool TensorOn(uint32_t t, uint16_t d) {
-    const NodeRun& p = node_[tinfo_[t].producer];
+    const NodeRun& p = node_[snap_.tensors[t].node];
     if (p.st == kDone && p.dev == d) return true;
     for (uint32_t x = tensor_[t].first_transfer; x != kNone; x = Xfer(x).next) {
       if (node_[x].st == kDone && Xfer(x).dst == d) return true;
@@ -523,8 +529,8 @@ class Engine {
     NodeRun& r = node_[n];
     r.st = kQueued;
     if (n < m_.num_compute) {
-      const NodeInfo& info = info_[n];
-      ready_[r.dev].Push(DisciplineKey{info.priority_class, info.priority, ready_at, info.id}, n);
+      const uint64_t tiebreak = tiebreak_ == nullptr ? n : tiebreak_[n];
+      ready_[r.dev].Push(DisciplineKey{r.cls, info_[n].priority, ready_at, tiebreak}, n);
       if (dispatch && running_[r.dev] == kNone) Dispatch(r.dev);
     } else {
       const TransferRun& x = Xfer(n);
@@ -654,7 +660,7 @@ class Engine {
     mem_[d] -= info.workspace;
     if (--unfinished_[info.instance] == 0) inst_end_.emplace_back(info.instance, now_);
     if (stop_when_batch_done_ && in_batch_[n]) --batch_left_;
-    const uint32_t out_begin = info.out_begin, out_end = info.out_end;
+    const uint32_t out_begin = info.out_begin, out_end = info_[n + 1].out_begin;
     for (uint32_t t = out_begin; t < out_end; ++t) {
       TensorRun& tr = tensor_[t];
       __builtin_prefetch(&tcons_[tr.cons_begin]);  // Arrived reads it below
@@ -662,7 +668,7 @@ class Engine {
       tr.dev = d;
       if (tr.pending == 0 && !tr.keep && !tr.freed) Free(t);
     }
-    for (uint32_t k = info.in_begin; k < info.in_end; ++k) Consume(inputs_[k]);
+    for (uint32_t k = info.in_begin, in_end = info_[n + 1].in_begin; k < in_end; ++k) Consume(inputs_[k]);
     for (uint32_t t = out_begin; t < out_end; ++t) Arrived(t, d);
     if (running_[d] == kNone) Dispatch(d);  // Arrived may have started one
   }
@@ -723,7 +729,7 @@ class Engine {
   uint32_t* running_ = nullptr;
   int32_t* unfinished_ = nullptr;
   const NodeInfo* info_ = nullptr;
-  const TensorInfo* tinfo_ = nullptr;
+  const uint32_t* tiebreak_ = nullptr;  // null: the node index (Model::ids_ordered)
   const Model::Consumer* tcons_ = nullptr;
   const uint32_t* inputs_ = nullptr;
   const int64_t* capacity_ = nullptr;
@@ -764,8 +770,8 @@ std::vector<SimResidentBuffer> Simulator::ResidentBuffers() const {
   for (const GmgSnapshot::Copy& c : snap.copies) {
     const uint32_t t = c.tensor;
     // initial_copy: listed and the producer is done (the buffer is complete).
-    if (!m.tinfo[t].initial_copy || m.init.tensor[t].freed) continue;
-    const uint32_t p = m.tinfo[t].producer;
+    if (!m.initial_copy[t] || m.init.tensor[t].freed) continue;
+    const uint32_t p = snap.tensors[t].node;
     out.push_back({snap.nodes[p].id, static_cast<int32_t>(t - snap.tensor_offsets[p]), c.device});
   }
   for (const GmgSnapshot::Checkpoint& c : snap.checkpoints) out.push_back({c.id, -1, c.device});
@@ -824,30 +830,55 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   s.peak = s.mem;
   m.init_busy.assign(nd, 0);
 
-  // Tensors.
-  m.tinfo.resize(nt);
+  // Tensors. Their records are written by the node loop below, each with
+  // its producer (tensors are numbered in producer order), in one store:
+  // first the copies and the number of (distinct consecutive) compute
+  // consumers of each tensor, which that store needs.
+  m.initial_copy.assign(nt, 0);
+  for (const GmgSnapshot::Copy& c : snap.copies) {
+    if (snap.nodes[snap.tensors[c.tensor].node].state == static_cast<uint8_t>(NodeState::kDone)) {
+      m.initial_copy[c.tensor] = 1;
+    }
+  }
+  m.tcons_fill.assign(nt, 0);
+  for (uint32_t n = 0; n < nc; ++n) {
+    uint32_t last = kNone;
+    for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
+      const uint32_t t = snap.inputs[k];
+      if (t != last) m.tcons_fill[t]++;
+      last = t;
+    }
+  }
   s.tensor.resize(nt);
-  for (size_t t = 0; t < nt; ++t) {
+  // Writes tensor t's record; its consumers get the next range of tcons
+  // (tcons_fill turns from the count into the fill cursor).
+  uint32_t cons_total = 0;
+  auto init_tensor = [&](uint32_t t, uint16_t dev, bool produced) {
     const GmgSnapshot::Tensor& ts = snap.tensors[t];
     const bool keep = ts.retained || ts.update_of >= 0;
-    m.tinfo[t] = {ts.node, static_cast<uint8_t>(keep), 0};
-    s.tensor[t] = {ts.bytes, ts.pending_consumers, kNone, 0, 0, kNoDevice, ts.freed != 0, keep, false};
-  }
-  for (const GmgSnapshot::Copy& c : snap.copies) {
-    TensorInfo& ti = m.tinfo[c.tensor];
-    if (snap.nodes[ti.producer].state == static_cast<uint8_t>(NodeState::kDone)) ti.initial_copy = 1;
-  }
+    const uint32_t begin = cons_total;
+    cons_total += m.tcons_fill[t];
+    m.tcons_fill[t] = begin;
+    s.tensor[t] = {ts.bytes, ts.pending_consumers, kNone, begin, cons_total, dev, ts.freed != 0, keep, produced};
+  };
+  // Where the compute nodes' inputs and outputs end (the offsets are empty
+  // in an empty snapshot). The snapshot puts no tensor past the compute
+  // nodes' outputs, but one there would still get a record.
+  const uint32_t inputs_end = nc < snap.input_offsets.size() ? snap.input_offsets[nc] : 0;
+  const uint32_t outputs_end = nc < snap.tensor_offsets.size() ? snap.tensor_offsets[nc] : 0;
+  for (uint32_t t = outputs_end; t < nt; ++t) init_tensor(t, kNoDevice, false);
 
-  // Nodes: placement, state, durations, initial wait counts, and the number
-  // of (distinct consecutive) compute consumers of each tensor.
-  m.info.resize(nc);
+  // Nodes: placement, state, durations, initial wait counts.
+  m.info.resize(size_t{nc} + 1);
+  m.info[nc] = NodeInfo{0, 0, 0, 0, inputs_end, outputs_end};
+  m.ids_ordered = true;
+  uint64_t prev_id = 0;
   s.node.resize(nn);
   s.xfer.resize(nn - nc);
   s.unfinished.assign(snap.instances.size(), 0);
   m.init_start.resize(nn);
   m.init_events.clear();
   m.init_ready.clear();
-  m.tcons_fill.assign(nt, 0);
   uint32_t cached_type = kNone, cached_tpl = kNone, cached_inst = kNone;
   uint16_t cached_dev = kNoDevice;
   struct OpModel {
@@ -889,31 +920,15 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
           ctx.transfers().PredictNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
       if (st == kWaiting && !m.InitialCopy(t, node.device)) wait = 1;
     } else {
-      NodeInfo& info = m.info[n];
-      info.id = node.id;
-      info.workspace = node.workspace_bytes;
+      if (n > 0 && node.id <= prev_id) m.ids_ordered = false;
+      prev_id = node.id;
       int64_t alloc = node.workspace_bytes;
       const uint32_t out_begin = snap.tensor_offsets[n], out_end = snap.tensor_offsets[n + 1];
       for (uint32_t t = out_begin; t < out_end; ++t) {
-        TensorRun& tr = s.tensor[t];
-        alloc += tr.bytes;
-        tr.dev = dev;
-        tr.produced = st == kDone;
+        init_tensor(t, dev, st == kDone);
+        alloc += snap.tensors[t].bytes;
       }
-      info.alloc_bytes = alloc;
-      info.instance = node.instance;
-      info.priority = node.priority;
-      info.in_begin = in_begin;
-      info.in_end = in_end;
-      info.out_begin = out_begin;
-      info.out_end = out_end;
-      info.priority_class = node.priority_class;
-      uint32_t last = kNone;
-      for (uint32_t k = in_begin; k < in_end; ++k) {
-        const uint32_t t = snap.inputs[k];
-        if (t != last) m.tcons_fill[t]++;
-        last = t;
-      }
+      m.info[n] = NodeInfo{alloc, node.workspace_bytes, node.instance, node.priority, in_begin, out_begin};
       s.unfinished[node.instance] += st != kDone;
     }
     if (n < nc && st != kUnplaced) {
@@ -962,7 +977,7 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
         for (uint32_t k = in_begin; k < in_end; ++k) wait += !m.InitialCopy(snap.inputs[k], node.device);
       }
     }
-    s.node[n] = NodeRun{dur, wait, dev, st};
+    s.node[n] = NodeRun{dur, wait, dev, st, n < nc ? node.priority_class : uint8_t{0}};
     if (st == kRunning) {
       if (n >= nc) {
         m.init_busy[dev] = 1;
@@ -975,19 +990,11 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   }
 
   // Compute consumers of each tensor (CSR by counting sort; a consumer that
-  // reads a tensor twice in a row is listed once, with the count). The
-  // counts become each tensor's range and its fill cursor.
+  // reads a tensor twice in a row is listed once, with the count), in
+  // ranges init_tensor assigned.
   {
     std::vector<uint32_t>& fill = m.tcons_fill;
-    uint32_t total = 0;
-    for (size_t t = 0; t < nt; ++t) {
-      TensorRun& tr = s.tensor[t];
-      tr.cons_begin = total;
-      total += fill[t];
-      tr.cons_end = total;
-      fill[t] = tr.cons_begin;
-    }
-    m.tcons.resize(total);
+    m.tcons.resize(cons_total);
     for (uint32_t n = 0; n < nc; ++n) {
       uint32_t last = kNone;
       for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
@@ -1000,6 +1007,16 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
         last = t;
       }
     }
+  }
+
+  // Node ids out of index order (not a GMG snapshot's numbering): rank them.
+  if (!m.ids_ordered) {
+    std::vector<uint32_t> order(nc);
+    for (uint32_t n = 0; n < nc; ++n) order[n] = n;
+    std::stable_sort(order.begin(), order.end(),
+                     [&snap](uint32_t a, uint32_t b) { return snap.nodes[a].id < snap.nodes[b].id; });
+    m.tiebreak.resize(nc);
+    for (uint32_t r = 0; r < nc; ++r) m.tiebreak[order[r]] = r;
   }
   return absl::OkStatus();
 }
