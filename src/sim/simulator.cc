@@ -566,10 +566,15 @@ class Engine {
     r.st = kRunning;
     start_[n] = now_;
     const NodeInfo& info = info_[n];
-    // The finish of n reads its output and input records: start fetching
-    // them now, while other events run (the run is bound by memory latency).
+    // The finish of n reads its output and input records, and the record
+    // after its own (where its ranges end; usually also its consumer, the
+    // next operator of the instance, which the finish wakes): start
+    // fetching them now, while other events run (the run is bound by
+    // memory latency).
     __builtin_prefetch(&tensor_[info.out_begin]);
     __builtin_prefetch(&inputs_[info.in_begin]);
+    __builtin_prefetch(&info_[n + 1]);
+    __builtin_prefetch(&node_[n + 1]);
     Alloc(d, info.alloc_bytes);
     int64_t dur = r.dur;
     if (busy_[d]) dur = static_cast<int64_t>(static_cast<double>(dur) * m_.overlap_factor);
