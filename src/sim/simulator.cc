@@ -249,10 +249,12 @@ struct Simulator::Model {
   bool ids_ordered = true;
   std::vector<uint32_t> tiebreak;
   // Compute consumers per tensor (CSR; each tensor's range is in its
-  // TensorRun), with how many inputs of that consumer read the tensor.
+  // TensorRun), one entry per input that reads the tensor, in consumer
+  // order. Each carries the consumer's priority, so that waking it reads
+  // no NodeInfo (that load stalled the event loop more than any other).
   struct Consumer {
     uint32_t node;
-    uint32_t count;
+    int32_t priority;  // NodeInfo::priority of `node`
   };
   std::vector<Consumer> tcons;
   std::vector<uint32_t> tcons_fill;  // Rebuild's scratch: counts, then cursors
@@ -525,14 +527,21 @@ class Engine {
     }
   }
 
-  void MakeReady(uint32_t n, int64_t ready_at, bool dispatch) {
+  // Queues compute node n, of the given priority, on its device.
+  void QueueCompute(uint32_t n, int32_t priority, int64_t ready_at, bool dispatch) {
     NodeRun& r = node_[n];
     r.st = kQueued;
+    const uint64_t tiebreak = tiebreak_ == nullptr ? n : tiebreak_[n];
+    ready_[r.dev].Push(DisciplineKey{r.cls, priority, ready_at, tiebreak}, n);
+    if (dispatch && running_[r.dev] == kNone) Dispatch(r.dev);
+  }
+
+  void MakeReady(uint32_t n, int64_t ready_at, bool dispatch) {
     if (n < m_.num_compute) {
-      const uint64_t tiebreak = tiebreak_ == nullptr ? n : tiebreak_[n];
-      ready_[r.dev].Push(DisciplineKey{r.cls, info_[n].priority, ready_at, tiebreak}, n);
-      if (dispatch && running_[r.dev] == kNone) Dispatch(r.dev);
+      QueueCompute(n, info_[n].priority, ready_at, dispatch);
     } else {
+      NodeRun& r = node_[n];
+      r.st = kQueued;
       const TransferRun& x = Xfer(n);
       pending_.push_back({n, r.dev, x.dst, x.priority, ready_at, x.seq});
       if (!dispatch) {
@@ -575,6 +584,10 @@ class Engine {
     __builtin_prefetch(&inputs_[info.in_begin]);
     __builtin_prefetch(&info_[n + 1]);
     __builtin_prefetch(&node_[n + 1]);
+    // And the next node's outputs, which follow n's: a short operator's
+    // finish comes too soon after its start for a fetch begun then.
+    __builtin_prefetch(&tensor_[info.out_begin] + 2);
+    __builtin_prefetch(&end_[n], 1);  // written at the finish
     Alloc(d, info.alloc_bytes);
     int64_t dur = r.dur;
     if (busy_[d]) dur = static_cast<int64_t>(static_cast<double>(dur) * m_.overlap_factor);
@@ -623,12 +636,12 @@ class Engine {
   void Arrived(uint32_t t, uint16_t d) {
     const TensorRun& tr = tensor_[t];
     for (uint32_t k = tr.cons_begin; k < tr.cons_end; ++k) {
-      const uint32_t c = tcons_[k].node;
-      __builtin_prefetch(&info_[c]);  // MakeReady reads it; overlap the two misses
-      NodeRun& r = node_[c];
+      const Model::Consumer& cons = tcons_[k];
+      NodeRun& r = node_[cons.node];
+      // A consumer reading t more than once has one entry per input, so it
+      // is woken once its last input that reads t is counted.
       if (r.st != kWaiting || r.dev != d) continue;
-      r.wait -= static_cast<int32_t>(tcons_[k].count);  // every input occurrence of t
-      if (r.wait <= 0) MakeReady(c, now_, true);
+      if (--r.wait <= 0) QueueCompute(cons.node, cons.priority, now_, true);
     }
     for (uint32_t x = tr.first_transfer; x != kNone; x = Xfer(x).next) {
       NodeRun& r = node_[x];
@@ -846,13 +859,8 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     }
   }
   m.tcons_fill.assign(nt, 0);
-  for (uint32_t n = 0; n < nc; ++n) {
-    uint32_t last = kNone;
-    for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
-      const uint32_t t = snap.inputs[k];
-      if (t != last) m.tcons_fill[t]++;
-      last = t;
-    }
+  for (uint32_t k = 0, end = nc < snap.input_offsets.size() ? snap.input_offsets[nc] : 0; k < end; ++k) {
+    m.tcons_fill[snap.inputs[k]]++;
   }
   s.tensor.resize(nt);
   // Writes tensor t's record; its consumers get the next range of tcons
@@ -994,22 +1002,15 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     }
   }
 
-  // Compute consumers of each tensor (CSR by counting sort; a consumer that
-  // reads a tensor twice in a row is listed once, with the count), in
-  // ranges init_tensor assigned.
+  // Compute consumers of each tensor (CSR by counting sort, in ranges
+  // init_tensor assigned; ascending consumer order within each).
   {
     std::vector<uint32_t>& fill = m.tcons_fill;
     m.tcons.resize(cons_total);
     for (uint32_t n = 0; n < nc; ++n) {
-      uint32_t last = kNone;
-      for (uint32_t k = snap.input_offsets[n]; k < snap.input_offsets[n + 1]; ++k) {
-        const uint32_t t = snap.inputs[k];
-        if (t != last) {
-          m.tcons[fill[t]++] = {n, 1};
-        } else {
-          m.tcons[fill[t] - 1].count++;
-        }
-        last = t;
+      const int32_t priority = m.info[n].priority;
+      for (uint32_t k = m.info[n].in_begin, end = m.info[n + 1].in_begin; k < end; ++k) {
+        m.tcons[fill[snap.inputs[k]]++] = {n, priority};
       }
     }
   }
