@@ -183,6 +183,56 @@ TEST_F(SimTest, QueueDisciplineRunsOnlineFirst) {
   EXPECT_EQ(r.node_end_ns[Index(snap, N(off, "a"))], 20 * kMs);
 }
 
+// The simulator uses the snapshot index as the discipline's tiebreak when
+// node ids grow with it (as the GMG numbers them) and ranks the ids
+// otherwise: the lower id still runs first.
+TEST_F(SimTest, TiebreakIsTheNodeIdWhateverTheIndexOrder) {
+  SetUpCluster(1);
+  TemplateId t = Register("one", {{"a", {}, 10, 10}});
+  InstanceId i = New(t), j = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(j, "a", 0);
+  GmgSnapshot snap = g_->Snapshot(T(0));
+  const uint32_t ni = Index(snap, N(i, "a")), nj = Index(snap, N(j, "a"));
+  ASSERT_LT(ni, nj);
+  auto run = [&] {
+    auto sim = Simulator::Create(snap, *ctx_);
+    EXPECT_TRUE(sim.ok()) << sim.status();
+    return sim->Run();
+  };
+  SimResult r = run();
+  EXPECT_EQ(r.node_end_ns[ni], 10 * kMs);
+  EXPECT_EQ(r.node_end_ns[nj], 20 * kMs);
+  // Swap the ids: node nj now has the lower one and goes first.
+  std::swap(snap.nodes[ni].id, snap.nodes[nj].id);
+  r = run();
+  EXPECT_EQ(r.node_end_ns[nj], 10 * kMs);
+  EXPECT_EQ(r.node_end_ns[ni], 20 * kMs);
+}
+
+// An operator reading one tensor through two inputs waits for both: it
+// starts once the single transfer of that tensor has arrived.
+TEST_F(SimTest, OperatorReadingATensorTwice) {
+  SetUpCluster(2);
+  TemplateId t = Register("twice", {{"a", {}, 2 * kMs, 3}, {"b", {"a", "a"}, 10, 1}, {"c", {"a"}, 10, 1}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 1);
+  IssueOn(i, "c", 0);
+  auto x = g_->IssueTransfer(N(i, "a"), 0, DeviceId(1), N(i, "b"), 0, T(0));
+  ASSERT_TRUE(x.ok()) << x.status();
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  const uint32_t b = Index(snap, N(i, "b"));
+  ASSERT_EQ(snap.input_offsets[b + 1] - snap.input_offsets[b], 2u);
+  // a ends at 3 ms; its 2 MB take 2 ms to d1; b runs 5..6 ms, c 3..4 ms.
+  EXPECT_EQ(r.node_end_ns[Index(snap, *x)], 5 * kMs);
+  EXPECT_EQ(r.node_start_ns[b], 5 * kMs);
+  EXPECT_EQ(r.node_end_ns[b], 6 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "c"))], 4 * kMs);
+  EXPECT_EQ(r.simulated_ops, 4);
+}
+
 TEST_F(SimTest, TransferHeldBackByArbitration) {
   SetUpCluster(3);
   // a on d0 feeds b on d1 and c on d2: two transfers out of d0 at once.
