@@ -183,19 +183,23 @@ struct NodeRun {
 };
 static_assert(sizeof(NodeRun) == 16);
 
-// Mutable per tensor. It also carries the immutable facts a finish needs
-// (size, kept), so that consuming or freeing a tensor touches one record:
-// the event loop is bound by memory latency more than by instructions.
+// Mutable per tensor, 24 bytes. It also carries the immutable facts a
+// finish needs (size, consumers), so that consuming or freeing a tensor
+// touches one record: the event loop is bound by memory latency more than
+// by instructions. The model keeps one record past the last tensor (where
+// the last consumer range ends).
 struct TensorRun {
   int64_t bytes;
   int32_t pending;          // consumers (compute and transfers) not finished
   uint32_t first_transfer;  // transfers of this tensor, linked through TransferRun::next
-  uint32_t cons_begin, cons_end;  // its compute consumers: Model::tcons range
+  uint32_t cons_begin;      // compute consumers: Model::tcons [cons_begin, next cons_begin)
   uint16_t dev;             // the producer's device, once `produced`
-  bool freed;               // bool, not uint8_t: see SimState
-  bool keep;                // retained or a checkpoint update: never freed
+  // Freed, or never to be freed (retained, or a checkpoint update): either
+  // way a finish frees nothing. bool, not uint8_t: see SimState.
+  bool released;
   bool produced;            // the producer is done
 };
+static_assert(sizeof(TensorRun) == 24);
 
 // Mutable per transfer (indexed by node - num_compute).
 struct TransferRun {
@@ -635,7 +639,7 @@ class Engine {
   // Tensor t became present on device d: wake its consumers there.
   void Arrived(uint32_t t, uint16_t d) {
     const TensorRun& tr = tensor_[t];
-    for (uint32_t k = tr.cons_begin; k < tr.cons_end; ++k) {
+    for (uint32_t k = tr.cons_begin, end = tensor_[t + 1].cons_begin; k < end; ++k) {
       const Model::Consumer& cons = tcons_[k];
       NodeRun& r = node_[cons.node];
       // A consumer reading t more than once has one entry per input, so it
@@ -651,15 +655,15 @@ class Engine {
 
   void Consume(uint32_t t) {
     TensorRun& tr = tensor_[t];
-    if (--tr.pending > 0 || tr.freed || tr.keep || !tr.produced) return;
+    if (--tr.pending > 0 || tr.released || !tr.produced) return;
     Free(t);
   }
 
   // Releases t on every device holding it. Requires its producer done.
   void Free(uint32_t t) {
     TensorRun& tr = tensor_[t];
-    if (tr.keep || tr.freed) return;
-    tr.freed = true;
+    if (tr.released) return;
+    tr.released = true;
     mem_[tr.dev] -= tr.bytes;
     for (uint32_t x = tr.first_transfer; x != kNone; x = Xfer(x).next) {
       const SimState st = node_[x].st;
@@ -684,7 +688,7 @@ class Engine {
       __builtin_prefetch(&tcons_[tr.cons_begin]);  // Arrived reads it below
       tr.produced = true;
       tr.dev = d;
-      if (tr.pending == 0 && !tr.keep && !tr.freed) Free(t);
+      if (tr.pending == 0 && !tr.released) Free(t);
     }
     for (uint32_t k = info.in_begin, in_end = info_[n + 1].in_begin; k < in_end; ++k) Consume(inputs_[k]);
     for (uint32_t t = out_begin; t < out_end; ++t) Arrived(t, d);
@@ -788,7 +792,8 @@ std::vector<SimResidentBuffer> Simulator::ResidentBuffers() const {
   for (const GmgSnapshot::Copy& c : snap.copies) {
     const uint32_t t = c.tensor;
     // initial_copy: listed and the producer is done (the buffer is complete).
-    if (!m.initial_copy[t] || m.init.tensor[t].freed) continue;
+    // The initial state's `freed` is the snapshot's.
+    if (!m.initial_copy[t] || snap.tensors[t].freed) continue;
     const uint32_t p = snap.tensors[t].node;
     out.push_back({snap.nodes[p].id, static_cast<int32_t>(t - snap.tensor_offsets[p]), c.device});
   }
@@ -862,7 +867,7 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   for (uint32_t k = 0, end = nc < snap.input_offsets.size() ? snap.input_offsets[nc] : 0; k < end; ++k) {
     m.tcons_fill[snap.inputs[k]]++;
   }
-  s.tensor.resize(nt);
+  s.tensor.resize(nt + 1);
   // Writes tensor t's record; its consumers get the next range of tcons
   // (tcons_fill turns from the count into the fill cursor).
   uint32_t cons_total = 0;
@@ -872,7 +877,7 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     const uint32_t begin = cons_total;
     cons_total += m.tcons_fill[t];
     m.tcons_fill[t] = begin;
-    s.tensor[t] = {ts.bytes, ts.pending_consumers, kNone, begin, cons_total, dev, ts.freed != 0, keep, produced};
+    s.tensor[t] = {ts.bytes, ts.pending_consumers, kNone, begin, dev, ts.freed != 0 || keep, produced};
   };
   // Where the compute nodes' inputs and outputs end (the offsets are empty
   // in an empty snapshot). The snapshot puts no tensor past the compute
@@ -1001,6 +1006,8 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
       m.init_ready.push_back({n, InitialReadyAt(node.ready_ns, m.now)});
     }
   }
+
+  s.tensor[nt] = {0, 0, kNone, cons_total, kNoDevice, true, false};  // ends the last range
 
   // Compute consumers of each tensor (CSR by counting sort, in ranges
   // init_tensor assigned; ascending consumer order within each).
