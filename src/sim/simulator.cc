@@ -821,7 +821,14 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   const size_t nt = snap.tensors.size();
   Model::State& s = m.init;
 
+  // Instances mostly share a few templates: look each up once per run of
+  // equal ids.
+  bool checked = false;
+  uint32_t known_template = 0;
   for (const GmgSnapshot::Instance& inst : snap.instances) {
+    if (checked && inst.template_id == known_template) continue;
+    checked = true;
+    known_template = inst.template_id;
     if (ctx.templates().Find(TemplateId(inst.template_id)) == nullptr) {
       return absl::FailedPreconditionError(StrCat("snapshot instance ", inst.id, " uses template ",
                                                   inst.template_id, " unknown to the registry"));

@@ -233,6 +233,23 @@ TEST_F(SimTest, OperatorReadingATensorTwice) {
   EXPECT_EQ(r.simulated_ops, 4);
 }
 
+// A snapshot naming a template the registry lacks is refused, also when
+// it follows instances of a known one.
+TEST_F(SimTest, UnknownTemplateIsAnError) {
+  SetUpCluster(1);
+  TemplateId t = Register("one", {{"a", {}, 10, 10}});
+  InstanceId i = New(t), j = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(j, "a", 0);
+  GmgSnapshot snap = g_->Snapshot(T(0));
+  ASSERT_EQ(snap.instances.size(), 2u);
+  ASSERT_TRUE(Simulator::Create(snap, *ctx_).ok());
+  snap.instances[1].template_id = 999;
+  auto sim = Simulator::Create(snap, *ctx_);
+  EXPECT_EQ(sim.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(sim.status().message(), HasSubstr("template 999 unknown"));
+}
+
 TEST_F(SimTest, TransferHeldBackByArbitration) {
   SetUpCluster(3);
   // a on d0 feeds b on d1 and c on d2: two transfers out of d0 at once.
