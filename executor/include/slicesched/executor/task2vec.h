@@ -40,6 +40,38 @@
 // (> 0: B reaches normal training's target sooner; < 0: later). A spatial run
 // gives two gains, B's (row A,B) and A's (row B,A).
 //
+// Evaluation schedule: every step up to the iteration estimator's prefix
+// (below), then every `eval_every` steps.
+//
+// Stopping rules (slicesched/ymir/stopping.h): the target is fixed by the
+// normal run (ymir::NormalTarget) and shared by every run of the task;
+// steps are ymir::StepsToTarget, censored at max_steps + 1.
+//
+// Iteration estimator (slicesched/ymir/iteration_estimator.h). Each task's
+// normal run is predicted from its PREFIX: the eval points at steps 0..P,
+// P = max(3, round(iter_prefix_fraction x normal_steps)) (8 of 40 steps by
+// default, evaluated every step), fitted by ymir::FitLossCurve; the
+// prediction is the fitted curve's steps to the task's target. Transfer
+// runs of B are predicted from B's normal prefix with the curve adjusted by
+// the LEAVE-ONE-OUT predicted gain of the pair (LossCurve::WithGain; gains
+// below -0.9 are clamped to -0.9), i.e. predicted(B | A) = predicted(B) /
+// (1 + predicted gain). Errors |pred - meas| / meas are averaged over the
+// tasks (normal) and over the uncensored pairs (transfer); a prediction
+// whose fitted curve never reaches the target counts as max_steps + 1.
+//
+// Stop-loss (slicesched/ymir/stop_loss.h) on every transfer run: an "epoch"
+// here is `stop_loss_epoch_steps` steps (the normal run, 40 steps, is less
+// than one real epoch of the 1,024 training examples, so the 2-epoch window
+// is scaled down to 2 x 4 = 8 steps by default); the reference of an
+// evaluation at step s is the task's own normal eval curve at s (linear
+// between its eval points). Temporal: the verdict is recorded (decoupling
+// does not change B's training: B keeps its adapters and optimizer state).
+// Spatial: when the policy decouples at step s, the joint run goes on (its
+// steps still define the spatial gain) and, in addition, copies of both
+// TaskStates continue ALONE with AdamWStep from step s; their steps to
+// target are the pair's steps with stop-loss. A run that reaches its target
+// before the window ends is kept.
+//
 // Regression and scores. Per mode, gain ~ w0 + w1 S by least squares; the
 // reported predictions are leave-one-out (each pair's gain predicted by the
 // fit on the other pairs of its mode), so the scores are out of sample.
@@ -86,7 +118,12 @@ struct YmirExperimentOptions {
   // steps are averaged over repeats before the gain is formed. The
   // embeddings come from repeat 0.
   int64_t repeats = 1;
+  double iter_prefix_fraction = 0.2;  // of normal_steps, see above
+  int64_t stop_loss_epoch_steps = 4;
+  double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language;
+  // P above.
+  int64_t IterPrefixSteps() const;
   absl::Status Validate() const;
 };
 
@@ -111,6 +148,24 @@ struct YmirPair {
   bool censored = false;
   double gain = 0;            // measured
   double predicted_gain = 0;  // leave-one-out
+  // Iteration estimator: B's steps under this transfer predicted from B's
+  // normal prefix and predicted_gain (averaged over repeats).
+  double predicted_steps_transfer = 0;
+  // Stop-loss: repeats in which the pairing was decoupled, the step of the
+  // (first) decoupling, and the steps to target with stop-loss (= steps_transfer
+  // where it kept the pairing or the mode is temporal).
+  int64_t stop_loss_decoupled = 0;
+  int64_t stop_loss_step = 0;
+  double steps_transfer_stop_loss = 0;
+};
+
+// The iteration estimator on one task's normal run (repeat 0's fit).
+struct YmirIterationFit {
+  double r = 0, d = 0, b1 = 0, b2 = 0, scale = 0, rmse = 0;
+  int64_t prefix_points = 0;
+  int64_t convergence_step = 0;    // improvement <= 0.001 per step
+  double predicted_steps = 0;      // to the task's target, averaged over repeats
+  int64_t unreachable = 0;         // repeats whose fitted curve never reached it
 };
 
 struct YmirModeScore {
@@ -133,8 +188,29 @@ struct YmirEstimatorReport {
   std::vector<double> normal_best_loss;     // per task: lowest eval loss of the normal run
   std::vector<double> normal_target_loss;   // per task
   std::vector<double> normal_steps;         // per task: steps to its own target
+  std::vector<YmirIterationFit> iteration_fits;  // per task
   std::vector<YmirPair> pairs;
   std::vector<YmirModeScore> scores;  // temporal, spatial, all
+  // Iteration estimator errors (%, see above): normal runs over the tasks;
+  // transfer runs over the uncensored pairs, with the predicted gain and,
+  // for comparison, ignoring the transfer (gain 0); max over the pairs.
+  double iter_err_normal_pct = 0;
+  double iter_err_normal_max_pct = 0;
+  double iter_err_transfer_pct = 0;
+  double iter_err_transfer_max_pct = 0;
+  double iter_err_transfer_temporal_pct = 0;
+  double iter_err_transfer_spatial_pct = 0;
+  double iter_err_transfer_nogain_pct = 0;
+  int64_t iter_transfer_pairs = 0;  // uncensored pairs scored
+  // Negative pairs (measured gain < 0) and how many were caught: by the
+  // estimator (leave-one-out predicted gain <= 0, so Ymir would not pair
+  // them) and by the stop-loss (decoupled in a majority of repeats); positive
+  // pairs wrongly decoupled.
+  int64_t negative_pairs = 0;
+  int64_t negative_caught_by_estimator = 0;
+  int64_t negative_caught_by_stop_loss = 0;
+  int64_t negative_caught = 0;  // by either
+  int64_t positive_decoupled = 0;
   int64_t train_steps = 0;            // optimizer steps run in total
   double seconds = 0;
 
