@@ -615,8 +615,12 @@ int YmirEstimators(const std::vector<std::string>& args) {
     }
     std::printf("iteration estimator (prefix %lld steps): error normal %.1f%%, transfer %.1f%% (%lld pairs; "
                 "ignoring the gain %.1f%%)\n",
-                static_cast<long long>(o.IterPrefixSteps()), rep->iter_err_normal_pct, rep->iter_err_transfer_pct,
-                static_cast<long long>(rep->iter_transfer_pairs), rep->iter_err_transfer_nogain_pct);
+                static_cast<long long>(o.IterPrefixSteps()), rep->iteration.normal_pct, rep->iteration.transfer_pct,
+                static_cast<long long>(rep->iteration.transfer_pairs), rep->iteration.transfer_nogain_pct);
+    for (const auto& e : rep->iteration_sweep) {
+      std::printf("  prefix %lld steps: error normal %.1f%%, transfer %.1f%%\n", static_cast<long long>(e.prefix_steps),
+                  e.normal_pct, e.transfer_pct);
+    }
     std::printf("negative pairs %lld: caught %lld (estimator %lld, stop-loss %lld); positive pairs decoupled %lld\n",
                 static_cast<long long>(rep->negative_pairs), static_cast<long long>(rep->negative_caught),
                 static_cast<long long>(rep->negative_caught_by_estimator),

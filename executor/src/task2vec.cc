@@ -133,6 +133,11 @@ absl::Status YmirExperimentOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("iter_prefix_fraction must be in (0, 1], got ", iter_prefix_fraction));
   }
+  for (double f : iter_prefix_sweep) {
+    if (!(f > 0 && f <= 1)) {
+      return absl::InvalidArgumentError(StrCat("iter_prefix_sweep values must be in (0, 1], got ", f));
+    }
+  }
   SLICESCHED_RETURN_IF_ERROR(ymir::StopLossOptions{.window_epochs = stop_loss_window_epochs}.Validate());
   if (!(target_fraction > 0 && target_fraction <= 1)) {
     return absl::InvalidArgumentError(
@@ -144,9 +149,8 @@ absl::Status YmirExperimentOptions::Validate() const {
   return language.Validate();
 }
 
-int64_t YmirExperimentOptions::IterPrefixSteps() const {
-  return std::max<int64_t>(
-      3, std::llround(iter_prefix_fraction * static_cast<double>(normal_steps)));
+int64_t YmirExperimentOptions::PrefixSteps(double fraction) const {
+  return std::max<int64_t>(3, std::llround(fraction * static_cast<double>(normal_steps)));
 }
 
 double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b) {
@@ -209,21 +213,36 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     return TaskState::Init(dims, lora, t.spec.num_classes, seed, adamw);
   };
 
-  const int64_t prefix_steps = o.IterPrefixSteps();
+  // Prefixes of the iteration estimator: the headline one, then the sweep.
+  std::vector<double> fractions = {o.iter_prefix_fraction};
+  fractions.insert(fractions.end(), o.iter_prefix_sweep.begin(), o.iter_prefix_sweep.end());
+  int64_t dense_until = 0;  // normal runs evaluate every step up to the longest prefix
+  for (double f : fractions) dense_until = std::max(dense_until, o.PrefixSteps(f));
   const ymir::StopLossOptions stop_opts{.window_epochs = o.stop_loss_window_epochs};
   // Evaluation schedule (task2vec.h): every step of the prefix, then every eval_every.
-  auto eval_at = [&](int64_t step) { return step <= prefix_steps || step % o.eval_every == 0; };
+  auto eval_at = [&](int64_t step, int64_t dense) { return step <= dense || step % o.eval_every == 0; };
   auto epochs = [&](int64_t step) {
     return static_cast<double>(step) / static_cast<double>(o.stop_loss_epoch_steps);
   };
+  // The measurement grid: step 0 and every eval_every steps (the extra
+  // prefix evaluations feed only the estimator and the stop-loss).
+  auto on_grid = [&](int64_t step) { return step % o.eval_every == 0; };
+  auto grid = [&](const Curve& c) {
+    Curve g;
+    for (const ymir::LossPoint& p : c) {
+      if (on_grid(static_cast<int64_t>(p.step))) g.push_back(p);
+    }
+    return g;
+  };
   auto steps_to = [&](const Curve& c, double target) -> absl::StatusOr<double> {
     SLICESCHED_ASSIGN_OR_RETURN(ymir::StepsToTargetResult res,
-                                ymir::StepsToTarget(c, target, max_steps));
+                                ymir::StepsToTarget(grid(c), target, max_steps));
     return res.steps;
   };
-  auto reached = [](const Curve& c, double target) {
-    for (size_t i = 1; i < c.size(); ++i) {
-      if (c[i].loss <= target) return true;
+  auto reached = [&](const Curve& c, double target) {
+    const Curve g = grid(c);
+    for (size_t i = 1; i < g.size(); ++i) {
+      if (g[i].loss <= target) return true;
     }
     return false;
   };
@@ -233,9 +252,10 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   // first_step == 0); stops at the first evaluation at or below `stop_at`.
   // With `monitor` (a temporal stop-loss), every evaluation is observed
   // against `reference` and *decoupled_at gets the step of a decoupling.
+  // Evaluates every step up to `dense` (normal runs: the estimator's prefixes).
   auto run = [&](TaskState& st, const TaskData& t, int64_t first_step, int64_t last, double stop_at,
                  Curve* c, TaskState* snapshot, ymir::StopLoss* monitor, const Curve* reference,
-                 int64_t* decoupled_at) -> absl::Status {
+                 int64_t* decoupled_at, int64_t dense) -> absl::Status {
     if (first_step == 0) {
       SLICESCHED_ASSIGN_OR_RETURN(double l0, EvalLoss(base, st.params, t));
       c->push_back({0, l0});
@@ -247,7 +267,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
       ++rep.train_steps;
       if (snapshot != nullptr && step == o.probe_steps) *snapshot = st;
-      if (!eval_at(step)) continue;
+      if (!eval_at(step, dense)) continue;
       SLICESCHED_ASSIGN_OR_RETURN(double l, EvalLoss(base, st.params, t));
       c->push_back({static_cast<double>(step), l});
       if (monitor != nullptr && monitor->verdict() == ymir::StopLossVerdict::kUndecided) {
@@ -255,13 +275,16 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                                     monitor->Observe(0, epochs(step), l, LossAt(*reference, step)));
         if (v == ymir::StopLossVerdict::kDecouple) *decoupled_at = step;
       }
-      if (ymir::ShouldStop(static_cast<double>(step), l, stop_at, last) != ymir::StopReason::kContinue)
+      if (on_grid(step) &&
+          ymir::ShouldStop(static_cast<double>(step), l, stop_at, last) != ymir::StopReason::kContinue)
         break;
     }
     return absl::OkStatus();
   };
-  std::vector<double> pred_normal_sum(n, 0.0);
-  std::vector<int64_t> unreachable(n, 0);
+  // Per prefix fraction and task: predicted steps summed over repeats, and
+  // the repeats whose fit never reached the target.
+  std::vector<std::vector<double>> pred_normal_sum(fractions.size(), std::vector<double>(n, 0.0));
+  std::vector<std::vector<int64_t>> unreachable(fractions.size(), std::vector<int64_t>(n, 0));
 
   for (int64_t r = 0; r < o.repeats; ++r) {
     seed = o.seed + 1000 * static_cast<uint64_t>(r);
@@ -311,11 +334,11 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[i]));
       Curve c;
       SLICESCHED_RETURN_IF_ERROR(run(st, data[i], 0, o.normal_steps, -1.0, &c, &probe[i], nullptr,
-                                     nullptr, nullptr));
+                                     nullptr, nullptr, dense_until));
       // The bar every run of this task is measured against (stopping.h).
-      SLICESCHED_ASSIGN_OR_RETURN(target[i], ymir::NormalTarget(c, o.target_fraction));
+      SLICESCHED_ASSIGN_OR_RETURN(target[i], ymir::NormalTarget(grid(c), o.target_fraction));
       double best = c[0].loss;
-      for (const ymir::LossPoint& pt : c) best = std::min(best, pt.loss);
+      for (const ymir::LossPoint& pt : grid(c)) best = std::min(best, pt.loss);
       if (r == 0) {
         rep.normal_target_loss.push_back(target[i]);
         rep.normal_initial_loss.push_back(c[0].loss);
@@ -323,24 +346,28 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       }
       SLICESCHED_ASSIGN_OR_RETURN(double measured, steps_to(c, target[i]));
       normal_sum[i] += measured;
-      // The iteration estimator sees only the prefix of this run.
-      auto fit = ymir::FitLossCurve(ymir::Prefix(c, static_cast<double>(prefix_steps)));
-      if (!fit.ok()) return Annotate(fit.status(), StrCat("iteration estimator on ", data[i].spec.name));
-      const std::optional<double> predicted = fit->StepsToLoss(target[i]);
-      pred_normal_sum[i] += predicted ? *predicted : censored;
-      if (!predicted) ++unreachable[i];
-      if (r == 0) {
-        rep.iteration_fits.push_back(YmirIterationFit{
-            .r = fit->r,
-            .d = fit->d,
-            .b1 = fit->b1,
-            .b2 = fit->b2,
-            .scale = fit->scale,
-            .rmse = fit->rmse,
-            .prefix_points = static_cast<int64_t>(ymir::Prefix(c, static_cast<double>(prefix_steps)).size()),
-            .convergence_step = fit->ConvergenceStep(0.001)});
+      // The iteration estimator sees only a prefix of this run.
+      for (size_t f = 0; f < fractions.size(); ++f) {
+        const std::vector<ymir::LossPoint> prefix =
+            ymir::Prefix(c, static_cast<double>(o.PrefixSteps(fractions[f])));
+        auto fit = ymir::FitLossCurve(prefix);
+        if (!fit.ok()) return Annotate(fit.status(), StrCat("iteration estimator on ", data[i].spec.name));
+        const std::optional<double> predicted = fit->StepsToLoss(target[i]);
+        pred_normal_sum[f][i] += predicted ? *predicted : censored;
+        if (!predicted) ++unreachable[f][i];
+        if (r == 0 && f == 0) {
+          rep.iteration_fits.push_back(YmirIterationFit{.r = fit->r,
+                                                        .d = fit->d,
+                                                        .b1 = fit->b1,
+                                                        .b2 = fit->b2,
+                                                        .scale = fit->scale,
+                                                        .rmse = fit->rmse,
+                                                        .prefix_points = static_cast<int64_t>(prefix.size()),
+                                                        .convergence_step = fit->ConvergenceStep(0.001)});
+        }
       }
       normal_curve[i] = c;
+      if (r == 0) rep.normal_curves.push_back(c);
       trained[i] = st;
     }
     if (r == 0) {
@@ -411,7 +438,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         Curve c;
         int64_t decoupled_at = 0;
         SLICESCHED_RETURN_IF_ERROR(run(st, data[b], 0, max_steps, target[b], &c, nullptr, &monitor,
-                                       &normal_curve[b], &decoupled_at));
+                                       &normal_curve[b], &decoupled_at, 0));
         SLICESCHED_ASSIGN_OR_RETURN(double steps, steps_to(c, target[b]));
         record("temporal", a, b, similarity(a, b), steps, decoupled_at, steps);
       }
@@ -445,7 +472,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
               AccumulateJointMicroBatch(base, both, MakeBatch(rows, row_task)).status());
           SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both));
           rep.train_steps += 2;
-          if (!eval_at(step)) continue;
+          if (!eval_at(step, 0)) continue;
           SLICESCHED_ASSIGN_OR_RETURN(la, EvalLoss(base, sa.params, data[a]));
           SLICESCHED_ASSIGN_OR_RETURN(lb, EvalLoss(base, sb.params, data[b]));
           ca.push_back({static_cast<double>(step), la});
@@ -474,7 +501,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
           if (!reached(alone, target[task])) {
             SLICESCHED_RETURN_IF_ERROR(run(side == 0 ? alone_a : alone_b, data[task], decoupled_at,
                                            max_steps, target[task], &alone, nullptr, nullptr,
-                                           nullptr, nullptr));
+                                           nullptr, nullptr, 0));
           }
           SLICESCHED_ASSIGN_OR_RETURN(stop_loss_steps[side], steps_to(alone, target[task]));
         }
@@ -554,38 +581,49 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   rep.scores.push_back(all);
 
   // Iteration estimator: normal runs, then transfer runs through the
-  // leave-one-out predicted gain (task2vec.h).
-  std::vector<double> pred_normal(n);
-  for (size_t i = 0; i < n; ++i) {
-    pred_normal[i] = pred_normal_sum[i] / static_cast<double>(o.repeats);
-    rep.iteration_fits[i].predicted_steps = pred_normal[i];
-    rep.iteration_fits[i].unreachable = unreachable[i];
-    const double e = 100.0 * std::abs(pred_normal[i] - rep.normal_steps[i]) / rep.normal_steps[i];
-    rep.iter_err_normal_pct += e / static_cast<double>(n);
-    rep.iter_err_normal_max_pct = std::max(rep.iter_err_normal_max_pct, e);
-  }
-  {
-    double sum = 0, sum_nogain = 0, sum_mode[2] = {0, 0};
+  // leave-one-out predicted gain (task2vec.h), for every prefix.
+  for (size_t f = 0; f < fractions.size(); ++f) {
+    YmirIterationErrors e;
+    e.fraction = fractions[f];
+    e.prefix_steps = o.PrefixSteps(fractions[f]);
+    std::vector<double> pred_normal(n);
+    for (size_t i = 0; i < n; ++i) {
+      pred_normal[i] = pred_normal_sum[f][i] / static_cast<double>(o.repeats);
+      e.unreachable += unreachable[f][i];
+      const double err = 100.0 * std::abs(pred_normal[i] - rep.normal_steps[i]) / rep.normal_steps[i];
+      e.normal_pct += err / static_cast<double>(n);
+      e.normal_max_pct = std::max(e.normal_max_pct, err);
+      if (f == 0) {
+        rep.iteration_fits[i].predicted_steps = pred_normal[i];
+        rep.iteration_fits[i].unreachable = unreachable[f][i];
+      }
+    }
+    double sum_nogain = 0, sum_mode[2] = {0, 0};
     int64_t count_mode[2] = {0, 0};
     for (size_t k = 0; k < rep.pairs.size(); ++k) {
       YmirPair& p = rep.pairs[k];
-      const double g = std::max(-0.9, p.predicted_gain);
-      p.predicted_steps_transfer = pred_normal[pair_dst[k]] / (1.0 + g);
+      const double predicted = pred_normal[pair_dst[k]] / (1.0 + std::max(-0.9, p.predicted_gain));
+      if (f == 0) p.predicted_steps_transfer = predicted;
       if (p.censored) continue;
-      const double e = 100.0 * std::abs(p.predicted_steps_transfer - p.steps_transfer) / p.steps_transfer;
-      sum += e;
+      const double err = 100.0 * std::abs(predicted - p.steps_transfer) / p.steps_transfer;
+      e.transfer_pct += err;
       sum_nogain += 100.0 * std::abs(pred_normal[pair_dst[k]] - p.steps_transfer) / p.steps_transfer;
       const int m = p.mode == "temporal" ? 0 : 1;
-      sum_mode[m] += e;
+      sum_mode[m] += err;
       ++count_mode[m];
-      ++rep.iter_transfer_pairs;
-      rep.iter_err_transfer_max_pct = std::max(rep.iter_err_transfer_max_pct, e);
+      ++e.transfer_pairs;
+      e.transfer_max_pct = std::max(e.transfer_max_pct, err);
     }
-    const double c = static_cast<double>(std::max<int64_t>(rep.iter_transfer_pairs, 1));
-    rep.iter_err_transfer_pct = sum / c;
-    rep.iter_err_transfer_nogain_pct = sum_nogain / c;
-    rep.iter_err_transfer_temporal_pct = sum_mode[0] / static_cast<double>(std::max<int64_t>(count_mode[0], 1));
-    rep.iter_err_transfer_spatial_pct = sum_mode[1] / static_cast<double>(std::max<int64_t>(count_mode[1], 1));
+    const double c = static_cast<double>(std::max<int64_t>(e.transfer_pairs, 1));
+    e.transfer_pct /= c;
+    e.transfer_nogain_pct = sum_nogain / c;
+    e.transfer_temporal_pct = sum_mode[0] / static_cast<double>(std::max<int64_t>(count_mode[0], 1));
+    e.transfer_spatial_pct = sum_mode[1] / static_cast<double>(std::max<int64_t>(count_mode[1], 1));
+    if (f == 0) {
+      rep.iteration = e;
+    } else {
+      rep.iteration_sweep.push_back(e);
+    }
   }
   // Negative pairs and who caught them.
   for (const YmirPair& p : rep.pairs) {
@@ -616,16 +654,24 @@ std::string YmirEstimatorReport::ToJson() const {
   j += absl::StrFormat(
       "  \"transfer_cls_accuracy\": %.1f,\n  \"gain_mape_pct\": %.1f,\n"
       "  \"iter_err_normal_pct\": %.1f,\n  \"iter_err_transfer_pct\": %.1f,\n",
-      all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iter_err_normal_pct,
-      iter_err_transfer_pct);
-  j += absl::StrFormat(
-      "  \"iteration_estimator\": {\"prefix_steps\": %d, \"iter_err_normal_max_pct\": %.1f, "
-      "\"iter_err_transfer_max_pct\": %.1f, \"iter_err_transfer_temporal_pct\": %.1f, "
-      "\"iter_err_transfer_spatial_pct\": %.1f, \"iter_err_transfer_nogain_pct\": %.1f, "
-      "\"transfer_pairs_scored\": %d},\n",
-      options.IterPrefixSteps(), iter_err_normal_max_pct, iter_err_transfer_max_pct,
-      iter_err_transfer_temporal_pct, iter_err_transfer_spatial_pct, iter_err_transfer_nogain_pct,
-      iter_transfer_pairs);
+      all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
+      iteration.transfer_pct);
+  auto iter_json = [](const YmirIterationErrors& e) {
+    return absl::StrFormat(
+        "{\"prefix_fraction\": %.2f, \"prefix_steps\": %d, \"iter_err_normal_pct\": %.1f, "
+        "\"iter_err_normal_max_pct\": %.1f, \"iter_err_transfer_pct\": %.1f, "
+        "\"iter_err_transfer_max_pct\": %.1f, \"iter_err_transfer_temporal_pct\": %.1f, "
+        "\"iter_err_transfer_spatial_pct\": %.1f, \"iter_err_transfer_nogain_pct\": %.1f, "
+        "\"transfer_pairs_scored\": %d, \"unreachable_fits\": %d}",
+        e.fraction, e.prefix_steps, e.normal_pct, e.normal_max_pct, e.transfer_pct,
+        e.transfer_max_pct, e.transfer_temporal_pct, e.transfer_spatial_pct, e.transfer_nogain_pct,
+        e.transfer_pairs, e.unreachable);
+  };
+  j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n  \"iteration_prefix_sweep\": [";
+  for (size_t k = 0; k < iteration_sweep.size(); ++k) {
+    j += (k ? ",\n    " : "\n    ") + iter_json(iteration_sweep[k]);
+  }
+  j += "],\n";
   // The best pairs by measured steps-to-target speed-up (1 + gain).
   std::vector<size_t> order(pairs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -662,6 +708,14 @@ std::string YmirEstimatorReport::ToJson() const {
           "\"prefix_points\": %d, \"convergence_step\": %d}",
           f.predicted_steps, f.unreachable, f.r, f.d, f.b1, f.b2, f.scale, f.rmse, f.prefix_points,
           f.convergence_step);
+    }
+    if (i < normal_curves.size()) {
+      j += ", \"curve\": [";
+      for (size_t k = 0; k < normal_curves[i].size(); ++k) {
+        j += absl::StrFormat("%s[%g, %.4f]", k ? ", " : "", normal_curves[i][k].step,
+                             normal_curves[i][k].loss);
+      }
+      j += "]";
     }
     j += "}";
   }

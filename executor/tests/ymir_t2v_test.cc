@@ -160,7 +160,7 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(w.ok());
   const YmirExperimentOptions o = SmallExperiment();
-  EXPECT_EQ(o.IterPrefixSteps(), 3);  // max(3, 0.2 x 6)
+  EXPECT_EQ(o.IterPrefixSteps(), 3);  // max(3, 0.4 x 6)
   auto r = RunYmirEstimators(**w, o);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->iteration_fits.size(), 3u);
@@ -188,12 +188,16 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
       EXPECT_EQ(p.stop_loss_step, 8);
     }
   }
-  EXPECT_EQ(r->iter_transfer_pairs, scored);
+  EXPECT_EQ(r->iteration.transfer_pairs, scored);
+  EXPECT_EQ(r->iteration.prefix_steps, 3);
+  ASSERT_EQ(r->iteration_sweep.size(), 2u);  // 0.2 and 0.6 of 6 steps
+  EXPECT_EQ(r->iteration_sweep[0].prefix_steps, 3);
+  EXPECT_EQ(r->iteration_sweep[1].prefix_steps, 4);
   EXPECT_EQ(r->negative_pairs, negative);
   EXPECT_LE(r->negative_caught, r->negative_pairs);
   EXPECT_GE(r->negative_caught,
             std::max(r->negative_caught_by_estimator, r->negative_caught_by_stop_loss));
-  EXPECT_GE(r->iter_err_normal_max_pct, r->iter_err_normal_pct);
+  EXPECT_GE(r->iteration.normal_max_pct, r->iteration.normal_pct);
   const std::string json = r->ToJson();
   for (const char* key : {"\"transfer_cls_accuracy\"", "\"iter_err_normal_pct\"",
                           "\"iter_err_transfer_pct\"", "\"best_pairs\"", "\"negative_caught\"",

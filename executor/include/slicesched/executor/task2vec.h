@@ -40,8 +40,12 @@
 // (> 0: B reaches normal training's target sooner; < 0: later). A spatial run
 // gives two gains, B's (row A,B) and A's (row B,A).
 //
-// Evaluation schedule: every step up to the iteration estimator's prefix
-// (below), then every `eval_every` steps.
+// Evaluation schedule: normal runs every step up to the longest prefix of
+// the iteration estimator (below), then every `eval_every` steps; transfer
+// runs every `eval_every` steps. Steps to target, targets and the
+// early stop use only the grid points (step 0 and multiples of eval_every),
+// so the extra prefix evaluations change no measurement; they feed the
+// iteration estimator (and the stop-loss's reference curves).
 //
 // Stopping rules (slicesched/ymir/stopping.h): the target is fixed by the
 // normal run (ymir::NormalTarget) and shared by every run of the task;
@@ -49,8 +53,10 @@
 //
 // Iteration estimator (slicesched/ymir/iteration_estimator.h). Each task's
 // normal run is predicted from its PREFIX: the eval points at steps 0..P,
-// P = max(3, round(iter_prefix_fraction x normal_steps)) (8 of 40 steps by
-// default, evaluated every step), fitted by ymir::FitLossCurve; the
+// P = max(3, round(iter_prefix_fraction x normal_steps)) (16 of 40 steps by
+// default; normal runs are evaluated every step up to the longest prefix,
+// and the errors are also reported for the prefixes of iter_prefix_sweep),
+// fitted by ymir::FitLossCurve; the
 // prediction is the fitted curve's steps to the task's target. Transfer
 // runs of B are predicted from B's normal prefix with the curve adjusted by
 // the LEAVE-ONE-OUT predicted gain of the pair (LossCurve::WithGain; gains
@@ -88,6 +94,7 @@
 #include "absl/status/statusor.h"
 #include "slicesched/executor/llama_ops.h"
 #include "slicesched/synth/tasks.h"
+#include "slicesched/ymir/iteration_estimator.h"
 
 namespace slicesched::executor {
 
@@ -118,12 +125,14 @@ struct YmirExperimentOptions {
   // steps are averaged over repeats before the gain is formed. The
   // embeddings come from repeat 0.
   int64_t repeats = 1;
-  double iter_prefix_fraction = 0.2;  // of normal_steps, see above
+  double iter_prefix_fraction = 0.4;  // of normal_steps, see above: the headline prefix
+  std::vector<double> iter_prefix_sweep = {0.2, 0.6};  // also reported
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language;
-  // P above.
-  int64_t IterPrefixSteps() const;
+  // P above, for a fraction.
+  int64_t PrefixSteps(double fraction) const;
+  int64_t IterPrefixSteps() const { return PrefixSteps(iter_prefix_fraction); }
   absl::Status Validate() const;
 };
 
@@ -159,6 +168,23 @@ struct YmirPair {
   double steps_transfer_stop_loss = 0;
 };
 
+// Iteration estimator errors (%, see above) for one prefix: normal runs
+// over the tasks; transfer runs over the uncensored pairs, with the
+// predicted gain and, for comparison, ignoring the transfer (gain 0).
+struct YmirIterationErrors {
+  double fraction = 0;
+  int64_t prefix_steps = 0;
+  double normal_pct = 0;
+  double normal_max_pct = 0;
+  double transfer_pct = 0;
+  double transfer_max_pct = 0;
+  double transfer_temporal_pct = 0;
+  double transfer_spatial_pct = 0;
+  double transfer_nogain_pct = 0;
+  int64_t transfer_pairs = 0;  // uncensored pairs scored
+  int64_t unreachable = 0;     // task fits (over repeats) that never reach the target
+};
+
 // The iteration estimator on one task's normal run (repeat 0's fit).
 struct YmirIterationFit {
   double r = 0, d = 0, b1 = 0, b2 = 0, scale = 0, rmse = 0;
@@ -189,19 +215,13 @@ struct YmirEstimatorReport {
   std::vector<double> normal_target_loss;   // per task
   std::vector<double> normal_steps;         // per task: steps to its own target
   std::vector<YmirIterationFit> iteration_fits;  // per task
+  // Per task: repeat 0's normal eval curve, every evaluation (prefix included).
+  std::vector<std::vector<ymir::LossPoint>> normal_curves;
   std::vector<YmirPair> pairs;
   std::vector<YmirModeScore> scores;  // temporal, spatial, all
-  // Iteration estimator errors (%, see above): normal runs over the tasks;
-  // transfer runs over the uncensored pairs, with the predicted gain and,
-  // for comparison, ignoring the transfer (gain 0); max over the pairs.
-  double iter_err_normal_pct = 0;
-  double iter_err_normal_max_pct = 0;
-  double iter_err_transfer_pct = 0;
-  double iter_err_transfer_max_pct = 0;
-  double iter_err_transfer_temporal_pct = 0;
-  double iter_err_transfer_spatial_pct = 0;
-  double iter_err_transfer_nogain_pct = 0;
-  int64_t iter_transfer_pairs = 0;  // uncensored pairs scored
+  // Iteration estimator errors for the headline prefix, and for the sweep.
+  YmirIterationErrors iteration;
+  std::vector<YmirIterationErrors> iteration_sweep;
   // Negative pairs (measured gain < 0) and how many were caught: by the
   // estimator (leave-one-out predicted gain <= 0, so Ymir would not pair
   // them) and by the stop-loss (decoupled in a majority of repeats); positive
