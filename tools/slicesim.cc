@@ -142,7 +142,8 @@ int Usage(FILE* to) {
                "                        pretrain the tiny backbone on the synthetic language (merged\n"
                "                        LoRA rounds) and write it as safetensors (needs LibTorch)\n"
                "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
-               "         [--lora-rank R] [--sequence-length L] [--repeats N] [--gains-out FILE] [--json]\n"
+               "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
+               "         [--iter-prefix-fraction F] [--stop-loss-epoch-steps N] [--gains-out FILE] [--json]\n"
                "                        Task2Vec similarity -> transfer gain, against gains measured\n"
                "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch),\n"
                "                        the iteration estimator's errors and the stop-loss\n"
@@ -573,6 +574,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Int("--lora-rank", &o.lora_rank)
                    .Int("--repeats", &o.repeats)
                    .Int("--sequence-length", &o.sequence_length)
+                   .Int("--eval-examples", &o.eval_examples)
                    .Num("--iter-prefix-fraction", &o.iter_prefix_fraction)
                    .Int("--stop-loss-epoch-steps", &o.stop_loss_epoch_steps)
                    .Text("--gains-out", &gains_out)
