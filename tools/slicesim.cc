@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,7 +31,12 @@
 #ifdef SLICESCHED_HAVE_YMIR_T2V
 #include "slicesched/executor/pretrain.h"
 #include "slicesched/executor/safetensors.h"
+#include "slicesched/executor/lut_profile.h"
 #include "slicesched/executor/task2vec.h"
+#include "slicesched/common/clock.h"
+#include "slicesched/common/json.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/ymir/time_lut.h"
 #endif
 
 namespace {
@@ -136,9 +142,15 @@ int Usage(FILE* to) {
                "                        pretrain the tiny backbone on the synthetic language (merged\n"
                "                        LoRA rounds) and write it as safetensors (needs LibTorch)\n"
                "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
-               "         [--lora-rank R] [--sequence-length L] [--repeats N] [--gains-out FILE] [--json]\n"
+               "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
+               "         [--iter-prefix-fraction F] [--stop-loss-epoch-steps N] [--gains-out FILE] [--json]\n"
                "                        Task2Vec similarity -> transfer gain, against gains measured\n"
-               "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch)\n"
+               "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch),\n"
+               "                        the iteration estimator's errors and the stop-loss\n"
+               "  ymir-lut --out FILE [--backbone FILE] [--devices 1,2] [--grad-accum 1,2]\n"
+               "         [--batches 4,8,16] [--frozen 0,2] [--iterations N] [--json]\n"
+               "                        profile Ymir's time LUT (seconds per training iteration) on\n"
+               "                        this machine's CPU devices; writes it as CSV (needs LibTorch)\n"
                "  ymir [--trace FILE] [--jobs N] [--seed S] [--load 1|2] [--gpus G] [--nodes N]\n"
                "       [--gains FILE] [--policy NAME|all] [--json] [--round S] [--restart S]\n"
                "       [--ilp-window K] [--ilp-gap G] [--ilp-time-limit S]\n"
@@ -562,6 +574,9 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Int("--lora-rank", &o.lora_rank)
                    .Int("--repeats", &o.repeats)
                    .Int("--sequence-length", &o.sequence_length)
+                   .Int("--eval-examples", &o.eval_examples)
+                   .Num("--iter-prefix-fraction", &o.iter_prefix_fraction)
+                   .Int("--stop-loss-epoch-steps", &o.stop_loss_epoch_steps)
                    .Text("--gains-out", &gains_out)
                    .Switch("--json", &json)
                    .Parse(args)) {
@@ -600,13 +615,123 @@ int YmirEstimators(const std::vector<std::string>& args) {
                   s.mode.c_str(), static_cast<long long>(s.pairs), static_cast<long long>(s.positive), s.accuracy_pct,
                   s.majority_accuracy_pct, s.mape_pct, s.correlation);
     }
-    std::printf("paper (Table 2): accuracy 97.2-98.6%%, gain MAPE 15.5-18.1%%; %lld training steps in %.1f s\n",
+    std::printf("iteration estimator (prefix %lld steps): error normal %.1f%%, transfer %.1f%% (%lld pairs; "
+                "ignoring the gain %.1f%%)\n",
+                static_cast<long long>(o.IterPrefixSteps()), rep->iteration.normal_pct, rep->iteration.transfer_pct,
+                static_cast<long long>(rep->iteration.transfer_pairs), rep->iteration.transfer_nogain_pct);
+    for (const auto& e : rep->iteration_sweep) {
+      std::printf("  prefix %lld steps: error normal %.1f%%, transfer %.1f%%\n", static_cast<long long>(e.prefix_steps),
+                  e.normal_pct, e.transfer_pct);
+    }
+    std::printf("negative pairs %lld: caught %lld (estimator %lld, stop-loss %lld); positive pairs decoupled %lld\n",
+                static_cast<long long>(rep->negative_pairs), static_cast<long long>(rep->negative_caught),
+                static_cast<long long>(rep->negative_caught_by_estimator),
+                static_cast<long long>(rep->negative_caught_by_stop_loss),
+                static_cast<long long>(rep->positive_decoupled));
+    std::printf("paper (Table 2): accuracy 97.2-98.6%%, gain MAPE 15.5-18.1%%, iteration error 5.7-11.3%% normal, "
+                "11.1-15.4%% transfer; %lld training steps in %.1f s\n",
                 static_cast<long long>(rep->train_steps), rep->seconds);
   }
   return 0;
 #else
   (void)args;
   std::fprintf(stderr, "slicesim ymir-estimators: this slicesim was built without LibTorch\n");
+  return 1;
+#endif
+}
+
+int YmirLut(const std::vector<std::string>& args) {
+#ifdef SLICESCHED_HAVE_YMIR_T2V
+  slicesched::executor::LutProfileOptions o;
+  std::string out, backbone, devices = "1,2", grad_accum = "1,2", batches = "4,8,16", frozen = "0,2";
+  bool json = false;
+  if (int rc = Flags("ymir-lut")
+                   .Text("--out", &out)
+                   .Text("--backbone", &backbone)
+                   .Text("--devices", &devices)
+                   .Text("--grad-accum", &grad_accum)
+                   .Text("--batches", &batches)
+                   .Text("--frozen", &frozen)
+                   .Int("--iterations", &o.iterations)
+                   .Switch("--json", &json)
+                   .Parse(args)) {
+    return rc;
+  }
+  if (out.empty()) return Failed("ymir-lut", absl::InvalidArgumentError("--out FILE is required"));
+  auto list = [](const std::string& text, const char* flag, std::vector<int64_t>* v) -> absl::Status {
+    v->clear();
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      int64_t x = 0;
+      if (!absl::SimpleAtoi(part, &x)) {
+        return absl::InvalidArgumentError(std::string(flag) + ": '" + text + "' is not a comma-separated integer list");
+      }
+      v->push_back(x);
+    }
+    return absl::OkStatus();
+  };
+  for (auto [text, flag, v] : {std::tuple{&devices, "--devices", &o.devices},
+                               std::tuple{&grad_accum, "--grad-accum", &o.grad_accum},
+                               std::tuple{&batches, "--batches", &o.local_batch},
+                               std::tuple{&frozen, "--frozen", &o.frozen_layers}}) {
+    if (auto st = list(*text, flag, v); !st.ok()) return Failed("ymir-lut", st);
+  }
+  auto dims = slicesched::LlamaPreset("tiny");
+  if (!dims.ok()) return Failed("ymir-lut", dims.status());
+  // Iteration times do not depend on the weights' values: without
+  // --backbone, the seeded tiny preset.
+  std::shared_ptr<const slicesched::executor::LlamaWeights> w;
+  if (backbone.empty()) {
+    auto r = slicesched::executor::LlamaWeights::FromSeed(*dims, 1);
+    if (!r.ok()) return Failed("ymir-lut", r.status());
+    w = *r;
+  } else {
+    auto r = slicesched::executor::LlamaWeights::FromSafetensors(*dims, backbone);
+    if (!r.ok()) return Failed("ymir-lut", r.status());
+    w = *r;
+  }
+  const slicesched::SteadyClock clock;
+  const slicesched::Timestamp t0 = clock.Now();
+  auto lut = slicesched::executor::ProfileTimeLut(*w, o, clock);
+  if (!lut.ok()) return Failed("ymir-lut", lut.status());
+  const double seconds = (clock.Now() - t0).ToSecondsF();
+  if (auto st = lut->Save(out); !st.ok()) return Failed("ymir-lut", st);
+  // Example lookups: keys the grid did not measure are interpolated (and
+  // marked); categorical keys the CPU cannot vary are not found.
+  using slicesched::ymir::LutKey;
+  std::vector<LutKey> probes = {
+      LutKey{.devices = o.devices.front(), .grad_accum = o.grad_accum.front(), .local_batch = o.local_batch.front()},
+      LutKey{.devices = o.devices.front(), .grad_accum = o.grad_accum.front(), .local_batch = 12},
+      LutKey{.devices = o.devices.back(), .grad_accum = 3, .local_batch = 6, .frozen_layers = 1},
+      LutKey{.devices = 4, .grad_accum = 1, .local_batch = 8},
+      LutKey{.devices = 1, .grad_accum = 1, .local_batch = 8, .amp = true}};
+  std::string lookups;
+  for (const LutKey& k : probes) {
+    auto r = lut->Lookup(k);
+    std::string line = json ? "    {\"key\": \"" + k.ToString() + "\", " : "  " + k.ToString() + ": ";
+    if (r.ok()) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, json ? "\"seconds\": %.6f, \"interpolated\": %s, \"sources\": %zu}"
+                                          : "%.6f s%s (%zu source key(s))",
+                    r->seconds, json ? (r->interpolated ? "true" : "false") : (r->interpolated ? " interpolated" : ""),
+                    r->source.size());
+      line += buf;
+    } else {
+      line += json ? "\"error\": " + slicesched::JsonQuote(slicesched::ToStd(r.status().message())) + "}"
+                   : "not found (" + std::string(r.status().message()) + ")";
+    }
+    lookups += (lookups.empty() ? "" : json ? ",\n" : "\n") + line;
+  }
+  if (json) {
+    std::printf("{\"out\": \"%s\", \"keys\": %zu, \"profile_seconds\": %.1f,\n  \"lookups\": [\n%s\n  ]}\n",
+                out.c_str(), lut->entries().size(), seconds, lookups.c_str());
+  } else {
+    std::printf("wrote %s: %zu keys profiled in %.1f s\n%s\n%s", out.c_str(), lut->entries().size(), seconds,
+                lookups.c_str(), lut->ToCsv().c_str());
+  }
+  return 0;
+#else
+  (void)args;
+  std::fprintf(stderr, "slicesim ymir-lut: this slicesim was built without LibTorch\n");
   return 1;
 #endif
 }
@@ -663,6 +788,7 @@ int main(int argc, char** argv) {
   if (cmd == "make-backbone") return MakeBackbone(args);
   if (cmd == "ymir-estimators") return YmirEstimators(args);
   if (cmd == "ymir") return YmirCommand(args);
+  if (cmd == "ymir-lut") return YmirLut(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") return Usage(stdout);
   std::fprintf(stderr, "slicesim: unknown command '%s'\n", cmd.c_str());
   return Usage(stderr);

@@ -11,6 +11,9 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/train_ops.h"
+#include "slicesched/ymir/iteration_estimator.h"
+#include "slicesched/ymir/stop_loss.h"
+#include "slicesched/ymir/stopping.h"
 
 namespace slicesched::executor {
 namespace {
@@ -62,22 +65,19 @@ absl::StatusOr<double> EvalLoss(const LlamaWeights& base, const TaskAdapters& pa
   return h.loss[0];
 }
 
-struct Curve {
-  std::vector<int64_t> steps;  // eval points (0 first)
-  std::vector<double> loss;
-};
+// An eval curve: (step, eval loss), step 0 first.
+using Curve = std::vector<ymir::LossPoint>;
 
-// The first crossing of `target`, linearly interpolated between the two eval
-// points around it (eval points are eval_every steps apart; interpolation
-// keeps the gain from being quantised to ratios of multiples of eval_every).
-double StepsTo(const Curve& c, double target, double censored) {
-  for (size_t i = 1; i < c.steps.size(); ++i) {
-    if (c.loss[i] > target) continue;
-    const double s0 = static_cast<double>(c.steps[i - 1]), s1 = static_cast<double>(c.steps[i]);
-    if (c.loss[i - 1] <= target || i == 1) return s1;  // step 0 never counts as reached
-    return s0 + (s1 - s0) * (c.loss[i - 1] - target) / (c.loss[i - 1] - c.loss[i]);
+// The loss of `c` at `step`, linear between its points (the last point's
+// loss beyond it).
+double LossAt(const Curve& c, double step) {
+  for (size_t i = 1; i < c.size(); ++i) {
+    if (c[i].step >= step) {
+      return c[i - 1].loss + (c[i].loss - c[i - 1].loss) * (step - c[i - 1].step) /
+                                 (c[i].step - c[i - 1].step);
+    }
   }
-  return censored;
+  return c.back().loss;
 }
 
 std::vector<double> Flatten(const TaskAdapters& a, bool squared_only_lora) {
@@ -125,9 +125,20 @@ absl::Status YmirExperimentOptions::Validate() const {
   }
   if (sequence_length < 2 || batch_size < 1 || train_examples < 1 || eval_examples < 1 ||
       lora_rank < 1 || normal_steps < 1 || max_steps_factor < 1 || repeats < 1 || eval_every < 1 ||
-      probe_steps < 0 || probe_steps > normal_steps || fisher_examples < 1) {
+      probe_steps < 0 || probe_steps > normal_steps || fisher_examples < 1 ||
+      stop_loss_epoch_steps < 1) {
     return absl::InvalidArgumentError("Ymir experiment: a size is out of range (see task2vec.h)");
   }
+  if (!(iter_prefix_fraction > 0 && iter_prefix_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        StrCat("iter_prefix_fraction must be in (0, 1], got ", iter_prefix_fraction));
+  }
+  for (double f : iter_prefix_sweep) {
+    if (!(f > 0 && f <= 1)) {
+      return absl::InvalidArgumentError(StrCat("iter_prefix_sweep values must be in (0, 1], got ", f));
+    }
+  }
+  SLICESCHED_RETURN_IF_ERROR(ymir::StopLossOptions{.window_epochs = stop_loss_window_epochs}.Validate());
   if (!(target_fraction > 0 && target_fraction <= 1)) {
     return absl::InvalidArgumentError(
         StrCat("target_fraction must be in (0, 1], got ", target_fraction));
@@ -136,6 +147,10 @@ absl::Status YmirExperimentOptions::Validate() const {
     return absl::InvalidArgumentError("learning_rate and lora_alpha must be > 0, alpha >= 0");
   }
   return language.Validate();
+}
+
+int64_t YmirExperimentOptions::PrefixSteps(double fraction) const {
+  return std::max<int64_t>(3, std::llround(fraction * static_cast<double>(normal_steps)));
 }
 
 double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b) {
@@ -198,29 +213,78 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     return TaskState::Init(dims, lora, t.spec.num_classes, seed, adamw);
   };
 
-  // One single-task training run from `st`, evaluating every eval_every
-  // steps; stops early once the eval loss reaches `stop_at`.
-  auto run = [&](TaskState& st, const TaskData& t, int64_t steps, double stop_at, Curve* c,
-                 TaskState* snapshot) -> absl::Status {
-    SLICESCHED_ASSIGN_OR_RETURN(double l0, EvalLoss(base, st.params, t));
-    c->steps.push_back(0);
-    c->loss.push_back(l0);
-    if (snapshot != nullptr && o.probe_steps == 0) *snapshot = st;
-    for (int64_t step = 1; step <= steps; ++step) {
+  // Prefixes of the iteration estimator: the headline one, then the sweep.
+  std::vector<double> fractions = {o.iter_prefix_fraction};
+  fractions.insert(fractions.end(), o.iter_prefix_sweep.begin(), o.iter_prefix_sweep.end());
+  int64_t dense_until = 0;  // normal runs evaluate every step up to the longest prefix
+  for (double f : fractions) dense_until = std::max(dense_until, o.PrefixSteps(f));
+  const ymir::StopLossOptions stop_opts{.window_epochs = o.stop_loss_window_epochs};
+  // Evaluation schedule (task2vec.h): every step of the prefix, then every eval_every.
+  auto eval_at = [&](int64_t step, int64_t dense) { return step <= dense || step % o.eval_every == 0; };
+  auto epochs = [&](int64_t step) {
+    return static_cast<double>(step) / static_cast<double>(o.stop_loss_epoch_steps);
+  };
+  // The measurement grid: step 0 and every eval_every steps (the extra
+  // prefix evaluations feed only the estimator and the stop-loss).
+  auto on_grid = [&](int64_t step) { return step % o.eval_every == 0; };
+  auto grid = [&](const Curve& c) {
+    Curve g;
+    for (const ymir::LossPoint& p : c) {
+      if (on_grid(static_cast<int64_t>(p.step))) g.push_back(p);
+    }
+    return g;
+  };
+  auto steps_to = [&](const Curve& c, double target) -> absl::StatusOr<double> {
+    SLICESCHED_ASSIGN_OR_RETURN(ymir::StepsToTargetResult res,
+                                ymir::StepsToTarget(grid(c), target, max_steps));
+    return res.steps;
+  };
+  auto reached = [&](const Curve& c, double target) {
+    const Curve g = grid(c);
+    for (size_t i = 1; i < g.size(); ++i) {
+      if (g[i].loss <= target) return true;
+    }
+    return false;
+  };
+
+  // One single-task training run of `st` over steps first_step + 1 .. last,
+  // evaluating on the schedule and appending to *c (step 0 is evaluated when
+  // first_step == 0); stops at the first evaluation at or below `stop_at`.
+  // With `monitor` (a temporal stop-loss), every evaluation is observed
+  // against `reference` and *decoupled_at gets the step of a decoupling.
+  // Evaluates every step up to `dense` (normal runs: the estimator's prefixes).
+  auto run = [&](TaskState& st, const TaskData& t, int64_t first_step, int64_t last, double stop_at,
+                 Curve* c, TaskState* snapshot, ymir::StopLoss* monitor, const Curve* reference,
+                 int64_t* decoupled_at, int64_t dense) -> absl::Status {
+    if (first_step == 0) {
+      SLICESCHED_ASSIGN_OR_RETURN(double l0, EvalLoss(base, st.params, t));
+      c->push_back({0, l0});
+      if (snapshot != nullptr && o.probe_steps == 0) *snapshot = st;
+    }
+    for (int64_t step = first_step + 1; step <= last; ++step) {
       const auto rows = StepRows(t, step - 1, o.batch_size);
       SLICESCHED_RETURN_IF_ERROR(AccumulateMicroBatch(base, st, MakeBatch(rows, {})).status());
       SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
       ++rep.train_steps;
       if (snapshot != nullptr && step == o.probe_steps) *snapshot = st;
-      if (step % o.eval_every == 0) {
-        SLICESCHED_ASSIGN_OR_RETURN(double l, EvalLoss(base, st.params, t));
-        c->steps.push_back(step);
-        c->loss.push_back(l);
-        if (l <= stop_at) break;
+      if (!eval_at(step, dense)) continue;
+      SLICESCHED_ASSIGN_OR_RETURN(double l, EvalLoss(base, st.params, t));
+      c->push_back({static_cast<double>(step), l});
+      if (monitor != nullptr && monitor->verdict() == ymir::StopLossVerdict::kUndecided) {
+        SLICESCHED_ASSIGN_OR_RETURN(ymir::StopLossVerdict v,
+                                    monitor->Observe(0, epochs(step), l, LossAt(*reference, step)));
+        if (v == ymir::StopLossVerdict::kDecouple) *decoupled_at = step;
       }
+      if (on_grid(step) &&
+          ymir::ShouldStop(static_cast<double>(step), l, stop_at, last) != ymir::StopReason::kContinue)
+        break;
     }
     return absl::OkStatus();
   };
+  // Per prefix fraction and task: predicted steps summed over repeats, and
+  // the repeats whose fit never reached the target.
+  std::vector<std::vector<double>> pred_normal_sum(fractions.size(), std::vector<double>(n, 0.0));
+  std::vector<std::vector<int64_t>> unreachable(fractions.size(), std::vector<int64_t>(n, 0));
 
   for (int64_t r = 0; r < o.repeats; ++r) {
     seed = o.seed + 1000 * static_cast<uint64_t>(r);
@@ -243,9 +307,12 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     // Normal runs: targets, trained sources for temporal transfer, probes.
     std::vector<TaskState> trained(n), probe(n);
     std::vector<double> target(n);
+    std::vector<Curve> normal_curve(n);
     size_t pair_index = 0;
-    // Adds one repeat's measurement of a pair (its row is created by repeat 0).
-    auto record = [&](const std::string& mode, size_t src, size_t dst, double sim, double steps) {
+    // Adds one repeat's measurement of a pair (its row is created by repeat 0):
+    // B's steps without and with stop-loss, and the step of a decoupling (0: none).
+    auto record = [&](const std::string& mode, size_t src, size_t dst, double sim, double steps,
+                      int64_t decoupled_at, double steps_stop_loss) {
       if (r == 0) {
         YmirPair p{.task_a = o.tasks[src].name,
                    .task_b = o.tasks[dst].name,
@@ -257,19 +324,50 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       YmirPair& p = rep.pairs[pair_index++];
       p.steps_transfer += steps / static_cast<double>(o.repeats);
       p.censored = p.censored || steps == censored;
+      p.steps_transfer_stop_loss += steps_stop_loss / static_cast<double>(o.repeats);
+      if (decoupled_at > 0) {
+        if (p.stop_loss_decoupled == 0) p.stop_loss_step = decoupled_at;
+        ++p.stop_loss_decoupled;
+      }
     };
     for (size_t i = 0; i < n; ++i) {
       SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[i]));
       Curve c;
-      SLICESCHED_RETURN_IF_ERROR(run(st, data[i], o.normal_steps, -1.0, &c, &probe[i]));
-      const double best = *std::min_element(c.loss.begin(), c.loss.end());
-      target[i] = c.loss[0] - o.target_fraction * (c.loss[0] - best);
+      SLICESCHED_RETURN_IF_ERROR(run(st, data[i], 0, o.normal_steps, -1.0, &c, &probe[i], nullptr,
+                                     nullptr, nullptr, dense_until));
+      // The bar every run of this task is measured against (stopping.h).
+      SLICESCHED_ASSIGN_OR_RETURN(target[i], ymir::NormalTarget(grid(c), o.target_fraction));
+      double best = c[0].loss;
+      for (const ymir::LossPoint& pt : grid(c)) best = std::min(best, pt.loss);
       if (r == 0) {
         rep.normal_target_loss.push_back(target[i]);
-        rep.normal_initial_loss.push_back(c.loss[0]);
+        rep.normal_initial_loss.push_back(c[0].loss);
         rep.normal_best_loss.push_back(best);
       }
-      normal_sum[i] += StepsTo(c, target[i], censored);
+      SLICESCHED_ASSIGN_OR_RETURN(double measured, steps_to(c, target[i]));
+      normal_sum[i] += measured;
+      // The iteration estimator sees only a prefix of this run.
+      for (size_t f = 0; f < fractions.size(); ++f) {
+        const std::vector<ymir::LossPoint> prefix =
+            ymir::Prefix(c, static_cast<double>(o.PrefixSteps(fractions[f])));
+        auto fit = ymir::FitLossCurve(prefix);
+        if (!fit.ok()) return Annotate(fit.status(), StrCat("iteration estimator on ", data[i].spec.name));
+        const std::optional<double> predicted = fit->StepsToLoss(target[i]);
+        pred_normal_sum[f][i] += predicted ? *predicted : censored;
+        if (!predicted) ++unreachable[f][i];
+        if (r == 0 && f == 0) {
+          rep.iteration_fits.push_back(YmirIterationFit{.r = fit->r,
+                                                        .d = fit->d,
+                                                        .b1 = fit->b1,
+                                                        .b2 = fit->b2,
+                                                        .scale = fit->scale,
+                                                        .rmse = fit->rmse,
+                                                        .prefix_points = static_cast<int64_t>(prefix.size()),
+                                                        .convergence_step = fit->ConvergenceStep(0.001)});
+        }
+      }
+      normal_curve[i] = c;
+      if (r == 0) rep.normal_curves.push_back(c);
       trained[i] = st;
     }
     if (r == 0) {
@@ -328,28 +426,42 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       return 1.0 - AsymmetricDistance(emb[a], emb[b], trivial, o.alpha);
     };
 
-    // Temporal A -> B.
+    // Temporal A -> B, watched by a temporal stop-loss (decoupling leaves
+    // B's training as it is, so its steps with stop-loss are the same).
     for (size_t a = 0; a < n; ++a) {
       for (size_t b = 0; b < n; ++b) {
         if (a == b) continue;
         SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[b]));
         SLICESCHED_RETURN_IF_ERROR(TransferLora(trained[a], st));
+        SLICESCHED_ASSIGN_OR_RETURN(ymir::StopLoss monitor,
+                                    ymir::StopLoss::Create(ymir::PairingMode::kTemporal, stop_opts));
         Curve c;
-        SLICESCHED_RETURN_IF_ERROR(run(st, data[b], max_steps, target[b], &c, nullptr));
-        record("temporal", a, b, similarity(a, b), StepsTo(c, target[b], censored));
+        int64_t decoupled_at = 0;
+        SLICESCHED_RETURN_IF_ERROR(run(st, data[b], 0, max_steps, target[b], &c, nullptr, &monitor,
+                                       &normal_curve[b], &decoupled_at, 0));
+        SLICESCHED_ASSIGN_OR_RETURN(double steps, steps_to(c, target[b]));
+        record("temporal", a, b, similarity(a, b), steps, decoupled_at, steps);
       }
     }
-    // Spatial A + B (a < b): one joint run gives both tasks' gains.
+    // Spatial A + B (a < b): one joint run gives both tasks' gains. A spatial
+    // stop-loss watches it; when it decouples at step s, copies of both
+    // states also continue alone from s (the steps with stop-loss).
     for (size_t a = 0; a < n; ++a) {
       for (size_t b = a + 1; b < n; ++b) {
         SLICESCHED_ASSIGN_OR_RETURN(TaskState sa, init(data[a]));
         SLICESCHED_ASSIGN_OR_RETURN(TaskState sb, init(data[b]));
         TaskState* both[] = {&sa, &sb};
         SLICESCHED_RETURN_IF_ERROR(ShareLora(both));
+        SLICESCHED_ASSIGN_OR_RETURN(ymir::StopLoss monitor,
+                                    ymir::StopLoss::Create(ymir::PairingMode::kSpatial, stop_opts));
         Curve ca, cb;
+        int64_t decoupled_at = 0;
+        TaskState alone_a, alone_b;  // the decoupled tasks
+        Curve ca_alone, cb_alone;
         SLICESCHED_ASSIGN_OR_RETURN(double la, EvalLoss(base, sa.params, data[a]));
         SLICESCHED_ASSIGN_OR_RETURN(double lb, EvalLoss(base, sb.params, data[b]));
-        ca.steps.push_back(0), ca.loss.push_back(la), cb.steps.push_back(0), cb.loss.push_back(lb);
+        ca.push_back({0, la});
+        cb.push_back({0, lb});
         for (int64_t step = 1; step <= max_steps; ++step) {
           std::vector<const synth::Example*> rows = StepRows(data[a], step - 1, o.batch_size);
           const std::vector<const synth::Example*> rb = StepRows(data[b], step - 1, o.batch_size);
@@ -360,20 +472,44 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
               AccumulateJointMicroBatch(base, both, MakeBatch(rows, row_task)).status());
           SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both));
           rep.train_steps += 2;
-          if (step % o.eval_every == 0) {
-            SLICESCHED_ASSIGN_OR_RETURN(la, EvalLoss(base, sa.params, data[a]));
-            SLICESCHED_ASSIGN_OR_RETURN(lb, EvalLoss(base, sb.params, data[b]));
-            ca.steps.push_back(step), ca.loss.push_back(la), cb.steps.push_back(step),
-                cb.loss.push_back(lb);
-            if (StepsTo(ca, target[a], censored) != censored &&
-                StepsTo(cb, target[b], censored) != censored)
-              break;
+          if (!eval_at(step, 0)) continue;
+          SLICESCHED_ASSIGN_OR_RETURN(la, EvalLoss(base, sa.params, data[a]));
+          SLICESCHED_ASSIGN_OR_RETURN(lb, EvalLoss(base, sb.params, data[b]));
+          ca.push_back({static_cast<double>(step), la});
+          cb.push_back({static_cast<double>(step), lb});
+          if (monitor.verdict() == ymir::StopLossVerdict::kUndecided) {
+            SLICESCHED_RETURN_IF_ERROR(
+                monitor.Observe(0, epochs(step), la, LossAt(normal_curve[a], step)).status());
+            SLICESCHED_RETURN_IF_ERROR(
+                monitor.Observe(1, epochs(step), lb, LossAt(normal_curve[b], step)).status());
+            if (monitor.verdict() == ymir::StopLossVerdict::kDecouple) {
+              decoupled_at = step;
+              alone_a = sa, alone_b = sb, ca_alone = ca, cb_alone = cb;
+            }
           }
+          if (reached(ca, target[a]) && reached(cb, target[b])) break;
+        }
+        double stop_loss_steps[2] = {0, 0};  // of a, of b
+        for (int side = 0; side < 2; ++side) {
+          const size_t task = side == 0 ? a : b;
+          Curve& joint = side == 0 ? ca : cb;
+          Curve& alone = side == 0 ? ca_alone : cb_alone;
+          if (decoupled_at == 0) {
+            SLICESCHED_ASSIGN_OR_RETURN(stop_loss_steps[side], steps_to(joint, target[task]));
+            continue;
+          }
+          if (!reached(alone, target[task])) {
+            SLICESCHED_RETURN_IF_ERROR(run(side == 0 ? alone_a : alone_b, data[task], decoupled_at,
+                                           max_steps, target[task], &alone, nullptr, nullptr,
+                                           nullptr, nullptr, 0));
+          }
+          SLICESCHED_ASSIGN_OR_RETURN(stop_loss_steps[side], steps_to(alone, target[task]));
         }
         const double s = 0.5 * (similarity(a, b) + similarity(b, a));
         for (int side = 0; side < 2; ++side) {
           const size_t src = side == 0 ? a : b, dst = side == 0 ? b : a;
-          record("spatial", src, dst, s, StepsTo(side == 0 ? cb : ca, target[dst], censored));
+          SLICESCHED_ASSIGN_OR_RETURN(double steps, steps_to(side == 0 ? cb : ca, target[dst]));
+          record("spatial", src, dst, s, steps, decoupled_at, stop_loss_steps[side == 0 ? 1 : 0]);
         }
       }
     }
@@ -443,6 +579,63 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     all.correlation = Pearson(x, y);
   }
   rep.scores.push_back(all);
+
+  // Iteration estimator: normal runs, then transfer runs through the
+  // leave-one-out predicted gain (task2vec.h), for every prefix.
+  for (size_t f = 0; f < fractions.size(); ++f) {
+    YmirIterationErrors e;
+    e.fraction = fractions[f];
+    e.prefix_steps = o.PrefixSteps(fractions[f]);
+    std::vector<double> pred_normal(n);
+    for (size_t i = 0; i < n; ++i) {
+      pred_normal[i] = pred_normal_sum[f][i] / static_cast<double>(o.repeats);
+      e.unreachable += unreachable[f][i];
+      const double err = 100.0 * std::abs(pred_normal[i] - rep.normal_steps[i]) / rep.normal_steps[i];
+      e.normal_pct += err / static_cast<double>(n);
+      e.normal_max_pct = std::max(e.normal_max_pct, err);
+      if (f == 0) {
+        rep.iteration_fits[i].predicted_steps = pred_normal[i];
+        rep.iteration_fits[i].unreachable = unreachable[f][i];
+      }
+    }
+    double sum_nogain = 0, sum_mode[2] = {0, 0};
+    int64_t count_mode[2] = {0, 0};
+    for (size_t k = 0; k < rep.pairs.size(); ++k) {
+      YmirPair& p = rep.pairs[k];
+      const double predicted = pred_normal[pair_dst[k]] / (1.0 + std::max(-0.9, p.predicted_gain));
+      if (f == 0) p.predicted_steps_transfer = predicted;
+      if (p.censored) continue;
+      const double err = 100.0 * std::abs(predicted - p.steps_transfer) / p.steps_transfer;
+      e.transfer_pct += err;
+      sum_nogain += 100.0 * std::abs(pred_normal[pair_dst[k]] - p.steps_transfer) / p.steps_transfer;
+      const int m = p.mode == "temporal" ? 0 : 1;
+      sum_mode[m] += err;
+      ++count_mode[m];
+      ++e.transfer_pairs;
+      e.transfer_max_pct = std::max(e.transfer_max_pct, err);
+    }
+    const double c = static_cast<double>(std::max<int64_t>(e.transfer_pairs, 1));
+    e.transfer_pct /= c;
+    e.transfer_nogain_pct = sum_nogain / c;
+    e.transfer_temporal_pct = sum_mode[0] / static_cast<double>(std::max<int64_t>(count_mode[0], 1));
+    e.transfer_spatial_pct = sum_mode[1] / static_cast<double>(std::max<int64_t>(count_mode[1], 1));
+    if (f == 0) {
+      rep.iteration = e;
+    } else {
+      rep.iteration_sweep.push_back(e);
+    }
+  }
+  // Negative pairs and who caught them.
+  for (const YmirPair& p : rep.pairs) {
+    const bool decoupled = 2 * p.stop_loss_decoupled > o.repeats;
+    if (p.gain > 0 && decoupled) ++rep.positive_decoupled;
+    if (!(p.gain < 0)) continue;
+    ++rep.negative_pairs;
+    const bool by_estimator = p.predicted_gain <= 0;
+    rep.negative_caught_by_estimator += by_estimator ? 1 : 0;
+    rep.negative_caught_by_stop_loss += decoupled ? 1 : 0;
+    rep.negative_caught += by_estimator || decoupled ? 1 : 0;
+  }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }
@@ -455,16 +648,79 @@ std::string YmirEstimatorReport::GainsCsv() const {
 }
 
 std::string YmirEstimatorReport::ToJson() const {
-  std::string j = "{\n  \"tasks\": [";
+  std::string j = "{\n";
+  // The headline numbers (the "all" scores are leave-one-out over both modes).
+  const YmirModeScore* all = scores.size() == 3 ? &scores[2] : nullptr;
+  j += absl::StrFormat(
+      "  \"transfer_cls_accuracy\": %.1f,\n  \"gain_mape_pct\": %.1f,\n"
+      "  \"iter_err_normal_pct\": %.1f,\n  \"iter_err_transfer_pct\": %.1f,\n",
+      all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
+      iteration.transfer_pct);
+  auto iter_json = [](const YmirIterationErrors& e) {
+    return absl::StrFormat(
+        "{\"prefix_fraction\": %.2f, \"prefix_steps\": %d, \"iter_err_normal_pct\": %.1f, "
+        "\"iter_err_normal_max_pct\": %.1f, \"iter_err_transfer_pct\": %.1f, "
+        "\"iter_err_transfer_max_pct\": %.1f, \"iter_err_transfer_temporal_pct\": %.1f, "
+        "\"iter_err_transfer_spatial_pct\": %.1f, \"iter_err_transfer_nogain_pct\": %.1f, "
+        "\"transfer_pairs_scored\": %d, \"unreachable_fits\": %d}",
+        e.fraction, e.prefix_steps, e.normal_pct, e.normal_max_pct, e.transfer_pct,
+        e.transfer_max_pct, e.transfer_temporal_pct, e.transfer_spatial_pct, e.transfer_nogain_pct,
+        e.transfer_pairs, e.unreachable);
+  };
+  j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n  \"iteration_prefix_sweep\": [";
+  for (size_t k = 0; k < iteration_sweep.size(); ++k) {
+    j += (k ? ",\n    " : "\n    ") + iter_json(iteration_sweep[k]);
+  }
+  j += "],\n";
+  // The best pairs by measured steps-to-target speed-up (1 + gain).
+  std::vector<size_t> order(pairs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return pairs[x].gain > pairs[y].gain; });
+  j += "  \"best_pairs\": [";
+  for (size_t k = 0; k < std::min<size_t>(3, order.size()); ++k) {
+    const YmirPair& p = pairs[order[k]];
+    j += absl::StrFormat(
+        "%s{\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"steps_normal\": %.2f, "
+        "\"steps_transfer\": %.2f, \"speedup\": %.3f}",
+        k ? ", " : "", p.task_a, p.task_b, p.mode, p.steps_normal, p.steps_transfer,
+        p.steps_normal / p.steps_transfer);
+  }
+  j += "],\n";
+  j += absl::StrFormat(
+      "  \"negative_pairs\": %d,\n  \"negative_caught\": %d,\n"
+      "  \"negative_caught_by_estimator\": %d,\n  \"negative_caught_by_stop_loss\": %d,\n"
+      "  \"positive_decoupled\": %d,\n",
+      negative_pairs, negative_caught, negative_caught_by_estimator, negative_caught_by_stop_loss,
+      positive_decoupled);
+  j += "  \"tasks\": [";
   for (size_t i = 0; i < tasks.size(); ++i) {
     j += absl::StrFormat(
         "%s\n    {\"name\": \"%s\", \"normal_steps_to_target\": %.2f, \"eval_loss_initial\": %.4f, "
-        "\"eval_loss_best\": %.4f, \"eval_loss_target\": %.4f}",
+        "\"eval_loss_best\": %.4f, \"eval_loss_target\": %.4f",
         i ? "," : "", tasks[i], normal_steps[i], normal_initial_loss[i], normal_best_loss[i],
         normal_target_loss[i]);
+    if (i < iteration_fits.size()) {
+      const YmirIterationFit& f = iteration_fits[i];
+      j += absl::StrFormat(
+          ", \"predicted_steps_to_target\": %.2f, \"unreachable\": %d, \"fit\": {\"r\": %.4f, "
+          "\"d\": %.4f, \"b1\": %.5g, \"b2\": %.5g, \"scale\": %.4f, \"rmse\": %.4f, "
+          "\"prefix_points\": %d, \"convergence_step\": %d}",
+          f.predicted_steps, f.unreachable, f.r, f.d, f.b1, f.b2, f.scale, f.rmse, f.prefix_points,
+          f.convergence_step);
+    }
+    if (i < normal_curves.size()) {
+      j += ", \"curve\": [";
+      for (size_t k = 0; k < normal_curves[i].size(); ++k) {
+        j += absl::StrFormat("%s[%g, %.4f]", k ? ", " : "", normal_curves[i][k].step,
+                             normal_curves[i][k].loss);
+      }
+      j += "]";
+    }
+    j += "}";
   }
   j += "],\n  \"paper\": {\"accuracy_pct\": [97.2, 98.6, 98.6], \"gain_mape_pct\": [15.53, 16.76, "
-       "18.05]},\n";
+       "18.05], \"iter_err_normal_pct\": [5.69, 11.3], \"iter_err_transfer_pct\": [11.07, 15.35]},\n";
   j += "  \"scores\": [";
   for (size_t i = 0; i < scores.size(); ++i) {
     const YmirModeScore& s = scores[i];
@@ -484,9 +740,12 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "%s\n    {\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"similarity\": %.4f, "
         "\"steps_normal\": %.2f, "
-        "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"predicted_gain\": %.4f}",
+        "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"predicted_gain\": %.4f, "
+        "\"predicted_steps_transfer\": %.2f, \"stop_loss_decoupled\": %d, \"stop_loss_step\": %d, "
+        "\"steps_transfer_stop_loss\": %.2f}",
         i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.steps_normal, p.steps_transfer,
-        p.censored ? "true" : "false", p.gain, p.predicted_gain);
+        p.censored ? "true" : "false", p.gain, p.predicted_gain, p.predicted_steps_transfer,
+        p.stop_loss_decoupled, p.stop_loss_step, p.steps_transfer_stop_loss);
   }
   j += absl::StrFormat("],\n  \"train_steps\": %d,\n  \"seconds\": %.1f\n}", train_steps, seconds);
   return j;

@@ -18,6 +18,7 @@
 
 #include "slicesched/executor/llama_ops.h"
 #include "slicesched/gmg/llama.h"
+#include "slicesched/ymir/stop_loss.h"
 
 namespace slicesched::executor {
 namespace {
@@ -454,6 +455,64 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   EXPECT_EQ(alone.step, 6);
   // After decoupling the two copies of the adapter evolve independently.
   EXPECT_GT(alone.params.layers[0].q_b.MaxAbsDiff(partner.params.layers[0].q_b), 0.0);
+}
+
+// The stop-loss policy (ymir/stop_loss.h) driving a real spatial pairing:
+// joint steps until the policy decouples, then each task continues alone
+// and holds bit-exactly what it would hold with no partner at all (a copy of
+// its state at the decoupling, continued in isolation), with its own head,
+// moments and step count; the partner's later training never reaches it.
+TEST(TrainOpsTest, StopLossDecouplesASpatialPairLosslessly) {
+  auto w = TinyWeights();
+  const int64_t V = Tiny().vocab;
+  TaskState a = NewTask(2, 81), b = NewTask(3, 82);
+  TaskState* both[] = {&a, &b};
+  ASSERT_TRUE(ShareLora(both).ok());
+  const TrainBatch ba = ClassBatch(3, 6, 2, V, 83), bb = ClassBatch(2, 6, 3, V, 84);
+  const TrainBatch mixed = Mix(ba, bb);
+  auto stop = ymir::StopLoss::Create(ymir::PairingMode::kSpatial, {.window_epochs = 2.0});
+  ASSERT_TRUE(stop.ok());
+  // One "epoch" per joint step. Constructed references: B's partner-free
+  // training would be worse than the pairing (B improves), A's would be
+  // better (A does not): the pairing must be decoupled at epoch 2.
+  int64_t step = 0;
+  while (stop->verdict() == ymir::StopLossVerdict::kUndecided && step < 5) {
+    auto losses = AccumulateJointMicroBatch(*w, both, mixed);
+    ASSERT_TRUE(losses.ok()) << losses.status();
+    ASSERT_TRUE(JointAdamWStep(both).ok());
+    ++step;
+    ASSERT_TRUE(stop->Observe(1, double(step), (*losses)[1], (*losses)[1] + 1.0).ok());
+    ASSERT_TRUE(stop->Observe(0, double(step), (*losses)[0], (*losses)[0] - 1.0).ok());
+  }
+  ASSERT_EQ(stop->verdict(), ymir::StopLossVerdict::kDecouple) << stop->reason();
+  EXPECT_EQ(step, 2);
+  EXPECT_NE(stop->reason().find("member 0"), std::string::npos) << stop->reason();
+
+  // Decoupling: each TaskState is now an independent task.
+  EXPECT_EQ(a.step, 2);
+  EXPECT_EQ(b.step, 2);
+  EXPECT_TRUE(BitEqual(TaskAdapters{a.params.lora, a.params.layers, Tensor()},
+                       TaskAdapters{b.params.lora, b.params.layers, Tensor()}))
+      << "both leave with the shared adapter as it was";
+  TaskState isolated_a = a, isolated_b = b;  // as if the partner had never existed from here
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(AccumulateMicroBatch(*w, a, ba).ok());
+    ASSERT_TRUE(AdamWStep(a).ok());
+    ASSERT_TRUE(AccumulateMicroBatch(*w, b, bb).ok());
+    ASSERT_TRUE(AdamWStep(b).ok());
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(AccumulateMicroBatch(*w, isolated_a, ba).ok());
+    ASSERT_TRUE(AdamWStep(isolated_a).ok());
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(AccumulateMicroBatch(*w, isolated_b, bb).ok());
+    ASSERT_TRUE(AdamWStep(isolated_b).ok());
+  }
+  EXPECT_TRUE(BitEqual(a, isolated_a));
+  EXPECT_TRUE(BitEqual(b, isolated_b));
+  EXPECT_EQ(a.step, 5);
+  EXPECT_GT(a.params.layers[0].q_b.MaxAbsDiff(b.params.layers[0].q_b), 0.0);
 }
 
 TEST(TrainOpsTest, TemporalTransferCopiesAdapters) {

@@ -3,10 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <iterator>
 
+#include "slicesched/common/clock.h"
+#include "slicesched/executor/lut_profile.h"
 #include "slicesched/executor/pretrain.h"
 #include "slicesched/executor/safetensors.h"
 #include "slicesched/executor/task2vec.h"
@@ -146,6 +150,104 @@ TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {
   ASSERT_EQ(r1->scores.size(), 3u);
   EXPECT_EQ(r1->scores[2].pairs, 12);
   EXPECT_THAT(r1->ToJson(), testing::HasSubstr("\"gain_mape_pct\""));
+  // Everything but the wall time is deterministic.
+  auto strip = [](const std::string& j) { return j.substr(0, j.rfind("\"seconds\"")); };
+  EXPECT_EQ(strip(r1->ToJson()), strip(r2->ToJson()));
+}
+
+// The iteration estimator and the stop-loss as wired into the experiment.
+TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  const YmirExperimentOptions o = SmallExperiment();
+  EXPECT_EQ(o.IterPrefixSteps(), 3);  // max(3, 0.4 x 6)
+  auto r = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->iteration_fits.size(), 3u);
+  for (const YmirIterationFit& f : r->iteration_fits) {
+    EXPECT_EQ(f.prefix_points, 4);  // steps 0..3, every step
+    EXPECT_GT(f.predicted_steps, 0.0);
+    EXPECT_GE(f.r, 0.0);
+    EXPECT_GE(f.d, 0.0);
+  }
+  int64_t scored = 0, negative = 0;
+  for (const YmirPair& p : r->pairs) {
+    // The transfer prediction is the task's normal prediction through the gain.
+    size_t dst = 0;
+    while (r->tasks[dst] != p.task_b) ++dst;
+    EXPECT_NEAR(p.predicted_steps_transfer,
+                r->iteration_fits[dst].predicted_steps / (1.0 + std::max(-0.9, p.predicted_gain)), 1e-9);
+    scored += p.censored ? 0 : 1;
+    negative += p.gain < 0 ? 1 : 0;
+    // Decoupling never changes a temporal run; a kept pairing is unchanged.
+    if (p.mode == "temporal" || p.stop_loss_decoupled == 0) {
+      EXPECT_DOUBLE_EQ(p.steps_transfer_stop_loss, p.steps_transfer) << p.task_a << "->" << p.task_b;
+    }
+    if (p.stop_loss_decoupled > 0) {
+      // 2 epochs of 4 steps: judged at the first evaluation at or after step 8.
+      EXPECT_EQ(p.stop_loss_step, 8);
+    }
+  }
+  EXPECT_EQ(r->iteration.transfer_pairs, scored);
+  EXPECT_EQ(r->iteration.prefix_steps, 3);
+  ASSERT_EQ(r->iteration_sweep.size(), 2u);  // 0.2 and 0.6 of 6 steps
+  EXPECT_EQ(r->iteration_sweep[0].prefix_steps, 3);
+  EXPECT_EQ(r->iteration_sweep[1].prefix_steps, 4);
+  EXPECT_EQ(r->negative_pairs, negative);
+  EXPECT_LE(r->negative_caught, r->negative_pairs);
+  EXPECT_GE(r->negative_caught,
+            std::max(r->negative_caught_by_estimator, r->negative_caught_by_stop_loss));
+  EXPECT_GE(r->iteration.normal_max_pct, r->iteration.normal_pct);
+  const std::string json = r->ToJson();
+  for (const char* key : {"\"transfer_cls_accuracy\"", "\"iter_err_normal_pct\"",
+                          "\"iter_err_transfer_pct\"", "\"best_pairs\"", "\"negative_caught\"",
+                          "\"steps_transfer_stop_loss\""}) {
+    EXPECT_THAT(json, testing::HasSubstr(key));
+  }
+  YmirExperimentOptions bad = o;
+  bad.iter_prefix_fraction = 0;
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
+              testing::HasSubstr("iter_prefix_fraction"));
+}
+
+// A clock that advances by 1 ms at every reading: the profiler's entries are
+// then exactly the clock's ticks per timed iteration.
+class TickingClock final : public Clock {
+ public:
+  Timestamp Now() const override {
+    return Timestamp::Epoch() + Duration::Millis(ticks_.fetch_add(1) + 1);
+  }
+
+ private:
+  mutable std::atomic<int64_t> ticks_{0};
+};
+
+TEST(LutProfile, ProfilesEveryKeyOfTheGrid) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  LutProfileOptions o;
+  o.devices = {1, 2};
+  o.grad_accum = {1};
+  o.local_batch = {2, 4};
+  o.frozen_layers = {0, 1};
+  o.warmup = 0;
+  o.iterations = 1;
+  TickingClock clock;
+  auto lut = ProfileTimeLut(**w, o, clock);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  EXPECT_EQ(lut->entries().size(), 8u);
+  for (const auto& [key, e] : lut->entries()) {
+    EXPECT_NEAR(e.seconds, 0.001, 1e-12) << key.ToString();  // one tick per iteration
+    EXPECT_EQ(e.samples, 1);
+    EXPECT_FALSE(key.amp);
+    EXPECT_EQ(key.parallelism, ymir::Parallelism::kData);
+  }
+  auto mid = lut->Lookup({.devices = 1, .grad_accum = 1, .local_batch = 3});
+  ASSERT_TRUE(mid.ok()) << mid.status();
+  EXPECT_TRUE(mid->interpolated);
+  o.frozen_layers = {Tiny().layers};
+  EXPECT_THAT(std::string(ProfileTimeLut(**w, o, clock).status().message()),
+              testing::HasSubstr("frozen_layers"));
 }
 
 TEST(Task2Vec, RepeatsAverageTheStepsOfIndependentSeeds) {

@@ -40,6 +40,44 @@
 // (> 0: B reaches normal training's target sooner; < 0: later). A spatial run
 // gives two gains, B's (row A,B) and A's (row B,A).
 //
+// Evaluation schedule: normal runs every step up to the longest prefix of
+// the iteration estimator (below), then every `eval_every` steps; transfer
+// runs every `eval_every` steps. Steps to target, targets and the
+// early stop use only the grid points (step 0 and multiples of eval_every),
+// so the extra prefix evaluations change no measurement; they feed the
+// iteration estimator (and the stop-loss's reference curves).
+//
+// Stopping rules (slicesched/ymir/stopping.h): the target is fixed by the
+// normal run (ymir::NormalTarget) and shared by every run of the task;
+// steps are ymir::StepsToTarget, censored at max_steps + 1.
+//
+// Iteration estimator (slicesched/ymir/iteration_estimator.h). Each task's
+// normal run is predicted from its PREFIX: the eval points at steps 0..P,
+// P = max(3, round(iter_prefix_fraction x normal_steps)) (16 of 40 steps by
+// default; normal runs are evaluated every step up to the longest prefix,
+// and the errors are also reported for the prefixes of iter_prefix_sweep),
+// fitted by ymir::FitLossCurve; the
+// prediction is the fitted curve's steps to the task's target. Transfer
+// runs of B are predicted from B's normal prefix with the curve adjusted by
+// the LEAVE-ONE-OUT predicted gain of the pair (LossCurve::WithGain; gains
+// below -0.9 are clamped to -0.9), i.e. predicted(B | A) = predicted(B) /
+// (1 + predicted gain). Errors |pred - meas| / meas are averaged over the
+// tasks (normal) and over the uncensored pairs (transfer); a prediction
+// whose fitted curve never reaches the target counts as max_steps + 1.
+//
+// Stop-loss (slicesched/ymir/stop_loss.h) on every transfer run: an "epoch"
+// here is `stop_loss_epoch_steps` steps (the normal run, 40 steps, is less
+// than one real epoch of the 1,024 training examples, so the 2-epoch window
+// is scaled down to 2 x 4 = 8 steps by default); the reference of an
+// evaluation at step s is the task's own normal eval curve at s (linear
+// between its eval points). Temporal: the verdict is recorded (decoupling
+// does not change B's training: B keeps its adapters and optimizer state).
+// Spatial: when the policy decouples at step s, the joint run goes on (its
+// steps still define the spatial gain) and, in addition, copies of both
+// TaskStates continue ALONE with AdamWStep from step s; their steps to
+// target are the pair's steps with stop-loss. A run that reaches its target
+// before the window ends is kept.
+//
 // Regression and scores. Per mode, gain ~ w0 + w1 S by least squares; the
 // reported predictions are leave-one-out (each pair's gain predicted by the
 // fit on the other pairs of its mode), so the scores are out of sample.
@@ -56,6 +94,7 @@
 #include "absl/status/statusor.h"
 #include "slicesched/executor/llama_ops.h"
 #include "slicesched/synth/tasks.h"
+#include "slicesched/ymir/iteration_estimator.h"
 
 namespace slicesched::executor {
 
@@ -86,7 +125,14 @@ struct YmirExperimentOptions {
   // steps are averaged over repeats before the gain is formed. The
   // embeddings come from repeat 0.
   int64_t repeats = 1;
+  double iter_prefix_fraction = 0.4;  // of normal_steps, see above: the headline prefix
+  std::vector<double> iter_prefix_sweep = {0.2, 0.6};  // also reported
+  int64_t stop_loss_epoch_steps = 4;
+  double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language;
+  // P above, for a fraction.
+  int64_t PrefixSteps(double fraction) const;
+  int64_t IterPrefixSteps() const { return PrefixSteps(iter_prefix_fraction); }
   absl::Status Validate() const;
 };
 
@@ -111,6 +157,41 @@ struct YmirPair {
   bool censored = false;
   double gain = 0;            // measured
   double predicted_gain = 0;  // leave-one-out
+  // Iteration estimator: B's steps under this transfer predicted from B's
+  // normal prefix and predicted_gain (averaged over repeats).
+  double predicted_steps_transfer = 0;
+  // Stop-loss: repeats in which the pairing was decoupled, the step of the
+  // (first) decoupling, and the steps to target with stop-loss (= steps_transfer
+  // where it kept the pairing or the mode is temporal).
+  int64_t stop_loss_decoupled = 0;
+  int64_t stop_loss_step = 0;
+  double steps_transfer_stop_loss = 0;
+};
+
+// Iteration estimator errors (%, see above) for one prefix: normal runs
+// over the tasks; transfer runs over the uncensored pairs, with the
+// predicted gain and, for comparison, ignoring the transfer (gain 0).
+struct YmirIterationErrors {
+  double fraction = 0;
+  int64_t prefix_steps = 0;
+  double normal_pct = 0;
+  double normal_max_pct = 0;
+  double transfer_pct = 0;
+  double transfer_max_pct = 0;
+  double transfer_temporal_pct = 0;
+  double transfer_spatial_pct = 0;
+  double transfer_nogain_pct = 0;
+  int64_t transfer_pairs = 0;  // uncensored pairs scored
+  int64_t unreachable = 0;     // task fits (over repeats) that never reach the target
+};
+
+// The iteration estimator on one task's normal run (repeat 0's fit).
+struct YmirIterationFit {
+  double r = 0, d = 0, b1 = 0, b2 = 0, scale = 0, rmse = 0;
+  int64_t prefix_points = 0;
+  int64_t convergence_step = 0;    // improvement <= 0.001 per step
+  double predicted_steps = 0;      // to the task's target, averaged over repeats
+  int64_t unreachable = 0;         // repeats whose fitted curve never reached it
 };
 
 struct YmirModeScore {
@@ -133,8 +214,23 @@ struct YmirEstimatorReport {
   std::vector<double> normal_best_loss;     // per task: lowest eval loss of the normal run
   std::vector<double> normal_target_loss;   // per task
   std::vector<double> normal_steps;         // per task: steps to its own target
+  std::vector<YmirIterationFit> iteration_fits;  // per task
+  // Per task: repeat 0's normal eval curve, every evaluation (prefix included).
+  std::vector<std::vector<ymir::LossPoint>> normal_curves;
   std::vector<YmirPair> pairs;
   std::vector<YmirModeScore> scores;  // temporal, spatial, all
+  // Iteration estimator errors for the headline prefix, and for the sweep.
+  YmirIterationErrors iteration;
+  std::vector<YmirIterationErrors> iteration_sweep;
+  // Negative pairs (measured gain < 0) and how many were caught: by the
+  // estimator (leave-one-out predicted gain <= 0, so Ymir would not pair
+  // them) and by the stop-loss (decoupled in a majority of repeats); positive
+  // pairs wrongly decoupled.
+  int64_t negative_pairs = 0;
+  int64_t negative_caught_by_estimator = 0;
+  int64_t negative_caught_by_stop_loss = 0;
+  int64_t negative_caught = 0;  // by either
+  int64_t positive_decoupled = 0;
   int64_t train_steps = 0;            // optimizer steps run in total
   double seconds = 0;
 

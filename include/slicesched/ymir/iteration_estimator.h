@@ -1,0 +1,107 @@
+// Ymir's iteration estimator (../shared/papers/ymir.md §4.2, Eq. 2-3; issue 7,
+// deliverable 3): how many optimizer steps a fine-tuning task still needs,
+// from an early prefix of its loss curve. Torch-free; the experiment in
+// executor/src/task2vec.cc and the daemon's job runner both use it.
+//
+// Normalised curve. Observations (step t_i >= 0, loss L_i > 0) are divided by
+// the loss at the first observation, y_i = L_i / L_first, so every curve
+// starts near 1 and fits are comparable across tasks.
+//
+// Model: a quadratic rational function of the step t,
+//
+//   y(t) = (a0 + a1 t + a2 t^2) / (1 + b1 t + b2 t^2),
+//
+// constrained to a monotone decay towards an asymptote r >= 0:
+//   a0 = r + D,  a1 = r b1,  a2 = r b2,   i.e.   y(t) = r + D / q(t),
+//   q(t) = 1 + b1 t + b2 t^2,  D >= 0 (the total drop), b1, b2 >= 0,
+// so q has no pole on t >= 0 and y falls from r + D at t = 0 to r. (b2 = 0 is
+// Optimus' 1/(b t + c) + r curve; b2 > 0 lets the tail fall faster.)
+//
+// Fit: least squares on the normalised points. For fixed (b1, b2) the model
+// is linear in (r, D), so the fit is separable (variable projection): a
+// log-spaced grid over b1 x b2 (b2 = 0 included) with the constrained
+// two-variable linear least squares at each node, then a projected
+// Levenberg-Marquardt polish of all four parameters from the best node
+// (every iterate clamped to r, D, b1, b2 >= 0; a step is kept only when it
+// lowers the residual). Needs >= 3 points at >= 3 distinct steps.
+//
+// Convergence (Eq. 3): the per-step improvement y(t) - y(t + 1) <= 0.001
+// (in normalised units). ConvergenceStep is the first integer t from which
+// the improvement stays <= the threshold (it may rise at first when b2 > 0,
+// then falls for good).
+//
+// Iterations to a target: the smallest real t >= 0 with y(t) <= y*, solved in
+// closed form from q(t) = D / (y* - r); unreachable (nullopt) when
+// y* <= r (the curve never gets there).
+//
+// Transfer gain. Ymir's gain g of task B under a transfer is defined by
+// steps: steps(transfer) = steps(normal) / (1 + g) to the same target (see
+// executor/task2vec.h). The estimator applies it as a time scaling of the
+// normal curve, y_g(t) = y((1 + g) t): b1 -> (1 + g) b1, b2 -> (1 + g)^2 b2,
+// the start r + D and the asymptote r unchanged (the bar never moves). So
+// iterations to any target divide by exactly 1 + g; g must be > -1.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace slicesched::ymir {
+
+struct LossPoint {
+  double step = 0;  // optimizer steps taken, >= 0
+  double loss = 0;  // > 0, finite
+};
+
+// y(t) = r + D / (1 + b1 t + b2 t^2), normalised by `scale` (the first
+// observed loss): loss(t) = scale * y(t).
+struct LossCurve {
+  double r = 0;   // asymptote
+  double d = 0;   // drop: y(0) = r + d
+  double b1 = 0;  // >= 0
+  double b2 = 0;  // >= 0
+  double scale = 1;
+  double rmse = 0;  // of the fit, in normalised units
+
+  double Normalised(double step) const;  // y(t)
+  double Loss(double step) const { return scale * Normalised(step); }
+  // y(t) - y(t + 1).
+  double Improvement(double step) const;
+  // The first integer t >= 0 from which Improvement(t) <= threshold (0 when
+  // the curve is flat). threshold > 0.
+  int64_t ConvergenceStep(double threshold = 0.001) const;
+  // Steps until the (unnormalised) loss first reaches `target_loss`; 0 when
+  // the curve starts at or below it, nullopt when it never does.
+  std::optional<double> StepsToLoss(double target_loss) const;
+  // The curve of the same task under a transfer with gain g (> -1): see above.
+  absl::StatusOr<LossCurve> WithGain(double gain) const;
+};
+
+struct FitOptions {
+  int grid_points = 48;       // per axis of the (b1, b2) grid
+  double min_rate = 1e-4;     // grid range of b1 (and of sqrt(b2))
+  double max_rate = 1e2;
+  int polish_iterations = 50;
+};
+
+// Fits the curve above to `points` (any order; steps need not be integers).
+// InvalidArgument naming the bad point when a loss is not finite and > 0 or a
+// step is negative, or with fewer than 3 distinct steps.
+absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
+                                       const FitOptions& options = {});
+
+// The points with step <= max_step (the early prefix a prediction may see).
+std::vector<LossPoint> Prefix(const std::vector<LossPoint>& points, double max_step);
+
+// One prediction, as the experiment and the job runner use it: fit the
+// prefix, then the steps until `target_loss` under transfer gain `gain`
+// (0 = normal training). Fails like FitLossCurve / WithGain; NotFound when the
+// fitted curve never reaches the target.
+absl::StatusOr<double> PredictStepsToLoss(const std::vector<LossPoint>& prefix,
+                                          double target_loss, double gain = 0.0,
+                                          const FitOptions& options = {});
+
+}  // namespace slicesched::ymir

@@ -1,0 +1,248 @@
+#include "slicesched/ymir/iteration_estimator.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+
+namespace slicesched::ymir {
+namespace {
+
+struct Params {
+  double r = 0, d = 0, b1 = 0, b2 = 0;
+};
+
+double Q(const Params& p, double t) { return 1.0 + p.b1 * t + p.b2 * t * t; }
+
+double Sse(const Params& p, const std::vector<LossPoint>& pts) {
+  double s = 0;
+  for (const LossPoint& x : pts) {
+    const double e = x.loss - (p.r + p.d / Q(p, x.step));
+    s += e * e;
+  }
+  return s;
+}
+
+// The constrained (r, D >= 0) linear least squares for fixed (b1, b2): the
+// best of the interior solution (when feasible) and the three faces.
+void SolveLinear(Params& p, const std::vector<LossPoint>& pts) {
+  double n = 0, sf = 0, sff = 0, sy = 0, sfy = 0;
+  for (const LossPoint& x : pts) {
+    const double f = 1.0 / Q(p, x.step);
+    n += 1, sf += f, sff += f * f, sy += x.loss, sfy += f * x.loss;
+  }
+  std::array<Params, 4> cand;
+  int count = 0;
+  const double det = n * sff - sf * sf;
+  if (det > 1e-12 * n * sff) {
+    Params c = p;
+    c.r = (sff * sy - sf * sfy) / det;
+    c.d = (n * sfy - sf * sy) / det;
+    if (c.r >= 0 && c.d >= 0) cand[count++] = c;
+  }
+  Params c = p;  // r = 0
+  c.r = 0, c.d = std::max(0.0, sfy / sff);
+  cand[count++] = c;
+  c.r = std::max(0.0, sy / n), c.d = 0;  // D = 0
+  cand[count++] = c;
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < count; ++i) {
+    const double s = Sse(cand[i], pts);
+    if (s < best) best = s, p = cand[i];
+  }
+}
+
+// Solves the 4x4 system a x = b by Gaussian elimination with partial
+// pivoting; false when singular.
+bool Solve4(std::array<std::array<double, 4>, 4> a, std::array<double, 4> b,
+            std::array<double, 4>& x) {
+  for (int c = 0; c < 4; ++c) {
+    int piv = c;
+    for (int r = c + 1; r < 4; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[piv][c])) piv = r;
+    }
+    if (!(std::abs(a[piv][c]) > 1e-300)) return false;
+    std::swap(a[c], a[piv]);
+    std::swap(b[c], b[piv]);
+    for (int r = c + 1; r < 4; ++r) {
+      const double f = a[r][c] / a[c][c];
+      for (int k = c; k < 4; ++k) a[r][k] -= f * a[c][k];
+      b[r] -= f * b[c];
+    }
+  }
+  for (int c = 3; c >= 0; --c) {
+    double s = b[c];
+    for (int k = c + 1; k < 4; ++k) s -= a[c][k] * x[k];
+    x[c] = s / a[c][c];
+  }
+  return true;
+}
+
+// Projected Levenberg-Marquardt on (r, D, b1, b2).
+void Polish(Params& p, const std::vector<LossPoint>& pts, int iterations) {
+  double sse = Sse(p, pts);
+  double lambda = 1e-3;
+  for (int it = 0; it < iterations; ++it) {
+    std::array<std::array<double, 4>, 4> jtj{};
+    std::array<double, 4> jte{};
+    for (const LossPoint& x : pts) {
+      const double q = Q(p, x.step);
+      const double e = x.loss - (p.r + p.d / q);
+      const std::array<double, 4> j = {1.0, 1.0 / q, -p.d * x.step / (q * q),
+                                       -p.d * x.step * x.step / (q * q)};
+      for (int a = 0; a < 4; ++a) {
+        jte[a] += j[a] * e;
+        for (int b = 0; b < 4; ++b) jtj[a][b] += j[a] * j[b];
+      }
+    }
+    bool improved = false;
+    for (int tries = 0; tries < 10 && !improved; ++tries) {
+      auto m = jtj;
+      for (int a = 0; a < 4; ++a) m[a][a] += lambda * std::max(jtj[a][a], 1e-12);
+      std::array<double, 4> delta{};
+      if (!Solve4(m, jte, delta)) {
+        lambda *= 10;
+        continue;
+      }
+      Params n{std::max(0.0, p.r + delta[0]), std::max(0.0, p.d + delta[1]),
+               std::max(0.0, p.b1 + delta[2]), std::max(0.0, p.b2 + delta[3])};
+      const double s = Sse(n, pts);
+      if (std::isfinite(s) && s < sse) {
+        improved = true;
+        const bool tiny = sse - s <= 1e-14 * std::max(sse, 1e-300);
+        p = n, sse = s, lambda = std::max(lambda / 3, 1e-12);
+        if (tiny) return;
+      } else {
+        lambda *= 4;
+      }
+    }
+    if (!improved) return;
+  }
+}
+
+}  // namespace
+
+double LossCurve::Normalised(double step) const { return r + d / (1.0 + b1 * step + b2 * step * step); }
+
+double LossCurve::Improvement(double step) const { return Normalised(step) - Normalised(step + 1); }
+
+int64_t LossCurve::ConvergenceStep(double threshold) const {
+  if (d <= 0 || (b1 <= 0 && b2 <= 0)) return 0;
+  constexpr int64_t kCap = int64_t{1} << 50;
+  // First t with Improvement(t + 1) <= Improvement(t): the peak (the
+  // improvement rises, if at all, only while q's curvature dominates).
+  auto after_peak = [&](int64_t t) { return Improvement(double(t + 1)) <= Improvement(double(t)); };
+  auto first_true = [&](auto pred) {
+    if (pred(0)) return int64_t{0};
+    int64_t lo = 0, hi = 1;  // pred(lo) false
+    while (!pred(hi)) {
+      lo = hi;
+      if (hi >= kCap) return kCap;
+      hi *= 2;
+    }
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (pred(mid) ? hi : lo) = mid;
+    }
+    return hi;
+  };
+  const int64_t peak = first_true(after_peak);
+  if (Improvement(double(peak)) <= threshold) return 0;
+  return peak + first_true([&](int64_t k) { return Improvement(double(peak + k)) <= threshold; });
+}
+
+std::optional<double> LossCurve::StepsToLoss(double target_loss) const {
+  const double y = target_loss / scale;
+  if (y >= r + d) return 0.0;
+  if (y <= r || (b1 <= 0 && b2 <= 0)) return std::nullopt;
+  const double qm1 = d / (y - r) - 1.0;  // q(t) - 1 = b1 t + b2 t^2 > 0
+  // The positive root of b2 t^2 + b1 t - qm1 = 0, in the form stable for b2 -> 0.
+  return 2.0 * qm1 / (b1 + std::sqrt(b1 * b1 + 4.0 * b2 * qm1));
+}
+
+absl::StatusOr<LossCurve> LossCurve::WithGain(double gain) const {
+  if (!(gain > -1.0) || !std::isfinite(gain)) {
+    return absl::InvalidArgumentError(StrCat("transfer gain must be finite and > -1, got ", gain));
+  }
+  LossCurve c = *this;
+  c.b1 = b1 * (1.0 + gain);
+  c.b2 = b2 * (1.0 + gain) * (1.0 + gain);
+  return c;
+}
+
+std::vector<LossPoint> Prefix(const std::vector<LossPoint>& points, double max_step) {
+  std::vector<LossPoint> out;
+  for (const LossPoint& p : points) {
+    if (p.step <= max_step) out.push_back(p);
+  }
+  return out;
+}
+
+absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
+                                       const FitOptions& options) {
+  if (options.grid_points < 2 || !(options.min_rate > 0) || !(options.max_rate > options.min_rate) ||
+      options.polish_iterations < 0) {
+    return absl::InvalidArgumentError("FitOptions: need grid_points >= 2, 0 < min_rate < max_rate");
+  }
+  std::set<double> steps;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const LossPoint& p = points[i];
+    if (!std::isfinite(p.step) || p.step < 0) {
+      return absl::InvalidArgumentError(StrCat("loss point ", i, ": step ", p.step, " is not >= 0"));
+    }
+    if (!std::isfinite(p.loss) || !(p.loss > 0)) {
+      return absl::InvalidArgumentError(StrCat("loss point ", i, " (step ", p.step, "): loss ", p.loss,
+                                               " is not finite and > 0"));
+    }
+    steps.insert(p.step);
+  }
+  if (steps.size() < 3) {
+    return absl::InvalidArgumentError(
+        StrCat("fitting a loss curve needs points at >= 3 distinct steps, got ", steps.size()));
+  }
+  // Normalise by the loss at the earliest observation.
+  const auto first = std::min_element(points.begin(), points.end(),
+                                      [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });
+  const double scale = first->loss;
+  std::vector<LossPoint> pts = points;
+  for (LossPoint& p : pts) p.loss /= scale;
+
+  std::vector<double> rates = {0.0};
+  const int n = options.grid_points;
+  for (int i = 0; i < n; ++i) {
+    rates.push_back(options.min_rate *
+                    std::pow(options.max_rate / options.min_rate, double(i) / double(n - 1)));
+  }
+  Params best;
+  double best_sse = std::numeric_limits<double>::infinity();
+  for (double b1 : rates) {
+    for (double s2 : rates) {
+      Params p{0, 0, b1, s2 * s2};
+      SolveLinear(p, pts);
+      const double s = Sse(p, pts);
+      if (s < best_sse) best_sse = s, best = p;
+    }
+  }
+  Polish(best, pts, options.polish_iterations);
+  LossCurve c{.r = best.r, .d = best.d, .b1 = best.b1, .b2 = best.b2, .scale = scale};
+  c.rmse = std::sqrt(Sse(best, pts) / double(pts.size()));
+  return c;
+}
+
+absl::StatusOr<double> PredictStepsToLoss(const std::vector<LossPoint>& prefix, double target_loss,
+                                          double gain, const FitOptions& options) {
+  SLICESCHED_ASSIGN_OR_RETURN(LossCurve normal, FitLossCurve(prefix, options));
+  SLICESCHED_ASSIGN_OR_RETURN(LossCurve c, normal.WithGain(gain));
+  const std::optional<double> s = c.StepsToLoss(target_loss);
+  if (!s) {
+    return absl::NotFoundError(StrCat("the fitted curve never reaches loss ", target_loss,
+                                      " (asymptote ", c.r * c.scale, ")"));
+  }
+  return *s;
+}
+
+}  // namespace slicesched::ymir

@@ -1,0 +1,150 @@
+#include "slicesched/ymir/iteration_estimator.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace slicesched::ymir {
+namespace {
+
+// A known curve in loss units: loss(t) = scale (r + d / (1 + b1 t + b2 t^2)).
+LossCurve Truth(double r, double d, double b1, double b2, double scale) {
+  return LossCurve{.r = r, .d = d, .b1 = b1, .b2 = b2, .scale = scale};
+}
+
+// Samples at steps 0, every, 2 every, ..., up to max_step, with relative
+// noise uniform in [-noise, noise] from a seeded generator (portable: raw
+// 53-bit draws, no std distribution).
+std::vector<LossPoint> Sample(const LossCurve& c, double max_step, double every, double noise,
+                              uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<LossPoint> out;
+  for (double t = 0; t <= max_step; t += every) {
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
+    out.push_back({t, c.Loss(t) * (1.0 + noise * (2.0 * u - 1.0))});
+  }
+  return out;
+}
+
+TEST(IterationEstimator, RecoversAKnownCurveExactly) {
+  const LossCurve truth = Truth(0.35, 0.65, 0.04, 0.003, 2.5);
+  auto fit = FitLossCurve(Sample(truth, 100, 4, 0.0, 1));
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->scale, 2.5, 1e-12);
+  EXPECT_LT(fit->rmse, 1e-6);
+  for (double t : {0.0, 7.0, 33.0, 90.0, 200.0}) {
+    EXPECT_NEAR(fit->Loss(t), truth.Loss(t), 1e-4 * truth.Loss(t)) << "t=" << t;
+  }
+  const double target = truth.Loss(60.0);
+  ASSERT_TRUE(fit->StepsToLoss(target).has_value());
+  EXPECT_NEAR(*fit->StepsToLoss(target), 60.0, 0.1);
+}
+
+TEST(IterationEstimator, RecoversOptimusCurveFromANoisyPrefix) {
+  // b2 = 0: the 1 / (b t + c) + r curve. Fit only the first 40 of 120
+  // steps, 0.5% noise, and predict the step where the loss reaches the value
+  // the true curve has at step 60 (an extrapolation by half the prefix).
+  const LossCurve truth = Truth(0.5, 0.5, 0.08, 0.0, 1.2);
+  const double target = truth.Loss(60.0);
+  // Independent noise draws all stay within 15%.
+  for (uint64_t seed = 7; seed < 17; ++seed) {
+    auto s = PredictStepsToLoss(Prefix(Sample(truth, 120, 2, 0.005, seed), 40), target);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_NEAR(*s, 60.0, 0.15 * 60.0) << "seed " << seed;
+  }
+  // Without noise the prefix alone pins the curve down.
+  auto exact = PredictStepsToLoss(Prefix(Sample(truth, 120, 2, 0.0, 1), 40), target);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_NEAR(*exact, 60.0, 0.01);
+}
+
+TEST(IterationEstimator, NoisyQuadraticCurveIsRecovered) {
+  const LossCurve truth = Truth(0.2, 0.8, 0.01, 0.004, 3.0);
+  auto fit = FitLossCurve(Sample(truth, 60, 1, 0.005, 3));
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_LT(fit->rmse, 0.005);
+  for (double t : {10.0, 30.0, 60.0}) {
+    EXPECT_NEAR(fit->Loss(t), truth.Loss(t), 0.01 * truth.Loss(t)) << "t=" << t;
+  }
+  const double target = truth.Loss(45.0);
+  ASSERT_TRUE(fit->StepsToLoss(target).has_value());
+  EXPECT_NEAR(*fit->StepsToLoss(target), 45.0, 2.0);
+}
+
+TEST(IterationEstimator, ConvergenceStepIsWhereTheImprovementDropsTo0001) {
+  // b2 = 0: improvement(t) = d b1 / ((1 + b1 t)(1 + b1 (t + 1))); with d = 1,
+  // b1 = 0.1 it is <= 0.001 from the first t with (1 + .1t)(1.1 + .1t) >= 100.
+  const LossCurve c = Truth(0.3, 1.0, 0.1, 0.0, 1.0);
+  int64_t brute = 0;
+  while ((1 + 0.1 * brute) * (1.1 + 0.1 * brute) < 100.0) ++brute;
+  EXPECT_EQ(c.ConvergenceStep(0.001), brute);
+  EXPECT_LE(c.Improvement(double(brute)), 0.001);
+  EXPECT_GT(c.Improvement(double(brute - 1)), 0.001);
+
+  // b2 > 0 with a small b1: the improvement first rises, then falls. The
+  // convergence step is after the peak, where it stays below the threshold.
+  const LossCurve q = Truth(0.1, 0.9, 0.0, 1e-3, 1.0);
+  const int64_t cs = q.ConvergenceStep(0.001);
+  EXPECT_LT(q.Improvement(0.0), 0.001);  // below at the start, yet not converged
+  EXPECT_GT(cs, 10);
+  EXPECT_LE(q.Improvement(double(cs)), 0.001);
+  EXPECT_GT(q.Improvement(double(cs - 1)), 0.001);
+  for (int64_t t = cs; t < cs + 200; ++t) EXPECT_LE(q.Improvement(double(t)), 0.001);
+
+  // A flat curve is converged at once.
+  EXPECT_EQ(Truth(0.5, 0.0, 0.1, 0.0, 1.0).ConvergenceStep(), 0);
+}
+
+TEST(IterationEstimator, TransferGainScalesTheStepsNotTheBar) {
+  const LossCurve c = Truth(0.4, 0.6, 0.05, 0.001, 2.0);
+  const double target = c.Loss(50.0);
+  ASSERT_NEAR(*c.StepsToLoss(target), 50.0, 1e-9);
+  auto faster = c.WithGain(1.0);  // twice as fast
+  ASSERT_TRUE(faster.ok());
+  EXPECT_NEAR(*faster->StepsToLoss(target), 25.0, 1e-9);
+  EXPECT_DOUBLE_EQ(faster->Loss(0.0), c.Loss(0.0));  // same start ...
+  EXPECT_DOUBLE_EQ(faster->r, c.r);                  // ... same asymptote
+  auto slower = c.WithGain(-0.5);
+  ASSERT_TRUE(slower.ok());
+  EXPECT_NEAR(*slower->StepsToLoss(target), 100.0, 1e-9);
+  // The adjusted curve converges earlier / later accordingly.
+  EXPECT_LT(faster->ConvergenceStep(), c.ConvergenceStep());
+  EXPECT_GT(slower->ConvergenceStep(), c.ConvergenceStep());
+  // PredictStepsToLoss applies the gain to the fitted curve.
+  const std::vector<LossPoint> pts = Sample(c, 40, 2, 0.0, 1);
+  auto normal = PredictStepsToLoss(pts, target, 0.0);
+  auto transfer = PredictStepsToLoss(pts, target, 0.25);
+  ASSERT_TRUE(normal.ok() && transfer.ok());
+  EXPECT_NEAR(*transfer, *normal / 1.25, 1e-9);
+
+  EXPECT_EQ(c.WithGain(-1.0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.WithGain(std::nan("")).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(IterationEstimator, TargetsOutsideTheCurve) {
+  const LossCurve c = Truth(0.4, 0.6, 0.05, 0.0, 2.0);
+  EXPECT_EQ(*c.StepsToLoss(2.5), 0.0);             // above the start
+  EXPECT_FALSE(c.StepsToLoss(0.8).has_value());    // the asymptote
+  EXPECT_FALSE(c.StepsToLoss(0.5).has_value());    // below it
+  auto p = PredictStepsToLoss(Sample(c, 40, 2, 0.0, 1), 0.5);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(std::string(p.status().message()).find("never reaches"), std::string::npos);
+}
+
+TEST(IterationEstimator, BadInputsAreNamed) {
+  auto few = FitLossCurve({{0, 1.0}, {1, 0.9}, {1, 0.8}});
+  EXPECT_EQ(few.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(few.status().message()).find("3 distinct steps"), std::string::npos);
+  auto neg = FitLossCurve({{0, 1.0}, {1, -0.9}, {2, 0.8}});
+  EXPECT_EQ(neg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(neg.status().message()).find("loss point 1"), std::string::npos);
+  auto step = FitLossCurve({{0, 1.0}, {-1, 0.9}, {2, 0.8}});
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(step.status().message()).find("step -1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace slicesched::ymir
