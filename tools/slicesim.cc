@@ -118,7 +118,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -310,27 +310,33 @@ int Overhead(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   slicesched::OverheadOptions o;
   bool json = false;
-  int64_t repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed);
+  int64_t repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed), window = o.window;
+  bool pin = o.pin;
   if (int rc = Flags("overhead")
                    .Switch("--json", &json)
                    .Text("--model", &o.model)
                    .Int("--prefills", &o.prefills)
                    .Int("--repetitions", &repetitions)
+                   .Int("--window", &window)
+                   .Int("--block", &o.block)
+                   .Switch("--pin", &pin)
                    .Int("--seed", &seed)
                    .Parse(args)) {
     return rc;
   }
   o.repetitions = static_cast<int>(repetitions);
+  o.window = static_cast<int>(window);
+  o.pin = pin;
   o.seed = static_cast<uint64_t>(seed);
   auto r = slicesched::RunOverhead(o);
   if (!r.ok()) return Failed("overhead", r.status());
   if (json) {
     std::printf("%s\n", r->ToJson().c_str());
   } else {
-    std::printf("%lld prefills (context 1), median of %d alternations\n"
-                "direct %.3f s, scheduled %.3f s: overhead %.2f%%\n%s\n",
-                static_cast<long long>(r->prefills), r->repetitions, r->direct_s, r->scheduled_s,
-                r->overhead_pct, r->placement.c_str());
+    std::printf("%lld prefills (context 1), median of %d alternations, %d in flight\n"
+                "direct %.3f s, scheduled %.3f s: overhead %.2f%%\n%s\n%s\n",
+                static_cast<long long>(r->prefills), r->repetitions, r->window, r->direct_s, r->scheduled_s,
+                r->overhead_pct, r->placement.c_str(), r->pinning.c_str());
   }
   return 0;
 #else
@@ -461,8 +467,10 @@ int Fidelity(const std::vector<std::string>& args) {
                   name, static_cast<long long>(k->iterations), k->predicted_ms, k->measured_ms, k->error_pct,
                   k->mean_abs_error_pct, k->launch_gap_ms, k->delivery_gap_ms);
     }
-    std::printf("estimator online MAPE: operators %.2f%%, transfers %.2f%%; target %.2f%%: %s\n",
-                r->op_mape_pct, r->transfer_mape_pct, r->target_error_pct,
+    std::printf("learned hand-off per hop: cpu0 -> cpu1 %.3f ms, cpu1 -> cpu0 %.3f ms\n"
+                "estimator online MAPE: operators %.2f%%, transfers %.2f%%; target %.2f%%: %s\n",
+                r->learned_handoff_01_ms, r->learned_handoff_10_ms, r->op_mape_pct, r->transfer_mape_pct,
+                r->target_error_pct,
                 r->overall.error_pct <= r->target_error_pct ? "met" : "NOT met");
   }
   return 0;

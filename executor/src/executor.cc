@@ -1,5 +1,8 @@
 #include "slicesched/executor/executor.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <exception>
 #include <utility>
@@ -23,7 +26,9 @@ ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunn
       clock_(clock),
       kernels_(kernels),
       transfers_(transfers),
-      comm_(gmg->accelerators().size()) {
+      comm_(gmg->accelerators().size()),
+      op_free_(gmg->accelerators().size()),
+      xfer_free_(gmg->accelerators().size()) {
   const size_t n = gmg->accelerators().size();
   for (size_t d = 0; d < n; ++d) {
     const DeviceSpec& spec = gmg->accelerators().devices()[d];
@@ -39,7 +44,8 @@ ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunn
   transfer_pool_ = std::make_unique<ThreadPool>(workers);
   threads_.reserve(n);
   for (size_t d = 0; d < n; ++d) {
-    threads_.emplace_back([this, d] { DeviceLoop(DeviceId(static_cast<uint16_t>(d))); });
+    const int cpu = d < options.device_cpus.size() ? options.device_cpus[d] : -1;
+    threads_.emplace_back([this, d, cpu] { DeviceLoop(DeviceId(static_cast<uint16_t>(d)), cpu); });
   }
 }
 
@@ -52,6 +58,7 @@ ExecutorSet::~ExecutorSet() {
   transfer_pool_.reset();  // runs (and finishes) every queued Send
   absl::MutexLock l(&mu_);
   events_.clear();
+  pending_completions_ = 0;
   for (DeviceState& s : devices_) {
     s.items.clear();
     s.finished.clear();
@@ -63,6 +70,7 @@ ExecutorSet::~ExecutorSet() {
 
 void ExecutorSet::Post(Event e) {
   e.time = clock_->Now();
+  if (e.kind != Event::Kind::kStarted && !e.quiet) ++pending_completions_;
   events_.push_back(std::move(e));
   if (notify_) notify_();
 }
@@ -111,11 +119,11 @@ void ExecutorSet::Hand(DeviceId d, WorkItem w) {
   s.pending.emplace(node.value(), StoreItem(s, std::move(w)));
 }
 
-void ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
-                                    const std::vector<Buffer>& outputs) {
+int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
+                                   const std::vector<Buffer>& outputs) {
   DeviceState& s = devices_[d.value()];
   auto wt = s.waiters.find(producer.value());
-  if (wt == s.waiters.end()) return;
+  if (wt == s.waiters.end()) return 0;
   const std::vector<NodeId> deps = std::move(wt->second);
   s.waiters.erase(wt);
   for (NodeId dep : deps) {
@@ -135,6 +143,7 @@ void ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
     s.pending.erase(p);
     s.ready.Push(w.key, item);
   }
+  return static_cast<int>(deps.size());
 }
 
 void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
@@ -164,7 +173,13 @@ void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
   }
 }
 
-void ExecutorSet::DeviceLoop(DeviceId d) {
+void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
+  if (cpu >= 0 && cpu < CPU_SETSIZE) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);  // best effort
+  }
   const size_t di = d.value();
   DevicePool& pool = *pools_[di];
   const std::string& dev_name = pool.name();
@@ -285,9 +300,14 @@ void ExecutorSet::DeviceLoop(DeviceId d) {
         outs[i].buffer.payload = std::move(out_buffers[i].payload);
         done.outputs.push_back(outs[i].buffer);
       }
-      Post(Event{Event::Kind::kFinished, w.node, d, Timestamp(), "", std::move(outs)});
-      done.end = events_.back().time;
-      ReleaseDependents(d, w.node, done.end, done.outputs);
+      done.end = clock_->Now();
+      // Quiet when every successor was here, waiting for this node (the
+      // owner is needed only where the work leaves the device).
+      const int released = ReleaseDependents(d, w.node, done.end, done.outputs);
+      Event fin{Event::Kind::kFinished, w.node, d, Timestamp(), "", std::move(outs)};
+      fin.quiet = w.successors > 0 && released == w.successors;
+      Post(std::move(fin));
+      events_.back().time = done.end;  // the time the dependents saw
       s.finished.insert_or_assign(w.node.value(), std::move(done));
     } else {
       outs.clear();
@@ -398,6 +418,7 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
   w.op_index = n->op_index;
   w.attrs.assign(n->attrs.begin(), n->attrs.end());
   w.workspace = n->workspace;
+  w.successors = static_cast<int>(op.succs.size());
   for (const TensorState& t : n->outputs) w.output_bytes.push_back(t.bytes);
   auto& flag = inst_cancel_[n->instance.value()];
   if (flag == nullptr) flag = std::make_shared<std::atomic<bool>>(false);
@@ -506,6 +527,13 @@ bool ExecutorSet::WaitForCompletion(absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&has_events), timeout);
 }
 
+bool ExecutorSet::WaitForFinish(absl::Duration timeout) {
+  if (comm_.num_retrying() > 0) return true;
+  absl::MutexLock l(&mu_);
+  auto has_completions = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_completions_ > 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&has_completions), timeout);
+}
+
 absl::Status ExecutorSet::AdvanceTo(Timestamp t, std::vector<Feedback>* feedback) {
   SLICESCHED_RETURN_IF_ERROR(Drain(t, feedback));
   return Dispatch(t);
@@ -518,7 +546,10 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
     size_t k = 0;
     while (k < events_.size() && events_[k].time <= t) ++k;
     batch.reserve(k);
-    for (size_t i = 0; i < k; ++i) batch.push_back(std::move(events_[i]));
+    for (size_t i = 0; i < k; ++i) {
+      if (events_[i].kind != Event::Kind::kStarted && !events_[i].quiet) --pending_completions_;
+      batch.push_back(std::move(events_[i]));
+    }
     events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(k));
   }
   absl::Status status;
@@ -574,6 +605,24 @@ absl::Status ExecutorSet::Apply(Event& e, std::vector<Feedback>* feedback) {
       f.start = n->times.start;
       f.end = e.time;
       f.overlapped = overlapped;
+      // The delivery gap, when the node's last input to arrive came by a
+      // transfer: start minus the later of that transfer's end and the end
+      // of the device's previous operator (waiting for a busy device is
+      // queueing, which the simulator models, not hand-off).
+      Timestamp last_hop = Timestamp::Never();
+      for (NodeId t : inst->transfers) {
+        const OpNode* tn = gmg_->FindNode(t);
+        if (tn != nullptr && tn->consumer == n->id && tn->state == NodeState::kDone &&
+            (last_hop.is_never() || tn->times.end > last_hop)) {
+          last_hop = tn->times.end;
+        }
+      }
+      Timestamp& dev_free = op_free_[n->device.value()];
+      if (!last_hop.is_never() && !n->times.ready.is_never() && last_hop >= n->times.ready) {
+        const Duration gap = n->times.start - std::max(last_hop, dev_free);
+        f.handoff = std::max(gap, Duration::Zero());
+      }
+      dev_free = e.time;
       absl::InlinedVector<NodeId, 8> wake;
       for (int s : op.succs) wake.push_back(inst->nodes[s].id);
       for (NodeId t : inst->transfers) {
@@ -636,6 +685,15 @@ absl::Status ExecutorSet::Apply(Event& e, std::vector<Feedback>* feedback) {
       f.start = n->times.start;
       f.end = e.time;
       f.overlapped = overlapped;
+      // The launch gap: start minus the later of the producer's end (the
+      // ready time) and both ends being free of other transfers.
+      Timestamp& src_free = xfer_free_[n->device.value()];
+      Timestamp& dst_free = xfer_free_[n->dst_device.value()];
+      if (!n->times.ready.is_never()) {
+        const Duration gap = n->times.start - std::max({n->times.ready, src_free, dst_free});
+        f.handoff = std::max(gap, Duration::Zero());
+      }
+      src_free = dst_free = e.time;
       // Every issued consumer of the tensor on the destination may be ready
       // now (one transfer serves all consumers there), not only `consumer`.
       absl::InlinedVector<NodeId, 4> wake{n->consumer};

@@ -213,6 +213,10 @@ class FidelityRig {
   }
 
   const OnlineLearner& learner() const { return learner_; }
+  // The hand-off time the transfer estimator adds to a hop src -> dst.
+  double LearnedHandoffMs(DeviceId src, DeviceId dst) const {
+    return (transfer_est_.launch_gap_ns(src, dst) + transfer_est_.delivery_gap_ns(dst)) / 1e6;
+  }
 
  private:
   struct Conversation {
@@ -334,7 +338,7 @@ class FidelityRig {
     size_t left = ids.size();
     Timestamp last_end = t0;
     while (left > 0) {
-      if (!exec_->WaitForCompletion(absl::Seconds(120))) {
+      if (!exec_->WaitForFinish(absl::Seconds(120))) {
         return absl::DeadlineExceededError("fidelity: no completion within 120 s");
       }
       feedback_.clear();
@@ -398,9 +402,10 @@ std::string FidelityResult::ToJson() const {
   return absl::StrFormat(
       "{\"model\": \"%s\", \"devices\": %d, \"placement\": \"%s\", \"calibration_iterations\": %d, "
       "\"train\": %s, \"serve\": %s, \"overall\": %s, \"op_mape_pct\": %.2f, "
-      "\"transfer_mape_pct\": %.2f, \"target_error_pct\": %.2f, \"target_met\": %s}",
+      "\"transfer_mape_pct\": %.2f, \"learned_handoff_ms\": [%.4f, %.4f], "
+      "\"target_error_pct\": %.2f, \"target_met\": %s}",
       model, devices, placement, calibration, KindJson(train), KindJson(serve), KindJson(overall),
-      op_mape_pct, transfer_mape_pct, target_error_pct,
+      op_mape_pct, transfer_mape_pct, learned_handoff_01_ms, learned_handoff_10_ms, target_error_pct,
       overall.error_pct <= target_error_pct && overall.iterations > 0 ? "true" : "false");
 }
 
@@ -443,6 +448,8 @@ absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
   Summarize(r.overall);
   r.op_mape_pct = rig->learner().op_error().mape_pct();
   r.transfer_mape_pct = rig->learner().transfer_error().mape_pct();
+  r.learned_handoff_01_ms = rig->LearnedHandoffMs(DeviceId(0), DeviceId(1));
+  r.learned_handoff_10_ms = rig->LearnedHandoffMs(DeviceId(1), DeviceId(0));
   return r;
 }
 

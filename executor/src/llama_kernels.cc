@@ -106,7 +106,9 @@ absl::StatusOr<std::unique_ptr<LlamaKernelRunner>> LlamaKernelRunner::Create(
 
 LlamaKernelRunner::LlamaKernelRunner(std::shared_ptr<const LlamaWeights> weights,
                                      const LlamaDims& dims)
-    : weights_(std::move(weights)), dims_(dims) {}
+    : weights_(std::move(weights)), dims_(dims) {
+  for (int64_t g = 0; g < dims_.num_groups(); ++g) group_keys_.push_back(LlamaGroupWeightKey(dims_, g));
+}
 
 void LlamaKernelRunner::SetRequest(InstanceId instance, LlamaRequest request) {
   absl::MutexLock l(&mu_);
@@ -129,13 +131,10 @@ size_t LlamaKernelRunner::num_requests() const {
   return requests_.size() + train_requests_.size();
 }
 
-int64_t LlamaKernelRunner::calls() const {
-  absl::MutexLock l(&mu_);
-  return calls_;
-}
+int64_t LlamaKernelRunner::calls() const { return calls_.load(std::memory_order_relaxed); }
 
 absl::StatusOr<LlamaRequest> LlamaKernelRunner::Lookup(InstanceId instance) const {
-  absl::MutexLock l(&mu_);
+  absl::ReaderMutexLock l(&mu_);
   auto it = requests_.find(instance.value());
   if (it == requests_.end()) {
     return absl::FailedPreconditionError(
@@ -144,8 +143,18 @@ absl::StatusOr<LlamaRequest> LlamaKernelRunner::Lookup(InstanceId instance) cons
   return it->second;
 }
 
+absl::StatusOr<Tensor> LlamaKernelRunner::LookupTokens(InstanceId instance) const {
+  absl::ReaderMutexLock l(&mu_);
+  if (auto t = train_requests_.find(instance.value()); t != train_requests_.end() && t->second.job != nullptr) {
+    return t->second.batch.tokens;
+  }
+  if (auto r = requests_.find(instance.value()); r != requests_.end()) return r->second.tokens;
+  return absl::FailedPreconditionError(
+      StrCat("no Llama request registered for instance ", instance));
+}
+
 absl::StatusOr<LlamaTrainRequest> LlamaKernelRunner::LookupTrain(InstanceId instance) const {
-  absl::MutexLock l(&mu_);
+  absl::ReaderMutexLock l(&mu_);
   auto it = train_requests_.find(instance.value());
   if (it == train_requests_.end() || it->second.job == nullptr) {
     return absl::FailedPreconditionError(
@@ -158,10 +167,7 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
   if (call.tpl == nullptr || call.op_index < 0 || call.op_index >= call.tpl->num_ops()) {
     return absl::InvalidArgumentError(StrCat("kernel call for node ", call.node, " has no op"));
   }
-  {
-    absl::MutexLock l(&mu_);
-    ++calls_;
-  }
+  calls_.fetch_add(1, std::memory_order_relaxed);
   // One core per device thread (see SetIntraOpThreadsForThisThread).
   thread_local bool threads_set = false;
   if (!threads_set) {
@@ -185,14 +191,9 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
 
 absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
-  Tensor tokens;
-  if (absl::StatusOr<LlamaTrainRequest> train = LookupTrain(call.instance); train.ok()) {
-    tokens = train->batch.tokens;
-  } else {
-    absl::StatusOr<LlamaRequest> req = Lookup(call.instance);
-    if (!req.ok()) return Annotate(req.status(), Label(call));
-    tokens = req->tokens;
-  }
+  absl::StatusOr<Tensor> looked_up = LookupTokens(call.instance);
+  if (!looked_up.ok()) return Annotate(looked_up.status(), Label(call));
+  const Tensor tokens = *std::move(looked_up);
   if (!tokens.defined()) {
     return absl::FailedPreconditionError(StrCat(Label(call), ": the request of instance ",
                                                 call.instance, " has no $tokens"));
@@ -216,8 +217,8 @@ absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
 absl::StatusOr<int64_t> LlamaKernelRunner::GroupOf(const KernelCall& call) const {
   // The group: the op whose weights are this group's layers.
   const OpSpec& op = call.op();
-  for (int64_t g = 0; g < dims_.num_groups(); ++g) {
-    if (op.weight_key == LlamaGroupWeightKey(dims_, g)) return g;
+  for (size_t g = 0; g < group_keys_.size(); ++g) {
+    if (op.weight_key == group_keys_[g]) return static_cast<int64_t>(g);
   }
   return absl::InvalidArgumentError(StrCat(Label(call), ": weight key '", op.weight_key,
                                            "' is not a layer group of model '", dims_.name, "'"));

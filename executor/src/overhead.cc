@@ -1,13 +1,20 @@
 #include "slicesched/executor/overhead.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/status.h"
@@ -31,13 +38,14 @@ std::string OverheadResult::ToJson() const {
   };
   return absl::StrFormat(
       "{\"prefills\": %d, \"direct_s\": %.4f, \"scheduled_s\": %.4f, \"overhead_pct\": %.2f, "
-      "\"repetitions\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
+      "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
-      "\"placement\": \"%s\", \"model\": \"%s\"}",
-      prefills, direct_s, scheduled_s, overhead_pct, repetitions, list(direct_runs_s),
+      "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
+      "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
+      prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
-      tokens_match ? "true" : "false", placement, model);
+      tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s, placement, pinning, model);
 }
 
 namespace {
@@ -58,6 +66,13 @@ double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// CPU time of a thread (CLOCK_THREAD_CPUTIME_ID: the caller), in seconds.
+double ThreadCpuSeconds(clockid_t clock) {
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // (a) The operators called directly. Returns the sampled token.
 absl::StatusOr<int64_t> DirectPrefill(const LlamaWeights& w, const Tensor& tokens) {
   SLICESCHED_ASSIGN_OR_RETURN(Tensor x, executor::Embedding(w, tokens));
@@ -75,8 +90,10 @@ absl::StatusOr<int64_t> DirectPrefill(const LlamaWeights& w, const Tensor& token
 // (b) The master's path: GMG + SliceScheduler + ExecutorSet on one device.
 class ScheduledRig {
  public:
+  // `device_cpu` >= 0: the device thread is pinned to that CPU.
   static absl::StatusOr<std::unique_ptr<ScheduledRig>> Create(const LlamaDims& dims,
-                                                              std::shared_ptr<const LlamaWeights> w) {
+                                                              std::shared_ptr<const LlamaWeights> w,
+                                                              int device_cpu) {
     std::vector<DeviceSpec> devs(1);
     devs[0].name = "cpu0";
     devs[0].type = "cpu";
@@ -93,39 +110,62 @@ class ScheduledRig {
       if (op.weight_key.empty()) continue;
       SLICESCHED_RETURN_IF_ERROR(rig->g_.LoadWeights(DeviceId(0), op.weight_key, op.weight_bytes));
     }
-    rig->Start();
+    rig->Start(device_cpu);
     return rig;
   }
 
-  // One prefill of `tokens` [1, S], start to retirement; returns its token.
-  absl::StatusOr<int64_t> Prefill(const Tensor& tokens, int64_t s) {
-    spec_.bindings = {{"B", 1}, {"S", s}};
-    spec_.arrival = clock_.Now();
-    SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g_.Instantiate(spec_));
-    runner_->SetRequest(id, LlamaRequest{tokens, executor::SamplingParams{}});
-    SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, sched_.Schedule(env_, clock_.Now()));
-    whatif_runs_ += st.whatif_runs;
-    for (;;) {
-      for (const RetiredInstance& r : g_.TakeRetired()) {
-        if (r.id != id) continue;
-        runner_->EraseRequest(id);
-        for (CheckpointId k : r.produced) SLICESCHED_RETURN_IF_ERROR(g_.ReleaseCheckpoint(k));
-        if (r.state != InstanceState::kDone) {
-          return absl::InternalError(StrCat("scheduled prefill ", id, " ", InstanceStateName(r.state),
-                                            ": ", r.failure));
+  // Runs one prefill of context length 1 per prompt, start to retirement,
+  // keeping up to `window` of them in flight (instantiated and scheduled,
+  // their operators queued on the device) so the device always has the next
+  // prefill's operators at hand while the master retires the previous ones;
+  // window 1 submits each prefill only after the previous one retired.
+  // tokens[i] is prompt i's sampled token.
+  absl::Status RunPrefills(std::span<const Tensor> prompts, int window, std::span<int64_t> tokens) {
+    std::fill(tokens.begin(), tokens.end(), -1);
+    size_t next = 0, retired = 0, in_flight = 0;
+    while (retired < prompts.size()) {
+      bool submitted = false;
+      while (in_flight < static_cast<size_t>(window) && next < prompts.size()) {
+        spec_.bindings = {{"B", 1}, {"S", 1}};
+        spec_.arrival = clock_.Now();
+        SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g_.Instantiate(spec_));
+        runner_->SetRequest(id, LlamaRequest{prompts[next], executor::SamplingParams{}});
+        {
+          absl::MutexLock l(&mu_);
+          slot_.insert_or_assign(id.value(), Slot{next, -1});
         }
-        return last_token_.load();
+        ++next;
+        ++in_flight;
+        submitted = true;
       }
-      if (!g_.unscheduled_frontier().empty()) {
-        SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats more, sched_.Schedule(env_, clock_.Now()));
-        whatif_runs_ += more.whatif_runs;
+      if (submitted || !g_.unscheduled_frontier().empty()) {
+        SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, sched_.Schedule(env_, clock_.Now()));
+        whatif_runs_ += st.whatif_runs;
       }
-      if (!exec_->WaitForCompletion(absl::Seconds(60))) {
+      if (!exec_->WaitForFinish(absl::Seconds(60))) {
         return absl::DeadlineExceededError("scheduled prefill: no completion within 60 s");
       }
       feedback_.clear();
       SLICESCHED_RETURN_IF_ERROR(exec_->AdvanceTo(clock_.Now(), &feedback_));
+      for (const RetiredInstance& r : g_.TakeRetired()) {
+        runner_->EraseRequest(r.id);
+        for (CheckpointId k : r.produced) SLICESCHED_RETURN_IF_ERROR(g_.ReleaseCheckpoint(k));
+        if (r.state != InstanceState::kDone) {
+          return absl::InternalError(StrCat("scheduled prefill ", r.id, " ", InstanceStateName(r.state),
+                                            ": ", r.failure));
+        }
+        absl::MutexLock l(&mu_);
+        auto it = slot_.find(r.id.value());
+        if (it == slot_.end()) {
+          return absl::InternalError(StrCat("scheduled prefill: unknown instance ", r.id, " retired"));
+        }
+        tokens[it->second.prompt] = it->second.token;
+        slot_.erase(it);
+        --in_flight;
+        ++retired;
+      }
     }
+    return absl::OkStatus();
   }
 
   // Lets the executors release what the GMG freed (released checkpoints).
@@ -134,6 +174,11 @@ class ScheduledRig {
     return g_.VerifyInvariants();
   }
   int64_t whatif_runs() const { return whatif_runs_; }
+  // CPU time the device thread has used so far (0 before its first sample).
+  double DeviceCpuSeconds() {
+    absl::MutexLock l(&mu_);
+    return device_clock_.has_value() ? ThreadCpuSeconds(*device_clock_) : 0.0;
+  }
 
  private:
   ScheduledRig(AcceleratorSet accel, std::unique_ptr<LlamaKernelRunner> runner)
@@ -142,12 +187,20 @@ class ScheduledRig {
         transfer_est_(g_.accelerators()),
         ctx_(&g_.templates(), &op_est_, &transfer_est_) {}
 
-  void Start() {
-    runner_->SetTokenSink([this](InstanceId, const Tensor& t) {
+  void Start(int device_cpu) {
+    runner_->SetTokenSink([this](InstanceId inst, const Tensor& t) {
       const std::vector<int64_t> v = t.ToInt64();
-      last_token_.store(v.empty() ? -1 : v[0]);
+      absl::MutexLock l(&mu_);
+      if (!device_clock_.has_value()) {
+        // The sink runs on the (only) device thread: remember its CPU clock.
+        clockid_t c;
+        if (pthread_getcpuclockid(pthread_self(), &c) == 0) device_clock_ = c;
+      }
+      if (auto it = slot_.find(inst.value()); it != slot_.end()) it->second.token = v.empty() ? -1 : v[0];
     });
-    exec_ = std::make_unique<ExecutorSet>(&g_, &clock_, runner_.get(), &transfers_);
+    ExecutorOptions eo;
+    eo.device_cpus = {device_cpu};
+    exec_ = std::make_unique<ExecutorSet>(&g_, &clock_, runner_.get(), &transfers_, eo);
     env_.gmg = &g_;
     env_.backend = exec_.get();
     env_.sim = &ctx_;
@@ -168,7 +221,15 @@ class ScheduledRig {
   TemplateId prefill_;
   InstanceSpec spec_;
   std::vector<Feedback> feedback_;
-  std::atomic<int64_t> last_token_{-1};
+  // Prefills in flight: instance -> (prompt index, sampled token); the token
+  // sink runs on the device thread.
+  struct Slot {
+    size_t prompt;
+    int64_t token;
+  };
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, Slot> slot_ ABSL_GUARDED_BY(mu_);
+  std::optional<clockid_t> device_clock_ ABSL_GUARDED_BY(mu_);
   int64_t whatif_runs_ = 0;
   std::unique_ptr<ExecutorSet> exec_;  // last: stopped first
 };
@@ -178,12 +239,49 @@ class ScheduledRig {
 absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   if (o.prefills <= 0) return absl::InvalidArgumentError("overhead: --prefills must be positive");
   if (o.repetitions <= 0) return absl::InvalidArgumentError("overhead: --repetitions must be positive");
+  if (o.window <= 0) return absl::InvalidArgumentError("overhead: --window must be positive");
+  if (o.block <= 0) return absl::InvalidArgumentError("overhead: --block must be positive");
   SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
   // The direct path gets the same single core as an executor's device thread.
   executor::SetIntraOpThreadsForThisThread(1);
   SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
                               LlamaWeights::FromSeed(dims, o.seed));
-  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig, ScheduledRig::Create(dims, w));
+  // Pinning: the direct loop and the device thread on one CPU (the same one),
+  // the master (this thread during the scheduled runs) on the others, so its
+  // wake-ups do not preempt the device thread (the paper's master has its own
+  // cores too). Restored on return.
+  cpu_set_t original;
+  CPU_ZERO(&original);
+  const bool have_affinity = pthread_getaffinity_np(pthread_self(), sizeof(original), &original) == 0;
+  int device_cpu = -1;
+  cpu_set_t master_set;
+  CPU_ZERO(&master_set);
+  if (o.pin && have_affinity && CPU_COUNT(&original) >= 2) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &original)) device_cpu = c;  // the last allowed CPU
+    }
+    CPU_OR(&master_set, &master_set, &original);
+    CPU_CLR(device_cpu, &master_set);
+  }
+  struct RestoreAffinity {
+    bool active;
+    cpu_set_t set;
+    ~RestoreAffinity() {
+      if (active) (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    }
+  } restore{device_cpu >= 0, original};
+  auto pin_to = [&](bool device) {
+    if (device_cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (device) {
+      CPU_SET(device_cpu, &set);
+    } else {
+      set = master_set;
+    }
+    (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  };
+  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig, ScheduledRig::Create(dims, w, device_cpu));
 
   // Context length 1: one prompt token per prefill, built up front.
   std::vector<Tensor> prompts;
@@ -194,10 +292,16 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   }
   std::vector<int64_t> direct_tokens(prompts.size()), sched_tokens(prompts.size());
 
+  pin_to(true);
   for (int i = 0; i < o.warmup; ++i) {
     const Tensor& p = prompts[static_cast<size_t>(i) % prompts.size()];
     SLICESCHED_RETURN_IF_ERROR(DirectPrefill(*w, p).status());
-    SLICESCHED_RETURN_IF_ERROR(rig->Prefill(p, 1).status());
+  }
+  pin_to(false);
+  if (o.warmup > 0) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window,
+                                                std::span<int64_t>(sched_tokens).first(n)));
   }
   SLICESCHED_RETURN_IF_ERROR(rig->Settle());
 
@@ -205,27 +309,59 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.prefills = o.prefills;
   r.model = o.model;
   r.repetitions = o.repetitions;
+  r.window = o.window;
+  r.block = std::min<int64_t>(o.block, o.prefills);
   r.tokens_match = true;
+  std::vector<double> direct_cpu, dev_cpu, master_cpu;
+  const size_t block = static_cast<size_t>(std::min<int64_t>(o.block, o.prefills));
   for (int rep = 0; rep < o.repetitions; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      SLICESCHED_ASSIGN_OR_RETURN(direct_tokens[i], DirectPrefill(*w, prompts[i]));
+    double direct_s = 0, sched_s = 0, direct_c = 0, dev_c = 0, master_c = 0;
+    for (size_t b = 0; b < prompts.size(); b += block) {
+      const size_t n = std::min(block, prompts.size() - b);
+      pin_to(true);
+      auto t0 = std::chrono::steady_clock::now();
+      double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+      for (size_t i = b; i < b + n; ++i) {
+        SLICESCHED_ASSIGN_OR_RETURN(direct_tokens[i], DirectPrefill(*w, prompts[i]));
+      }
+      direct_s += Seconds(std::chrono::steady_clock::now() - t0);
+      direct_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+      pin_to(false);
+      const double dev0 = rig->DeviceCpuSeconds();
+      cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+      t0 = std::chrono::steady_clock::now();
+      SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window,
+                                                  std::span<int64_t>(sched_tokens).subspan(b, n)));
+      sched_s += Seconds(std::chrono::steady_clock::now() - t0);
+      master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+      dev_c += rig->DeviceCpuSeconds() - dev0;
+      SLICESCHED_RETURN_IF_ERROR(rig->Settle());
     }
-    r.direct_runs_s.push_back(Seconds(std::chrono::steady_clock::now() - t0));
-    t0 = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      SLICESCHED_ASSIGN_OR_RETURN(sched_tokens[i], rig->Prefill(prompts[i], 1));
-    }
-    r.scheduled_runs_s.push_back(Seconds(std::chrono::steady_clock::now() - t0));
-    SLICESCHED_RETURN_IF_ERROR(rig->Settle());
+    r.direct_runs_s.push_back(direct_s);
+    r.scheduled_runs_s.push_back(sched_s);
+    direct_cpu.push_back(direct_c);
+    dev_cpu.push_back(dev_c);
+    master_cpu.push_back(master_c);
     r.tokens_match = r.tokens_match && direct_tokens == sched_tokens;
   }
+  r.direct_cpu_s = Median(direct_cpu);
+  r.device_cpu_s = Median(dev_cpu);
+  r.master_cpu_s = Median(master_cpu);
   r.direct_s = Median(r.direct_runs_s);
   r.scheduled_s = Median(r.scheduled_runs_s);
   r.overhead_pct = r.direct_s > 0 ? 100.0 * (r.scheduled_s - r.direct_s) / r.direct_s : 0.0;
   r.placement = rig->whatif_runs() == 0
                     ? "SliceScheduler, 1 CPU device: one candidate (partition single), no what-if runs"
                     : StrCat("SliceScheduler, 1 CPU device, ", rig->whatif_runs(), " what-if runs");
+  if (device_cpu >= 0) {
+    std::string others;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &master_set)) others += StrCat(others.empty() ? "" : ",", c);
+    }
+    r.pinning = StrCat("direct loop and device thread on CPU ", device_cpu, ", master on CPU ", others);
+  } else {
+    r.pinning = o.pin ? "not pinned (fewer than 2 CPUs allowed)" : "not pinned";
+  }
   if (!r.tokens_match) {
     return absl::InternalError("overhead: the scheduled prefills sampled other tokens than the direct ones");
   }

@@ -297,6 +297,45 @@ TEST(ExecutorSetTest, ChainsAndDiamondsComplete) {
   }
 }
 
+// Feedback::handoff: the master's launch gap on every transfer and its
+// delivery gap on every operator a transfer fed, measured from the GMG
+// times. The owner here takes exactly 50 us (of the manual clock) to react
+// to each event, and a chain alternating between two devices has one
+// operator or transfer in flight at a time, so every gap is exactly 50 us.
+TEST(ExecutorSetTest, FeedbackCarriesTheHandoffGapsOfEachHop) {
+  Rig r(2);
+  r.Start();
+  const InstanceId inst = r.New(r.chain, 64);
+  r.Place(inst, {0, 1, 0, 1});
+  ASSERT_TRUE(r.exec->Dispatch(r.clock.Now()).ok());
+  while (r.g.num_instances() > 0) {
+    ASSERT_TRUE(r.exec->WaitForCompletion(absl::Seconds(60)));
+    r.clock.Advance(Duration::Micros(50));
+    ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+  }
+  ASSERT_EQ(r.feedback.size(), 7u);  // 4 operators, 3 transfers
+  int transfers = 0, fed = 0;
+  for (const Feedback& f : r.feedback) {
+    if (f.kind == Feedback::Kind::kTransfer) {
+      ++transfers;
+      EXPECT_EQ(f.handoff, Duration::Micros(50)) << "transfer " << f.node;
+    } else if (f.op == 0) {
+      EXPECT_LT(f.handoff, Duration::Zero()) << "the first operator has no hop";
+    } else {
+      ++fed;
+      EXPECT_EQ(f.handoff, Duration::Micros(50)) << "op " << f.op;
+    }
+  }
+  EXPECT_EQ(transfers, 3);
+  EXPECT_EQ(fed, 3);
+  // A same-device chain has no hop at all.
+  r.feedback.clear();
+  r.Place(r.New(r.chain, 64), {1});
+  ASSERT_TRUE(r.Run().ok());
+  ASSERT_EQ(r.feedback.size(), 4u);
+  for (const Feedback& f : r.feedback) EXPECT_LT(f.handoff, Duration::Zero()) << "op " << f.op;
+}
+
 // The shared discipline picks among queued operators: online first.
 TEST(ExecutorSetTest, OnlineRunsBeforeQueuedOffline) {
   Rig r(1);

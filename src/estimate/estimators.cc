@@ -566,10 +566,15 @@ TransferEstimator::TransferEstimator(const AcceleratorSet& accelerators,
                                      TransferEstimatorOptions options)
     : options_(options) {
   options_.window = std::max(options_.window, 2);
+  if (!(options_.handoff_smoothing > 0.0 && options_.handoff_smoothing <= 1.0)) {
+    options_.handoff_smoothing = TransferEstimatorOptions{}.handoff_smoothing;
+  }
   const size_t n = accelerators.size();
   names_.reserve(n);
   for (const DeviceSpec& d : accelerators.devices()) names_.push_back(d.name);
   pairs_.resize(n * n);
+  launch_.resize(n * n);
+  delivery_.resize(n);
   for (size_t s = 0; s < n; ++s) {
     for (size_t d = 0; d < n; ++d) {
       if (s == d) continue;
@@ -588,7 +593,7 @@ TransferEstimator::~TransferEstimator() = default;
 TransferEstimator::TransferEstimator(TransferEstimator&&) noexcept = default;
 TransferEstimator& TransferEstimator::operator=(TransferEstimator&&) noexcept = default;
 
-double TransferEstimator::PredictNs(DeviceId src, DeviceId dst, int64_t bytes) const {
+double TransferEstimator::PredictLinkNs(DeviceId src, DeviceId dst, int64_t bytes) const {
   const size_t n = names_.size();
   if (src == dst || !src.valid() || !dst.valid() || src.value() >= n || dst.value() >= n) {
     return 0.0;
@@ -596,6 +601,45 @@ double TransferEstimator::PredictNs(DeviceId src, DeviceId dst, int64_t bytes) c
   const Pair& p = pairs_[src.value() * n + dst.value()];
   const double t = p.alpha * static_cast<double>(bytes) + p.c;
   return t > 0 ? t : 0.0;
+}
+
+double TransferEstimator::PredictNs(DeviceId src, DeviceId dst, int64_t bytes) const {
+  const size_t n = names_.size();
+  if (src == dst || !src.valid() || !dst.valid() || src.value() >= n || dst.value() >= n) {
+    return 0.0;
+  }
+  return PredictLinkNs(src, dst, bytes) + launch_[src.value() * n + dst.value()].mean_ns +
+         delivery_[dst.value()].mean_ns;
+}
+
+void TransferEstimator::StepGap(Gap& g, Duration gap) const {
+  const double x = std::max(0.0, static_cast<double>(gap.nanos()));
+  // The first sample is the mean; then an exponentially weighted mean (the
+  // master's load drifts, so old samples should fade).
+  g.mean_ns = g.samples == 0 ? x : g.mean_ns + options_.handoff_smoothing * (x - g.mean_ns);
+  ++g.samples;
+}
+
+void TransferEstimator::ObserveLaunchGap(DeviceId src, DeviceId dst, Duration gap) {
+  const size_t n = names_.size();
+  if (src == dst || !src.valid() || !dst.valid() || src.value() >= n || dst.value() >= n) return;
+  StepGap(launch_[src.value() * n + dst.value()], gap);
+}
+
+void TransferEstimator::ObserveDeliveryGap(DeviceId dst, Duration gap) {
+  if (!dst.valid() || dst.value() >= names_.size()) return;
+  StepGap(delivery_[dst.value()], gap);
+}
+
+double TransferEstimator::launch_gap_ns(DeviceId src, DeviceId dst) const {
+  const size_t n = names_.size();
+  if (src == dst || !src.valid() || !dst.valid() || src.value() >= n || dst.value() >= n) return 0.0;
+  return launch_[src.value() * n + dst.value()].mean_ns;
+}
+
+double TransferEstimator::delivery_gap_ns(DeviceId dst) const {
+  if (!dst.valid() || dst.value() >= names_.size()) return 0.0;
+  return delivery_[dst.value()].mean_ns;
 }
 
 Duration TransferEstimator::Predict(DeviceId src, DeviceId dst, Bytes size) const {
@@ -607,7 +651,7 @@ void TransferEstimator::Observe(DeviceId src, DeviceId dst, Bytes size, Duration
   if (src == dst || !src.valid() || !dst.valid() || src.value() >= n || dst.value() >= n) return;
   Pair& p = pairs_[src.value() * n + dst.value()];
   const double t = MeasuredNs(measured);
-  p.mape.Add(PredictNs(src, dst, size.count()), t);
+  p.mape.Add(PredictLinkNs(src, dst, size.count()), t);
   ++p.samples;
   if (p.t.empty()) {
     p.bytes.resize(options_.window);

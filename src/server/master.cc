@@ -1215,7 +1215,7 @@ double Master::PredictedNs(bool transfer, DeviceId device, DeviceId dst, Templat
                            std::span<const int64_t> attrs, Bytes bytes, bool overlapped) {
   Impl& im = *impl_;
   if (transfer) {
-    return im.transfers.PredictNs(device, dst, bytes.count()) *
+    return im.transfers.PredictLinkNs(device, dst, bytes.count()) *
            (overlapped ? im.calibration.transfer_overlap_factor() : 1.0);
   }
   const int key = im.ctx.OpKey(im.gmg.accelerators().device(device).type, tpl.value(), op);

@@ -60,7 +60,9 @@ constexpr uint16_t kNoDevice = 0xffff;
 // A scoped enum, not a plain uint8_t: stores through a character type may
 // alias anything, which would make the compiler reload every vector's data
 // pointer after each state change in the event loop.
-enum class SimState : uint8_t { kUnplaced = 0, kWaiting = 1, kQueued = 2, kRunning = 3, kDone = 4 };
+// kArriving: a transfer whose link time is over (its ends are free) and
+// whose bytes reach the consumer after the master's hand-off gaps.
+enum class SimState : uint8_t { kUnplaced = 0, kWaiting = 1, kQueued = 2, kRunning = 3, kDone = 4, kArriving = 5 };
 using enum SimState;
 
 // 16 bytes, ordered as one 128-bit key: the time (sign bit flipped, so that
@@ -491,7 +493,7 @@ class Engine {
     const uint32_t x = static_cast<uint32_t>(s_.node.size());
     const uint16_t src = node_[snap_.tensors[t].node].dev;
     NodeRun r{};
-    r.dur = static_cast<int64_t>(m_.ctx->transfers().PredictNs(DeviceId(src), DeviceId(dst), tensor_[t].bytes));
+    r.dur = static_cast<int64_t>(m_.ctx->transfers().PredictLinkNs(DeviceId(src), DeviceId(dst), tensor_[t].bytes));
     r.wait = TensorOn(t, src) || InitialCopy(t, src) ? 0 : 1;
     r.dev = src;
     r.st = kWaiting;
@@ -667,7 +669,7 @@ class Engine {
     mem_[tr.dev] -= tr.bytes;
     for (uint32_t x = tr.first_transfer; x != kNone; x = Xfer(x).next) {
       const SimState st = node_[x].st;
-      if (st == kRunning || st == kDone) mem_[Xfer(x).dst] -= tr.bytes;
+      if (st == kRunning || st == kDone || st == kArriving) mem_[Xfer(x).dst] -= tr.bytes;
     }
   }
 
@@ -698,12 +700,26 @@ class Engine {
   void FinishTransfer(uint32_t x) {
     NodeRun& r = node_[x];
     const TransferRun& xr = Xfer(x);
+    if (r.st == kRunning) {
+      // The link time is over: the ends are free. The bytes reach the
+      // consumer after the master's learned hand-off gaps (launch + delivery,
+      // TransferEstimator), which hold no transfer slot.
+      busy_[r.dev] = 0;
+      busy_[xr.dst] = 0;
+      arbitrated_ = false;  // requests blocked on these slots may now go
+      const TransferEstimator& te = m_.ctx->transfers();
+      const int64_t handoff = static_cast<int64_t>(te.launch_gap_ns(DeviceId(r.dev), DeviceId(xr.dst)) +
+                                                   te.delivery_gap_ns(DeviceId(xr.dst)));
+      if (handoff > 0) {
+        r.st = kArriving;
+        Push(now_ + handoff, x);
+        Arbitrate();
+        return;
+      }
+    }
     r.st = kDone;
     end_[x] = now_;
     ++result_.simulated_ops;
-    busy_[r.dev] = 0;
-    busy_[xr.dst] = 0;
-    arbitrated_ = false;  // requests blocked on these slots may now go
     Arrived(xr.tensor, xr.dst);
     Consume(xr.tensor);
     // An arbitration inside Arrived (a transfer made ready) already saw the
@@ -942,7 +958,7 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
       x = {node.id, t, s.tensor[t].first_transfer, node.priority, node.dst_device};
       s.tensor[t].first_transfer = n;
       dur = static_cast<int64_t>(
-          ctx.transfers().PredictNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
+          ctx.transfers().PredictLinkNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
       if (st == kWaiting && !m.InitialCopy(t, node.device)) wait = 1;
     } else {
       if (n > 0 && node.id <= prev_id) m.ids_ordered = false;

@@ -642,6 +642,46 @@ TEST(TransferEstimatorTest, PriorFromLinkSpecAndSameDeviceIsFree) {
   EXPECT_TRUE(est.Stats().empty());
 }
 
+TEST(TransferEstimatorTest, HandoffGapsAddToTheHopButNotToTheLinkModel) {
+  AcceleratorSet set = ThreeGpus();
+  TransferEstimator est(set, {.window = 128, .handoff_smoothing = 0.5});
+  const DeviceId g0(0), g1(1), g2(2);
+  const double link = est.PredictLinkNs(g0, g1, 1 << 20);
+  EXPECT_EQ(est.PredictNs(g0, g1, 1 << 20), link);  // nothing learned yet
+  // Launch gaps of 0 -> 1 (first sample taken as is, then halfway: 300 us),
+  // delivery gaps on gpu1 (100 us; a negative sample counts as 0 -> 50 us).
+  est.ObserveLaunchGap(g0, g1, Duration::Micros(200));
+  est.ObserveLaunchGap(g0, g1, Duration::Micros(400));
+  est.ObserveDeliveryGap(g1, Duration::Micros(100));
+  est.ObserveDeliveryGap(g1, Duration::Micros(-7));
+  EXPECT_DOUBLE_EQ(est.launch_gap_ns(g0, g1), 300000);
+  EXPECT_DOUBLE_EQ(est.delivery_gap_ns(g1), 50000);
+  EXPECT_DOUBLE_EQ(est.PredictNs(g0, g1, 1 << 20), link + 350000);
+  EXPECT_EQ(est.Predict(g0, g1, Bytes::MiB(1)), Duration::Nanos(std::llround(link + 350000)));
+  EXPECT_EQ(est.PredictLinkNs(g0, g1, 1 << 20), link);
+  // Per pair and per destination: 1 -> 0 has no launch gap and gpu0 no
+  // delivery gap; 2 -> 1 has gpu1's delivery gap only. Same device: free.
+  EXPECT_EQ(est.PredictNs(g1, g0, 1 << 20), est.PredictLinkNs(g1, g0, 1 << 20));
+  EXPECT_DOUBLE_EQ(est.PredictNs(g2, g1, 1 << 20), est.PredictLinkNs(g2, g1, 1 << 20) + 50000);
+  EXPECT_EQ(est.PredictNs(g1, g1, 1 << 20), 0.0);
+  // Same-device and out-of-range observations are ignored.
+  est.ObserveLaunchGap(g1, g1, Duration::Millis(5));
+  est.ObserveLaunchGap(g0, DeviceId(9), Duration::Millis(5));
+  est.ObserveDeliveryGap(DeviceId(9), Duration::Millis(5));
+  EXPECT_EQ(est.launch_gap_ns(g1, g1), 0.0);
+  EXPECT_EQ(est.delivery_gap_ns(DeviceId(9)), 0.0);
+  // The link fit is unaffected: its samples are compared with the link time.
+  est.Observe(g0, g1, Bytes::MiB(1), Duration::Nanos(std::llround(link)));
+  const auto stats = est.Stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_NEAR(stats[0].mape_pct, 0.0, 1e-3);
+  // Not saved: a restored estimator starts without gaps.
+  TransferEstimator fresh(set);
+  ASSERT_TRUE(fresh.Restore(est.Save()).ok());
+  EXPECT_EQ(fresh.launch_gap_ns(g0, g1), 0.0);
+  EXPECT_EQ(fresh.PredictNs(g0, g1, 1 << 20), fresh.PredictLinkNs(g0, g1, 1 << 20));
+}
+
 TEST(TransferEstimatorTest, KeepsPriorUntilTwoDistinctSizes) {
   AcceleratorSet set = ThreeGpus();
   TransferEstimator est(set);

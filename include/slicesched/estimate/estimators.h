@@ -207,6 +207,8 @@ class OpEstimator {
 
 struct TransferEstimatorOptions {
   int window = 128;
+  // Weight of a new sample in the hand-off gap means (see "Hand-off gaps").
+  double handoff_smoothing = 0.05;
 };
 
 class TransferEstimator {
@@ -216,11 +218,40 @@ class TransferEstimator {
   TransferEstimator(TransferEstimator&&) noexcept;
   TransferEstimator& operator=(TransferEstimator&&) noexcept;
 
-  // 0 when src == dst (or either id is out of range).
+  // What a cross-device hop delays its consumer by: the link time plus the
+  // learned hand-off gaps of the pair (below). 0 when src == dst (or either
+  // id is out of range).
   double PredictNs(DeviceId src, DeviceId dst, int64_t bytes) const;
   Duration Predict(DeviceId src, DeviceId dst, Bytes size) const;
-  // Same-device (and out-of-range) observations are ignored.
+  // The link time alone (the fitted alpha * bytes + c): how long a transfer
+  // holds its ends (the simulator's transfer duration), and what a
+  // transfer's own start-to-end measurement is compared with.
+  double PredictLinkNs(DeviceId src, DeviceId dst, int64_t bytes) const;
+  // Same-device (and out-of-range) observations are ignored. `measured` is
+  // the transfer's start to end (no hand-off gaps).
   void Observe(DeviceId src, DeviceId dst, Bytes size, Duration measured);
+
+  // ---- Hand-off gaps ----------------------------------------------------
+  // On real executors a hop costs more than the link time: the master has to
+  // learn that the producer finished and arbitrate the transfer (the
+  // *launch* gap: producer end to transfer start, beyond any wait for a busy
+  // end) and, once the bytes are there, hand the consumer to its device (the
+  // *delivery* gap: transfer end to consumer start on an idle device). The
+  // link model cannot see either. They are learned from executor feedback
+  // (OnlineLearner: Feedback::handoff) as exponentially weighted means, the
+  // launch gap per (src, dst) pair and the delivery gap per destination.
+  // PredictNs adds both to the link time; the simulator holds the transfer
+  // slots for the link time only and delivers the bytes to the consumer
+  // launch_gap_ns + delivery_gap_ns later (the master's hand-offs overlap
+  // other transfers; a transfer running in a snapshot still gets its launch
+  // gap after its link time, a small overestimate). Both are 0 until
+  // observed (backends without a master hand-off never report them);
+  // negative samples count as 0, out-of-range devices are ignored. They
+  // describe the running master, not the links: Save() does not keep them.
+  void ObserveLaunchGap(DeviceId src, DeviceId dst, Duration gap);
+  void ObserveDeliveryGap(DeviceId dst, Duration gap);
+  double launch_gap_ns(DeviceId src, DeviceId dst) const;
+  double delivery_gap_ns(DeviceId dst) const;
 
   struct PairStats {
     std::string src, dst;
@@ -240,6 +271,13 @@ class TransferEstimator {
   TransferEstimatorOptions options_;
   std::vector<std::string> names_;
   std::vector<Pair> pairs_;  // row-major [src][dst]
+  struct Gap {
+    double mean_ns = 0;
+    int64_t samples = 0;
+  };
+  void StepGap(Gap& g, Duration gap) const;
+  std::vector<Gap> launch_;    // row-major [src][dst]
+  std::vector<Gap> delivery_;  // by destination
 };
 
 // Error accounting shared by both estimators.

@@ -33,6 +33,14 @@ struct Feedback {
   // A transfer was active on the device when the operator started (for a
   // transfer: one of its ends was computing).
   bool overlapped = false;
+  // The master's hand-off delay before this execution, on a cross-device
+  // hop; negative when there is none or the backend does not measure it.
+  // A transfer: its start minus the later of its ready time (producer end)
+  // and both ends being free of other transfers (the launch gap). An
+  // operator whose last input to arrive came by a transfer: its start minus
+  // the later of that transfer's end and its device being free (the
+  // delivery gap). The learner feeds them to TransferEstimator.
+  Duration handoff = Duration::Nanos(-1);
   Duration measured() const { return end - start; }
 };
 

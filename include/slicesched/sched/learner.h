@@ -3,8 +3,11 @@
 // One place for what the master does with every completion record: the
 // calibration learns per-device speed and overlap slowdowns from the ratio of
 // measurement to model; the per-type estimators learn from the measurement
-// with those factors taken out. Errors of the predictions made before each
-// observation are kept (online MAPE) for reports.
+// with those factors taken out; the master's hand-off gaps of cross-device
+// hops (Feedback::handoff) go to the transfer estimator, which adds them to
+// what a hop costs. Errors of the predictions made before each observation
+// are kept (online MAPE) for reports; a transfer's error compares its link
+// time only (its measurement has no hand-off in it).
 #pragma once
 
 #include "slicesched/estimate/calibration.h"

@@ -61,6 +61,11 @@
 // when the GMG no longer knows the checkpoint. Weights are not charged to the
 // pools (the GMG accounts for them).
 //
+// Feedback: one record per completed operator or transfer, with the
+// master's hand-off gap of cross-device hops (Feedback::handoff: launch gap
+// on transfers, delivery gap on operators fed by one), measured from the GMG
+// times the owner applies.
+//
 // Time: execution is real (or driven by the kernels on a ManualClock); every
 // timestamp comes from the injected Clock. NextEventTime() is "now" while
 // completions (or Recv retries) are pending, else Infinite; the owner blocks
@@ -99,6 +104,10 @@ struct ExecutorOptions {
   std::vector<Bytes> capacities;
   // Transfer worker threads; 0: one per two devices (the most that can run).
   int transfer_threads = 0;
+  // Per device, the CPU its thread is pinned to (sched affinity); missing or
+  // negative: not pinned. A CPU device thread that the master's wake-ups may
+  // not preempt keeps its caches; an invalid CPU leaves the thread unpinned.
+  std::vector<int> device_cpus;
 };
 
 class ExecutorSet final : public ExecutionBackend {
@@ -126,9 +135,20 @@ class ExecutorSet final : public ExecutionBackend {
   absl::Status AdvanceTo(Timestamp t, std::vector<Feedback>* feedback) override;
 
   // ---- owner-thread extras ------------------------------------------------
-  // Blocks until a completion is pending (true) or `timeout` passes (false).
-  // Returns true at once while Recv retries are waiting.
+  // Blocks until an event is pending (true) or `timeout` passes (false):
+  // a start, finish or failure of an operator, a transfer's end. Returns
+  // true at once while Recv retries are waiting.
   bool WaitForCompletion(absl::Duration timeout);
+  // The same, but only for events the owner has to act on: a failure, a
+  // transfer's end, or the completion of an operator whose every successor
+  // its device already held and released locally (see "Local readiness")
+  // does not end the wait, nor does a start. It returns once an operator
+  // completes that ends its instance, feeds another device, or has a
+  // successor the device did not hold yet (or while Recv retries wait). A
+  // same-device chain thus wakes the owner once, at its end, instead of
+  // twice per operator; the quiet events reach the GMG, in time order, with
+  // the next AdvanceTo() (which a Pause()/AdvanceTo() pair still forces).
+  bool WaitForFinish(absl::Duration timeout);
   // An owner that waits on something else too (the daemon's command queue)
   // sets this instead of blocking in WaitForCompletion(): it is called each
   // time a device thread or transfer worker posts an event, from that thread
@@ -204,6 +224,9 @@ class ExecutorSet final : public ExecutionBackend {
     };
     std::vector<LocalInput> local;
     int waiting = 0;
+    // The node's successors (template ops): when the device releases that
+    // many local dependents at its finish, the owner need not wake for it.
+    int successors = 0;
   };
   struct Event {
     enum class Kind : uint8_t { kStarted, kFinished, kFailed, kTransferDone, kTransferFailed };
@@ -213,6 +236,9 @@ class ExecutorSet final : public ExecutionBackend {
     Timestamp time;
     std::string reason;
     std::vector<Held> outputs;  // kFinished: the node's outputs; kTransferDone: the dst copy
+    // kFinished whose successors all continued on the device (WaitForFinish
+    // does not wake for it).
+    bool quiet = false;
   };
   // Outputs of a node finished on its device whose kFinished the owner has
   // not applied yet.
@@ -236,7 +262,7 @@ class ExecutorSet final : public ExecutionBackend {
   };
   using TensorKey = std::pair<uint64_t, int>;  // (producer node, output)
 
-  void DeviceLoop(DeviceId d);
+  void DeviceLoop(DeviceId d, int cpu);
   // Runs one popped item; returns the event to post (not yet timestamped
   // for kFinished/kFailed).
   void RunItem(DeviceId d, WorkItem& w);
@@ -247,8 +273,9 @@ class ExecutorSet final : public ExecutionBackend {
   uint32_t StoreItem(DeviceState& s, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `producer` finished on `d` at `end` with `outputs`: its pending
   // dependents get those inputs; the ones now complete become ready.
-  void ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
-                         const std::vector<Buffer>& outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns how many dependents it had.
+  int ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
+                        const std::vector<Buffer>& outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `producer` will not finish on `d`: its pending dependents (and theirs)
   // fail.
   void DropDependents(DeviceId d, NodeId producer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -284,6 +311,10 @@ class ExecutorSet final : public ExecutionBackend {
   absl::btree_map<uint64_t, std::vector<Held>> checkpoints_;  // by CheckpointId
   absl::btree_set<TensorKey> touched_;
   absl::flat_hash_map<uint64_t, bool> start_overlapped_;      // running node -> overlapped
+  // By device: the end of its last applied operator, and of its last
+  // transfer (either end), for Feedback::handoff.
+  std::vector<Timestamp> op_free_;
+  std::vector<Timestamp> xfer_free_;
   int64_t completed_ops_ = 0;
   int64_t completed_transfers_ = 0;
   int64_t failed_nodes_ = 0;
@@ -293,6 +324,8 @@ class ExecutorSet final : public ExecutionBackend {
   absl::CondVar events_cv_;
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
+  // Events in events_ WaitForFinish wakes for (not kStarted, not quiet).
+  size_t pending_completions_ ABSL_GUARDED_BY(mu_) = 0;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 

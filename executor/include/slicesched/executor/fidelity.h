@@ -71,8 +71,10 @@ struct FidelityKindResult {
   // transfer, the measured time from its producer's end to the transfer's
   // start (the owner applying the completion and arbitrating) and from the
   // transfer's end to its consumer's start (the owner applying it and handing
-  // the consumer to its device, plus any queueing there); the simulator
-  // predicts both as (near) zero unless the slots are busy.
+  // the consumer to its device, plus any queueing there). The learner feeds
+  // the executors' measurements of these hand-offs (Feedback::handoff) to
+  // the transfer estimator, which adds their running means to every hop it
+  // predicts, so the simulator's predictions include them.
   double transfers_per_iteration = 0;
   double launch_gap_ms = 0;    // mean per transfer
   double delivery_gap_ms = 0;  // mean per transfer
@@ -89,6 +91,10 @@ struct FidelityResult {
   // made before the observation).
   double op_mape_pct = 0;
   double transfer_mape_pct = 0;
+  // The hand-off time the transfer estimator adds to a hop (launch plus
+  // delivery gap) at the end of the run: device 0 -> 1 and 1 -> 0.
+  double learned_handoff_01_ms = 0;
+  double learned_handoff_10_ms = 0;
   double target_error_pct = 2.0;  // the paper reports 1.83%
 
   std::string ToJson() const;

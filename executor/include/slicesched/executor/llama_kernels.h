@@ -45,9 +45,12 @@
 // called from device threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -137,6 +140,9 @@ class LlamaKernelRunner final : public KernelRunner {
   absl::Status RunLmHead(const KernelCall& call);
   absl::Status RunSample(const KernelCall& call);
   absl::StatusOr<LlamaTrainRequest> LookupTrain(InstanceId instance) const;
+  // The tokens of the instance's training batch, else of its serving
+  // request (one lookup: no error built on the serving path).
+  absl::StatusOr<Tensor> LookupTokens(InstanceId instance) const;
   absl::StatusOr<int64_t> GroupOf(const KernelCall& call) const;
   absl::Status RunTrainForward(const KernelCall& call);
   absl::Status RunTrainLoss(const KernelCall& call);
@@ -145,11 +151,12 @@ class LlamaKernelRunner final : public KernelRunner {
 
   std::shared_ptr<const LlamaWeights> weights_;
   LlamaDims dims_;
+  std::vector<std::string> group_keys_;  // LlamaGroupWeightKey of each group
   LlamaTokenSink sink_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, LlamaRequest> requests_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, LlamaTrainRequest> train_requests_ ABSL_GUARDED_BY(mu_);
-  int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> calls_{0};
 };
 
 // Moves Llama payloads between CPU devices: a kTensorPayload is shared (the
