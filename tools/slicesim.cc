@@ -153,7 +153,9 @@ int Usage(FILE* to) {
                "                        this machine's CPU devices; writes it as CSV (needs LibTorch)\n"
                "  ymir [--trace FILE] [--jobs N] [--seed S] [--load 1|2] [--gpus G] [--nodes N]\n"
                "       [--gains FILE] [--policy NAME|all] [--json] [--round S] [--restart S]\n"
-               "       [--ilp-window K] [--ilp-gap G] [--ilp-time-limit S]\n"
+               "       [--ilp-window K] [--ilp-gap G] [--ilp-time-limit S] [--ymir-horizon S]\n"
+               "       [--lambda X] [--ilp-donors 0|1] [--pair-shares 0|1]\n"
+               "       [--gains-definition saved|speedup]\n"
                "                        job-level comparison of the Ymir planner with Tiresias,\n"
                "                        Optimus, Pollux, Themis and SRTF on a GPU-cluster job trace\n"
                "                        (default ../shared/traces/philly_jobs_pollux.csv, 2000 jobs,\n"
@@ -748,10 +750,12 @@ int YmirCommand(const std::vector<std::string>& args) {
   slicesched::YmirCompareOptions o;
   bool json = false;
   int64_t jobs = o.jobs, seed = static_cast<int64_t>(o.config.seed), gpus = o.config.gpus, nodes = o.nodes,
-          window = o.config.ilp_window;
+          window = o.config.ilp_window, donors = o.config.ilp_donors ? 1 : 0,
+          pair_shares = o.config.ymir_pair_shares ? 1 : 0;
   if (int rc = Flags("ymir")
                    .Text("--trace", &o.trace)
                    .Text("--gains", &o.gains)
+                   .Text("--gains-definition", &o.gains_definition)
                    .Text("--policy", &o.policy)
                    .Int("--jobs", &jobs)
                    .Int("--seed", &seed)
@@ -763,6 +767,10 @@ int YmirCommand(const std::vector<std::string>& args) {
                    .Int("--ilp-window", &window)
                    .Num("--ilp-gap", &o.config.ilp_gap)
                    .Num("--ilp-time-limit", &o.config.ilp_time_limit_s)
+                   .Num("--ymir-horizon", &o.config.ymir_horizon_s)
+                   .Num("--lambda", &o.config.lambda)
+                   .Int("--ilp-donors", &donors)
+                   .Int("--pair-shares", &pair_shares)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
@@ -772,6 +780,8 @@ int YmirCommand(const std::vector<std::string>& args) {
   o.config.gpus = static_cast<int>(gpus);
   o.nodes = static_cast<int>(nodes);
   o.config.ilp_window = static_cast<int>(window);
+  o.config.ilp_donors = donors != 0;
+  o.config.ymir_pair_shares = pair_shares != 0;
   auto r = slicesched::RunYmirCompare(o);
   if (!r.ok()) return Failed("ymir", r.status());
   std::printf("%s\n", json ? r->ToJson(o).c_str() : r->ToText().c_str());

@@ -83,6 +83,28 @@ std::vector<std::string> YmirGains::Tasks() const {
 
 void YmirGains::AddTask(const std::string& task) { tasks_.emplace(task, 0); }
 
+YmirGains YmirGains::WithBackbones(const std::vector<std::string>& backbones) const {
+  YmirGains out;
+  auto names = [&](const std::string& t) {
+    if (t.find('/') != std::string::npos) return std::vector<std::string>{t};
+    std::vector<std::string> v;
+    for (const auto& bb : backbones) v.push_back(bb + "/" + t);
+    return v;
+  };
+  for (const auto& [t, unused] : tasks_) {
+    for (const auto& n : names(t)) out.AddTask(n);
+  }
+  for (const auto& [key, gain] : gains_) {
+    const auto& [a, b, mode] = key;
+    const bool keep_a = a.find('/') != std::string::npos, keep_b = b.find('/') != std::string::npos;
+    for (const auto& bb : backbones) {
+      out.Set(keep_a ? a : bb + "/" + a, keep_b ? b : bb + "/" + b,
+              mode == 1 ? ymir::Mode::kSpatial : ymir::Mode::kTemporal, gain);
+    }
+  }
+  return out;
+}
+
 std::string YmirBackbone(const std::string& task) {
   size_t slash = task.find('/');
   return slash == std::string::npos ? task : task.substr(0, slash);
@@ -120,7 +142,9 @@ YmirGains DefaultYmirGains() {
   return g;
 }
 
-absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path) {
+namespace {
+
+absl::StatusOr<YmirGains> LoadGains(const std::string& path, const YmirGainsDefinition* forced) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(StrCat(path, ": cannot open gains table"));
   std::string line;
@@ -128,12 +152,42 @@ absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path) {
   int ca = -1, cb = -1, cm = -1, cg = -1;
   size_t ncols = 0;
   YmirGains gains;
+  YmirGainsDefinition def = forced != nullptr ? *forced : YmirGainsDefinition::kSaved;
   std::map<std::tuple<std::string, std::string, int>, int> seen;
+  // kSpeedup spatial rows: per unordered pair, the sum and count of 1 / (1 + gain).
+  std::map<std::pair<std::string, std::string>, std::pair<double, int>> spatial;
   while (std::getline(in, line)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (lineno == 1 && line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line = line.substr(3);
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    const std::string stripped(ToStd(absl::StripAsciiWhitespace(line)));
+    if (stripped.empty()) continue;
+    if (stripped[0] == '#') {
+      const std::string lower = absl::AsciiStrToLower(stripped);
+      const size_t k = lower.find("gain-definition:");
+      if (k != std::string::npos) {
+        if (ca >= 0) {
+          return absl::InvalidArgumentError(
+              StrCat(path, ":", lineno, ": the gain-definition comment must come before the header"));
+        }
+        const std::string v(ToStd(absl::StripAsciiWhitespace(lower.substr(k + 16))));
+        YmirGainsDefinition d;
+        if (v == "saved") {
+          d = YmirGainsDefinition::kSaved;
+        } else if (v == "speedup") {
+          d = YmirGainsDefinition::kSpeedup;
+        } else {
+          return absl::InvalidArgumentError(
+              StrCat(path, ":", lineno, ": gain-definition must be 'saved' or 'speedup', got '", v, "'"));
+        }
+        if (forced != nullptr && d != *forced) {
+          return absl::InvalidArgumentError(
+              StrCat(path, ":", lineno, ": the file says gain-definition '", v, "', which contradicts the one asked for"));
+        }
+        def = d;
+      }
+      continue;
+    }
     std::vector<std::string> f;
     for (absl::string_view p : absl::StrSplit(line, ',')) {
       f.emplace_back(ToStd(absl::StripAsciiWhitespace(p)));
@@ -173,19 +227,43 @@ absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path) {
     }
     double gain = 0;
     const std::string& gs = f[static_cast<size_t>(cg)];
-    if (!absl::SimpleAtod(gs, &gain) || !std::isfinite(gain) || gain >= 1) {
-      return err(StrCat("column 'gain': expected a finite number below 1, got '", gs, "'"));
+    const bool speedup = def == YmirGainsDefinition::kSpeedup;
+    if (!absl::SimpleAtod(gs, &gain) || !std::isfinite(gain) || (speedup ? gain <= -1 : gain >= 1)) {
+      return err(StrCat("column 'gain': expected a finite number ", speedup ? "above -1" : "below 1",
+                        " (gain-definition ", speedup ? "speedup" : "saved", "), got '", gs, "'"));
     }
-    auto key = mode == ymir::Mode::kSpatial ? std::make_tuple(std::min(a, b), std::max(a, b), 1)
-                                            : std::make_tuple(a, b, 0);
+    // Duplicates: ordered rows for temporal and for kSpeedup spatial
+    // (whose (A,B) and (B,A) rows are the two tasks' gains), unordered for
+    // kSaved spatial.
+    auto key = mode == ymir::Mode::kSpatial && !speedup ? std::make_tuple(std::min(a, b), std::max(a, b), 1)
+                                                       : std::make_tuple(a, b, ModeKey(mode));
     if (!seen.emplace(key, lineno).second) {
       return err(StrCat("duplicate ", m, " gain for ", a, ", ", b, " (first on line ", seen[key], ")"));
     }
-    gains.Set(a, b, mode, gain);
+    if (!speedup) {
+      gains.Set(a, b, mode, gain);
+    } else if (mode == ymir::Mode::kTemporal) {
+      gains.Set(a, b, mode, gain / (1 + gain));
+    } else {
+      auto& acc = spatial[{std::min(a, b), std::max(a, b)}];
+      acc.first += 1 / (1 + gain);
+      acc.second += 1;
+    }
+  }
+  for (const auto& [pair, acc] : spatial) {
+    gains.Set(pair.first, pair.second, ymir::Mode::kSpatial, 1 - acc.first / acc.second);
   }
   if (ca < 0) return absl::InvalidArgumentError(StrCat(path, ": empty gains table"));
   if (gains.size() == 0) return absl::InvalidArgumentError(StrCat(path, ": gains table has no rows"));
   return gains;
+}
+
+}  // namespace
+
+absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path) { return LoadGains(path, nullptr); }
+
+absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, YmirGainsDefinition definition) {
+  return LoadGains(path, &definition);
 }
 
 // --- Workload ------------------------------------------------------------------
@@ -421,11 +499,19 @@ class YmirPolicy : public YmirSimPolicy {
         return d;
       }
     }
-    const double fair_g = std::max(1.0, static_cast<double>(c.gpus) / static_cast<double>(n));
-    std::vector<double> fair(n), slowdown(n);
+    // Fair share: the cluster split evenly over the active JOBS; a transfer
+    // unit holds the shares of its members (speed: members x the speed of
+    // one share), so pairing does not cost a job its share.
+    size_t active_jobs = 0;
+    for (const auto& u : s.units) active_jobs += c.ymir_pair_shares ? u.jobs.size() : 1;
+    const double fair_g = std::max(1.0, static_cast<double>(c.gpus) / static_cast<double>(active_jobs));
+    std::vector<double> fair(n), slowdown(n), ref_time(n);
     for (size_t i = 0; i < n; ++i) {
       const auto& u = s.units[i];
-      fair[i] = std::max(1e-9, u.total_work / YmirSpeedup(c, std::min<double>(fair_g, u.allowed_gpus.back())));
+      const double shares = c.ymir_pair_shares ? static_cast<double>(u.jobs.size()) : 1.0;
+      ref_time[i] = 1.0 / (shares *
+                           YmirSpeedup(c, std::min<double>(fair_g, u.allowed_gpus.back())));
+      fair[i] = std::max(1e-9, u.total_work * ref_time[i]);
       int g = u.gpus > 0 ? u.gpus : 0;
       double rest = g > 0 ? RemainingTime(s, u, g) : RemainingTime(s, u, u.allowed_gpus.back()) + c.round_s;
       slowdown[i] = (s.now - u.submit_s + rest) / fair[i];
@@ -440,6 +526,26 @@ class YmirPolicy : public YmirSimPolicy {
     });
     const size_t window = std::min(n, static_cast<size_t>(std::max(1, c.ilp_window)));
     std::vector<bool> in(n, false);
+    if (c.ilp_donors) {
+      // Half the window: the units with the largest slowdown (they most need
+      // GPUs); the other half: the running units with the smallest slowdown
+      // (they can best spare GPUs), so the ILP can move GPUs between them
+      // and not only hand out what completions freed.
+      std::vector<int> picked;
+      const size_t needy = (window + 1) / 2;
+      for (size_t k = 0; k < needy; ++k) picked.push_back(order[k]);
+      for (size_t k = n; k-- > needy && picked.size() < window;) {
+        if (s.units[static_cast<size_t>(order[k])].gpus > 0) picked.push_back(order[k]);
+      }
+      for (size_t k = needy; k < n && picked.size() < window; ++k) {
+        if (std::find(picked.begin(), picked.end(), order[k]) == picked.end()) picked.push_back(order[k]);
+      }
+      std::vector<int> reordered = picked;
+      for (int i : order) {
+        if (std::find(picked.begin(), picked.end(), i) == picked.end()) reordered.push_back(i);
+      }
+      order = std::move(reordered);
+    }
     for (size_t k = 0; k < window; ++k) in[static_cast<size_t>(order[k])] = true;
     int capacity = c.gpus;
     for (size_t i = 0; i < n; ++i) {
@@ -462,11 +568,12 @@ class YmirPolicy : public YmirSimPolicy {
       v.max_gpus = u.allowed_gpus.back();
       v.remaining_iterations = u.remaining_work;
       v.iter_time_s.assign(static_cast<size_t>(v.max_gpus) + 1, 0.0);
-      for (int g : u.allowed_gpus) {
-        const bool restart = u.ran && g != u.gpus && u.remaining_work > 0;
-        v.iter_time_s[static_cast<size_t>(g)] =
-            1.0 / YmirSpeedup(c, g) + (restart ? c.restart_s / u.remaining_work : 0.0);
-      }
+      for (int g : u.allowed_gpus) v.iter_time_s[static_cast<size_t>(g)] = 1.0 / YmirSpeedup(c, g);
+      // The reconfiguration cost the simulator charges (a resize, or resuming
+      // a unit that ran before); a unit's first start is free.
+      v.current_gpus = u.gpus;
+      v.restart_s = u.ran && u.remaining_work > 0 ? c.restart_s : 0.0;
+      v.reference_iter_time_s = ref_time[i];
       v.fair_share_jct_s = fair[i];
       v.waited_s = std::max(0.0, s.now - u.submit_s);
       by_uid[u.uid] = i;
@@ -479,6 +586,7 @@ class YmirPolicy : public YmirSimPolicy {
     po.round_s = c.round_s;
     po.time_limit_s = c.ilp_time_limit_s;
     po.relative_gap = c.ilp_gap;
+    po.horizon_s = c.ymir_horizon_s < 0 ? c.round_s : c.ymir_horizon_s;
     SLICESCHED_ASSIGN_OR_RETURN(ymir::PlanResult plan,
                                 ymir::Plan(views, pairs, {std::max(0, capacity), c.gpus_per_node}, po));
     d.solve_s = plan.solve_seconds;
@@ -1011,8 +1119,25 @@ absl::StatusOr<YmirCompareResult> RunYmirCompare(const YmirCompareOptions& optio
     gains = DefaultYmirGains();
     r.gains = "default stand-in (paper's reported distribution, not measured)";
   } else {
-    SLICESCHED_ASSIGN_OR_RETURN(gains, LoadYmirGains(o.gains));
+    if (o.gains_definition.empty()) {
+      SLICESCHED_ASSIGN_OR_RETURN(gains, LoadYmirGains(o.gains));
+    } else if (o.gains_definition == "saved" || o.gains_definition == "speedup") {
+      SLICESCHED_ASSIGN_OR_RETURN(gains, LoadYmirGains(o.gains, o.gains_definition == "saved"
+                                                                    ? YmirGainsDefinition::kSaved
+                                                                    : YmirGainsDefinition::kSpeedup));
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat("--gains-definition must be 'saved' or 'speedup', got '", o.gains_definition, "'"));
+    }
     r.gains = o.gains;
+    const std::vector<std::string> tasks = gains.Tasks();
+    if (std::none_of(tasks.begin(), tasks.end(), [](const std::string& t) { return t.find('/') != std::string::npos; })) {
+      if (o.backbones.empty()) return absl::InvalidArgumentError("no backbones to map the gains table's tasks onto");
+      gains = gains.WithBackbones(o.backbones);
+      r.gains += " (tasks replicated per backbone:";
+      for (const auto& bb : o.backbones) r.gains += " " + bb;
+      r.gains += ")";
+    }
   }
   SLICESCHED_ASSIGN_OR_RETURN(std::vector<YmirSimJob> jobs,
                               LoadYmirJobs(o.trace, o.jobs, o.load, o.config.seed, o.config.gpus, gains));

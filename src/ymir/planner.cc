@@ -32,7 +32,8 @@ Status Validate(const std::vector<JobView>& jobs, const ClusterView& cluster,
         slicesched::StrCat("bad cluster: gpus=", cluster.gpus,
                            " gpus_per_node=", cluster.gpus_per_node));
   }
-  if (options.round_s < 0 || options.time_limit_s <= 0 || !(options.relative_gap >= 0)) {
+  if (options.round_s < 0 || options.time_limit_s <= 0 || !(options.relative_gap >= 0) ||
+      !(options.horizon_s >= 0) || !std::isfinite(options.horizon_s)) {
     return absl::InvalidArgumentError("bad planner options");
   }
   std::unordered_map<uint64_t, int> seen;
@@ -43,6 +44,11 @@ Status Validate(const std::vector<JobView>& jobs, const ClusterView& cluster,
     if (!(job.fair_share_jct_s > 0) || job.remaining_iterations < 0 ||
         job.waited_s < 0 || job.min_gpus < 1 || job.max_gpus < job.min_gpus) {
       return absl::InvalidArgumentError(slicesched::StrCat("bad job ", job.id));
+    }
+    if (!(job.reference_iter_time_s >= 0) || !std::isfinite(job.reference_iter_time_s) ||
+        !(job.restart_s >= 0) || !std::isfinite(job.restart_s) || job.current_gpus < 0) {
+      return absl::InvalidArgumentError(slicesched::StrCat(
+          "job ", job.id, ": reference_iter_time_s, restart_s and current_gpus must be >= 0"));
     }
     for (double t : job.iter_time_s) {
       if (t < 0 || !std::isfinite(t)) {
@@ -61,6 +67,37 @@ struct MergedPair {
   double spatial_gain_sum = 0, spatial_factor_sum = 0;
   int spatial_count = 0;
 };
+
+// One stretch of work of a candidate: `iters` iterations at `t` seconds each
+// on the candidate's GPUs, or at `t_ref` once the horizon has passed.
+struct Phase {
+  double iters = 0;
+  double t = 0;
+  double t_ref = 0;
+};
+
+// Finish time of each phase (run back to back) when the allocation holds for
+// `horizon` seconds (0: forever) and the work starts after `stall` seconds.
+std::vector<double> PhaseFinish(const std::vector<Phase>& phases, double stall,
+                                double horizon) {
+  std::vector<double> out;
+  double now = stall;
+  for (const Phase& p : phases) {
+    const double ref = p.t_ref > 0 ? p.t_ref : p.t;
+    if (horizon <= 0 || now + p.iters * p.t <= horizon) {
+      now += p.iters * p.t;
+    } else if (now >= horizon) {
+      now += p.iters * ref;
+    } else {
+      const double done = (horizon - now) / p.t;
+      now = horizon + (p.iters - done) * ref;
+    }
+    out.push_back(now);
+  }
+  return out;
+}
+
+double Stall(const JobView& job, int g) { return g != job.current_gpus ? job.restart_s : 0.0; }
 
 bool Eligible(const JobView& a, const JobView& b) {
   return a.backbone == b.backbone && a.allow_sharing && b.allow_sharing &&
@@ -93,7 +130,7 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
   // Normal + wait.
   for (int j = 0; j < n; ++j) {
     const JobView& job = jobs[j];
-    double slowest = -1;
+    double slowest = -1, slowest_t = 0;
     for (int g = job.min_gpus; g <= std::min(job.max_gpus, cluster.gpus); ++g) {
       double t = IterTime(job, g);
       if (t <= 0) continue;
@@ -101,9 +138,11 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
       c.mode = Mode::kNormal;
       c.jobs = {j};
       c.gpus = g;
-      double jct = job.remaining_iterations * t;
+      double jct = PhaseFinish({{job.remaining_iterations, t, job.reference_iter_time_s}},
+                               Stall(job, g), options.horizon_s)[0];
       c.jct_s = {jct};
       c.slowdown = {slowdown(j, jct)};
+      if (jct > slowest) slowest_t = t;
       slowest = std::max(slowest, jct);
       set.candidates.push_back(std::move(c));
     }
@@ -112,6 +151,13 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
     w.jobs = {j};
     w.gpus = 0;
     double jct = options.round_s + (slowest >= 0 ? slowest : job.fair_share_jct_s);
+    if (options.horizon_s > 0) {
+      // No progress for the horizon, then the reference speed (the slowest
+      // allowed speed when no reference is given).
+      const double ref = job.reference_iter_time_s > 0 ? job.reference_iter_time_s : slowest_t;
+      jct = ref > 0 ? options.horizon_s + job.restart_s + job.remaining_iterations * ref
+                    : options.horizon_s + job.fair_share_jct_s;
+    }
     w.jct_s = {jct};
     w.slowdown = {slowdown(j, jct)};
     set.candidates.push_back(std::move(w));
@@ -155,14 +201,17 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
       double TA = A.remaining_iterations * ta;
       double TB = B.remaining_iterations * tb;
       double srtf_sum = 2 * std::min(TA, TB) + std::max(TA, TB);
+      // jct_*: on g GPUs until both finish (defines TranWt, which measures
+      // the transfer, not the allocation); the predicted JCTs (and the
+      // slowdowns) also apply the horizon and the reconfiguration cost.
       auto add = [&](Mode mode, int first, int second, double jct_first,
-                     double jct_second) {
+                     double jct_second, const std::vector<double>& predicted) {
         Candidate c;
         c.mode = mode;
         c.jobs = {first, second};
         c.gpus = g;
-        c.jct_s = {jct_first, jct_second};
-        c.slowdown = {slowdown(first, jct_first), slowdown(second, jct_second)};
+        c.jct_s = predicted;
+        c.slowdown = {slowdown(first, predicted[0]), slowdown(second, predicted[1])};
         double sum = jct_first + jct_second;
         c.tran_wt = sum > 0 ? srtf_sum / sum : 1.0;
         if (c.tran_wt < options.min_tran_wt) {
@@ -171,18 +220,34 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
         }
         set.candidates.push_back(std::move(c));
       };
+      const double H = options.horizon_s;
+      // After the horizon a pair keeps both members' fair shares: its
+      // reference speed is the sum of theirs (0 when either has none: the
+      // candidate's own speed).
+      const double ref_a = A.reference_iter_time_s, ref_b = B.reference_iter_time_s;
+      const double pair_ref = ref_a > 0 && ref_b > 0 ? 1 / (1 / ref_a + 1 / ref_b) : 0.0;
+      auto temporal = [&](const JobView& src, const JobView& dst, double t_src, double t_dst,
+                          double gain) {
+        return PhaseFinish({{src.remaining_iterations, t_src, pair_ref},
+                            {(1 - gain) * dst.remaining_iterations, t_dst, pair_ref}},
+                           Stall(src, g), H);
+      };
       if (m.has_temporal_ab) {
-        add(Mode::kTemporal, m.a, m.b, TA, TA + (1 - m.temporal_ab) * TB);
+        add(Mode::kTemporal, m.a, m.b, TA, TA + (1 - m.temporal_ab) * TB,
+            temporal(A, B, ta, tb, m.temporal_ab));
       }
       if (m.has_temporal_ba) {
-        add(Mode::kTemporal, m.b, m.a, TB, TB + (1 - m.temporal_ba) * TA);
+        add(Mode::kTemporal, m.b, m.a, TB, TB + (1 - m.temporal_ba) * TA,
+            temporal(B, A, tb, ta, m.temporal_ba));
       }
       if (spatial_ok && m.spatial_count > 0) {
         double gain = m.spatial_gain_sum / m.spatial_count;
         double factor = m.spatial_factor_sum / m.spatial_count;
-        double joint = (1 - gain) * (A.remaining_iterations + B.remaining_iterations) *
-                       factor * std::max(ta, tb);
-        add(Mode::kSpatial, m.a, m.b, joint, joint);
+        double iters = (1 - gain) * (A.remaining_iterations + B.remaining_iterations);
+        double joint = iters * factor * std::max(ta, tb);
+        double end = PhaseFinish({{iters, factor * std::max(ta, tb), factor * pair_ref}},
+                                 std::max(Stall(A, g), Stall(B, g)), H)[0];
+        add(Mode::kSpatial, m.a, m.b, joint, joint, {end, end});
       }
     }
   }

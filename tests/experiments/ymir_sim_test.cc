@@ -249,6 +249,87 @@ TEST(YmirSim, GainsTableLoadsAndRejectsBadInput) {
   EXPECT_FALSE(LoadYmirGains(dir + "/nope.csv").ok());
 }
 
+TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  // Estimators' definition: gain = steps(normal B) / steps(transfer B) - 1.
+  const std::string rows =
+      "task_a,task_b,mode,gain\n"
+      "x,y,temporal,1.0\n"      // B in half the steps: saves 1/2
+      "y,x,temporal,-0.5\n"     // B in twice the steps: saves -1
+      "x,y,spatial,1.0\n"       // y: 1/2 of its steps
+      "y,x,spatial,0.25\n";     // x: 1/1.25 = 0.8 of its steps
+  auto g = LoadYmirGains(write("s.csv", "# gain-definition: speedup\n" + rows));
+  ASSERT_TRUE(g.ok()) << g.status();
+  double v = 0;
+  ASSERT_TRUE(g->Get("x", "y", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, 0.5);
+  ASSERT_TRUE(g->Get("y", "x", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, -1.0);
+  // Joint iterations (equal work) = mean(0.5, 0.8) of the sum: saves 0.35.
+  ASSERT_TRUE(g->Get("y", "x", ymir::Mode::kSpatial, &v));
+  EXPECT_NEAR(v, 0.35, 1e-12);
+  // The same rows forced to the estimators' definition without the comment.
+  auto forced = LoadYmirGains(write("s2.csv", rows), YmirGainsDefinition::kSpeedup);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  ASSERT_TRUE(forced->Get("x", "y", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, 0.5);
+  // Read as "saved", a gain of 1.0 is impossible and both spatial rows clash.
+  auto as_saved = LoadYmirGains(write("s3.csv", rows));
+  ASSERT_FALSE(as_saved.ok());
+  EXPECT_THAT(std::string(as_saved.status().message()), HasSubstr("s3.csv:2: column 'gain'"));
+  // A directive that contradicts the caller, an unknown one, a speedup <= -1.
+  auto clash = LoadYmirGains(write("s4.csv", "# gain-definition: speedup\n" + rows), YmirGainsDefinition::kSaved);
+  ASSERT_FALSE(clash.ok());
+  EXPECT_THAT(std::string(clash.status().message()), HasSubstr("contradicts"));
+  auto unknown = LoadYmirGains(write("s5.csv", "# gain-definition: ratio\n" + rows));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("s5.csv:1: gain-definition"));
+  auto low = LoadYmirGains(write("s6.csv", "# gain-definition: speedup\ntask_a,task_b,mode,gain\nx,y,temporal,-1\n"));
+  ASSERT_FALSE(low.ok());
+  EXPECT_THAT(std::string(low.status().message()), HasSubstr("above -1"));
+  auto dup = LoadYmirGains(write("s7.csv", "# gain-definition: speedup\n" + rows + "x,y,spatial,0.3\n"));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_THAT(std::string(dup.status().message()), HasSubstr("s7.csv:7: duplicate spatial gain for x, y"));
+}
+
+TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
+  auto g = LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-inv", "fa-major", "fab-major", "fb-major", "last-class"}));
+  EXPECT_EQ(g->size(), 30u);  // 20 directed temporal + 10 merged spatial
+  double v = 0;
+  ASSERT_TRUE(g->Get("fab-major", "fb-major", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, 0.858098 / 1.858098, 1e-9);
+  ASSERT_TRUE(g->Get("fb-major", "fab-major", ymir::Mode::kSpatial, &v));
+  EXPECT_NEAR(v, 1 - (1 / (1 - 0.180377) + 1 / (1 - 0.250722)) / 2, 1e-9);
+  YmirGains r = g->WithBackbones({"vit-base", "roberta-base"});
+  EXPECT_EQ(r.Tasks().size(), 10u);
+  EXPECT_EQ(r.size(), 60u);
+  ASSERT_TRUE(r.Get("roberta-base/fab-major", "roberta-base/fb-major", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, 0.858098 / 1.858098, 1e-9);
+  EXPECT_FALSE(r.Get("vit-base/fab-major", "roberta-base/fb-major", ymir::Mode::kTemporal, &v));
+  // The comparison replicates it onto the default three backbones and runs.
+  YmirCompareOptions o;
+  o.trace = kFixture;
+  o.gains = std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv";
+  o.config.gpus = 16;
+  o.nodes = 4;
+  o.jobs = 30;
+  o.policy = "Ymir";
+  auto res = RunYmirCompare(o);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_THAT(res->gains, HasSubstr("replicated per backbone: vit-base roberta-base vicuna-7b"));
+  o.gains_definition = "saved";  // contradicts the file's directive
+  EXPECT_FALSE(RunYmirCompare(o).ok());
+  o.gains_definition = "bogus";
+  EXPECT_FALSE(RunYmirCompare(o).ok());
+}
+
 TEST(YmirSim, DefaultGainsAreTheDocumentedStandIn) {
   YmirGains g = DefaultYmirGains();
   EXPECT_EQ(g.Tasks().size(), 27u);

@@ -350,6 +350,159 @@ TEST(YmirPlannerTest, InvalidInputsRejected) {
   EXPECT_TRUE(r->assignments.empty());
 }
 
+// The horizon and reconfiguration-cost options, on random instances: the ILP
+// still attains the exhaustive optimum of the same objective.
+TEST(YmirPlannerTest, IlpMatchesExhaustiveWithHorizonAndRestartCost) {
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  int changed_from_default = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    int n = 1 + static_cast<int>(rng() % 6);
+    Instance inst = RandomInstance(rng, n, 8 + 4 * static_cast<int>(rng() % 3), 4);
+    for (JobView& j : inst.jobs) {
+      j.reference_iter_time_s = u(rng) < 0.8 ? 0.3 + u(rng) : 0.0;
+      j.current_gpus = u(rng) < 0.5 ? (u(rng) < 0.5 ? j.min_gpus : j.max_gpus) : 0;
+      j.restart_s = u(rng) < 0.7 ? 50 + 200 * u(rng) : 0.0;
+    }
+    PlannerOptions opt;
+    opt.horizon_s = iter % 4 == 0 ? 0.0 : 50 + 400 * u(rng);
+    auto ilp = Plan(inst.jobs, inst.pairs, inst.cluster, opt);
+    auto ex = PlanExhaustive(inst.jobs, inst.pairs, inst.cluster, opt);
+    ASSERT_TRUE(ilp.ok()) << ilp.status();
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    EXPECT_TRUE(ilp->optimal);
+    EXPECT_NEAR(ilp->objective, ex->objective, 1e-6 * (1 + std::fabs(ex->objective)))
+        << "instance " << iter;
+    CheckPlan(inst, *ilp);
+    auto plain = PlanExhaustive(inst.jobs, inst.pairs, inst.cluster, PlannerOptions{});
+    ASSERT_TRUE(plain.ok());
+    changed_from_default += plain->selected != ex->selected;
+  }
+  // The options do change decisions (the test is not vacuous).
+  EXPECT_GT(changed_from_default, 10);
+}
+
+TEST(YmirPlannerTest, HorizonPredictsOneAllocationThenTheReferenceSpeed) {
+  // 1000 iterations at 1 s on 1 GPU, 0.5 s on 2; reference 0.8 s.
+  JobView j = MakeJob(1, 1000, 1.0, 2, 800, 0);
+  j.iter_time_s = {0, 1.0, 0.5};
+  j.reference_iter_time_s = 0.8;
+  PlannerOptions opt;
+  opt.horizon_s = 100;
+  auto set = GenerateCandidates({j}, {}, {4, 4}, opt);
+  ASSERT_TRUE(set.ok()) << set.status();
+  std::map<int, double> jct;
+  for (const Candidate& c : set->candidates) jct[c.gpus] = c.jct_s[0];
+  EXPECT_NEAR(jct[1], 100 + (1000 - 100) * 0.8, 1e-9);  // 100 iters, then 900 at 0.8 s
+  EXPECT_NEAR(jct[2], 100 + (1000 - 200) * 0.8, 1e-9);
+  EXPECT_NEAR(jct[0], 100 + 1000 * 0.8, 1e-9);          // wait: no progress, then 0.8 s
+  // A job that finishes within the horizon is not affected.
+  j.remaining_iterations = 150;
+  set = GenerateCandidates({j}, {}, {4, 4}, opt);
+  ASSERT_TRUE(set.ok());
+  for (const Candidate& c : set->candidates) {
+    if (c.gpus == 2) {
+      EXPECT_NEAR(c.jct_s[0], 75, 1e-9);
+    }
+    if (c.gpus == 1) {
+      EXPECT_NEAR(c.jct_s[0], 100 + 50 * 0.8, 1e-9);
+    }
+  }
+  // Temporal A -> B on 1 GPU: A's 60 iterations, then B's (1 - 0.5) * 100 = 50:
+  // 40 of them before the horizon at 1 s, 10 after at the pair's reference,
+  // both members' fair shares: 1 / (1 / 0.8 + 1 / 0.8) = 0.4 s.
+  JobView a = MakeJob(1, 60, 1.0, 1, 100, 0), b = MakeJob(2, 100, 1.0, 1, 100, 0);
+  a.reference_iter_time_s = b.reference_iter_time_s = 0.8;
+  set = GenerateCandidates({a, b}, {{1, 2, 0.5, -1, 1}}, {1, 1}, opt);
+  ASSERT_TRUE(set.ok());
+  bool saw = false;
+  for (const Candidate& c : set->candidates) {
+    if (c.mode != Mode::kTemporal) continue;
+    saw = true;
+    EXPECT_NEAR(c.jct_s[0], 60, 1e-9);
+    EXPECT_NEAR(c.jct_s[1], 100 + 10 * 0.4, 1e-9);
+    // TranWt measures the transfer on the allocation alone: SRTF 60 + 160
+    // against 60 + 110.
+    EXPECT_NEAR(c.tran_wt, 220.0 / 170.0, 1e-9);
+  }
+  EXPECT_TRUE(saw);
+  // Bad option / field values are rejected by name.
+  opt.horizon_s = -1;
+  EXPECT_FALSE(GenerateCandidates({j}, {}, {4, 4}, opt).ok());
+  opt.horizon_s = 100;
+  j.restart_s = -5;
+  auto bad = GenerateCandidates({j}, {}, {4, 4}, opt);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("restart_s"), std::string::npos);
+}
+
+// Without a horizon, GPUs go to growing jobs that already run (the benefit of
+// a larger allocation is counted over the job's whole remaining time, a
+// waiting job only loses one round); with the horizon both are compared over
+// the same round, and the waiting short job is admitted.
+TEST(YmirPlannerTest, HorizonAdmitsAWaitingShortJobBeforeGrowingALongOne) {
+  JobView longj = MakeJob(1, 20000, 1.0, 2, 20000, 0);
+  longj.iter_time_s = {0, 1.0, 0.55};
+  longj.current_gpus = 1;
+  JobView shortj = MakeJob(2, 600, 1.0, 1, 600, 0);
+  shortj.iter_time_s = {0, 1.0};
+  for (JobView* j : {&longj, &shortj}) j->reference_iter_time_s = 1.0;
+  // The long job has the largest slowdown in every plan (z is its slowdown).
+  longj.waited_s = 30000;
+  PlannerOptions old_model;
+  auto r = Plan({longj, shortj}, {}, {2, 2}, old_model);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto gpus_of = [](const PlanResult& p, uint64_t id) {
+    for (const Assignment& a : p.assignments) {
+      if (a.jobs[0] == id) return a.gpus;
+    }
+    return -1;
+  };
+  EXPECT_EQ(gpus_of(*r, 1), 2);
+  EXPECT_EQ(gpus_of(*r, 2), 0);
+  PlannerOptions horizon;
+  horizon.horizon_s = 120;
+  r = Plan({longj, shortj}, {}, {2, 2}, horizon);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(gpus_of(*r, 1), 1);
+  EXPECT_EQ(gpus_of(*r, 2), 1);
+}
+
+// The reconfiguration cost makes allocations sticky: a running job is resized
+// only when the predicted gain beats the restart it costs.
+TEST(YmirPlannerTest, RestartCostKeepsAllocationsUnlessResizingGainsEnough) {
+  JobView j = MakeJob(1, 200, 1.0, 2, 200, 0);
+  j.iter_time_s = {0, 1.0, 0.6};  // 2 GPUs save 80 s of its 200
+  j.current_gpus = 1;
+  auto gpus = [&](double restart_s) {
+    JobView v = j;
+    v.restart_s = restart_s;
+    auto r = Plan({v}, {}, {2, 2}, {});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->assignments[0].gpus : -1;
+  };
+  EXPECT_EQ(gpus(0), 2);
+  EXPECT_EQ(gpus(60), 2);   // 80 s saved > 60 s restart
+  EXPECT_EQ(gpus(100), 1);  // 80 s saved < 100 s restart: stays on 1 GPU
+  // A preempted job pays the restart whatever it gets, and its wait option
+  // includes it as well (it restarts when it resumes).
+  JobView p = j;
+  p.current_gpus = 0;
+  p.restart_s = 30;
+  PlannerOptions opt;
+  opt.horizon_s = 50;
+  auto set = GenerateCandidates({p}, {}, {2, 2}, opt);
+  ASSERT_TRUE(set.ok());
+  for (const Candidate& c : set->candidates) {
+    if (c.gpus == 1) {
+      EXPECT_NEAR(c.jct_s[0], 50 + (200 - 20) * 1.0, 1e-9);
+    }
+    if (c.gpus == 0) {
+      EXPECT_NEAR(c.jct_s[0], 50 + 30 + 200 * 1.0, 1e-9);
+    }
+  }
+}
+
 TEST(YmirPlannerTest, LargeInstanceSolvesQuickly) {
   std::mt19937_64 rng(7);
   double total = 0, worst = 0;

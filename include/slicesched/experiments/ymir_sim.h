@@ -23,6 +23,11 @@
 //    (vit-base, roberta-base, vicuna-7b) x 9 tasks in 3 families of 3, like
 //    the paper's 27 FMF tasks. All jobs allow sharing and share one trust
 //    domain.
+//  * Measured gains (--gains configs/ymir/gains_synth.csv): the estimators'
+//    table (definition: steps(normal)/steps(transfer) - 1, converted on load,
+//    see YmirGainsDefinition) names 5 tasks without a backbone; the
+//    comparison replicates them onto the 3 backbones of `backbones`
+//    (YmirGains::WithBackbones), so jobs draw one of 15 tasks.
 //  * Gains. DefaultYmirGains is a STAND-IN with the paper's reported
 //    distribution (Sec. 2, Fig. 3/5: positive transfer for related tasks, up
 //    to 2-2.3x fewer epochs, negative transfer for unrelated ones), NOT
@@ -75,15 +80,27 @@
 //
 // Policies (MakeYmirSimPolicy names):
 //   Ymir          the CBC joint ILP (ymir::Plan) with transfer; the ILP sees at
-//                 most ilp_window units (those with the largest current
-//                 slowdown), the others keep their allocation; each fresh job
-//                 is offered its partners_per_job best predicted partners with
-//                 a positive predicted gain. The restart cost is part of the
-//                 predicted JCT: a GPU count that would restart the unit gets
-//                 restart_s / R added to its per-iteration time. The ILP is
-//                 solved every round_s; at an arrival or completion between
-//                 rounds only when GPUs are idle and some unit waits (otherwise
-//                 the allocation stays until the next round).
+//                 most ilp_window units (default 32): half of them the units
+//                 with the largest current slowdown (they most need GPUs), the
+//                 other half the RUNNING units with the smallest slowdown (they
+//                 can best give GPUs back; ilp_donors = false: the window is
+//                 only the largest slowdowns, the original rule); the others
+//                 keep their allocation. Each fresh job is offered its
+//                 partners_per_job best predicted partners with a positive
+//                 predicted gain. The planner runs with horizon_s = round_s
+//                 (ymir_horizon_s; 0 = the original allocation-holds-to-the-end
+//                 model) and each unit's fair-share speed as its reference
+//                 speed: fair share = the cluster split evenly over the active
+//                 units, capped at the unit's largest allowed count (with
+//                 ymir_pair_shares, over the jobs, a pair holding two shares).
+//                 The restart cost is explicit: JobView::current_gpus = the
+//                 unit's GPUs, restart_s = restart_s for a unit that has run
+//                 (so the ILP keeps an allocation unless a change gains more
+//                 than the restart). The ILP is solved every round_s; at an
+//                 arrival or completion between rounds only when GPUs are idle
+//                 and some unit waits (otherwise the allocation stays until
+//                 the next round). CBC stops at ilp_gap (1%) or
+//                 ilp_time_limit_s (1 s).
 //   Ymir-elastic  the same ILP with transfer off (no pair estimates): the
 //                 paper's "Ymir degrades to an elastic scheduler" fallback.
 //   Tiresias      2D-LAS: attained GPU-seconds in discretized priority queues
@@ -127,6 +144,10 @@ class YmirGains {
   std::vector<std::string> Tasks() const;
   void AddTask(const std::string& task);
   size_t size() const { return gains_.size(); }
+  // Every task T of this table becomes "<bb>/T" for each backbone bb, with the
+  // same gains inside each backbone (a measured single-backbone family reused
+  // per backbone); tasks already naming a backbone ("x/y") are kept as is.
+  YmirGains WithBackbones(const std::vector<std::string>& backbones) const;
 
  private:
   std::map<std::tuple<std::string, std::string, int>, double> gains_;
@@ -139,10 +160,36 @@ std::string YmirBackbone(const std::string& task);
 // The documented stand-in table (see the header comment).
 YmirGains DefaultYmirGains();
 
-// Loads a measured table: CSV with header task_a,task_b,mode,gain (any
-// order, other columns ignored); mode is "temporal" or "spatial"; gain is a
-// finite number below 1. Errors name "<path>:<line>" and the bad field.
+// What the `gain` column of a gains CSV means.
+enum class YmirGainsDefinition {
+  // The fraction of iterations saved, g: the target needs (1 - g) times its
+  // iterations (temporal A -> B: B's; spatial: the pair's joint iterations).
+  // This is what YmirGains stores and the simulator uses. g < 1.
+  kSaved,
+  // The estimators issue's definition (executor/task2vec.h, GainsCsv):
+  //   gain(B | mode, A) = steps(normal B) / steps(transfer B) - 1  (> -1),
+  // i.e. B's speedup in steps minus one. Converted on load:
+  //   temporal A -> B:  saved = 1 - 1 / (1 + gain)  = gain / (1 + gain);
+  //   spatial A + B:    the rows (A,B) (B's gain) and (B,A) (A's gain) are
+  //                     merged into one symmetric value: with equal work,
+  //                     joint iterations = (N_A / r_A + N_B / r_B) where
+  //                     r = 1 + gain, so saved = 1 - mean over the given
+  //                     rows of 1 / (1 + gain). One row alone gives
+  //                     1 - 1 / (1 + gain).
+  kSpeedup,
+};
+
+// Loads a gains table: CSV with header task_a,task_b,mode,gain (any order,
+// other columns ignored); mode is "temporal" or "spatial". Lines starting
+// with '#' are comments; a comment "# gain-definition: speedup" (or "saved")
+// before the header sets the definition, else kSaved. Errors name
+// "<path>:<line>" and the bad field (kSaved: gain must be finite and < 1;
+// kSpeedup: finite and > -1; a repeated row is an error, except that kSpeedup
+// takes both (A,B) and (B,A) spatial rows).
 absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path);
+// The same with the definition forced (the file's directive, if any, must
+// agree).
+absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, YmirGainsDefinition definition);
 
 struct YmirSimJob {
   double submit_s = 0;
@@ -172,11 +219,20 @@ struct YmirSimConfig {
   double gain_noise_abs = 0.05;
   uint64_t seed = 1;
   // Ymir planner.
-  int ilp_window = 16;
+  int ilp_window = 32;
   int partners_per_job = 4;
-  double ilp_time_limit_s = 2;
+  double ilp_time_limit_s = 1;
   double ilp_gap = 0.01;  // PlannerOptions::relative_gap
   double lambda = 1.0;
+  // PlannerOptions::horizon_s: < 0 = round_s (the default); 0 = the original
+  // model (an allocation is assumed to hold until the job finishes).
+  double ymir_horizon_s = -1;
+  // The ILP window: false = the ilp_window units with the largest slowdown;
+  // true = half of them plus the running units with the smallest slowdown.
+  bool ilp_donors = true;
+  // Fair shares per job, a transfer unit holding its members' shares (true),
+  // or per unit (false).
+  bool ymir_pair_shares = false;
 };
 
 double YmirSpeedup(const YmirSimConfig& config, double gpus);
@@ -270,6 +326,11 @@ struct YmirCompareOptions {
   std::string trace;       // empty: <shared_dir>/traces/philly_jobs_pollux.csv
   std::string shared_dir;  // empty: ../shared next to the source tree
   std::string gains;       // empty: DefaultYmirGains()
+  // "" (the file's directive, else saved), "saved" or "speedup".
+  std::string gains_definition;
+  // A loaded table whose tasks name no backbone is replicated onto these
+  // (YmirGains::WithBackbones), like the paper's 3 backbones x 9 tasks.
+  std::vector<std::string> backbones = {"vit-base", "roberta-base", "vicuna-7b"};
   std::string policy = "all";
   int jobs = 2000;
   double load = 1;

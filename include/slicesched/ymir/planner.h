@@ -58,6 +58,36 @@
 //    A pair candidate covers both of its jobs, so each job is in at most one
 //    pair and has exactly one mode.
 //
+//  * Horizon (PlannerOptions::horizon_s > 0; opt-in, 0 = the model above).
+//    The planner is re-run every round, so an allocation really holds for one
+//    round, not until the job finishes. Comparing "this job gets one more
+//    GPU until it finishes" (a benefit over its whole remaining time) with
+//    "that job waits one round" (a loss of round_s) over different horizons
+//    makes the ILP grow running jobs instead of admitting waiting ones. With
+//    a horizon H every candidate is predicted over the same horizon: its
+//    allocation for H seconds, then the job's reference speed
+//    (JobView::reference_iter_time_s, its fair-share speed from the LUT):
+//      normal   JCT = time to finish the remaining iterations when the first
+//               H seconds run at t(g) and the rest at t_ref;
+//      wait     JCT = H + restart_s + R * t_ref (no progress for H);
+//      temporal A's iterations then (1 - gain) R_B, back to back, at t(g)
+//               until H and at the pair's reference afterwards; spatial: the
+//               joint iterations likewise. After the horizon a pair keeps
+//               both members' fair shares: its reference iteration time is
+//               1 / (1 / t_ref_A + 1 / t_ref_B) (times the spatial factor).
+//    A job that finishes within H is unaffected. TranWt stays as defined
+//    above (on g GPUs until both finish, no horizon, no restart): it measures
+//    the transfer, not the allocation.
+//
+//  * Reconfiguration cost (JobView::current_gpus, JobView::restart_s; 0 by
+//    default). A candidate that runs a job on a GPU count other than
+//    current_gpus (a resize, or resuming a preempted job) adds restart_s to
+//    its predicted JCT before any progress (for a pair: the source's stall
+//    for temporal, the larger of the two for spatial); the wait candidate
+//    adds it too when the job will have to restart to resume. This makes
+//    allocations sticky: a running job is resized only when the predicted
+//    slowdown gain beats the restart it costs.
+//
 //  * After solving, running assignments are packed onto nodes first-fit
 //    decreasing by GPU count so each spans as few nodes as possible.
 #pragma once
@@ -88,6 +118,21 @@ struct JobView {
   double fair_share_jct_s = 1;
   // Time already spent in the system (queueing + running) so far.
   double waited_s = 0;
+  // --- Optional (defaults reproduce the original model) ---
+  // Seconds per iteration the job is expected to get after the planning
+  // horizon (PlannerOptions::horizon_s), typically its fair-share speed from
+  // the LUT. 0: the candidate's own speed (the allocation is assumed to hold
+  // until the job finishes).
+  double reference_iter_time_s = 0;
+  // GPUs the job holds now (0: not running).
+  int current_gpus = 0;
+  // Reconfiguration cost: seconds of stall the job pays when it runs on a GPU
+  // count other than current_gpus (a resize, or resuming after a preemption).
+  // 0 for a job that never ran (its first start is part of its JCT already).
+  // It is added to the predicted JCT of every candidate that changes the
+  // job's count, and to its wait candidate when current_gpus == 0 (it will
+  // have to restart when it resumes).
+  double restart_s = 0;
 };
 
 // Transfer estimates for a pair of jobs. Gains are fractions of iterations
@@ -123,6 +168,12 @@ struct PlannerOptions {
   // gap of the best bound (0 = prove optimality; PlanResult::optimal is then
   // false when the solver stopped at a non-zero gap).
   double relative_gap = 0.0;
+  // Planning horizon (see "Horizon" in the header comment). 0: every
+  // allocation is assumed to hold until the job finishes (the original
+  // model). > 0: an allocation holds for horizon_s seconds, after which the
+  // job continues at JobView::reference_iter_time_s; the wait candidate then
+  // predicts horizon_s of no progress followed by the reference speed.
+  double horizon_s = 0.0;
 };
 
 enum class Mode { kWait, kNormal, kTemporal, kSpatial };
