@@ -665,6 +665,13 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
     if (rp.devices.empty()) continue;
     if (a.mode == ymir::Mode::kNormal) {
       rp.mode = jobs::RunMode::kAlone;
+      // A temporal target starts from its source's adapters only once the
+      // source completed; run alone while the source still trains (or after
+      // it failed), it starts from its own initialisation.
+      if (auto src = temporal_source_.find(a.jobs[0]); src != temporal_source_.end()) {
+        auto s = jobs_->Get(src->second);
+        if (!s.ok() || s->state != jobs::JobState::kCompleted) temporal_source_.erase(src);
+      }
       SLICESCHED_RETURN_IF_ERROR(ApplyPlan(a.jobs[0], rp, now));
       continue;
     }
@@ -685,6 +692,8 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
         }
       }
     } else {
+      temporal_source_.erase(A);
+      temporal_source_.erase(B);
       rp.mode = jobs::RunMode::kSpatial;
       rp.predicted_gain = e.spatial_gain;
       rp.partner = B;
