@@ -116,6 +116,7 @@ struct JobRunner::Runtime {
   int64_t last_eval_step = 0;
   Timestamp last_checkpoint = Timestamp::Never();
   bool checkpoint_due = false;  // left running: checkpoint once nothing is in flight
+  bool eval_pending = false;    // an evaluation point passed, not evaluated yet
   std::map<std::string, double> pending_switch;  // context switch parts, for the next progress event
   bool first_step_pending = false;
   jobs::RunPlan plan;  // as last applied
@@ -768,14 +769,24 @@ absl::Status JobRunner::Drive(Timestamp now) {
         }
         rt.pending_switch.clear();
       }
-      // Iteration boundary: evaluate and stop.
+      // Iteration boundary: an evaluation point (a multiple of
+      // eval_every_steps, an epoch end, or the limit) is marked, and
+      // evaluated once the job runs (a job paused at that instant is
+      // evaluated on the same state when it resumes), so the evaluation
+      // points never depend on scheduling.
       const int64_t step = rt.step();
-      if (step > rt.inflight_step_before && info->state == jobs::JobState::kRunning) {
+      if (step > rt.inflight_step_before) {
         const int64_t every = options_.planner.eval_every_steps;
-        const bool at_limit = step >= rt.iteration_limit();
-        const bool due = every > 0 ? (step - rt.last_eval_step >= every)
-                                   : (step / rt.iterations_per_epoch() > rt.last_eval_step / rt.iterations_per_epoch());
-        if (due || at_limit) {
+        const int64_t period = every > 0 ? every : rt.iterations_per_epoch();
+        if (step % period == 0 || step >= rt.iteration_limit()) rt.eval_pending = true;
+      }
+    }
+    if (rt.eval_pending && rt.inflight == nullptr && info->state == jobs::JobState::kRunning) {
+      rt.eval_pending = false;
+      const int64_t step = rt.step();
+      const bool at_limit = step >= rt.iteration_limit();
+      {
+        {
           double metric = 0, eval_loss = 0;
           absl::Status e = Evaluate(rt, &metric, &eval_loss);
           if (!e.ok()) {
