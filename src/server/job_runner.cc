@@ -785,44 +785,40 @@ absl::Status JobRunner::Drive(Timestamp now) {
       rt.eval_pending = false;
       const int64_t step = rt.step();
       const bool at_limit = step >= rt.iteration_limit();
-      {
-        {
-          double metric = 0, eval_loss = 0;
-          absl::Status e = Evaluate(rt, &metric, &eval_loss);
-          if (!e.ok()) {
-            FailJob(id, StrCat("evaluation: ", e.message()));
-            ++it;
-            continue;
-          }
-          rt.last_eval_step = step;
-          rt.last_metric = metric;
-          const bool higher = jobs::HigherIsBetter(rt.spec.stop.metric);
-          const bool reached = higher ? metric >= rt.spec.stop.target : metric <= rt.spec.stop.target;
-          const double epochs = static_cast<double>(step) / static_cast<double>(rt.iterations_per_epoch());
-          if (reached || at_limit) {
-            SLICESCHED_RETURN_IF_ERROR(Checkpoint(rt, {{"epochs", epochs}, {"metric", metric}}));
-            jobs::CompletionReport rep;
-            rep.metrics[std::string(jobs::StopMetricName(rt.spec.stop.metric))] = metric;
-            rep.metrics["eval_loss"] = eval_loss;
-            rep.metrics["train_loss"] = rt.last_loss;
-            rep.metrics["iterations"] = static_cast<double>(step);
-            rep.metrics["epochs"] = epochs;
-            rep.metrics["censored"] = reached ? 0.0 : 1.0;
-            auto c = jobs_->Complete(id, rep);
-            if (!c.ok()) spdlog::warn("job {}: complete: {}", id, c.status().ToString());
-            spdlog::info("job {} completed after {} iterations ({:.2f} epochs): {} = {:.4f}{}", id, step, epochs,
-                         jobs::StopMetricName(rt.spec.stop.metric), metric,
-                         reached ? "" : " (censored: the limit came first)");
-            rt.running = false;
-            plan_requested_ = true;
-            ++it;
-            continue;
-          }
-          auto p = jobs_->ReportProgress(id, step, rt.last_loss, "",
-                                         {{"epochs", epochs}, {"metric", metric}, {"eval_loss", eval_loss}});
-          if (!p.ok()) spdlog::warn("job {}: progress: {}", id, p.status().ToString());
-        }
+      double metric = 0, eval_loss = 0;
+      absl::Status e = Evaluate(rt, &metric, &eval_loss);
+      if (!e.ok()) {
+        FailJob(id, StrCat("evaluation: ", e.message()));
+        ++it;
+        continue;
       }
+      rt.last_eval_step = step;
+      rt.last_metric = metric;
+      const bool higher = jobs::HigherIsBetter(rt.spec.stop.metric);
+      const bool reached = higher ? metric >= rt.spec.stop.target : metric <= rt.spec.stop.target;
+      const double epochs = static_cast<double>(step) / static_cast<double>(rt.iterations_per_epoch());
+      if (reached || at_limit) {
+        SLICESCHED_RETURN_IF_ERROR(Checkpoint(rt, {{"epochs", epochs}, {"metric", metric}}));
+        jobs::CompletionReport rep;
+        rep.metrics[std::string(jobs::StopMetricName(rt.spec.stop.metric))] = metric;
+        rep.metrics["eval_loss"] = eval_loss;
+        rep.metrics["train_loss"] = rt.last_loss;
+        rep.metrics["iterations"] = static_cast<double>(step);
+        rep.metrics["epochs"] = epochs;
+        rep.metrics["censored"] = reached ? 0.0 : 1.0;
+        auto c = jobs_->Complete(id, rep);
+        if (!c.ok()) spdlog::warn("job {}: complete: {}", id, c.status().ToString());
+        spdlog::info("job {} completed after {} iterations ({:.2f} epochs): {} = {:.4f}{}", id, step, epochs,
+                     jobs::StopMetricName(rt.spec.stop.metric), metric,
+                     reached ? "" : " (censored: the limit came first)");
+        rt.running = false;
+        plan_requested_ = true;
+        ++it;
+        continue;
+      }
+      auto p = jobs_->ReportProgress(id, step, rt.last_loss, "",
+                                     {{"epochs", epochs}, {"metric", metric}, {"eval_loss", eval_loss}});
+      if (!p.ok()) spdlog::warn("job {}: progress: {}", id, p.status().ToString());
     }
     // 2. Terminal jobs leave (a temporal source's state stays for its target).
     if (jobs::IsTerminal(info->state)) {

@@ -18,7 +18,8 @@
 //                                     queued and starts from A's trained
 //                                     adapters (TransferLora) when it first
 //                                     runs after A completed
-//        kWait for a running job   -> Preempt (checkpoint saved first)
+//        kWait for a running job   -> Preempt (its checkpoint is written
+//                                     once the micro-batch in flight ends)
 //      A running job whose plan is unchanged is not re-run (no event). The
 //      event log gets mode, partner, predicted gain (the planner's TranWt - 1
 //      of the pair) and the devices. Devices: the plan's GPU counts are
@@ -33,8 +34,10 @@
 //      the offline class, so online serving keeps priority. An iteration is
 //      grad_accumulation micro-batches of batch_size rows (one AdamW step).
 //      A failed micro-batch fails the job with the operator's message.
-//   4. Evaluation and stop. Every eval_every_steps iterations (0: at each
-//      epoch end) the job's metric is computed on its held-out split (the
+//   4. Evaluation and stop. At every multiple of eval_every_steps
+//      iterations (0: at each epoch end) and at the limit, the job's metric
+//      is computed (a point passed while the job was paused is evaluated on
+//      the same state when it runs again) on its held-out split (the
 //      last min(128, n/5) examples) with the operators called directly on
 //      the resident backbone: accuracy = argmax of the task head at the
 //      labelled positions, loss = mean cross-entropy, perplexity = exp(loss).
