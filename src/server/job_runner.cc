@@ -918,7 +918,8 @@ void JobRunner::Start() {
       }
       absl::Status s = Tick();
       if (!s.ok()) spdlog::error("job runner: {}", s.ToString());
-      WaitForProgress(absl::Milliseconds(20));
+      // Idle (no job known to the runner): look for arrivals 4 times a second.
+      WaitForProgress(absl::Milliseconds(runtimes_.empty() ? 250 : 20));
     }
   });
 }
