@@ -226,6 +226,21 @@ TEST_F(JobRunnerTest, RunningJobResumesFromItsCheckpointAfterARestart) {
   EXPECT_GT(Job(id).iterations_done + runner_->TrainingPosition(id).first, saved.first);
 }
 
+// A cancelled running job stops training: its micro-batch in flight ends,
+// nothing more is issued and the runner drops its state.
+TEST_F(JobRunnerTest, CancelledJobStopsTraining) {
+  StartDaemon(1);
+  NewRunner();
+  const uint64_t id = Submit(SyntheticJob("cancel-me", "fa-major", "", 400, 3));
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(id).first >= 1; }));
+  ASSERT_TRUE(jobs_->Cancel(id, "test").ok());
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(id).first == -1; }, 100));
+  const uint64_t steps = runner_->stats().steps_done;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(runner_->Tick().ok());
+  EXPECT_EQ(runner_->stats().steps_done, steps);
+  EXPECT_EQ(Job(id).state, jobs::JobState::kCancelled);
+}
+
 // A dataset the backbone cannot read fails the job with a reason naming the
 // problem; other jobs are unaffected.
 TEST_F(JobRunnerTest, BadDatasetFailsTheJobWithAReason) {
