@@ -37,6 +37,7 @@
 #include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/common/status.h"
+#include "slicesched/server/job_runner.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/metrics.h"
 #include "slicesched/server/services.h"
@@ -50,7 +51,8 @@ constexpr const char* kUsage =
     "  --config FILE            daemon config (default: the embedded configs/sliced.yaml demo)\n"
     "  --socket PATH            override listen.unix_socket of the config\n"
     "  --state-dir DIR          override state_dir of the config (absolute)\n"
-    "  --drain-timeout SECONDS  how long SIGTERM waits for in-flight work (default 100)\n";
+    "  --drain-timeout SECONDS  how long SIGTERM waits for in-flight work (default 100)\n"
+    "  --no-job-runner          accept fine-tuning jobs but do not plan or run them (they stay queued)\n";
 
 // sd_notify(3)'s protocol: one datagram to the AF_UNIX socket named by
 // $NOTIFY_SOCKET ('@' prefix = abstract namespace). Failures are logged only.
@@ -82,11 +84,16 @@ void Notify(const std::string& message) {
 int Run(int argc, char** argv) {
   std::string config_path, socket_override, state_dir_override;
   int drain_timeout_s = 100;
+  bool job_runner = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    }
+    if (a == "--no-job-runner") {
+      job_runner = false;
+      continue;
     }
     if ((a == "--config" || a == "--drain-timeout" || a == "--socket" || a == "--state-dir") && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -156,6 +163,29 @@ int Run(int argc, char** argv) {
   const jobs::JobCounts counts = (*job_manager)->Counts();
   spdlog::info("fine-tuning jobs: {} queued or paused, {} terminal", counts.submitted + counts.queued + counts.paused,
                counts.completed + counts.failed + counts.cancelled);
+  // The job runner executes the planner's decisions on the real executors
+  // (server/job_runner.h); without them jobs are accepted and stay queued.
+  std::unique_ptr<JobRunner> runner;
+  if (!job_runner) {
+    spdlog::info("fine-tuning jobs are accepted but not run (--no-job-runner)");
+  } else {
+    JobRunnerOptions ro;
+    ro.planner = config->planner;
+    ro.state_dir = config->state_dir;
+    auto created = JobRunner::Create(master->get(), job_manager->get(), ro);
+    if (created.ok() && (*master)->backend_name() != "virtual") {
+      runner = *std::move(created);
+      runner->Start();
+      spdlog::info("fine-tuning job runner started: planner {} every {} s", ToStd(PlannerModeName(config->planner.mode)),
+                   config->planner.interval.ToSecondsF());
+    } else if (!created.ok() && !absl::IsFailedPrecondition(created.status())) {
+      spdlog::critical("cannot start: {}", created.status().ToString());
+      return 1;
+    } else {
+      spdlog::warn("fine-tuning jobs will not run: {}", created.ok() ? "the devices are virtual (no real operators)"
+                                                                       : created.status().ToString());
+    }
+  }
   auto options = ServerOptionsFromConfig(config->listen);
   if (!options.ok()) {
     spdlog::critical("cannot start: {}", options.status().ToString());
@@ -195,6 +225,7 @@ int Run(int argc, char** argv) {
   std::atomic<bool> done{false};
   std::atomic<bool> drained_ok{true};
   std::thread drainer([&] {
+    if (runner != nullptr) runner->Stop();  // in-flight micro-batches end, running jobs are checkpointed
     auto r = (*master)->Drain(/*wait=*/true, absl::Seconds(drain_timeout_s));
     if (!r.ok()) {
       spdlog::error("drain failed: {}", r.status().ToString());

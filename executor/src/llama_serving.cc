@@ -127,6 +127,25 @@ absl::Status LlamaServingBackend::SetRequest(const std::string& deployment, Inst
   return absl::OkStatus();
 }
 
+absl::Status LlamaServingBackend::SetTrainRequest(const std::string& deployment, InstanceId instance,
+                                                  LlamaTrainRequest request) {
+  std::shared_ptr<LlamaKernelRunner> runner = router_->Find(deployment);
+  if (runner == nullptr) return absl::NotFoundError(StrCat("deployment '", deployment, "' has no loaded weights"));
+  if (request.job == nullptr) {
+    return absl::InvalidArgumentError(StrCat("training request of instance ", instance, ": no job"));
+  }
+  runner->SetTrainRequest(instance, std::move(request));
+  absl::MutexLock l(&mu_);
+  request_owner_[instance.value()] = deployment;
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const LlamaWeights> LlamaServingBackend::Weights(const std::string& deployment) const {
+  std::shared_ptr<LlamaKernelRunner> runner = router_->Find(deployment);
+  if (runner == nullptr) return nullptr;
+  return runner->shared_weights();
+}
+
 void LlamaServingBackend::EraseRequest(InstanceId instance) {
   std::string owner;
   {

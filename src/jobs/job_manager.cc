@@ -626,7 +626,8 @@ absl::StatusOr<JobInfo> JobManager::Fail(uint64_t id, std::string_view reason) {
 }
 
 absl::StatusOr<JobInfo> JobManager::ReportProgress(uint64_t id, int64_t iterations_done, double loss,
-                                                   std::string_view checkpoint_path) {
+                                                   std::string_view checkpoint_path,
+                                                   const std::map<std::string, double>& extra) {
   if (iterations_done < 0) {
     return absl::InvalidArgumentError(
         StrCat("ReportProgress: iterations_done must not be negative, got ", iterations_done));
@@ -647,6 +648,9 @@ absl::StatusOr<JobInfo> JobManager::ReportProgress(uint64_t id, int64_t iteratio
   if (!checkpoint_path.empty()) after.checkpoint_path = std::string(checkpoint_path);
   JsonObject d;
   d.Add("iterations_done", iterations_done).Add("loss", loss).Add("checkpoint", after.checkpoint_path);
+  for (const auto& [key, value] : extra) {
+    if (key != "iterations_done" && key != "loss" && key != "checkpoint") d.Add(key, value);
+  }
   changes.back().details = d.str();
   return Commit(std::move(changes));
 }

@@ -57,6 +57,7 @@ std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const Schedule
   const int n = static_cast<int>(g.accelerators().size());
   std::vector<Candidate> out;
   absl::flat_hash_set<std::vector<uint16_t>> seen;
+  const std::vector<DeviceId>& allowed = inst.spec.allowed_devices;
   for (const CandidatePartition& p : tpl.partitions()) {
     auto forced = ForcedSlots(g, inst, p);
     if (!forced.has_value()) continue;
@@ -85,6 +86,7 @@ std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const Schedule
         const DeviceId d = b[p.slot_of_op[op]];
         const OpSpec& spec = tpl.op(op);
         if (!spec.weight_key.empty() && !g.HasWeights(d, spec.weight_key)) ok = false;
+        if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), d) == allowed.end()) ok = false;
         if (offline_gap_rule && g.outstanding_compute(d) > o_.offline_queue_limit) ok = false;
         c.placements.push_back({inst.nodes[op].id, d});
         key.push_back(d.value());

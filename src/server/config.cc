@@ -163,6 +163,33 @@ void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
   s.CheckPositive("timeliness", c->timeliness);
 }
 
+void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConfig* c) {
+  p.RejectUnknownKeys({"interval_s", "mode", "gains", "checkpoint_interval_s", "prefetch_s", "eval_every_steps"});
+  const double interval_s = p.Optional<double>("interval_s", c->interval.ToSecondsF());
+  p.CheckPositive("interval_s", interval_s);
+  c->interval = Duration::FromSecondsF(interval_s);
+  const std::string mode = absl::AsciiStrToLower(p.Optional<std::string>("mode", "ymir"));
+  if (mode == "ymir") {
+    c->mode = PlannerConfig::Mode::kYmir;
+  } else if (mode == "elastic") {
+    c->mode = PlannerConfig::Mode::kElastic;
+  } else {
+    p.Check(false, "mode", StrCat("expected ymir or elastic, got '", mode, "'"));
+  }
+  c->gains_path = p.Optional<std::string>("gains", "");
+  if (!c->gains_path.empty() && c->gains_path.front() != '/' && !base_dir.empty()) {
+    c->gains_path = StrCat(base_dir, "/", c->gains_path);
+  }
+  const double ckpt_s = p.Optional<double>("checkpoint_interval_s", c->checkpoint_interval.ToSecondsF());
+  p.CheckPositive("checkpoint_interval_s", ckpt_s);
+  c->checkpoint_interval = Duration::FromSecondsF(ckpt_s);
+  const double prefetch_s = p.Optional<double>("prefetch_s", c->prefetch.ToSecondsF());
+  p.Check(prefetch_s >= 0, "prefetch_s", StrCat("must not be negative, got ", prefetch_s));
+  c->prefetch = Duration::FromSecondsF(prefetch_s);
+  c->eval_every_steps = p.Optional<int64_t>("eval_every_steps", c->eval_every_steps);
+  p.Check(c->eval_every_steps >= 0, "eval_every_steps", StrCat("must not be negative, got ", c->eval_every_steps));
+}
+
 void ParseListen(const ConfigReader& l, ListenConfig* c) {
   l.RejectUnknownKeys({"unix_socket", "tcp", "tls", "admin_token", "metrics"});
   if (l.present() && l.IsMap() && l.node()["unix_socket"] && l.node()["unix_socket"].IsNull()) {
@@ -292,7 +319,7 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
   if (!r.present()) {
     return absl::InvalidArgumentError(StrCat(source, ": the configuration is empty"));
   }
-  r.RejectUnknownKeys({"cluster", "deployments", "scheduler", "listen", "state_dir", "log_level"});
+  r.RejectUnknownKeys({"cluster", "deployments", "scheduler", "planner", "listen", "state_dir", "log_level"});
 
   c.cluster = AcceleratorSet::FromConfig(r.RequiredChild("cluster"), &errors);
   const AcceleratorSet* cluster = errors.ok() ? &c.cluster : nullptr;
@@ -317,6 +344,7 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
   }
 
   ParseScheduler(r.Child("scheduler"), &c.scheduler);
+  ParsePlanner(r.Child("planner"), base_dir, &c.planner);
   ParseListen(r.Child("listen"), &c.listen);
 
   c.state_dir = r.Optional<std::string>("state_dir", c.state_dir);
@@ -334,6 +362,10 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
 absl::StatusOr<SlicedConfig> LoadSlicedConfig(const std::string& path) {
   SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
   return ParseSlicedConfig(root, path);
+}
+
+absl::string_view PlannerModeName(PlannerConfig::Mode mode) {
+  return mode == PlannerConfig::Mode::kYmir ? "ymir" : "elastic";
 }
 
 std::string_view DefaultSlicedConfigYaml() { return presets::kSlicedYaml; }

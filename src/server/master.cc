@@ -629,6 +629,10 @@ absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec,
       }
       auto templates = BuildLlamaTemplates(dims);
       if (!templates.ok()) return absl::InvalidArgumentError(StrCat("spec.model: ", templates.status().message()));
+      auto train_template = BuildLlamaTrainTemplate(dims);
+      if (!train_template.ok()) {
+        return absl::InvalidArgumentError(StrCat("spec.model: ", train_template.status().message()));
+      }
 
       // Enabled partitions.
       const size_t num_devices = im.gmg.accelerators().size();
@@ -701,8 +705,9 @@ absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec,
       DeploymentInfo info;
       info.prefill_template = templates->prefill->name();
       info.decode_template = templates->decode->name();
+      info.train_template = (*train_template)->name();
       if (existing == im.deployments.end()) {
-        for (const auto& tpl : {templates->prefill, templates->decode}) {
+        for (const auto& tpl : {templates->prefill, templates->decode, *train_template}) {
           auto tid = im.gmg.RegisterTemplate(tpl);
           if (!tid.ok()) return Annotate(tid.status(), "spec.name");
           for (const DeviceSpec& d : im.gmg.accelerators().devices()) im.ctx.OpKeys(d.type, tid->value());
@@ -1053,6 +1058,94 @@ absl::StatusOr<size_t> Master::LiveGenerations() {
   size_t n = 0;
   SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] { n = impl_->generations.size(); }));
   return n;
+}
+
+// ---------------------------------------------------------------------------
+// Fine-tuning
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainStepArgs args) {
+  if (draining_.load()) return absl::FailedPreconditionError("the daemon is draining; no new training steps");
+  if (args.job == nullptr || args.batch == nullptr) return absl::InvalidArgumentError("job, batch: required");
+  for (auto [field, v] : {std::pair<const char*, int64_t>{"rows", args.rows}, {"tokens", args.tokens},
+                          {"rank", args.rank}, {"head_outputs", args.head_outputs}}) {
+    if (v < 1 || v > options_.max_binding_value) {
+      return absl::InvalidArgumentError(StrCat(field, ": ", v, " is outside 1..", options_.max_binding_value));
+    }
+  }
+  if (args.devices.empty()) return absl::InvalidArgumentError("devices: at least one device is required");
+  absl::StatusOr<std::shared_ptr<InstanceRecord>> result = absl::InternalError("not run");
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    result = [&]() -> absl::StatusOr<std::shared_ptr<InstanceRecord>> {
+      auto dep = im.deployments.find(args.deployment);
+      if (dep == im.deployments.end()) {
+        return absl::NotFoundError(StrCat("deployment: no deployment '", args.deployment, "'"));
+      }
+#if SLICESCHED_SERVING_WITH_TORCH
+      if (im.real == nullptr) {
+#endif
+        return absl::FailedPreconditionError(StrCat(
+            "deployment: the daemon's backend (", backend_name_,
+            ") runs no real operators; fine-tuning needs devices with backend 'cpu' in a build with LibTorch"));
+#if SLICESCHED_SERVING_WITH_TORCH
+      }
+      const size_t n = im.gmg.accelerators().size();
+      std::vector<DeviceId> allowed;
+      for (uint32_t d : args.devices) {
+        if (d >= n) return absl::InvalidArgumentError(StrCat("devices: ", d, " is not a device (the cluster has ", n, ")"));
+        allowed.emplace_back(static_cast<uint16_t>(d));
+      }
+      SLICESCHED_ASSIGN_OR_RETURN(TemplateId tid, im.gmg.templates().FindByName(dep->second.train_template));
+      const Timestamp now = clock_.Now();
+      InstanceSpec spec = LlamaTrainStep(tid, args.rows, args.tokens, args.rank, args.head_outputs,
+                                         PriorityClass::kOffline, now);
+      spec.priority = args.priority;
+      spec.tenant = TenantId(kOfflineTenantBase);
+      spec.label = args.label;
+      spec.allowed_devices = std::move(allowed);
+      auto id = im.gmg.Instantiate(spec);
+      if (!id.ok()) return Annotate(id.status(), "train step");
+      if (absl::Status r = im.real->SetTrainRequest(args.deployment, *id,
+                                                    executor::LlamaTrainRequest{args.job, *args.batch});
+          !r.ok()) {
+        (void)im.gmg.CancelInstance(*id, "its training request could not be registered", now);
+        return r;
+      }
+      Impl::Tracked t;
+      t.id = *id;
+      t.record = std::make_shared<InstanceRecord>(id->value());
+      t.ops_total = static_cast<uint32_t>(im.gmg.templates().Find(tid)->num_ops());
+      t.record->Append(InstanceUpdate{.state = InstanceState::kPending, .time = now, .ops_total = t.ops_total});
+      std::shared_ptr<InstanceRecord> record = t.record;
+      im.live.emplace(id->value(), std::move(t));
+      return record;
+#endif
+    }();
+  }));
+  return result;
+}
+
+absl::StatusOr<std::shared_ptr<const executor::LlamaWeights>> Master::BackboneWeights(const std::string& deployment) {
+  absl::StatusOr<std::shared_ptr<const executor::LlamaWeights>> result = absl::InternalError("not run");
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
+    Impl& im = *impl_;
+    if (!im.deployments.contains(deployment)) {
+      result = absl::NotFoundError(StrCat("deployment: no deployment '", deployment, "'"));
+      return;
+    }
+#if SLICESCHED_SERVING_WITH_TORCH
+    if (im.real != nullptr) {
+      std::shared_ptr<const executor::LlamaWeights> w = im.real->Weights(deployment);
+      result = w != nullptr ? absl::StatusOr<std::shared_ptr<const executor::LlamaWeights>>(std::move(w))
+                            : absl::NotFoundError(StrCat("deployment: '", deployment, "' has no loaded weights"));
+      return;
+    }
+#endif
+    result = absl::FailedPreconditionError(StrCat("deployment: the daemon's backend (", backend_name_,
+                                                  ") holds no real weights"));
+  }));
+  return result;
 }
 
 // ---------------------------------------------------------------------------

@@ -134,6 +134,61 @@ TEST_F(SchedTest, CandidatesRespectWeightResidency) {
   EXPECT_EQ(Node(j, "a").state, NodeState::kUnscheduled);
 }
 
+// A bounded instance (allowed_devices, the planner's GPU set of a job) never
+// lands outside its set, even when every device outside it is idle and the
+// devices inside are busy; an instance bounded to devices that cannot hold
+// it waits instead of being placed elsewhere.
+TEST_F(SchedTest, BoundedInstanceNeverLandsOutsideItsDeviceSet) {
+  SetUpCluster(4);
+  TemplateId t = Register("two", {{"a", {}, 5}, {"b", {"a"}, 5}},
+                          {{"single", AllOn({"a", "b"})}, {"pp2", {{"a", 0}, {"b", 1}}}});
+  // Devices 2 and 3 are busy with a long operator each.
+  TemplateId longop = Register("long", {{"x", {}, 500}}, {{"single", AllOn({"x"})}});
+  for (uint16_t d : {2, 3}) {
+    InstanceId busy = New(longop);
+    ASSERT_TRUE(g_->Issue(Node(busy, "x").id, DeviceId(d), T(0)).ok());
+  }
+  std::vector<InstanceId> bounded;
+  for (int k = 0; k < 2; ++k) {
+    InstanceSpec s;
+    s.template_id = t;
+    s.priority_class = PriorityClass::kOnline;
+    s.arrival = T(k);
+    s.allowed_devices = {DeviceId(2), DeviceId(3)};
+    bounded.push_back(*g_->Instantiate(s));
+  }
+  SliceScheduler s;
+  for (int round = 0; round < 4; ++round) ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+  int placed = 0;
+  for (InstanceId i : bounded) {
+    for (const char* op : {"a", "b"}) {
+      const OpNode& n = Node(i, op);
+      if (n.state == NodeState::kUnscheduled) continue;
+      ++placed;
+      EXPECT_TRUE(n.device == DeviceId(2) || n.device == DeviceId(3)) << op << " of " << i << " on " << n.device;
+    }
+  }
+  EXPECT_GT(placed, 0);
+  // Unbounded, the same template goes to the idle devices 0 and 1.
+  InstanceId free = New(t, PriorityClass::kOnline, 10);
+  ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+  EXPECT_TRUE(Node(free, "a").device == DeviceId(0) || Node(free, "a").device == DeviceId(1));
+  // A set no partition can be bound in (the pp2 groups are {0,1} and {2,3};
+  // {1, 2} straddles them, and single placement needs weights only on 1 and
+  // 2: here "w" lives on device 0 only): the instance waits.
+  TemplateId w = Register("w", {{"a", {}, 10, 1000, "wa"}}, {{"single", AllOn({"a"})}});
+  ASSERT_TRUE(g_->LoadWeights(DeviceId(0), "wa", Bytes(10)).ok());
+  InstanceSpec ws;
+  ws.template_id = w;
+  ws.priority_class = PriorityClass::kOnline;
+  ws.arrival = T(20);
+  ws.allowed_devices = {DeviceId(1), DeviceId(2)};
+  InstanceId waiting = *g_->Instantiate(ws);
+  ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+  EXPECT_EQ(Node(waiting, "a").state, NodeState::kUnscheduled);
+  EXPECT_TRUE(g_->VerifyInvariants().ok());
+}
+
 TEST_F(SchedTest, CandidatesRespectKvLocality) {
   SetUpCluster(4);
   TemplateBuilder b("decode");

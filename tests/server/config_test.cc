@@ -234,6 +234,37 @@ TEST(SlicedConfigTest, ReportsEveryErrorInOnePass) {
   EXPECT_THAT(err, HasSubstr("state_dir: must be an absolute path"));
 }
 
+// The planner section of the fine-tuning job runner: defaults, values, and
+// every bad field named.
+TEST(SlicedConfigTest, PlannerSection) {
+  auto d = Parse(kBase);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->planner.interval, Duration::Seconds(120));
+  EXPECT_EQ(d->planner.mode, PlannerConfig::Mode::kYmir);
+  EXPECT_EQ(d->planner.checkpoint_interval, Duration::Seconds(30));
+  EXPECT_EQ(d->planner.prefetch, Duration::Seconds(30));
+  EXPECT_TRUE(d->planner.gains_path.empty());
+  auto c = Parse(std::string(kBase) +
+                 "planner: {interval_s: 5, mode: elastic, gains: /g.csv, checkpoint_interval_s: 2, prefetch_s: 0, "
+                 "eval_every_steps: 8}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->planner.interval, Duration::Seconds(5));
+  EXPECT_EQ(c->planner.mode, PlannerConfig::Mode::kElastic);
+  EXPECT_EQ(c->planner.gains_path, "/g.csv");
+  EXPECT_EQ(c->planner.checkpoint_interval, Duration::Seconds(2));
+  EXPECT_EQ(c->planner.prefetch, Duration::Zero());
+  EXPECT_EQ(c->planner.eval_every_steps, 8);
+  const std::string err = ErrorOf(std::string(kBase) +
+                                  "planner: {interval_s: 0, mode: greedy, checkpoint_interval_s: -1, prefetch_s: -2, "
+                                  "eval_every_steps: -3, colour: red}\n");
+  EXPECT_THAT(err, HasSubstr("planner.interval_s: must be positive"));
+  EXPECT_THAT(err, HasSubstr("planner.mode: expected ymir or elastic, got 'greedy'"));
+  EXPECT_THAT(err, HasSubstr("planner.checkpoint_interval_s: must be positive"));
+  EXPECT_THAT(err, HasSubstr("planner.prefetch_s: must not be negative"));
+  EXPECT_THAT(err, HasSubstr("planner.eval_every_steps: must not be negative"));
+  EXPECT_THAT(err, HasSubstr("colour"));
+}
+
 TEST(SlicedConfigTest, LoadFromFileResolvesRelativeWeights) {
   const std::string dir = ::testing::TempDir();
   const std::string path = dir + "/sliced_config_test.yaml";

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """End-to-end test of the FineTune API from another stack.
 
-Starts the real `sliced` binary on the embedded default config and, from
+Starts the real `sliced` binary on the embedded default config (with
+--no-job-runner: this test is about the API and persistence, so jobs stay
+queued; tests/server/jobs_restart_e2e.py runs them) and, from
 Python (Debian's python3-grpcio, stubs generated from the .proto now):
   1. submits every example job of configs/jobs/ (dataset paths made
      absolute, as a remote client must), a job whose backbone is a
@@ -75,7 +77,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="sliced-jobs-e2e-") as work:
         stubs = sliced_client.generate_stubs(REPO, os.path.join(work, "stubs"))
         pb = stubs.finetune_pb2
-        daemon = sliced_client.Daemon(SLICED, work)
+        daemon = sliced_client.Daemon(SLICED, work, extra_args=["--no-job-runner"])
         channel = daemon.start()
         try:
             ft = stubs.finetune_pb2_grpc.FineTuneStub(channel)

@@ -93,6 +93,12 @@ struct InstanceSpec {
   // checkpoint input name -> retained checkpoint to attach
   std::vector<std::pair<std::string, CheckpointId>> checkpoints;
   std::string label;
+  // Devices the instance's operators may be placed on (a job-level
+  // allocation, e.g. the Ymir planner's GPU set of a fine-tuning job);
+  // empty = any device. SliceScheduler drops every candidate placement that
+  // puts one of the instance's operators outside this set; an instance whose
+  // partitions cannot be bound inside it waits (it is never placed outside).
+  std::vector<DeviceId> allowed_devices;
 };
 
 struct NodeTimes {

@@ -38,7 +38,8 @@
 // and "to" (state names); run events "mode", "partner", "devices", "gpus",
 // "predicted_gain"; decoupling "reason", "partner", "mode" (the old one),
 // "predicted_gain", "actual_gain"; completion "metrics" and "actual_gain";
-// progress "iterations_done", "loss", "checkpoint".
+// progress "iterations_done", "loss", "checkpoint" (plus the caller's extra
+// numeric fields).
 //
 // Restart. Open() reloads every job. Non-terminal jobs that were running or
 // profiling go back to queued with a "recovered" event (details: "from",
@@ -190,8 +191,12 @@ class JobManager {
   absl::StatusOr<JobInfo> Complete(uint64_t id, const CompletionReport& report);
   absl::StatusOr<JobInfo> Fail(uint64_t id, std::string_view reason);
   // Progress and the latest checkpoint (the resume point after a restart).
+  // `extra` adds numeric fields to the event's details (e.g. the job
+  // runner's epoch, eval metric, context-switch times); the three fixed keys
+  // cannot be overridden.
   absl::StatusOr<JobInfo> ReportProgress(uint64_t id, int64_t iterations_done, double loss,
-                                         std::string_view checkpoint_path);
+                                         std::string_view checkpoint_path,
+                                         const std::map<std::string, double>& extra = {});
 
  private:
   explicit JobManager(std::unique_ptr<StateStore> store, Options options);

@@ -11,7 +11,9 @@
 //   3. candidates are the template's predefined partitions, each bound to
 //      aligned device groups (device g*k .. g*k+k-1 for a k-slot partition),
 //      kept when every batch operator's weights are resident there and every
-//      operator that grows a KV checkpoint runs where that checkpoint lives;
+//      operator that grows a KV checkpoint runs where that checkpoint lives,
+//      and every operator lands inside the instance's allowed_devices (when
+//      set: the job-level GPU set bounds operator placement);
 //      offline batches only go where each device has at most
 //      `offline_queue_limit` outstanding operators (they fill gaps rather
 //      than queue ahead of online work);

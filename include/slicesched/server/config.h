@@ -26,6 +26,19 @@
 //     metrics: 127.0.0.1:9464   # optional; Prometheus GET /metrics over plain
 //                               # HTTP (no TLS, no auth: bind it to a trusted
 //                               # interface); "" or absent = off
+//   planner:                    # fine-tuning jobs (server/job_runner.h)
+//     interval_s: 120           # planning round period (> 0); also on arrivals
+//                               # and completions
+//     mode: ymir                # ymir (joint ILP with transfer) | elastic
+//                               # (the same ILP with no pair candidates)
+//     gains: /path/gains.csv    # optional transfer gains (task_a, task_b,
+//                               # mode, gain; relative to the config file)
+//     checkpoint_interval_s: 30 # adapters + optimizer saved this often (> 0)
+//                               # and on every preempt / pause
+//     prefetch_s: 30            # a paused job's data is prepared this long
+//                               # before its planned resume (>= 0)
+//     eval_every_steps: 0       # evaluate every N optimizer steps; 0 = once
+//                               # per epoch
 //   state_dir: /var/lib/sliced  # SQLite state (absolute path)
 //   log_level: info             # trace|debug|info|warn|error|critical|off
 //
@@ -78,6 +91,17 @@ struct SchedulerConfig {
   double timeliness = 0.1;
 };
 
+struct PlannerConfig {
+  enum class Mode : uint8_t { kYmir, kElastic };
+  Duration interval = Duration::Seconds(120);
+  Mode mode = Mode::kYmir;
+  std::string gains_path;  // "" = no transfer estimates (no pairs)
+  Duration checkpoint_interval = Duration::Seconds(30);
+  Duration prefetch = Duration::Seconds(30);
+  int64_t eval_every_steps = 0;
+};
+absl::string_view PlannerModeName(PlannerConfig::Mode mode);  // "ymir" / "elastic"
+
 struct ListenConfig {
   std::string unix_socket = "/run/sliced/sliced.sock";  // empty = disabled
   std::string tcp_address;  // "host:port"; empty = no TCP listener
@@ -92,6 +116,7 @@ struct SlicedConfig {
   AcceleratorSet cluster;
   std::vector<DeploymentConfig> deployments;
   SchedulerConfig scheduler;
+  PlannerConfig planner;
   ListenConfig listen;
   std::string state_dir = "/var/lib/sliced";
   std::string log_level = "info";

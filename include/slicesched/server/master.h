@@ -97,6 +97,11 @@ namespace slicesched {
 
 struct Feedback;       // sched/backend.h
 struct ScheduleStats;  // sched/policy.h
+namespace executor {
+class LlamaWeights;        // executor/llama_ops.h
+struct LlamaTrainJob;      // executor/llama_kernels.h
+struct TrainBatch;         // executor/train_ops.h
+}  // namespace executor
 
 struct MasterOptions {
   std::string version = "0.1.0";
@@ -153,6 +158,7 @@ struct DeploymentInfo {
   DeploymentConfig spec;
   std::string prefill_template;
   std::string decode_template;
+  std::string train_template;  // "<deployment>/train" (fine-tuning on this backbone)
   std::vector<std::pair<std::string, int>> partitions;  // enabled: name, slots
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;
@@ -166,6 +172,25 @@ struct SubmitArgs {
   int32_t priority = 0;
   uint32_t deadline_ms = 0;  // 0 = none
   std::vector<std::pair<std::string, uint64_t>> checkpoints;
+  std::string label;
+};
+
+// One fine-tuning micro-batch: an instance of the deployment's
+// "<deployment>/train" template (gmg/llama.h) whose kernels read and update
+// `job` (executor/llama_kernels.h: forward, loss, backward, and the
+// optimizer step every job->accumulation micro-batches). Offline class, so
+// online serving keeps priority; `devices` (non-empty) bounds where its
+// operators may run (InstanceSpec::allowed_devices).
+struct TrainStepArgs {
+  std::string deployment;
+  std::shared_ptr<executor::LlamaTrainJob> job;
+  std::shared_ptr<const executor::TrainBatch> batch;  // one task, row_task empty
+  int64_t rows = 0;          // B
+  int64_t tokens = 0;        // S
+  int64_t rank = 0;          // R (the job's LoRA rank)
+  int64_t head_outputs = 0;  // NC
+  std::vector<uint32_t> devices;
+  int32_t priority = 0;
   std::string label;
 };
 
@@ -325,6 +350,16 @@ class Master {
   absl::Status CancelGeneration(uint64_t request_id);
   // Live generation requests.
   absl::StatusOr<size_t> LiveGenerations();
+
+  // --- Fine-tuning (the job runner, server/job_runner.h) ---------------------
+  // Admits one training micro-batch (see TrainStepArgs); its progress and end
+  // arrive on the returned record like any instance's. FailedPrecondition on
+  // a backend without real operators (virtual devices, or no LibTorch);
+  // NotFound for an unknown deployment; InvalidArgument naming the field.
+  absl::StatusOr<std::shared_ptr<InstanceRecord>> SubmitTrainStep(TrainStepArgs args);
+  // The resident backbone weights of a deployment (shared with its
+  // operators; for evaluation). FailedPrecondition / NotFound as above.
+  absl::StatusOr<std::shared_ptr<const executor::LlamaWeights>> BackboneWeights(const std::string& deployment);
 
   // --- Admin -----------------------------------------------------------------
   absl::StatusOr<MasterStatus> Status();

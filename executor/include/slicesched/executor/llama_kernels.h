@@ -130,6 +130,7 @@ class LlamaKernelRunner final : public KernelRunner {
   absl::Status Run(const KernelCall& call) override;
 
   const LlamaWeights& weights() const { return *weights_; }
+  const std::shared_ptr<const LlamaWeights>& shared_weights() const { return weights_; }
   int64_t calls() const;
 
  private:

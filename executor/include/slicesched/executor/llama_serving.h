@@ -12,6 +12,8 @@
 //     <deployment> (gmg/llama.h names them so),
 //   - the Llama transfer backend (payloads shared or copied between CPU
 //     devices),
+//   - the training requests of "<deployment>/train" instances
+//     (SetTrainRequest: the fine-tuning job's shared state and micro-batch),
 //   - the sampled tokens: the sample op of each instance reports its token
 //     ids, which the master takes once the instance is DONE (TakeTokens).
 //
@@ -81,7 +83,14 @@ class LlamaServingBackend {
   // `tokens` is row-major int64 [batch, new_tokens].
   absl::Status SetRequest(const std::string& deployment, InstanceId instance, const std::vector<int64_t>& tokens,
                           int64_t batch, const SamplingParams& sampling);
+  // The micro-batch of a "<deployment>/train" instance (llama_kernels.h):
+  // set before its embedding can run, erased with EraseRequest.
+  absl::Status SetTrainRequest(const std::string& deployment, InstanceId instance, LlamaTrainRequest request);
+  // Serving and training requests alike.
   void EraseRequest(InstanceId instance);
+  // The resident backbone of a deployment (shared, never copied): what its
+  // operators read. Null when the deployment has no loaded weights.
+  std::shared_ptr<const LlamaWeights> Weights(const std::string& deployment) const;
   // The token ids the instance's sample op produced (row-major [batch, 1]),
   // removed from the table; nullopt when it produced none (yet).
   std::optional<std::vector<int64_t>> TakeTokens(InstanceId instance);

@@ -1,0 +1,192 @@
+// The fine-tuning job runner of the `sliced` daemon: the Ymir planner loop
+// over the JobManager's jobs and the execution of the jobs it runs as
+// low-priority "<deployment>/train" graph instances through the master's
+// operator-level scheduler (issue 8, deliverables 3, 4, 6; issue 7's runtime).
+//
+// Tick() is one non-blocking pass; the daemon calls it from its own thread
+// (Start), tests call it directly with an injected clock. A pass:
+//
+//   1. Arrivals. Jobs in `submitted` are queued (Queue, with the epoch /
+//      iteration limit as iterations_target); an arrival or a completion
+//      makes the next pass plan.
+//   2. Planning, every planner.interval of the injected clock and on
+//      arrivals / completions: one ymir::JobView per queued, paused or
+//      running job (below), ymir::Plan on the cluster's devices, and the
+//      decisions applied as JobManager transitions:
+//        kNormal / kSpatial        -> Run (alone / spatial with the partner)
+//        kTemporal A -> B          -> Run(A, temporal, partner B); B stays
+//                                     queued and starts from A's trained
+//                                     adapters (TransferLora) when it first
+//                                     runs after A completed
+//        kWait for a running job   -> Preempt (its checkpoint is written
+//                                     once the micro-batch in flight ends)
+//      A running job whose plan is unchanged is not re-run (no event). The
+//      event log gets mode, partner, predicted gain (the planner's TranWt - 1
+//      of the pair) and the devices. Devices: the plan's GPU counts are
+//      given concrete device ids, buddy-aligned blocks first (a 2-GPU job
+//      gets {0,1} or {2,3}), so a pp2 partition fits inside the set.
+//      planner.mode = elastic gives the planner no pair estimates: the same
+//      ILP as a plain elastic scheduler (no transfer).
+//   3. Execution. A running job has at most one micro-batch in flight (its
+//      iterations read the adapters the previous optimizer step left); each
+//      is a Master::SubmitTrainStep on the job's plan devices
+//      (InstanceSpec::allowed_devices bounds the scheduler's placement), in
+//      the offline class, so online serving keeps priority. An iteration is
+//      grad_accumulation micro-batches of batch_size rows (one AdamW step).
+//      A failed micro-batch fails the job with the operator's message.
+//   4. Evaluation and stop. At every multiple of eval_every_steps
+//      iterations (0: at each epoch end) and at the limit, the job's metric
+//      is computed (a point passed while the job was paused is evaluated on
+//      the same state when it runs again) on its held-out split (the
+//      last min(128, n/5) examples) with the operators called directly on
+//      the resident backbone: accuracy = argmax of the task head at the
+//      labelled positions, loss = mean cross-entropy, perplexity = exp(loss).
+//      The job completes when the metric meets stop.target; when the epoch
+//      or iteration limit comes first it completes with metrics["censored"]
+//      = 1 (recorded, the target was not reached).
+//   5. Checkpoints: every planner.checkpoint_interval and whenever the job
+//      leaves running (preempt, pause, shutdown), the whole TaskState
+//      (adapters, AdamW moments, step count, accumulated gradients) goes to
+//      STATE_DIR/jobs/<id>/checkpoint.safetensors (written to a temporary
+//      file and renamed), then ReportProgress records it. A job that runs
+//      again after a restart (JobManager requeues it with its
+//      checkpoint_path) loads it: the data position follows from the step
+//      count, so it resumes exactly where the checkpoint was taken.
+//   6. Runtime reuse. The backbone is the deployment's resident weights,
+//      shared by every job and never unloaded; a paused job keeps its loaded
+//      data and its TaskState in memory. Data of queued / paused jobs is
+//      prepared once the next planning round is within planner.prefetch.
+//      Every (re)start measures its context switch, split into
+//      load_checkpoint_ms, prepare_data_ms (0 when prefetched) and
+//      first_step_ms (submit of the first micro-batch to its end), reported
+//      in the job's next progress event.
+//
+// JobView from the job's state: remaining_iterations = the iteration limit
+// (max_epochs x iterations per epoch, capped by max_iterations) minus
+// iterations_done; iter_time_s[min_gpus] = the measured seconds per
+// iteration of this job (else of any job on the same deployment, else
+// default_iter_time_s), and 0 for every other count: the runner executes one
+// micro-batch stream per job, so more GPUs than min_gpus would not make it
+// faster and the planner is not offered them; fair_share_jct_s = remaining x
+// time x max(1, demand / devices); waited_s from the submission time;
+// has_progress once a step ran. Tasks for the gains table are the
+// synthetic task names (file datasets: the job name), as `slicesim
+// ymir-estimators --gains-out` writes them (configs/ymir/gains_synth.csv);
+// the planner pairs only jobs on the same backbone. The table is read by
+// LoadYmirGains, which converts the estimators' speedup gains (a
+// "# gain-definition: speedup" line) into the planner's saved fraction of
+// iterations; the runner uses that fraction as is.
+//
+// What is executed for pairs: temporal pairs as described (A, then B from
+// A's adapters). Spatial pairs are recorded (state, events, devices) but
+// executed as two independent jobs sharing the pair's devices: the joint
+// mixed-batch step (train_ops.h JointAdamWStep) has no graph template yet.
+//
+// Backbone: a job's `backbone` names a deployment, or a preset; a preset
+// runs on the first deployment of that preset (offline role preferred).
+//
+// Threading: Tick and the accessors are called from one thread at a time
+// (the runner thread, or the test); Master and JobManager are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "slicesched/common/clock.h"
+#include "slicesched/jobs/job_manager.h"
+#include "slicesched/server/config.h"
+#include "slicesched/server/master.h"
+
+namespace slicesched {
+
+struct JobRunnerOptions {
+  PlannerConfig planner;
+  std::string state_dir;  // checkpoints under STATE_DIR/jobs/<id>/
+  // The clock of planning rounds, checkpoint intervals and prefetch; not
+  // owned, must outlive the runner. Null: the runner's own SteadyClock.
+  const Clock* clock = nullptr;
+  double default_iter_time_s = 0.05;
+  int64_t max_eval_examples = 128;
+};
+
+struct JobRunnerStats {
+  uint64_t plans = 0;          // planning rounds solved
+  uint64_t steps_done = 0;     // micro-batches finished
+  uint64_t steps_failed = 0;
+  double last_solve_s = 0;
+};
+
+class JobRunner {
+ public:
+  // Loads the gains table (planner.gains) when set; fails naming the file.
+  static absl::StatusOr<std::unique_ptr<JobRunner>> Create(Master* master, jobs::JobManager* jobs,
+                                                          JobRunnerOptions options);
+  ~JobRunner();
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  // One pass (see the header comment). Errors of one job fail that job; the
+  // returned status is about the runner itself (store errors).
+  absl::Status Tick();
+  // Blocks until a micro-batch of some running job ends or `timeout` passes
+  // (a condition wait on the instance record, not a sleep).
+  void WaitForProgress(absl::Duration timeout);
+  // Makes the next Tick plan regardless of the interval.
+  void RequestPlan() { plan_requested_ = true; }
+
+  // Runs Tick on a thread until Stop.
+  void Start();
+  // Stops the thread (if any), waits up to `timeout` for in-flight
+  // micro-batches and checkpoints every running job. Idempotent.
+  void Stop(absl::Duration timeout = absl::Seconds(10));
+
+  JobRunnerStats stats() const { return stats_; }
+  // Test hooks: the job's optimizer step count and accumulated micro-batches
+  // as the runner holds them (-1, -1 when it holds no runtime for the job).
+  std::pair<int64_t, int64_t> TrainingPosition(uint64_t job_id) const;
+
+  struct Runtime;  // one job's data, training state and step in flight (job_runner.cc)
+
+ private:
+  struct Gains;
+  JobRunner(Master* master, jobs::JobManager* jobs, JobRunnerOptions options);
+
+  absl::Status Admit();
+  absl::Status PlanRound(Timestamp now);
+  void Prefetch(Timestamp now);
+  absl::Status Drive(Timestamp now);
+  absl::Status ApplyPlan(uint64_t id, const jobs::RunPlan& plan, Timestamp now);
+  // Loads the deployment and data of a job and, with `with_state`, its
+  // training state (checkpoint, temporal source or fresh). Idempotent.
+  absl::Status Prepare(Runtime& rt, const jobs::JobInfo& info, bool with_state);
+  absl::Status Checkpoint(Runtime& rt, const std::map<std::string, double>& extra);
+  absl::Status Evaluate(Runtime& rt, double* metric, double* loss);
+  void FailJob(uint64_t id, const std::string& reason);
+  std::string DeploymentFor(const jobs::JobSpec& spec, absl::Status* error);
+
+  Master* const master_;
+  jobs::JobManager* const jobs_;
+  const JobRunnerOptions options_;
+  SteadyClock own_clock_;
+  const Clock* clock_;
+  std::unique_ptr<Gains> gains_;
+  std::map<uint64_t, std::unique_ptr<Runtime>> runtimes_;
+  std::map<uint64_t, uint64_t> temporal_source_;  // target job -> source job
+  bool plan_requested_ = true;
+  Timestamp last_plan_ = Timestamp::Never();
+  JobRunnerStats stats_;
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+  bool stopped_ = false;
+};
+
+}  // namespace slicesched

@@ -1,0 +1,978 @@
+// Torch-free TU: the runner drives the training operators through their
+// LibTorch-free API (executor/train_ops.h, llama_kernels.h).
+#include "slicesched/server/job_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/experiments/ymir_sim.h"
+#include "slicesched/synth/tasks.h"
+#include "slicesched/ymir/planner.h"
+#include "spdlog/spdlog.h"
+
+#if SLICESCHED_SERVING_WITH_TORCH
+#include "slicesched/executor/llama_kernels.h"
+#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/train_ops.h"
+#endif
+
+namespace slicesched {
+
+struct JobRunner::Gains {
+  YmirGains table;
+};
+
+#if SLICESCHED_SERVING_WITH_TORCH
+
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t UnixMsNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One JSONL example: {"tokens": [..], "label": N}. Errors name the line.
+absl::Status ParseJsonlLine(const std::string& line, size_t lineno, const std::string& path, synth::Example* out) {
+  auto err = [&](const std::string& what) {
+    return absl::InvalidArgumentError(StrCat(path, ":", lineno, ": ", what));
+  };
+  const size_t tk = line.find("\"tokens\"");
+  if (tk == std::string::npos) return err("no \"tokens\" list");
+  const size_t open = line.find('[', tk);
+  const size_t close = open == std::string::npos ? std::string::npos : line.find(']', open);
+  if (close == std::string::npos) return err("\"tokens\" is not a list");
+  out->tokens.clear();
+  const std::string list = line.substr(open + 1, close - open - 1);
+  for (absl::string_view part : absl::StrSplit(ToAbsl(list), ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) continue;
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v)) return err(StrCat("token '", part, "' is not an integer"));
+    out->tokens.push_back(v);
+  }
+  if (out->tokens.empty()) return err("\"tokens\" is empty");
+  out->label = 0;
+  const size_t lb = line.find("\"label\"");
+  if (lb != std::string::npos) {
+    const size_t colon = line.find(':', lb);
+    const size_t end = colon == std::string::npos ? colon : line.find_first_of(",}", colon);
+    double v = 0;
+    if (colon == std::string::npos ||
+        !absl::SimpleAtod(absl::StripAsciiWhitespace(ToAbsl(line.substr(colon + 1, end - colon - 1))), &v)) {
+      return err("\"label\" is not a number");
+    }
+    out->label = static_cast<int64_t>(v);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+using executor::LlamaTrainJob;
+using executor::LlamaWeights;
+using executor::TaskState;
+using executor::Tensor;
+using executor::TrainBatch;
+
+struct JobRunner::Runtime {
+  uint64_t id = 0;
+  jobs::JobSpec spec;
+  std::string deployment;
+  std::string task_key;  // for the gains table
+  std::shared_ptr<const LlamaWeights> weights;
+  // Data.
+  bool data_ready = false;
+  std::vector<synth::Example> train, eval;
+  bool next_token = false;
+  int64_t head_outputs = 0;
+  std::vector<size_t> perm;  // the current epoch's order
+  int64_t perm_epoch = -1;
+  // State.
+  std::shared_ptr<LlamaTrainJob> job;  // null until started
+  bool resumed_from_checkpoint = false;
+  // The micro-batch in flight.
+  std::shared_ptr<InstanceRecord> inflight;
+  std::chrono::steady_clock::time_point inflight_since;
+  int64_t inflight_step_before = 0;
+  // Measurements.
+  double iter_time_s = 0;  // EMA of measured seconds per iteration (0 = none)
+  double last_loss = 0;
+  double last_metric = NAN;
+  int64_t last_eval_step = 0;
+  Timestamp last_checkpoint = Timestamp::Never();
+  bool checkpoint_due = false;  // left running: checkpoint once nothing is in flight
+  bool eval_pending = false;    // an evaluation point passed, not evaluated yet
+  std::map<std::string, double> pending_switch;  // context switch parts, for the next progress event
+  bool first_step_pending = false;
+  jobs::RunPlan plan;  // as last applied
+  bool running = false;
+
+  int64_t micro_index() const;
+  int64_t micro_per_iteration() const { return std::max<int64_t>(1, spec.hyperparameters.grad_accumulation); }
+  int64_t iterations_per_epoch() const {
+    const int64_t rows = spec.hyperparameters.batch_size * micro_per_iteration();
+    return std::max<int64_t>(1, (static_cast<int64_t>(train.size()) + rows - 1) / rows);
+  }
+  int64_t iteration_limit() const {
+    int64_t limit = spec.stop.max_epochs * iterations_per_epoch();
+    if (spec.stop.max_iterations > 0) limit = std::min(limit, spec.stop.max_iterations);
+    return limit;
+  }
+  int64_t step() const {
+    if (job == nullptr) return 0;
+    absl::MutexLock l(&job->mu);
+    return job->state.step;
+  }
+};
+
+int64_t JobRunner::Runtime::micro_index() const {
+  if (job == nullptr) return 0;
+  absl::MutexLock l(&job->mu);
+  return job->state.step * micro_per_iteration() + job->state.accumulated;
+}
+
+namespace {
+
+// Rows [k*B, (k+1)*B) of the epoch-shuffled walk over `train`, left-padded
+// with token 0 to the batch's longest row.
+TrainBatch MicroBatch(JobRunner::Runtime& rt, int64_t k);
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;
+};
+
+TrainBatch BuildBatch(const std::vector<const synth::Example*>& rows, bool next_token) {
+  size_t len = 0;
+  for (const synth::Example* e : rows) len = std::max(len, e->tokens.size());
+  std::vector<int64_t> tokens, labels;
+  for (const synth::Example* e : rows) {
+    const size_t pad = len - e->tokens.size();
+    for (size_t j = 0; j < len; ++j) tokens.push_back(j < pad ? 0 : e->tokens[j - pad]);
+    for (size_t j = 0; j < len; ++j) {
+      if (next_token) {
+        labels.push_back(j >= pad && j + 1 < len ? e->tokens[j + 1 - pad] : -1);
+      } else {
+        labels.push_back(j + 1 == len ? e->label : -1);
+      }
+    }
+  }
+  const std::vector<int64_t> shape = {static_cast<int64_t>(rows.size()), static_cast<int64_t>(len)};
+  TrainBatch b;
+  b.tokens = Tensor::FromInt64(tokens, shape);
+  b.labels = Tensor::FromInt64(labels, shape);
+  return b;
+}
+
+absl::StatusOr<EvalResult> EvaluateOn(const LlamaWeights& base, const executor::TaskAdapters& params,
+                                      const std::vector<synth::Example>& eval, bool next_token) {
+  std::vector<const synth::Example*> rows;
+  for (const synth::Example& e : eval) rows.push_back(&e);
+  const TrainBatch b = BuildBatch(rows, next_token);
+  const executor::TaskAdapters* tasks[] = {&params};
+  SLICESCHED_ASSIGN_OR_RETURN(Tensor hidden, executor::Embedding(base, b.tokens));
+  for (int64_t g = 0; g < base.num_groups(); ++g) {
+    SLICESCHED_ASSIGN_OR_RETURN(executor::GroupForwardResult f, executor::TrainGroupForward(base, g, tasks, {}, hidden));
+    hidden = f.hidden_out;
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(executor::HeadLossResult h, executor::TrainHeadLoss(base, tasks, {}, hidden, b.labels));
+  EvalResult out;
+  out.loss = h.loss[0];
+  // Accuracy: argmax of head(final_norm(h)) at the labelled positions.
+  const std::vector<float> hs = hidden.ToFloat();
+  const std::vector<float> norm = base.norm().ToFloat();
+  const std::vector<float> head = params.head.ToFloat();
+  const std::vector<int64_t> labels = b.labels.ToInt64();
+  const auto H = static_cast<size_t>(base.dims().hidden);
+  const size_t nc = head.size() / H;
+  const double eps = base.options().rms_eps;
+  int64_t counted = 0, correct = 0;
+  std::vector<double> x(H);
+  for (size_t pos = 0; pos < labels.size(); ++pos) {
+    if (labels[pos] < 0) continue;
+    double ms = 0;
+    for (size_t i = 0; i < H; ++i) ms += static_cast<double>(hs[pos * H + i]) * hs[pos * H + i];
+    const double scale = 1.0 / std::sqrt(ms / static_cast<double>(H) + eps);
+    for (size_t i = 0; i < H; ++i) x[i] = hs[pos * H + i] * scale * norm[i];
+    size_t best = 0;
+    double best_v = -INFINITY;
+    for (size_t c = 0; c < nc; ++c) {
+      double v = 0;
+      for (size_t i = 0; i < H; ++i) v += head[c * H + i] * x[i];
+      if (v > best_v) best_v = v, best = c;
+    }
+    ++counted;
+    correct += static_cast<int64_t>(best) == labels[pos];
+  }
+  out.accuracy = counted > 0 ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0;
+  return out;
+}
+
+TrainBatch MicroBatch(JobRunner::Runtime& rt, int64_t k) {
+  const auto n = static_cast<int64_t>(rt.train.size());
+  const int64_t rows = rt.spec.hyperparameters.batch_size;
+  std::vector<const synth::Example*> picked;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = k * rows + r;
+    const int64_t epoch = i / n;
+    if (epoch != rt.perm_epoch) {
+      rt.perm.resize(static_cast<size_t>(n));
+      for (size_t j = 0; j < rt.perm.size(); ++j) rt.perm[j] = j;
+      synth::Rng rng(rt.spec.hyperparameters.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1);
+      for (size_t j = rt.perm.size(); j > 1; --j) {
+        std::swap(rt.perm[j - 1], rt.perm[static_cast<size_t>(rng.Below(static_cast<int64_t>(j)))]);
+      }
+      rt.perm_epoch = epoch;
+    }
+    picked.push_back(&rt.train[rt.perm[static_cast<size_t>(i % n)]]);
+  }
+  return BuildBatch(picked, rt.next_token);
+}
+
+absl::StatusOr<std::vector<synth::Example>> LoadJsonl(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat("dataset.path: cannot open '", path, "'"));
+  std::vector<synth::Example> out;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (absl::StripAsciiWhitespace(ToAbsl(line)).empty()) continue;
+    synth::Example e;
+    SLICESCHED_RETURN_IF_ERROR(ParseJsonlLine(line, lineno, path, &e));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string CheckpointPath(const std::string& state_dir, uint64_t id) {
+  return StrCat(state_dir, "/jobs/", id, "/checkpoint.safetensors");
+}
+
+}  // namespace
+
+JobRunner::JobRunner(Master* master, jobs::JobManager* jobs, JobRunnerOptions options)
+    : master_(master), jobs_(jobs), options_(std::move(options)) {
+  clock_ = options_.clock != nullptr ? options_.clock : &own_clock_;
+}
+
+absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(Master* master, jobs::JobManager* jobs,
+                                                             JobRunnerOptions options) {
+  if (master == nullptr || jobs == nullptr) return absl::InvalidArgumentError("JobRunner: master and jobs are required");
+  if (options.state_dir.empty()) return absl::InvalidArgumentError("JobRunner: state_dir is required");
+  std::unique_ptr<JobRunner> r(new JobRunner(master, jobs, std::move(options)));
+  r->gains_ = std::make_unique<Gains>();
+  if (!r->options_.planner.gains_path.empty()) {
+    auto g = LoadYmirGains(r->options_.planner.gains_path);
+    if (!g.ok()) return Annotate(g.status(), "planner.gains");
+    r->gains_->table = *std::move(g);
+  }
+  return r;
+}
+
+std::pair<int64_t, int64_t> JobRunner::TrainingPosition(uint64_t job_id) const {
+  auto it = runtimes_.find(job_id);
+  if (it == runtimes_.end() || it->second->job == nullptr) return {-1, -1};
+  absl::MutexLock l(&it->second->job->mu);
+  return {it->second->job->state.step, it->second->job->state.accumulated};
+}
+
+std::string JobRunner::DeploymentFor(const jobs::JobSpec& spec, absl::Status* error) {
+  auto list = master_->ListDeployments();
+  if (!list.ok()) {
+    *error = list.status();
+    return "";
+  }
+  std::string best;
+  for (const DeploymentInfo& d : *list) {
+    if (d.spec.name == spec.backbone) return d.spec.name;
+  }
+  for (const DeploymentInfo& d : *list) {
+    if (d.spec.model_preset != spec.backbone) continue;
+    if (best.empty() || d.spec.role == DeploymentRole::kOffline) best = d.spec.name;
+    if (d.spec.role == DeploymentRole::kOffline) break;
+  }
+  if (best.empty()) {
+    *error = absl::FailedPreconditionError(
+        StrCat("backbone: no deployment serves '", spec.backbone, "' (register a deployment of that model)"));
+  }
+  return best;
+}
+
+absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool with_state) {
+  if (rt.weights == nullptr) {
+    absl::Status err;
+    rt.deployment = DeploymentFor(rt.spec, &err);
+    SLICESCHED_RETURN_IF_ERROR(err);
+    SLICESCHED_ASSIGN_OR_RETURN(rt.weights, master_->BackboneWeights(rt.deployment));
+  }
+  const int64_t vocab = rt.weights->dims().vocab;
+  if (!rt.data_ready) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<synth::Example> all;
+    const jobs::DatasetSpec& ds = rt.spec.dataset;
+    if (ds.kind == jobs::DatasetSpec::Kind::kSynthetic) {
+      synth::DatasetOptions o;
+      o.task = ds.synthetic.task;
+      o.seed = ds.synthetic.seed;
+      o.examples = ds.synthetic.examples;
+      o.sequence_length = ds.synthetic.sequence_length;
+      o.num_classes = ds.synthetic.num_classes;
+      o.language.vocab = vocab;
+      SLICESCHED_ASSIGN_OR_RETURN(all, synth::Generate(o));
+      SLICESCHED_ASSIGN_OR_RETURN(synth::TaskInfo task, synth::FindTask(ds.synthetic.task));
+      rt.next_token = task.kind == synth::TaskKind::kNextToken;
+      rt.head_outputs = rt.next_token ? vocab : ds.synthetic.num_classes;
+    } else {
+      if (ds.format == jobs::DatasetFormat::kJsonl) {
+        SLICESCHED_ASSIGN_OR_RETURN(all, LoadJsonl(ds.path));
+      } else {
+        SLICESCHED_ASSIGN_OR_RETURN(all, synth::ReadTokensBin(ds.path));
+      }
+      int64_t max_label = 1;
+      for (size_t i = 0; i < all.size(); ++i) {
+        for (int64_t t : all[i].tokens) {
+          if (t < 0 || t >= vocab) {
+            return absl::InvalidArgumentError(StrCat("dataset: example ", i, " of '", ds.path, "' has token id ", t,
+                                                     " outside the backbone's vocabulary [0, ", vocab, ")"));
+          }
+        }
+        if (all[i].label < 0) {
+          return absl::InvalidArgumentError(
+              StrCat("dataset: example ", i, " of '", ds.path, "' has a negative label ", all[i].label));
+        }
+        max_label = std::max(max_label, all[i].label);
+      }
+      rt.head_outputs = max_label + 1;
+    }
+    if (all.size() < 2) {
+      return absl::InvalidArgumentError(StrCat("dataset: ", all.size(), " examples; at least 2 are needed (train + eval)"));
+    }
+    const auto n_eval = static_cast<size_t>(std::clamp<int64_t>(static_cast<int64_t>(all.size()) / 5, 1,
+                                                                 options_.max_eval_examples));
+    rt.eval.assign(all.end() - static_cast<std::ptrdiff_t>(n_eval), all.end());
+    all.resize(all.size() - n_eval);
+    rt.train = std::move(all);
+    rt.data_ready = true;
+    rt.pending_switch["prepare_data_ms"] = MsSince(t0);
+  }
+  if (with_state && rt.job == nullptr) {
+    const jobs::Hyperparameters& hp = rt.spec.hyperparameters;
+    if (hp.optimizer != jobs::Optimizer::kAdamW) {
+      return absl::UnimplementedError(
+          "hyperparameters.optimizer: the train template's optimizer operator implements AdamW only; sgd jobs "
+          "cannot run in this version");
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto job = std::make_shared<LlamaTrainJob>();
+    job->accumulation = rt.micro_per_iteration();
+    TaskState state;
+    const std::string path = info.checkpoint_path;
+    if (!path.empty()) {
+      if (!std::filesystem::exists(path)) {
+        return absl::NotFoundError(StrCat("checkpoint: '", path, "' (the job's resume point) does not exist"));
+      }
+      SLICESCHED_ASSIGN_OR_RETURN(state, executor::LoadTaskCheckpoint(path, rt.weights->dims()));
+      rt.resumed_from_checkpoint = true;
+    } else {
+      executor::AdamWOptions adamw;
+      adamw.lr = hp.learning_rate;
+      SLICESCHED_ASSIGN_OR_RETURN(state, TaskState::Init(rt.weights->dims(),
+                                                         executor::LoraConfig{hp.lora_rank, hp.lora_alpha},
+                                                         rt.head_outputs, hp.seed));
+      state.adamw = adamw;
+      // Temporal transfer: B starts from its source's trained adapters.
+      auto src = temporal_source_.find(rt.id);
+      if (src != temporal_source_.end()) {
+        auto s = runtimes_.find(src->second);
+        if (s != runtimes_.end() && s->second->job != nullptr) {
+          TaskState from;
+          {
+            absl::MutexLock l(&s->second->job->mu);
+            from = s->second->job->state;
+          }
+          const absl::Status t = executor::TransferLora(from, state);
+          if (t.ok()) {
+            spdlog::info("job {}: starts from the adapters of job {} (temporal transfer)", rt.id, src->second);
+            rt.pending_switch["temporal_source"] = static_cast<double>(src->second);
+          } else {
+            spdlog::warn("job {}: temporal transfer from job {} skipped: {}", rt.id, src->second, t.ToString());
+          }
+        }
+      }
+    }
+    {
+      absl::MutexLock l(&job->mu);
+      job->state = std::move(state);
+    }
+    rt.job = std::move(job);
+    rt.pending_switch["load_checkpoint_ms"] = MsSince(t0);
+    rt.last_eval_step = rt.step();
+  }
+  return absl::OkStatus();
+}
+
+void JobRunner::FailJob(uint64_t id, const std::string& reason) {
+  spdlog::warn("job {} failed: {}", id, reason);
+  auto r = jobs_->Fail(id, reason);
+  if (!r.ok()) spdlog::error("job {}: recording the failure: {}", id, r.status().ToString());
+  plan_requested_ = true;
+  auto it = runtimes_.find(id);
+  if (it != runtimes_.end()) it->second->running = false;
+}
+
+absl::Status JobRunner::Checkpoint(Runtime& rt, const std::map<std::string, double>& extra) {
+  if (rt.job == nullptr) return absl::OkStatus();
+  const std::string path = CheckpointPath(options_.state_dir, rt.id);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  if (ec) return absl::InternalError(StrCat("checkpoint: cannot create the directory of '", path, "': ", ec.message()));
+  TaskState snapshot;
+  {
+    absl::MutexLock l(&rt.job->mu);
+    snapshot = rt.job->state;
+  }
+  const std::string tmp = path + ".tmp";
+  SLICESCHED_RETURN_IF_ERROR(executor::SaveTaskCheckpoint(tmp, snapshot));
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(StrCat("checkpoint: renaming '", tmp, "': ", ec.message()));
+  rt.last_checkpoint = clock_->Now();
+  std::map<std::string, double> details = extra;
+  details["micro_batches"] = static_cast<double>(snapshot.step * rt.micro_per_iteration() + snapshot.accumulated);
+  auto r = jobs_->ReportProgress(rt.id, snapshot.step, rt.last_loss, path, details);
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::Status JobRunner::Evaluate(Runtime& rt, double* metric, double* loss) {
+  TaskState snapshot;
+  {
+    absl::MutexLock l(&rt.job->mu);
+    snapshot = rt.job->state;
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(EvalResult e, EvaluateOn(*rt.weights, snapshot.params, rt.eval, rt.next_token));
+  *loss = e.loss;
+  switch (rt.spec.stop.metric) {
+    case jobs::StopMetric::kAccuracy: *metric = e.accuracy; break;
+    case jobs::StopMetric::kLoss: *metric = e.loss; break;
+    case jobs::StopMetric::kPerplexity: *metric = std::exp(e.loss); break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::Admit() {
+  SLICESCHED_ASSIGN_OR_RETURN(jobs::ListJobsPage page,
+                              jobs_->List({.states = {jobs::JobState::kSubmitted}, .page_size = 1000}));
+  for (const jobs::JobInfo& j : page.jobs) {
+    const jobs::JobSpec& spec = j.spec;
+    // The iteration limit needs the dataset size: synthetic sizes are known,
+    // file sizes are learnt when the data is first loaded.
+    int64_t target = 0;
+    if (spec.dataset.kind == jobs::DatasetSpec::Kind::kSynthetic) {
+      const int64_t n = spec.dataset.synthetic.examples;
+      const int64_t train = n - std::clamp<int64_t>(n / 5, 1, options_.max_eval_examples);
+      const int64_t rows = spec.hyperparameters.batch_size * std::max<int64_t>(1, spec.hyperparameters.grad_accumulation);
+      target = spec.stop.max_epochs * std::max<int64_t>(1, (train + rows - 1) / rows);
+      if (spec.stop.max_iterations > 0) target = std::min(target, spec.stop.max_iterations);
+    }
+    auto q = jobs_->Queue(j.id, target);
+    if (!q.ok()) spdlog::warn("job {}: queueing: {}", j.id, q.status().ToString());
+    plan_requested_ = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::ApplyPlan(uint64_t id, const jobs::RunPlan& plan, Timestamp now) {
+  (void)now;
+  auto it = runtimes_.find(id);
+  if (it != runtimes_.end() && it->second->running && it->second->plan.devices == plan.devices &&
+      it->second->plan.mode == plan.mode && it->second->plan.partner == plan.partner) {
+    return absl::OkStatus();  // unchanged: no event
+  }
+  auto r = jobs_->Run(id, plan);
+  if (!r.ok()) return r.status();
+  Runtime& rt = *runtimes_.at(id);
+  const bool was_running = rt.running;
+  rt.plan = plan;
+  rt.running = true;
+  if (!was_running) rt.first_step_pending = true;
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::PlanRound(Timestamp now) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SLICESCHED_ASSIGN_OR_RETURN(
+      jobs::ListJobsPage page,
+      jobs_->List({.states = {jobs::JobState::kQueued, jobs::JobState::kRunning, jobs::JobState::kPaused},
+                   .page_size = 1000}));
+  const int devices = static_cast<int>(master_->config().cluster.size());
+  // Measured iteration time per deployment (for jobs not yet measured).
+  std::map<std::string, double> deployment_time;
+  for (const auto& [id, rt] : runtimes_) {
+    if (rt->iter_time_s > 0 && !rt->deployment.empty()) deployment_time[rt->deployment] = rt->iter_time_s;
+  }
+  std::vector<ymir::JobView> views;
+  std::map<uint64_t, std::string> task_of;
+  int demand = 0;
+  for (const jobs::JobInfo& j : page.jobs) demand += j.spec.min_gpus;
+  const int64_t now_ms = UnixMsNow();
+  for (const jobs::JobInfo& j : page.jobs) {
+    auto& slot = runtimes_[j.id];
+    if (slot == nullptr) {
+      slot = std::make_unique<Runtime>();
+      slot->id = j.id;
+      slot->spec = j.spec;
+      slot->task_key = j.spec.dataset.kind == jobs::DatasetSpec::Kind::kSynthetic ? j.spec.dataset.synthetic.task
+                                                                                  : j.spec.name;
+      slot->running = j.state == jobs::JobState::kRunning;
+      slot->plan = j.plan;
+    }
+    Runtime& rt = *slot;
+    if (j.spec.min_gpus > devices) {
+      FailJob(j.id, StrCat("gpus.min: ", j.spec.min_gpus, " devices requested, the daemon has ", devices));
+      continue;
+    }
+    ymir::JobView v;
+    v.id = j.id;
+    v.backbone = j.spec.backbone;
+    v.tenant = j.tenant;
+    v.trust_domain = j.spec.trust_domain;
+    v.allow_sharing = j.spec.allow_sharing;
+    v.has_progress = j.iterations_done > 0 || rt.step() > 0 || rt.micro_index() > 0;
+    v.min_gpus = j.spec.min_gpus;
+    v.max_gpus = j.spec.min_gpus;
+    int64_t limit = j.iterations_target;
+    if (rt.data_ready) limit = rt.iteration_limit();
+    if (limit <= 0) limit = std::max<int64_t>(1, j.spec.stop.max_iterations > 0 ? j.spec.stop.max_iterations : 100);
+    const int64_t done = std::max<int64_t>(j.iterations_done, rt.step());
+    v.remaining_iterations = static_cast<double>(std::max<int64_t>(1, limit - done));
+    double t = rt.iter_time_s;
+    if (t <= 0) {
+      auto d = deployment_time.find(rt.deployment);
+      t = d != deployment_time.end() ? d->second : options_.default_iter_time_s;
+    }
+    v.iter_time_s.assign(static_cast<size_t>(j.spec.min_gpus) + 1, 0.0);
+    v.iter_time_s[static_cast<size_t>(j.spec.min_gpus)] = t;
+    v.fair_share_jct_s = v.remaining_iterations * t * std::max(1.0, static_cast<double>(demand) / devices);
+    v.waited_s = std::max(0.0, static_cast<double>(now_ms - j.submitted_unix_ms) / 1000.0);
+    task_of[j.id] = rt.task_key;
+    views.push_back(std::move(v));
+  }
+  if (views.empty()) return absl::OkStatus();
+
+  std::vector<ymir::PairEstimate> pairs;
+  std::map<std::pair<uint64_t, uint64_t>, ymir::PairEstimate> by_pair;
+  if (options_.planner.mode == PlannerConfig::Mode::kYmir) {
+    for (const ymir::JobView& a : views) {
+      for (const ymir::JobView& b : views) {
+        if (a.id == b.id) continue;
+        double tg = 0, sg = 0;
+        const bool has_t = gains_->table.Get(task_of[a.id], task_of[b.id], ymir::Mode::kTemporal, &tg);
+        const bool has_s = gains_->table.Get(task_of[a.id], task_of[b.id], ymir::Mode::kSpatial, &sg);
+        if (!has_t && !has_s) continue;
+        ymir::PairEstimate e;
+        e.a = a.id;
+        e.b = b.id;
+        // YmirGains holds the saved fraction of iterations (LoadYmirGains
+        // converted the file's definition).
+        e.temporal_gain_ab = has_t ? tg : -1.0;
+        e.spatial_gain = has_s ? sg : -1.0;
+        e.spatial_iter_time_factor = 1.0;
+        pairs.push_back(e);
+        by_pair[{a.id, b.id}] = e;
+      }
+    }
+  }
+  ymir::ClusterView cluster{.gpus = devices, .gpus_per_node = devices};
+  ymir::PlannerOptions po;
+  po.round_s = options_.planner.interval.ToSecondsF();
+  po.time_limit_s = 5;
+  SLICESCHED_ASSIGN_OR_RETURN(ymir::PlanResult plan, ymir::Plan(views, pairs, cluster, po));
+  stats_.plans += 1;
+  stats_.last_solve_s = plan.solve_seconds;
+
+  // Concrete devices: keep a running job's set when it still fits, then
+  // buddy-aligned blocks.
+  std::vector<uint8_t> used(static_cast<size_t>(devices), 0);
+  std::map<size_t, std::vector<uint32_t>> devs_of;  // assignment index -> devices
+  std::vector<size_t> order;
+  for (size_t i = 0; i < plan.assignments.size(); ++i) {
+    if (plan.assignments[i].mode != ymir::Mode::kWait) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return plan.assignments[a].gpus > plan.assignments[b].gpus; });
+  for (size_t i : order) {
+    const ymir::Assignment& a = plan.assignments[i];
+    const Runtime& rt = *runtimes_.at(a.jobs[0]);
+    if (rt.running && static_cast<int>(rt.plan.devices.size()) == a.gpus &&
+        std::none_of(rt.plan.devices.begin(), rt.plan.devices.end(), [&](uint32_t d) { return d >= used.size() || used[d]; })) {
+      for (uint32_t d : rt.plan.devices) used[d] = 1;
+      devs_of[i] = rt.plan.devices;
+    }
+  }
+  for (size_t i : order) {
+    if (devs_of.contains(i)) continue;
+    const int g = plan.assignments[i].gpus;
+    std::vector<uint32_t> pick;
+    for (int start = 0; start + g <= devices && pick.empty(); start += g) {
+      bool free = true;
+      for (int d = start; d < start + g; ++d) free &= !used[static_cast<size_t>(d)];
+      if (free) {
+        for (int d = start; d < start + g; ++d) pick.push_back(static_cast<uint32_t>(d));
+      }
+    }
+    if (pick.empty()) {
+      for (int d = 0; d < devices && static_cast<int>(pick.size()) < g; ++d) {
+        if (!used[static_cast<size_t>(d)]) pick.push_back(static_cast<uint32_t>(d));
+      }
+    }
+    for (uint32_t d : pick) used[d] = 1;
+    devs_of[i] = pick;
+  }
+
+  // Apply: preemptions first (they free devices), then runs.
+  for (const ymir::Assignment& a : plan.assignments) {
+    if (a.mode != ymir::Mode::kWait) continue;
+    for (uint64_t id : a.jobs) {
+      Runtime& rt = *runtimes_.at(id);
+      if (!rt.running) continue;
+      auto r = jobs_->Preempt(id, "the planner gave its devices to other jobs this round");
+      if (!r.ok()) {
+        spdlog::warn("job {}: preempt: {}", id, r.status().ToString());
+        continue;
+      }
+      rt.running = false;
+      rt.checkpoint_due = true;
+    }
+  }
+  for (size_t i = 0; i < plan.assignments.size(); ++i) {
+    const ymir::Assignment& a = plan.assignments[i];
+    if (a.mode == ymir::Mode::kWait) continue;
+    jobs::RunPlan rp;
+    rp.devices = devs_of[i];
+    if (rp.devices.empty()) continue;
+    if (a.mode == ymir::Mode::kNormal) {
+      rp.mode = jobs::RunMode::kAlone;
+      // A temporal target starts from its source's adapters only once the
+      // source completed; run alone while the source still trains (or after
+      // it failed), it starts from its own initialisation.
+      if (auto src = temporal_source_.find(a.jobs[0]); src != temporal_source_.end()) {
+        auto s = jobs_->Get(src->second);
+        if (!s.ok() || s->state != jobs::JobState::kCompleted) temporal_source_.erase(src);
+      }
+      SLICESCHED_RETURN_IF_ERROR(ApplyPlan(a.jobs[0], rp, now));
+      continue;
+    }
+    const uint64_t A = a.jobs[0], B = a.jobs[1];
+    const ymir::PairEstimate& e = by_pair.count({A, B}) ? by_pair[{A, B}] : by_pair[{B, A}];
+    if (a.mode == ymir::Mode::kTemporal) {
+      rp.mode = jobs::RunMode::kTemporal;
+      rp.partner = B;
+      rp.predicted_gain = e.temporal_gain_ab;
+      SLICESCHED_RETURN_IF_ERROR(ApplyPlan(A, rp, now));
+      temporal_source_[B] = A;
+      Runtime& rb = *runtimes_.at(B);
+      if (rb.running) {
+        auto r = jobs_->Preempt(B, StrCat("waits for its temporal source job ", A));
+        if (r.ok()) {
+          rb.running = false;
+          rb.checkpoint_due = true;
+        }
+      }
+    } else {
+      temporal_source_.erase(A);
+      temporal_source_.erase(B);
+      rp.mode = jobs::RunMode::kSpatial;
+      rp.predicted_gain = e.spatial_gain;
+      rp.partner = B;
+      SLICESCHED_RETURN_IF_ERROR(ApplyPlan(A, rp, now));
+      rp.partner = A;
+      SLICESCHED_RETURN_IF_ERROR(ApplyPlan(B, rp, now));
+    }
+  }
+  spdlog::info("planner ({}): {} jobs, {} candidates, {} pruned, solved in {:.3f} s",
+               ToStd(PlannerModeName(options_.planner.mode)), views.size(), plan.candidates, plan.pruned,
+               plan.solve_seconds);
+  (void)t0;
+  return absl::OkStatus();
+}
+
+void JobRunner::Prefetch(Timestamp now) {
+  if (last_plan_ == Timestamp::Never()) return;
+  if (now + options_.planner.prefetch < last_plan_ + options_.planner.interval) return;
+  auto page = jobs_->List({.states = {jobs::JobState::kQueued, jobs::JobState::kPaused}, .page_size = 1000});
+  if (!page.ok()) return;
+  for (const jobs::JobInfo& j : page->jobs) {
+    auto it = runtimes_.find(j.id);
+    if (it == runtimes_.end() || it->second->data_ready) continue;
+    absl::Status s = Prepare(*it->second, j, /*with_state=*/false);
+    if (!s.ok()) FailJob(j.id, std::string(ToStd(s.message())));
+  }
+}
+
+absl::Status JobRunner::Drive(Timestamp now) {
+  for (auto it = runtimes_.begin(); it != runtimes_.end();) {
+    Runtime& rt = *it->second;
+    const uint64_t id = rt.id;
+    auto info = jobs_->Get(id);
+    if (!info.ok()) return info.status();
+    // 1. The micro-batch in flight.
+    if (rt.inflight != nullptr) {
+      const InstanceUpdate last = rt.inflight->Last();
+      if (!IsTerminalInstanceState(last.state)) {
+        ++it;
+        continue;
+      }
+      rt.inflight = nullptr;
+      if (last.state != InstanceState::kDone) {
+        stats_.steps_failed += 1;
+        if (!jobs::IsTerminal(info->state)) {
+          FailJob(id, StrCat("training micro-batch ", rt.micro_index(), " failed: ",
+                             last.message.empty() ? std::string(ToStd(InstanceStateName(last.state))) : last.message));
+        }
+        ++it;
+        continue;
+      }
+      stats_.steps_done += 1;
+      const double ms = MsSince(rt.inflight_since);
+      const double iter_s = ms / 1000.0 * static_cast<double>(rt.micro_per_iteration());
+      rt.iter_time_s = rt.iter_time_s <= 0 ? iter_s : 0.8 * rt.iter_time_s + 0.2 * iter_s;
+      {
+        absl::MutexLock l(&rt.job->mu);
+        if (!rt.job->losses.empty()) rt.last_loss = rt.job->losses.back();
+      }
+      if (rt.first_step_pending) {
+        rt.first_step_pending = false;
+        rt.pending_switch["first_step_ms"] = ms;
+        double total = 0;
+        for (const char* k : {"first_step_ms", "load_checkpoint_ms", "prepare_data_ms"}) {
+          auto f = rt.pending_switch.find(k);
+          if (f != rt.pending_switch.end()) total += f->second;
+        }
+        rt.pending_switch["context_switch_ms"] = total;
+        if (info->state == jobs::JobState::kRunning) {
+          auto p = jobs_->ReportProgress(id, rt.step(), rt.last_loss, "", rt.pending_switch);
+          if (!p.ok()) spdlog::warn("job {}: progress: {}", id, p.status().ToString());
+        }
+        rt.pending_switch.clear();
+      }
+      // Iteration boundary: an evaluation point (a multiple of
+      // eval_every_steps, an epoch end, or the limit) is marked, and
+      // evaluated once the job runs (a job paused at that instant is
+      // evaluated on the same state when it resumes), so the evaluation
+      // points never depend on scheduling.
+      const int64_t step = rt.step();
+      if (step > rt.inflight_step_before) {
+        const int64_t every = options_.planner.eval_every_steps;
+        const int64_t period = every > 0 ? every : rt.iterations_per_epoch();
+        if (step % period == 0 || step >= rt.iteration_limit()) rt.eval_pending = true;
+      }
+    }
+    if (rt.eval_pending && rt.inflight == nullptr && info->state == jobs::JobState::kRunning) {
+      rt.eval_pending = false;
+      const int64_t step = rt.step();
+      const bool at_limit = step >= rt.iteration_limit();
+      double metric = 0, eval_loss = 0;
+      absl::Status e = Evaluate(rt, &metric, &eval_loss);
+      if (!e.ok()) {
+        FailJob(id, StrCat("evaluation: ", e.message()));
+        ++it;
+        continue;
+      }
+      rt.last_eval_step = step;
+      rt.last_metric = metric;
+      const bool higher = jobs::HigherIsBetter(rt.spec.stop.metric);
+      const bool reached = higher ? metric >= rt.spec.stop.target : metric <= rt.spec.stop.target;
+      const double epochs = static_cast<double>(step) / static_cast<double>(rt.iterations_per_epoch());
+      if (reached || at_limit) {
+        SLICESCHED_RETURN_IF_ERROR(Checkpoint(rt, {{"epochs", epochs}, {"metric", metric}}));
+        jobs::CompletionReport rep;
+        rep.metrics[std::string(jobs::StopMetricName(rt.spec.stop.metric))] = metric;
+        rep.metrics["eval_loss"] = eval_loss;
+        rep.metrics["train_loss"] = rt.last_loss;
+        rep.metrics["iterations"] = static_cast<double>(step);
+        rep.metrics["epochs"] = epochs;
+        rep.metrics["censored"] = reached ? 0.0 : 1.0;
+        auto c = jobs_->Complete(id, rep);
+        if (!c.ok()) spdlog::warn("job {}: complete: {}", id, c.status().ToString());
+        spdlog::info("job {} completed after {} iterations ({:.2f} epochs): {} = {:.4f}{}", id, step, epochs,
+                     jobs::StopMetricName(rt.spec.stop.metric), metric,
+                     reached ? "" : " (censored: the limit came first)");
+        rt.running = false;
+        plan_requested_ = true;
+        ++it;
+        continue;
+      }
+      auto p = jobs_->ReportProgress(id, step, rt.last_loss, "",
+                                     {{"epochs", epochs}, {"metric", metric}, {"eval_loss", eval_loss}});
+      if (!p.ok()) spdlog::warn("job {}: progress: {}", id, p.status().ToString());
+    }
+    // 2. Terminal jobs leave (a temporal source's state stays for its target).
+    if (jobs::IsTerminal(info->state)) {
+      bool is_source = false;
+      for (const auto& [target, source] : temporal_source_) is_source |= source == id;
+      if (!is_source) {
+        temporal_source_.erase(id);
+        it = runtimes_.erase(it);
+        continue;
+      }
+      rt.running = false;
+      ++it;
+      continue;
+    }
+    // 3. Checkpoints: left running, or the interval passed.
+    if (rt.job != nullptr && (rt.checkpoint_due || (info->state == jobs::JobState::kRunning &&
+                                                    rt.last_checkpoint != Timestamp::Never() &&
+                                                    now - rt.last_checkpoint >= options_.planner.checkpoint_interval))) {
+      SLICESCHED_RETURN_IF_ERROR(Checkpoint(rt, {}));
+      rt.checkpoint_due = false;
+    }
+    // 4. The next micro-batch.
+    if (info->state == jobs::JobState::kRunning && rt.running) {
+      if (!rt.data_ready || rt.job == nullptr) {
+        absl::Status s = Prepare(rt, *info, /*with_state=*/true);
+        if (!s.ok()) {
+          FailJob(id, std::string(ToStd(s.message())));
+          ++it;
+          continue;
+        }
+        if (rt.last_checkpoint == Timestamp::Never()) rt.last_checkpoint = now;
+      }
+      const int64_t k = rt.micro_index();
+      auto batch = std::make_shared<TrainBatch>(MicroBatch(rt, k));
+      const std::vector<int64_t> shape = batch->tokens.shape();
+      TrainStepArgs args;
+      args.deployment = rt.deployment;
+      args.job = rt.job;
+      args.batch = batch;
+      args.rows = shape[0];
+      args.tokens = shape[1];
+      args.rank = rt.spec.hyperparameters.lora_rank;
+      args.head_outputs = rt.head_outputs;
+      args.devices = rt.plan.devices;
+      args.priority = rt.spec.priority;
+      args.label = StrCat("job-", id, "/mb-", k);
+      rt.inflight_step_before = rt.step();
+      rt.inflight_since = std::chrono::steady_clock::now();
+      auto rec = master_->SubmitTrainStep(std::move(args));
+      if (!rec.ok()) {
+        if (absl::IsFailedPrecondition(rec.status()) && master_->draining()) {
+          ++it;
+          continue;
+        }
+        FailJob(id, StrCat("submitting micro-batch ", k, ": ", rec.status().message()));
+        ++it;
+        continue;
+      }
+      rt.inflight = *rec;
+    }
+    ++it;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::Tick() {
+  const Timestamp now = clock_->Now();
+  SLICESCHED_RETURN_IF_ERROR(Admit());
+  if (plan_requested_ || last_plan_ == Timestamp::Never() || now - last_plan_ >= options_.planner.interval) {
+    plan_requested_ = false;
+    last_plan_ = now;
+    absl::Status s = PlanRound(now);
+    if (!s.ok()) spdlog::error("planner: {}", s.ToString());
+  }
+  Prefetch(now);
+  return Drive(now);
+}
+
+void JobRunner::WaitForProgress(absl::Duration timeout) {
+  for (const auto& [id, rt] : runtimes_) {
+    if (rt->inflight == nullptr) continue;
+    bool closed = false;
+    const size_t seen = rt->inflight->WaitFrom(0, absl::ZeroDuration(), &closed).size();
+    if (!closed) (void)rt->inflight->WaitFrom(seen, timeout, &closed);
+    return;
+  }
+  absl::MutexLock l(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stop_), timeout);
+}
+
+void JobRunner::Start() {
+  thread_ = std::thread([this] {
+    for (;;) {
+      {
+        absl::MutexLock l(&mu_);
+        if (stop_) return;
+      }
+      absl::Status s = Tick();
+      if (!s.ok()) spdlog::error("job runner: {}", s.ToString());
+      // Idle (no job known to the runner): look for arrivals 4 times a second.
+      WaitForProgress(absl::Milliseconds(runtimes_.empty() ? 250 : 20));
+    }
+  });
+}
+
+void JobRunner::Stop(absl::Duration timeout) {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  const absl::Time deadline = absl::Now() + timeout;
+  for (auto& [id, rt] : runtimes_) {
+    if (rt->inflight == nullptr) continue;
+    bool closed = false;
+    size_t seen = 0;
+    while (!closed && absl::Now() < deadline) {
+      auto ev = rt->inflight->WaitFrom(seen, deadline - absl::Now(), &closed);
+      seen += ev.size();
+    }
+  }
+  for (auto& [id, rt] : runtimes_) {
+    if (rt->job == nullptr) continue;
+    auto info = jobs_->Get(id);
+    if (!info.ok() || jobs::IsTerminal(info->state)) continue;
+    absl::Status s = Checkpoint(*rt, {});
+    if (!s.ok()) spdlog::error("job {}: checkpoint at shutdown: {}", id, s.ToString());
+  }
+}
+
+#else  // !SLICESCHED_SERVING_WITH_TORCH
+
+struct JobRunner::Runtime {};
+
+JobRunner::JobRunner(Master* master, jobs::JobManager* jobs, JobRunnerOptions options)
+    : master_(master), jobs_(jobs), options_(std::move(options)) {
+  clock_ = &own_clock_;
+}
+
+absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(Master*, jobs::JobManager*, JobRunnerOptions) {
+  return absl::FailedPreconditionError(
+      "fine-tuning jobs need the LibTorch executors; this sliced was built without LibTorch (jobs stay queued)");
+}
+absl::Status JobRunner::Tick() { return absl::FailedPreconditionError("built without LibTorch"); }
+void JobRunner::WaitForProgress(absl::Duration) {}
+void JobRunner::Start() {}
+void JobRunner::Stop(absl::Duration) {}
+std::pair<int64_t, int64_t> JobRunner::TrainingPosition(uint64_t) const { return {-1, -1}; }
+
+#endif  // SLICESCHED_SERVING_WITH_TORCH
+
+JobRunner::~JobRunner() { Stop(); }
+
+}  // namespace slicesched
