@@ -160,11 +160,11 @@ int64_t LossCurve::ConvergenceStep(double threshold) const {
 
 std::optional<double> LossCurve::StepsToLoss(double target_loss) const {
   const double y = target_loss / scale;
-  if (y >= r + d) return 0.0;
+  if (y >= r + d) return fit_from_step;
   if (y <= r || (b1 <= 0 && b2 <= 0)) return std::nullopt;
   const double qm1 = d / (y - r) - 1.0;  // q(t) - 1 = b1 t + b2 t^2 > 0
   // The positive root of b2 t^2 + b1 t - qm1 = 0, in the form stable for b2 -> 0.
-  return 2.0 * qm1 / (b1 + std::sqrt(b1 * b1 + 4.0 * b2 * qm1));
+  return std::max(fit_from_step, 2.0 * qm1 / (b1 + std::sqrt(b1 * b1 + 4.0 * b2 * qm1)));
 }
 
 absl::StatusOr<LossCurve> LossCurve::WithGain(double gain) const {
@@ -174,6 +174,7 @@ absl::StatusOr<LossCurve> LossCurve::WithGain(double gain) const {
   LossCurve c = *this;
   c.b1 = b1 * (1.0 + gain);
   c.b2 = b2 * (1.0 + gain) * (1.0 + gain);
+  c.fit_from_step = fit_from_step / (1.0 + gain);
   return c;
 }
 

@@ -199,6 +199,13 @@ TEST(IterationEstimator, TransientRuleRecoversTheCreepAfterTheWarmUp) {
     auto s = PredictStepsToLoss(curve, target);
     ASSERT_TRUE(s.ok()) << "seed " << seed << ": " << s.status();
     EXPECT_NEAR(*s, 32.0, 0.12 * 32.0) << "seed " << seed;
+    // The warm-up's dip to 0.60 at step 2 does not count: the settled loss
+    // reaches 0.61 only at step ~11.9, and never before the fit's start.
+    auto early = PredictStepsToLoss(curve, 0.61);
+    ASSERT_TRUE(early.ok()) << early.status();
+    EXPECT_NEAR(*early, 11.9, 2.0) << "seed " << seed;
+    EXPECT_EQ(*settled->StepsToLoss(0.75), 4.0);  // above the settled start: its first step
+    EXPECT_EQ(*settled->WithGain(1.0)->StepsToLoss(0.75), 2.0);
     // Fitting the raw points (the drop and the bump) misses by far more.
     auto r = PredictStepsToLoss(curve, target, 0.0, raw);
     if (r.ok()) {

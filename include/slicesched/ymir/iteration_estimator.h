@@ -51,16 +51,17 @@
 // the improvement stays <= the threshold (it may rise at first when b2 > 0,
 // then falls for good).
 //
-// Iterations to a target: the smallest real t >= 0 with y(t) <= y*, solved in
-// closed form from q(t) = D / (y* - r); unreachable (nullopt) when
-// y* <= r (the curve never gets there).
+// Iterations to a target: the smallest real t >= fit_from_step with
+// y(t) <= y*, solved in closed form from q(t) = D / (y* - r); unreachable
+// (nullopt) when y* <= r (the curve never gets there).
 //
 // Transfer gain. Ymir's gain g of task B under a transfer is defined by
 // steps: steps(transfer) = steps(normal) / (1 + g) to the same target (see
 // executor/task2vec.h). The estimator applies it as a time scaling of the
 // normal curve, y_g(t) = y((1 + g) t): b1 -> (1 + g) b1, b2 -> (1 + g)^2 b2,
-// the start r + D and the asymptote r unchanged (the bar never moves). So
-// iterations to any target divide by exactly 1 + g; g must be > -1.
+// the start r + D and the asymptote r unchanged (the bar never moves), and
+// fit_from_step -> fit_from_step / (1 + g). So iterations to any target
+// divide by exactly 1 + g; g must be > -1.
 #pragma once
 
 #include <cstdint>
@@ -98,8 +99,11 @@ struct LossCurve {
   // The first integer t >= 0 from which Improvement(t) <= threshold (0 when
   // the curve is flat). threshold > 0.
   int64_t ConvergenceStep(double threshold = 0.001) const;
-  // Steps until the (unnormalised) loss first reaches `target_loss`; 0 when
-  // the curve starts at or below it, nullopt when it never does.
+  // Steps until the (unnormalised) loss first reaches `target_loss`, counted
+  // from step 0 but never before fit_from_step (the curve describes the loss
+  // only from where its fitted points start: a dip below the target during
+  // the dropped warm-up does not count); fit_from_step when the curve is
+  // already at or below it there, nullopt when it never gets there.
   std::optional<double> StepsToLoss(double target_loss) const;
   // The curve of the same task under a transfer with gain g (> -1): see above.
   absl::StatusOr<LossCurve> WithGain(double gain) const;
