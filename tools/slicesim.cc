@@ -143,7 +143,9 @@ int Usage(FILE* to) {
                "                        LoRA rounds) and write it as safetensors (needs LibTorch)\n"
                "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
                "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
-               "         [--iter-prefix-fraction F] [--stop-loss-epoch-steps N] [--gains-out FILE] [--json]\n"
+               "         [--iter-prefix-fraction F] [--iter-quadratic] [--stop-loss-epoch-steps N]\n"
+               "         [--gains-out FILE] [--json]  (--steps >= 20, the Task2Vec probe's steps;\n"
+               "         --iter-quadratic: fit the b2 term after the warm-up too)\n"
                "                        Task2Vec similarity -> transfer gain, against gains measured\n"
                "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch),\n"
                "                        the iteration estimator's errors and the stop-loss\n"
@@ -587,10 +589,19 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Int("--eval-examples", &o.eval_examples)
                    .Num("--iter-prefix-fraction", &o.iter_prefix_fraction)
                    .Int("--stop-loss-epoch-steps", &o.stop_loss_epoch_steps)
+                   .Switch("--iter-quadratic", &o.iter_fit.quadratic)
                    .Text("--gains-out", &gains_out)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
+  }
+  if (o.normal_steps < o.probe_steps) {
+    std::fprintf(stderr,
+                 "slicesim ymir-estimators: --steps %lld is below the Task2Vec probe's %lld steps (the probe "
+                 "is a prefix of each normal run); use --steps >= %lld\n",
+                 static_cast<long long>(o.normal_steps), static_cast<long long>(o.probe_steps),
+                 static_cast<long long>(o.probe_steps));
+    return 2;
   }
   o.seed = static_cast<uint64_t>(seed);
   auto dims = slicesched::LlamaPreset("tiny");

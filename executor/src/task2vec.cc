@@ -123,11 +123,23 @@ absl::Status YmirExperimentOptions::Validate() const {
       return absl::InvalidArgumentError(StrCat("task '", t.name, "' is not a classification task"));
     }
   }
+  if (probe_steps < 0 || probe_steps > normal_steps) {
+    return absl::InvalidArgumentError(
+        StrCat("Ymir experiment: normal_steps (slicesim --steps) must be >= probe_steps (the Task2Vec probe "
+               "is a prefix of the normal run) and probe_steps >= 0; got normal_steps ",
+               normal_steps, ", probe_steps ", probe_steps));
+  }
   if (sequence_length < 2 || batch_size < 1 || train_examples < 1 || eval_examples < 1 ||
       lora_rank < 1 || normal_steps < 1 || max_steps_factor < 1 || repeats < 1 || eval_every < 1 ||
-      probe_steps < 0 || probe_steps > normal_steps || fisher_examples < 1 ||
-      stop_loss_epoch_steps < 1) {
-    return absl::InvalidArgumentError("Ymir experiment: a size is out of range (see task2vec.h)");
+      fisher_examples < 1 || stop_loss_epoch_steps < 1) {
+    return absl::InvalidArgumentError(StrCat(
+        "Ymir experiment: a size is out of range (need sequence_length >= 2 and batch_size, "
+        "train_examples, eval_examples, lora_rank, normal_steps, max_steps_factor, repeats, "
+        "eval_every, fisher_examples, stop_loss_epoch_steps >= 1); got sequence_length ",
+        sequence_length, ", batch_size ", batch_size, ", train_examples ", train_examples,
+        ", eval_examples ", eval_examples, ", lora_rank ", lora_rank, ", normal_steps ", normal_steps,
+        ", max_steps_factor ", max_steps_factor, ", repeats ", repeats, ", eval_every ", eval_every,
+        ", fisher_examples ", fisher_examples, ", stop_loss_epoch_steps ", stop_loss_epoch_steps));
   }
   if (!(iter_prefix_fraction > 0 && iter_prefix_fraction <= 1)) {
     return absl::InvalidArgumentError(
@@ -350,7 +362,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       for (size_t f = 0; f < fractions.size(); ++f) {
         const std::vector<ymir::LossPoint> prefix =
             ymir::Prefix(c, static_cast<double>(o.PrefixSteps(fractions[f])));
-        auto fit = ymir::FitLossCurve(prefix);
+        auto fit = ymir::FitLossCurve(prefix, o.iter_fit);
         if (!fit.ok()) return Annotate(fit.status(), StrCat("iteration estimator on ", data[i].spec.name));
         const std::optional<double> predicted = fit->StepsToLoss(target[i]);
         pred_normal_sum[f][i] += predicted ? *predicted : censored;
@@ -363,6 +375,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                                                         .scale = fit->scale,
                                                         .rmse = fit->rmse,
                                                         .prefix_points = static_cast<int64_t>(prefix.size()),
+                                                        .fit_from_step = fit->fit_from_step,
+                                                        .fitted_points = fit->fitted_points,
                                                         .convergence_step = fit->ConvergenceStep(0.001)});
         }
       }
@@ -705,9 +719,10 @@ std::string YmirEstimatorReport::ToJson() const {
       j += absl::StrFormat(
           ", \"predicted_steps_to_target\": %.2f, \"unreachable\": %d, \"fit\": {\"r\": %.4f, "
           "\"d\": %.4f, \"b1\": %.5g, \"b2\": %.5g, \"scale\": %.4f, \"rmse\": %.4f, "
-          "\"prefix_points\": %d, \"convergence_step\": %d}",
+          "\"prefix_points\": %d, \"fit_from_step\": %.0f, \"fitted_points\": %d, "
+          "\"convergence_step\": %d}",
           f.predicted_steps, f.unreachable, f.r, f.d, f.b1, f.b2, f.scale, f.rmse, f.prefix_points,
-          f.convergence_step);
+          f.fit_from_step, f.fitted_points, f.convergence_step);
     }
     if (i < normal_curves.size()) {
       j += ", \"curve\": [";

@@ -166,7 +166,13 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   ASSERT_EQ(r->iteration_fits.size(), 3u);
   for (const YmirIterationFit& f : r->iteration_fits) {
     EXPECT_EQ(f.prefix_points, 4);  // steps 0..3, every step
-    EXPECT_GT(f.predicted_steps, 0.0);
+    // The transient rule drops at most the first point here (3 steps stay).
+    EXPECT_GE(f.fitted_points, 3);
+    EXPECT_LE(f.fitted_points, f.prefix_points);
+    EXPECT_EQ(f.fit_from_step, static_cast<double>(f.prefix_points - f.fitted_points));
+    // Never before the fit's first point (0 is right for a task whose loss
+    // only rises: its target is its initial loss).
+    EXPECT_GE(f.predicted_steps, f.fit_from_step);
     EXPECT_GE(f.r, 0.0);
     EXPECT_GE(f.d, 0.0);
   }
@@ -201,7 +207,7 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   const std::string json = r->ToJson();
   for (const char* key : {"\"transfer_cls_accuracy\"", "\"iter_err_normal_pct\"",
                           "\"iter_err_transfer_pct\"", "\"best_pairs\"", "\"negative_caught\"",
-                          "\"steps_transfer_stop_loss\""}) {
+                          "\"steps_transfer_stop_loss\"", "\"fit_from_step\"", "\"fitted_points\""}) {
     EXPECT_THAT(json, testing::HasSubstr(key));
   }
   YmirExperimentOptions bad = o;
@@ -281,6 +287,12 @@ TEST(Task2Vec, RejectsBadOptions) {
   o.tasks.pop_back();
   EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
               testing::HasSubstr("at least 3"));
+  // Fewer normal steps than the probe's: named, with the CLI flag.
+  o = SmallExperiment();
+  o.normal_steps = o.probe_steps - 1;
+  const std::string msg(RunYmirEstimators(**w, o).status().message());
+  EXPECT_THAT(msg, testing::HasSubstr("normal_steps (slicesim --steps) must be >= probe_steps"));
+  EXPECT_THAT(msg, testing::HasSubstr("got normal_steps 2, probe_steps 3"));
 }
 
 }  // namespace

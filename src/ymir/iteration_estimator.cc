@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <set>
 
@@ -83,7 +84,8 @@ bool Solve4(std::array<std::array<double, 4>, 4> a, std::array<double, 4> b,
 }
 
 // Projected Levenberg-Marquardt on (r, D, b1, b2).
-void Polish(Params& p, const std::vector<LossPoint>& pts, int iterations) {
+// With quadratic false, b2 stays 0 (its row and column are left out).
+void Polish(Params& p, const std::vector<LossPoint>& pts, int iterations, bool quadratic) {
   double sse = Sse(p, pts);
   double lambda = 1e-3;
   for (int it = 0; it < iterations; ++it) {
@@ -93,7 +95,7 @@ void Polish(Params& p, const std::vector<LossPoint>& pts, int iterations) {
       const double q = Q(p, x.step);
       const double e = x.loss - (p.r + p.d / q);
       const std::array<double, 4> j = {1.0, 1.0 / q, -p.d * x.step / (q * q),
-                                       -p.d * x.step * x.step / (q * q)};
+                                       quadratic ? -p.d * x.step * x.step / (q * q) : 0.0};
       for (int a = 0; a < 4; ++a) {
         jte[a] += j[a] * e;
         for (int b = 0; b < 4; ++b) jtj[a][b] += j[a] * j[b];
@@ -103,6 +105,7 @@ void Polish(Params& p, const std::vector<LossPoint>& pts, int iterations) {
     for (int tries = 0; tries < 10 && !improved; ++tries) {
       auto m = jtj;
       for (int a = 0; a < 4; ++a) m[a][a] += lambda * std::max(jtj[a][a], 1e-12);
+      if (!quadratic) m[3][3] = 1.0;  // delta b2 = 0
       std::array<double, 4> delta{};
       if (!Solve4(m, jte, delta)) {
         lambda *= 10;
@@ -157,11 +160,11 @@ int64_t LossCurve::ConvergenceStep(double threshold) const {
 
 std::optional<double> LossCurve::StepsToLoss(double target_loss) const {
   const double y = target_loss / scale;
-  if (y >= r + d) return 0.0;
+  if (y >= r + d) return fit_from_step;
   if (y <= r || (b1 <= 0 && b2 <= 0)) return std::nullopt;
   const double qm1 = d / (y - r) - 1.0;  // q(t) - 1 = b1 t + b2 t^2 > 0
   // The positive root of b2 t^2 + b1 t - qm1 = 0, in the form stable for b2 -> 0.
-  return 2.0 * qm1 / (b1 + std::sqrt(b1 * b1 + 4.0 * b2 * qm1));
+  return std::max(fit_from_step, 2.0 * qm1 / (b1 + std::sqrt(b1 * b1 + 4.0 * b2 * qm1)));
 }
 
 absl::StatusOr<LossCurve> LossCurve::WithGain(double gain) const {
@@ -171,7 +174,37 @@ absl::StatusOr<LossCurve> LossCurve::WithGain(double gain) const {
   LossCurve c = *this;
   c.b1 = b1 * (1.0 + gain);
   c.b2 = b2 * (1.0 + gain) * (1.0 + gain);
+  c.fit_from_step = fit_from_step / (1.0 + gain);
   return c;
+}
+
+std::vector<LossPoint> SettledEnvelope(const std::vector<LossPoint>& points) {
+  std::vector<LossPoint> pts = points;
+  std::stable_sort(pts.begin(), pts.end(),
+                   [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });
+  auto enough_from = [&](size_t i) {
+    std::set<double> rest;
+    for (size_t j = i; j < pts.size(); ++j) rest.insert(pts[j].step);
+    return rest.size() >= 3;
+  };
+  // 1. Warm-up end: the first local maximum after the first local minimum
+  // (the top of the overshoot), else that minimum, else the first point.
+  size_t start = 0;
+  size_t i = 1;
+  while (i + 1 < pts.size() && pts[i + 1].loss < pts[i].loss) ++i;
+  if (i + 1 < pts.size()) {  // pts[i] is the first local minimum
+    size_t k = i + 1;
+    while (k + 1 < pts.size() && pts[k + 1].loss >= pts[k].loss) ++k;
+    if (k + 1 < pts.size() && enough_from(k)) {
+      start = k;
+    } else if (enough_from(i)) {
+      start = i;
+    }
+  }
+  pts.erase(pts.begin(), pts.begin() + static_cast<std::ptrdiff_t>(start));
+  // 2. The running minimum.
+  for (size_t j = 1; j < pts.size(); ++j) pts[j].loss = std::min(pts[j].loss, pts[j - 1].loss);
+  return pts;
 }
 
 std::vector<LossPoint> Prefix(const std::vector<LossPoint>& points, double max_step) {
@@ -208,7 +241,7 @@ absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
   const auto first = std::min_element(points.begin(), points.end(),
                                       [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });
   const double scale = first->loss;
-  std::vector<LossPoint> pts = points;
+  std::vector<LossPoint> pts = options.skip_transient ? SettledEnvelope(points) : points;
   for (LossPoint& p : pts) p.loss /= scale;
 
   std::vector<double> rates = {0.0};
@@ -219,17 +252,22 @@ absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
   }
   Params best;
   double best_sse = std::numeric_limits<double>::infinity();
+  const std::vector<double> b2_rates = options.quadratic ? rates : std::vector<double>{0.0};
   for (double b1 : rates) {
-    for (double s2 : rates) {
+    for (double s2 : b2_rates) {
       Params p{0, 0, b1, s2 * s2};
       SolveLinear(p, pts);
       const double s = Sse(p, pts);
       if (s < best_sse) best_sse = s, best = p;
     }
   }
-  Polish(best, pts, options.polish_iterations);
+  Polish(best, pts, options.polish_iterations, options.quadratic);
   LossCurve c{.r = best.r, .d = best.d, .b1 = best.b1, .b2 = best.b2, .scale = scale};
   c.rmse = std::sqrt(Sse(best, pts) / double(pts.size()));
+  c.fit_from_step = std::min_element(pts.begin(), pts.end(), [](const LossPoint& a, const LossPoint& b) {
+                      return a.step < b.step;
+                    })->step;
+  c.fitted_points = static_cast<int64_t>(pts.size());
   return c;
 }
 

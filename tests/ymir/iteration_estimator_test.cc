@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -29,9 +30,16 @@ std::vector<LossPoint> Sample(const LossCurve& c, double max_step, double every,
   return out;
 }
 
+// The b2 term is fitted only on request (FitOptions::quadratic).
+FitOptions Quadratic() {
+  FitOptions o;
+  o.quadratic = true;
+  return o;
+}
+
 TEST(IterationEstimator, RecoversAKnownCurveExactly) {
   const LossCurve truth = Truth(0.35, 0.65, 0.04, 0.003, 2.5);
-  auto fit = FitLossCurve(Sample(truth, 100, 4, 0.0, 1));
+  auto fit = FitLossCurve(Sample(truth, 100, 4, 0.0, 1), Quadratic());
   ASSERT_TRUE(fit.ok()) << fit.status();
   EXPECT_NEAR(fit->scale, 2.5, 1e-12);
   EXPECT_LT(fit->rmse, 1e-6);
@@ -63,7 +71,7 @@ TEST(IterationEstimator, RecoversOptimusCurveFromANoisyPrefix) {
 
 TEST(IterationEstimator, NoisyQuadraticCurveIsRecovered) {
   const LossCurve truth = Truth(0.2, 0.8, 0.01, 0.004, 3.0);
-  auto fit = FitLossCurve(Sample(truth, 60, 1, 0.005, 3));
+  auto fit = FitLossCurve(Sample(truth, 60, 1, 0.005, 3), Quadratic());
   ASSERT_TRUE(fit.ok()) << fit.status();
   EXPECT_LT(fit->rmse, 0.005);
   for (double t : {10.0, 30.0, 60.0}) {
@@ -132,6 +140,80 @@ TEST(IterationEstimator, TargetsOutsideTheCurve) {
   auto p = PredictStepsToLoss(Sample(c, 40, 2, 0.0, 1), 0.5);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(std::string(p.status().message()).find("never reaches"), std::string::npos);
+}
+
+TEST(IterationEstimator, SettledEnvelopeDropsTheWarmUpAndFlattensBumps) {
+  // Steep drop to step 2, overshoot (bump) to step 4, creep down with wander.
+  const std::vector<LossPoint> curve = {{5, 0.66}, {0, 1.0}, {1, 0.8}, {2, 0.62}, {3, 0.68},
+                                        {4, 0.70}, {6, 0.61}, {7, 0.63}, {8, 0.60}};
+  const std::vector<LossPoint> env = SettledEnvelope(curve);
+  // The first local minimum is step 2, the top of the overshoot after it
+  // step 4: the fit starts there, on the running minimum.
+  const std::vector<std::pair<double, double>> want = {{4, 0.70}, {5, 0.66}, {6, 0.61}, {7, 0.61},
+                                                       {8, 0.60}};
+  ASSERT_EQ(env.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(env[i].step, want[i].first) << i;
+    EXPECT_EQ(env[i].loss, want[i].second) << i;
+  }
+  // A curve that falls at every observation keeps all its points.
+  const std::vector<LossPoint> falling = {{0, 1.0}, {1, 0.7}, {2, 0.6}, {3, 0.55}};
+  const std::vector<LossPoint> same = SettledEnvelope(falling);
+  ASSERT_EQ(same.size(), falling.size());
+  for (size_t i = 0; i < same.size(); ++i) EXPECT_EQ(same[i].loss, falling[i].loss) << i;
+  // A local minimum too late to leave 3 distinct steps is no warm-up end.
+  EXPECT_EQ(SettledEnvelope({{0, 1.0}, {1, 0.7}, {2, 0.6}, {3, 0.65}}).size(), 4u);
+  // No overshoot top in sight: the fit starts at the minimum.
+  const std::vector<LossPoint> rising = SettledEnvelope({{0, 1.0}, {1, 0.6}, {2, 0.65}, {3, 0.7}});
+  ASSERT_EQ(rising.size(), 3u);
+  EXPECT_EQ(rising[0].step, 1.0);
+  EXPECT_EQ(rising[2].loss, 0.6);
+  EXPECT_TRUE(SettledEnvelope({}).empty());
+}
+
+// A fine-tuning-like curve: the fresh head drops the loss to 0.60 of its start
+// in 2 steps and overshoots; from the top of the overshoot (0.70 at step 4)
+// the loss follows the slow creep 0.45 + 0.35 / (1 + 0.1 t) with 0.5% seeded
+// noise. Only steps 0..16 are seen; the target is the creep's value at step
+// 32.
+LossCurve Creep() { return Truth(0.45, 0.35, 0.1, 0.0, 1.0); }
+
+std::vector<LossPoint> TransientCurve(uint64_t seed) {
+  std::vector<LossPoint> out = {{0, 1.0}, {1, 0.75}, {2, 0.60}, {3, 0.66}, {4, 0.70}};
+  for (const LossPoint& p : Sample(Creep(), 16, 1, 0.005, seed)) {
+    if (p.step >= 5) out.push_back(p);
+  }
+  return out;
+}
+
+TEST(IterationEstimator, TransientRuleRecoversTheCreepAfterTheWarmUp) {
+  const double target = Creep().Loss(32.0);
+  FitOptions raw;
+  raw.skip_transient = false;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const std::vector<LossPoint> curve = TransientCurve(seed);
+    auto settled = FitLossCurve(curve);
+    ASSERT_TRUE(settled.ok()) << settled.status();
+    EXPECT_EQ(settled->fit_from_step, 4.0);
+    EXPECT_EQ(settled->fitted_points, 13);
+    auto s = PredictStepsToLoss(curve, target);
+    ASSERT_TRUE(s.ok()) << "seed " << seed << ": " << s.status();
+    EXPECT_NEAR(*s, 32.0, 0.12 * 32.0) << "seed " << seed;
+    // The warm-up's dip to 0.60 at step 2 does not count: the settled loss
+    // reaches 0.61 only at step ~11.9, and never before the fit's start.
+    auto early = PredictStepsToLoss(curve, 0.61);
+    ASSERT_TRUE(early.ok()) << early.status();
+    EXPECT_NEAR(*early, 11.9, 2.0) << "seed " << seed;
+    EXPECT_EQ(*settled->StepsToLoss(0.75), 4.0);  // above the settled start: its first step
+    EXPECT_EQ(*settled->WithGain(1.0)->StepsToLoss(0.75), 2.0);
+    // Fitting the raw points (the drop and the bump) misses by far more.
+    auto r = PredictStepsToLoss(curve, target, 0.0, raw);
+    if (r.ok()) {
+      EXPECT_GT(std::abs(*r - 32.0), 0.5 * 32.0) << "seed " << seed;
+    } else {
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+    }
+  }
 }
 
 TEST(IterationEstimator, BadInputsAreNamed) {

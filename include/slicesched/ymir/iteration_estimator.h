@@ -17,7 +17,28 @@
 // so q has no pole on t >= 0 and y falls from r + D at t = 0 to r. (b2 = 0 is
 // Optimus' 1/(b t + c) + r curve; b2 > 0 lets the tail fall faster.)
 //
-// Fit: least squares on the normalised points. For fixed (b1, b2) the model
+// Transient rule (FitOptions::skip_transient, on by default). Fine-tuning
+// curves with a fresh head fall steeply for a few steps, overshoot (the loss
+// bumps back up) and then creep down with +-5% wander; a monotone rational
+// curve fitted to the raw points settles on the early plateau and predicts
+// "never" (docs/experiments.md, "Ymir estimators"). So, before fitting, on
+// the normalised points sorted by step:
+//  1. Warm-up: the fit starts at the first local minimum, the first point i
+//     >= 1 whose successor is not lower (y_{i+1} >= y_i); the points before
+//     it (the initial drop) are dropped. A curve that falls at every
+//     observation has no local minimum and keeps all its points; so does one
+//     where fewer than 3 distinct steps would remain.
+//  2. Envelope: each remaining loss is replaced by the running minimum from
+//     the warm-up end, min_{j <= i} y_j (the best loss seen so far, a
+//     monotone lower envelope), so bumps after the overshoot do not lift the
+//     fitted asymptote.
+// The rule uses only the given points (no look-ahead, no per-task knobs);
+// steps keep their original values (no time shift), and the normalisation
+// is still by the first observation. With the rule off the raw points are
+// fitted as they are.
+//
+// Fit: least squares on the normalised points (after the transient rule);
+// b2 is held at 0 unless FitOptions::quadratic. For fixed (b1, b2) the model
 // is linear in (r, D), so the fit is separable (variable projection): a
 // log-spaced grid over b1 x b2 (b2 = 0 included) with the constrained
 // two-variable linear least squares at each node, then a projected
@@ -30,16 +51,17 @@
 // the improvement stays <= the threshold (it may rise at first when b2 > 0,
 // then falls for good).
 //
-// Iterations to a target: the smallest real t >= 0 with y(t) <= y*, solved in
-// closed form from q(t) = D / (y* - r); unreachable (nullopt) when
-// y* <= r (the curve never gets there).
+// Iterations to a target: the smallest real t >= fit_from_step with
+// y(t) <= y*, solved in closed form from q(t) = D / (y* - r); unreachable
+// (nullopt) when y* <= r (the curve never gets there).
 //
 // Transfer gain. Ymir's gain g of task B under a transfer is defined by
 // steps: steps(transfer) = steps(normal) / (1 + g) to the same target (see
 // executor/task2vec.h). The estimator applies it as a time scaling of the
 // normal curve, y_g(t) = y((1 + g) t): b1 -> (1 + g) b1, b2 -> (1 + g)^2 b2,
-// the start r + D and the asymptote r unchanged (the bar never moves). So
-// iterations to any target divide by exactly 1 + g; g must be > -1.
+// the start r + D and the asymptote r unchanged (the bar never moves), and
+// fit_from_step -> fit_from_step / (1 + g). So iterations to any target
+// divide by exactly 1 + g; g must be > -1.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +86,11 @@ struct LossCurve {
   double b1 = 0;  // >= 0
   double b2 = 0;  // >= 0
   double scale = 1;
-  double rmse = 0;  // of the fit, in normalised units
+  double rmse = 0;  // of the fit to the points fitted, in normalised units
+  // Where the fitted points start (the warm-up end of the transient rule; the
+  // first observed step when nothing was dropped) and how many were fitted.
+  double fit_from_step = 0;
+  int64_t fitted_points = 0;
 
   double Normalised(double step) const;  // y(t)
   double Loss(double step) const { return scale * Normalised(step); }
@@ -73,8 +99,11 @@ struct LossCurve {
   // The first integer t >= 0 from which Improvement(t) <= threshold (0 when
   // the curve is flat). threshold > 0.
   int64_t ConvergenceStep(double threshold = 0.001) const;
-  // Steps until the (unnormalised) loss first reaches `target_loss`; 0 when
-  // the curve starts at or below it, nullopt when it never does.
+  // Steps until the (unnormalised) loss first reaches `target_loss`, counted
+  // from step 0 but never before fit_from_step (the curve describes the loss
+  // only from where its fitted points start: a dip below the target during
+  // the dropped warm-up does not count); fit_from_step when the curve is
+  // already at or below it there, nullopt when it never gets there.
   std::optional<double> StepsToLoss(double target_loss) const;
   // The curve of the same task under a transfer with gain g (> -1): see above.
   absl::StatusOr<LossCurve> WithGain(double gain) const;
@@ -85,7 +114,20 @@ struct FitOptions {
   double min_rate = 1e-4;     // grid range of b1 (and of sqrt(b2))
   double max_rate = 1e2;
   int polish_iterations = 50;
+  // Drop the warm-up and fit the running-minimum envelope (see above).
+  bool skip_transient = true;
+  // Fit b2 too; by default b2 = 0 (Optimus' r + D / (1 + b1 t) curve): after
+  // the transient rule a short prefix leaves ~8-20 settled points, and the
+  // b2 term extrapolates them erratically (docs/experiments.md, "Ymir
+  // estimators"; IterationEstimator.TransientRuleRecoversTheCreepAfterTheWarmUp).
+  bool quadratic = false;
 };
+
+// The transient rule alone: the points FitLossCurve fits when
+// skip_transient is on, in loss units (not normalised), sorted by step.
+// Requires valid points (as FitLossCurve); an empty input gives an empty
+// result.
+std::vector<LossPoint> SettledEnvelope(const std::vector<LossPoint>& points);
 
 // Fits the curve above to `points` (any order; steps need not be integers).
 // InvalidArgument naming the bad point when a loss is not finite and > 0 or a

@@ -56,7 +56,8 @@
 // P = max(3, round(iter_prefix_fraction x normal_steps)) (16 of 40 steps by
 // default; normal runs are evaluated every step up to the longest prefix,
 // and the errors are also reported for the prefixes of iter_prefix_sweep),
-// fitted by ymir::FitLossCurve; the
+// fitted by ymir::FitLossCurve with `iter_fit` (by default the transient
+// rule on and b2 = 0, see iteration_estimator.h); the
 // prediction is the fitted curve's steps to the task's target. Transfer
 // runs of B are predicted from B's normal prefix with the curve adjusted by
 // the LEAVE-ONE-OUT predicted gain of the pair (LossCurve::WithGain; gains
@@ -127,6 +128,7 @@ struct YmirExperimentOptions {
   int64_t repeats = 1;
   double iter_prefix_fraction = 0.4;  // of normal_steps, see above: the headline prefix
   std::vector<double> iter_prefix_sweep = {0.2, 0.6};  // also reported
+  ymir::FitOptions iter_fit;  // see above (the defaults: transient rule, b2 = 0)
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language;
@@ -189,6 +191,8 @@ struct YmirIterationErrors {
 struct YmirIterationFit {
   double r = 0, d = 0, b1 = 0, b2 = 0, scale = 0, rmse = 0;
   int64_t prefix_points = 0;
+  double fit_from_step = 0;        // where the fitted points start (the warm-up end)
+  int64_t fitted_points = 0;       // after the transient rule
   int64_t convergence_step = 0;    // improvement <= 0.001 per step
   double predicted_steps = 0;      // to the task's target, averaged over repeats
   int64_t unreachable = 0;         // repeats whose fitted curve never reached it
