@@ -205,7 +205,13 @@ absl::Status JobManager::Reload() {
       job.state = JobState::kFailed;
       job.message = StrCat("failed at restart: the job's YAML no longer parses: ", parsed.status().message());
       details.Add("from", JobStateName(before)).Add("to", "failed").Add("reason", job.message);
-    } else if (job.state == JobState::kRunning || job.state == JobState::kProfiling) {
+    } else if (job.state == JobState::kProfiling) {
+      // The measurement was lost with the process: profile again.
+      kind = "recovered";
+      job.state = JobState::kSubmitted;
+      job.message = "submitted after a restart (was profiling); will be profiled again";
+      details.Add("from", JobStateName(before)).Add("to", "submitted");
+    } else if (job.state == JobState::kRunning) {
       kind = "recovered";
       job.state = JobState::kQueued;
       job.message = job.checkpoint_path.empty()
@@ -500,7 +506,10 @@ absl::StatusOr<JobInfo> JobManager::Run(uint64_t id, const RunPlan& plan) {
     }
     JobInfo* partner = Find(plan.partner);
     if (partner == nullptr) return absl::NotFoundError(StrCat(what, ": no partner job with id ", plan.partner));
-    if (IsTerminal(partner->state)) {
+    // A temporal target runs after its source finished: its partner may be
+    // completed (the source whose adapters it started from).
+    const bool finished_source = plan.mode == RunMode::kTemporal && partner->state == JobState::kCompleted;
+    if (IsTerminal(partner->state) && !finished_source) {
       return absl::FailedPreconditionError(
           StrCat(what, ": partner job ", plan.partner, " is ", JobStateName(partner->state)));
     }

@@ -19,6 +19,7 @@
 #include "slicesched/experiments/ymir_sim.h"
 #include "slicesched/synth/tasks.h"
 #include "slicesched/ymir/planner.h"
+#include "slicesched/ymir/stop_loss.h"
 #include "spdlog/spdlog.h"
 
 #if SLICESCHED_SERVING_WITH_TORCH
@@ -31,6 +32,16 @@ namespace slicesched {
 
 struct JobRunner::Gains {
   YmirGains table;
+};
+
+struct JobRunner::PairWatch {
+  explicit PairWatch(ymir::StopLoss p) : policy(std::move(p)) {}
+  ymir::StopLoss policy;
+  // Spatial: member index -> job id. Temporal: [0] = the target (the one
+  // member), [1] = its source.
+  uint64_t members[2] = {0, 0};
+  double start_metric[2] = {NAN, NAN};  // lower-is-better (sign-flipped accuracy)
+  int64_t start_step[2] = {0, 0};
 };
 
 #if SLICESCHED_SERVING_WITH_TORCH
@@ -121,6 +132,11 @@ struct JobRunner::Runtime {
   bool first_step_pending = false;
   jobs::RunPlan plan;  // as last applied
   bool running = false;
+  // Profiling: micro-batches on a scratch copy of the fresh state.
+  std::shared_ptr<LlamaTrainJob> profile_job;
+  std::vector<uint32_t> profile_devices;
+  int64_t profile_done = 0;
+  double profile_sum_s = 0;  // of the measured (non-warm-up) micro-batches
 
   int64_t micro_index() const;
   int64_t micro_per_iteration() const { return std::max<int64_t>(1, spec.hyperparameters.grad_accumulation); }
@@ -147,6 +163,10 @@ int64_t JobRunner::Runtime::micro_index() const {
 }
 
 namespace {
+
+constexpr int64_t kProfileMicroBatches = 3;  // the first is a warm-up
+
+std::pair<uint64_t, uint64_t> PairKey(uint64_t a, uint64_t b) { return {std::min(a, b), std::max(a, b)}; }
 
 // Rows [k*B, (k+1)*B) of the epoch-shuffled walk over `train`, left-padded
 // with token 0 to the batch's longest row.
@@ -474,26 +494,182 @@ absl::Status JobRunner::Evaluate(Runtime& rt, double* metric, double* loss) {
   return absl::OkStatus();
 }
 
+JobRunner::Runtime& JobRunner::RuntimeFor(const jobs::JobInfo& j) {
+  auto& slot = runtimes_[j.id];
+  if (slot == nullptr) {
+    slot = std::make_unique<Runtime>();
+    slot->id = j.id;
+    slot->spec = j.spec;
+    slot->task_key =
+        j.spec.dataset.kind == jobs::DatasetSpec::Kind::kSynthetic ? j.spec.dataset.synthetic.task : j.spec.name;
+    slot->running = j.state == jobs::JobState::kRunning;
+    slot->plan = j.plan;
+  }
+  return *slot;
+}
+
 absl::Status JobRunner::Admit() {
   SLICESCHED_ASSIGN_OR_RETURN(jobs::ListJobsPage page,
                               jobs_->List({.states = {jobs::JobState::kSubmitted}, .page_size = 1000}));
+  const int devices = static_cast<int>(master_->config().cluster.size());
   for (const jobs::JobInfo& j : page.jobs) {
-    const jobs::JobSpec& spec = j.spec;
-    // The iteration limit needs the dataset size: synthetic sizes are known,
-    // file sizes are learnt when the data is first loaded.
-    int64_t target = 0;
-    if (spec.dataset.kind == jobs::DatasetSpec::Kind::kSynthetic) {
-      const int64_t n = spec.dataset.synthetic.examples;
-      const int64_t train = n - std::clamp<int64_t>(n / 5, 1, options_.max_eval_examples);
-      const int64_t rows = spec.hyperparameters.batch_size * std::max<int64_t>(1, spec.hyperparameters.grad_accumulation);
-      target = spec.stop.max_epochs * std::max<int64_t>(1, (train + rows - 1) / rows);
-      if (spec.stop.max_iterations > 0) target = std::min(target, spec.stop.max_iterations);
+    if (j.spec.min_gpus > devices) {
+      FailJob(j.id, StrCat("gpus.min: ", j.spec.min_gpus, " devices requested, the daemon has ", devices));
+      continue;
     }
-    auto q = jobs_->Queue(j.id, target);
-    if (!q.ok()) spdlog::warn("job {}: queueing: {}", j.id, q.status().ToString());
-    plan_requested_ = true;
+    Runtime& rt = RuntimeFor(j);
+    rt.profile_devices.clear();
+    for (int d = 0; d < j.spec.min_gpus; ++d) rt.profile_devices.push_back(static_cast<uint32_t>(d));
+    auto p = jobs_->StartProfiling(j.id, rt.profile_devices);
+    if (!p.ok()) spdlog::warn("job {}: start profiling: {}", j.id, p.status().ToString());
   }
   return absl::OkStatus();
+}
+
+void JobRunner::Profile(Runtime& rt, const jobs::JobInfo& info) {
+  const uint64_t id = rt.id;
+  if (rt.inflight != nullptr) {
+    const InstanceUpdate last = rt.inflight->Last();
+    if (!IsTerminalInstanceState(last.state)) return;
+    rt.inflight = nullptr;
+    if (last.state != InstanceState::kDone) {
+      stats_.steps_failed += 1;
+      rt.profile_job = nullptr;
+      if (info.state == jobs::JobState::kProfiling) {
+        FailJob(id, StrCat("profiling micro-batch ", rt.profile_done, " failed: ",
+                           last.message.empty() ? std::string(ToStd(InstanceStateName(last.state))) : last.message));
+      }
+      return;
+    }
+    stats_.profile_steps += 1;
+    if (rt.profile_done > 0) rt.profile_sum_s += MsSince(rt.inflight_since) / 1000.0;
+    rt.profile_done += 1;
+  }
+  if (info.state != jobs::JobState::kProfiling) {  // cancelled / failed meanwhile
+    rt.profile_job = nullptr;
+    return;
+  }
+  if (rt.profile_done >= kProfileMicroBatches) {
+    rt.profile_job = nullptr;
+    const double per_micro = rt.profile_sum_s / static_cast<double>(kProfileMicroBatches - 1);
+    rt.iter_time_s = per_micro * static_cast<double>(rt.micro_per_iteration());
+    auto p = jobs_->ReportProgress(id, info.iterations_done, info.last_loss, "",
+                                   {{"profiled_iter_time_s", rt.iter_time_s},
+                                    {"profile_micro_batches", static_cast<double>(kProfileMicroBatches)}});
+    if (!p.ok()) spdlog::warn("job {}: profile progress: {}", id, p.status().ToString());
+    auto q = jobs_->Queue(id, rt.iteration_limit());
+    if (!q.ok()) spdlog::warn("job {}: queueing: {}", id, q.status().ToString());
+    spdlog::info("job {} profiled: {:.4f} s per iteration", id, rt.iter_time_s);
+    plan_requested_ = true;
+    return;
+  }
+  if (rt.profile_job == nullptr) {
+    // The fresh state (Prepare's path), then handed to the scratch job: the
+    // job's own state is created when it first runs (temporal transfer).
+    absl::Status s = Prepare(rt, info, /*with_state=*/true);
+    if (!s.ok()) {
+      FailJob(id, std::string(ToStd(s.message())));
+      return;
+    }
+    rt.profile_job = std::move(rt.job);
+    rt.job = nullptr;
+    rt.resumed_from_checkpoint = false;
+    rt.pending_switch.erase("load_checkpoint_ms");
+    rt.pending_switch["prepare_data_ms"] = 0;  // the data is prefetched for the first run
+    rt.profile_done = 0;
+    rt.profile_sum_s = 0;
+  }
+  const int64_t k = rt.profile_done;
+  auto batch = std::make_shared<TrainBatch>(MicroBatch(rt, k));
+  const std::vector<int64_t> shape = batch->tokens.shape();
+  TrainStepArgs args;
+  args.deployment = rt.deployment;
+  args.job = rt.profile_job;
+  args.batch = batch;
+  args.rows = shape[0];
+  args.tokens = shape[1];
+  args.rank = rt.spec.hyperparameters.lora_rank;
+  args.head_outputs = rt.head_outputs;
+  args.devices = rt.profile_devices;
+  args.priority = rt.spec.priority;
+  args.label = StrCat("job-", id, "/profile-", k);
+  rt.inflight_since = std::chrono::steady_clock::now();
+  auto rec = master_->SubmitTrainStep(std::move(args));
+  if (!rec.ok()) {
+    if (absl::IsFailedPrecondition(rec.status()) && master_->draining()) return;
+    rt.profile_job = nullptr;
+    FailJob(id, StrCat("submitting profiling micro-batch ", k, ": ", rec.status().message()));
+    return;
+  }
+  rt.inflight = *rec;
+}
+
+absl::Status JobRunner::StartPairWatch(Runtime& rt, const jobs::JobInfo& info) {
+  if (info.plan.mode == jobs::RunMode::kAlone || rt.job == nullptr) return absl::OkStatus();
+  auto w = pair_watch_.find(PairKey(rt.id, info.plan.partner));
+  if (w == pair_watch_.end()) return absl::OkStatus();
+  const int m = w->second->members[0] == rt.id ? 0 : 1;
+  if (m >= w->second->policy.members()) return absl::OkStatus();  // a temporal source
+  if (!std::isnan(w->second->start_metric[m])) return absl::OkStatus();
+  double metric = 0, loss = 0;
+  SLICESCHED_RETURN_IF_ERROR(Evaluate(rt, &metric, &loss));
+  w->second->start_metric[m] = jobs::HigherIsBetter(rt.spec.stop.metric) ? -metric : metric;
+  w->second->start_step[m] = rt.step();
+  return absl::OkStatus();
+}
+
+void JobRunner::ObservePairing(Runtime& rt, const jobs::JobInfo& info, double metric,
+                               std::map<std::string, double>* extra) {
+  if (info.plan.mode == jobs::RunMode::kAlone) return;
+  const auto key = PairKey(rt.id, info.plan.partner);
+  auto w = pair_watch_.find(key);
+  if (w == pair_watch_.end()) return;
+  PairWatch& pw = *w->second;
+  if (pw.policy.verdict() != ymir::StopLossVerdict::kUndecided) return;  // kept: final
+  const int m = pw.members[0] == rt.id ? 0 : 1;
+  if (m >= pw.policy.members()) return;  // a temporal source
+  if (std::isnan(pw.start_metric[m])) return;  // started after this evaluation point
+  const double signed_metric = jobs::HigherIsBetter(rt.spec.stop.metric) ? -metric : metric;
+  const double epochs =
+      static_cast<double>(rt.step() - pw.start_step[m]) / static_cast<double>(rt.iterations_per_epoch());
+  auto v = pw.policy.Observe(m, epochs, signed_metric, pw.start_metric[m]);
+  if (!v.ok()) {
+    spdlog::warn("job {}: stop-loss: {}", rt.id, v.status().ToString());
+    return;
+  }
+  if (*v == ymir::StopLossVerdict::kKeep) {
+    (*extra)["stop_loss_kept"] = 1;
+    // The watch stays (with its final verdict) while the pairing lasts, so
+    // the next planning round does not start a new one.
+    spdlog::info("jobs {} + {}: {} pairing kept (stop-loss: {})", key.first, key.second,
+                 ymir::PairingModeName(pw.policy.mode()), pw.policy.reason());
+    return;
+  }
+  if (*v != ymir::StopLossVerdict::kDecouple) return;
+  const std::string reason =
+      StrCat("stop-loss: the ", ymir::PairingModeName(pw.policy.mode()), " pairing with job ", info.plan.partner,
+             " did not improve ",
+             jobs::StopMetricName(rt.spec.stop.metric), " within ", ymir::StopLossOptions{}.window_epochs,
+             " epochs (", pw.policy.reason(), "; member ", m, " is job ", rt.id,
+             jobs::HigherIsBetter(rt.spec.stop.metric) ? ", metric negated" : "", ")");
+  auto d = jobs_->Decouple(rt.id, reason);
+  if (!d.ok()) {
+    spdlog::warn("job {}: decouple: {}", rt.id, d.status().ToString());
+    return;
+  }
+  spdlog::info("job {}: {}", rt.id, reason);
+  for (uint64_t id : {key.first, key.second}) {
+    auto r = runtimes_.find(id);
+    if (r == runtimes_.end()) continue;
+    auto now_info = jobs_->Get(id);
+    if (now_info.ok()) r->second->plan = now_info->plan;
+  }
+  decoupled_pairs_.insert(key);
+  // A temporal target keeps the adapters it trained; it no longer counts as
+  // its source's target (the source's state may now be released).
+  if (pw.policy.mode() == ymir::PairingMode::kTemporal) temporal_source_.erase(pw.members[0]);
+  pair_watch_.erase(w);
+  plan_requested_ = true;
 }
 
 absl::Status JobRunner::ApplyPlan(uint64_t id, const jobs::RunPlan& plan, Timestamp now) {
@@ -531,17 +707,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
   for (const jobs::JobInfo& j : page.jobs) demand += j.spec.min_gpus;
   const int64_t now_ms = UnixMsNow();
   for (const jobs::JobInfo& j : page.jobs) {
-    auto& slot = runtimes_[j.id];
-    if (slot == nullptr) {
-      slot = std::make_unique<Runtime>();
-      slot->id = j.id;
-      slot->spec = j.spec;
-      slot->task_key = j.spec.dataset.kind == jobs::DatasetSpec::Kind::kSynthetic ? j.spec.dataset.synthetic.task
-                                                                                  : j.spec.name;
-      slot->running = j.state == jobs::JobState::kRunning;
-      slot->plan = j.plan;
-    }
-    Runtime& rt = *slot;
+    Runtime& rt = RuntimeFor(j);
     if (j.spec.min_gpus > devices) {
       FailJob(j.id, StrCat("gpus.min: ", j.spec.min_gpus, " devices requested, the daemon has ", devices));
       continue;
@@ -579,7 +745,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
   if (options_.planner.mode == PlannerConfig::Mode::kYmir) {
     for (const ymir::JobView& a : views) {
       for (const ymir::JobView& b : views) {
-        if (a.id == b.id) continue;
+        if (a.id == b.id || decoupled_pairs_.contains(PairKey(a.id, b.id))) continue;
         double tg = 0, sg = 0;
         const bool has_t = gains_->table.Get(task_of[a.id], task_of[b.id], ymir::Mode::kTemporal, &tg);
         const bool has_s = gains_->table.Get(task_of[a.id], task_of[b.id], ymir::Mode::kSpatial, &sg);
@@ -670,9 +836,25 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
       // A temporal target starts from its source's adapters only once the
       // source completed; run alone while the source still trains (or after
       // it failed), it starts from its own initialisation.
+      // Once it did, the target runs as the temporal pair's second half
+      // (mode temporal, partner = the completed source), watched by the
+      // stop-loss.
       if (auto src = temporal_source_.find(a.jobs[0]); src != temporal_source_.end()) {
         auto s = jobs_->Get(src->second);
-        if (!s.ok() || s->state != jobs::JobState::kCompleted) temporal_source_.erase(src);
+        if (!s.ok() || s->state != jobs::JobState::kCompleted) {
+          temporal_source_.erase(src);
+        } else {
+          rp.mode = jobs::RunMode::kTemporal;
+          rp.partner = src->second;
+          const auto key = PairKey(a.jobs[0], src->second);
+          if (!pair_watch_.contains(key)) {
+            SLICESCHED_ASSIGN_OR_RETURN(ymir::StopLoss policy, ymir::StopLoss::Create(ymir::PairingMode::kTemporal));
+            auto w = std::make_unique<PairWatch>(std::move(policy));
+            w->members[0] = a.jobs[0];
+            w->members[1] = src->second;
+            pair_watch_[key] = std::move(w);
+          }
+        }
       }
       SLICESCHED_RETURN_IF_ERROR(ApplyPlan(a.jobs[0], rp, now));
       continue;
@@ -702,7 +884,25 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
       SLICESCHED_RETURN_IF_ERROR(ApplyPlan(A, rp, now));
       rp.partner = A;
       SLICESCHED_RETURN_IF_ERROR(ApplyPlan(B, rp, now));
+      const auto key = PairKey(A, B);
+      if (!pair_watch_.contains(key)) {
+        SLICESCHED_ASSIGN_OR_RETURN(ymir::StopLoss policy, ymir::StopLoss::Create(ymir::PairingMode::kSpatial));
+        auto w = std::make_unique<PairWatch>(std::move(policy));
+        w->members[0] = key.first;
+        w->members[1] = key.second;
+        pair_watch_[key] = std::move(w);
+      }
     }
+  }
+  // Watches of pairings that ended (re-planned apart, paused, finished).
+  for (auto w = pair_watch_.begin(); w != pair_watch_.end();) {
+    const PairWatch& pw = *w->second;
+    const jobs::RunMode mode =
+        pw.policy.mode() == ymir::PairingMode::kSpatial ? jobs::RunMode::kSpatial : jobs::RunMode::kTemporal;
+    auto ra = runtimes_.find(pw.members[0]);
+    const bool alive = ra != runtimes_.end() && ra->second->running && ra->second->plan.mode == mode &&
+                       ra->second->plan.partner == pw.members[1];
+    w = alive ? std::next(w) : pair_watch_.erase(w);
   }
   spdlog::info("planner ({}): {} jobs, {} candidates, {} pruned, solved in {:.3f} s",
                ToStd(PlannerModeName(options_.planner.mode)), views.size(), plan.candidates, plan.pruned,
@@ -730,6 +930,20 @@ absl::Status JobRunner::Drive(Timestamp now) {
     const uint64_t id = rt.id;
     auto info = jobs_->Get(id);
     if (!info.ok()) return info.status();
+    // 0. Profiling.
+    if (info->state == jobs::JobState::kProfiling || rt.profile_job != nullptr) {
+      Profile(rt, *info);
+      if (rt.inflight != nullptr || rt.profile_job != nullptr) {
+        ++it;
+        continue;
+      }
+      info = jobs_->Get(id);
+      if (!info.ok()) return info.status();
+      if (info->state == jobs::JobState::kProfiling || info->state == jobs::JobState::kQueued) {
+        ++it;
+        continue;
+      }
+    }
     // 1. The micro-batch in flight.
     if (rt.inflight != nullptr) {
       const InstanceUpdate last = rt.inflight->Last();
@@ -817,8 +1031,9 @@ absl::Status JobRunner::Drive(Timestamp now) {
         ++it;
         continue;
       }
-      auto p = jobs_->ReportProgress(id, step, rt.last_loss, "",
-                                     {{"epochs", epochs}, {"metric", metric}, {"eval_loss", eval_loss}});
+      std::map<std::string, double> extra = {{"epochs", epochs}, {"metric", metric}, {"eval_loss", eval_loss}};
+      ObservePairing(rt, *info, metric, &extra);
+      auto p = jobs_->ReportProgress(id, step, rt.last_loss, "", extra);
       if (!p.ok()) spdlog::warn("job {}: progress: {}", id, p.status().ToString());
     }
     // 2. Terminal jobs leave (a temporal source's state stays for its target).
@@ -851,6 +1066,12 @@ absl::Status JobRunner::Drive(Timestamp now) {
           continue;
         }
         if (rt.last_checkpoint == Timestamp::Never()) rt.last_checkpoint = now;
+      }
+      // A spatial pairing's stop-loss reference: the metric at its start.
+      if (absl::Status s = StartPairWatch(rt, *info); !s.ok()) {
+        FailJob(id, StrCat("evaluation at the start of the pairing: ", s.message()));
+        ++it;
+        continue;
       }
       const int64_t k = rt.micro_index();
       auto batch = std::make_shared<TrainBatch>(MicroBatch(rt, k));
@@ -888,7 +1109,15 @@ absl::Status JobRunner::Drive(Timestamp now) {
 absl::Status JobRunner::Tick() {
   const Timestamp now = clock_->Now();
   SLICESCHED_RETURN_IF_ERROR(Admit());
-  if (plan_requested_ || last_plan_ == Timestamp::Never() || now - last_plan_ >= options_.planner.interval) {
+  // A requested round waits while jobs are profiling (at most until the
+  // interval is due), so jobs submitted together are planned together.
+  bool profiling = false;
+  if (plan_requested_) {
+    auto p = jobs_->List({.states = {jobs::JobState::kProfiling}, .page_size = 1});
+    profiling = p.ok() && !p->jobs.empty();
+  }
+  if ((plan_requested_ && !profiling) || last_plan_ == Timestamp::Never() ||
+      now - last_plan_ >= options_.planner.interval) {
     plan_requested_ = false;
     last_plan_ = now;
     absl::Status s = PlanRound(now);

@@ -434,8 +434,12 @@ TEST_F(JobManagerTest, RestartLosesNoJobAndRequeuesRunningOnes) {
   EXPECT_THAT(events->back().details_json,
               HasSubstr("\"from\":\"running\",\"to\":\"queued\",\"checkpoint\":\"/ckpt/running/250\""));
   EXPECT_THAT(events->back().details_json, HasSubstr("\"plan\":{\"mode\":\"alone\",\"partner\":0,\"devices\":[0,1]"));
-  EXPECT_EQ(manager_->Get(profiling)->state, JobState::kQueued);
+  // A job left profiling is profiled again: back to submitted.
+  EXPECT_EQ(manager_->Get(profiling)->state, JobState::kSubmitted);
+  EXPECT_EQ(manager_->Get(profiling)->message, "submitted after a restart (was profiling); will be profiled again");
   EXPECT_THAT(Kinds(profiling), ElementsAre("submitted", "profiling", "recovered"));
+  EXPECT_THAT(manager_->Events(profiling)->back().details_json,
+              HasSubstr("\"from\":\"profiling\",\"to\":\"submitted\""));
   EXPECT_EQ(manager_->Get(paused)->state, JobState::kPaused);
   EXPECT_EQ(manager_->Get(paused)->checkpoint_path, "/ckpt/paused/10");
   EXPECT_EQ(manager_->Get(paused)->message, "preempted: online burst");

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -122,6 +123,32 @@ class JobRunnerTest : public ::testing::Test {
     }
     return nullptr;
   }
+  // The first event of `kind` whose details contain `part`.
+  const JobEvent* FindEventWith(uint64_t id, const std::string& kind, const std::string& part,
+                                std::vector<JobEvent>* keep) {
+    *keep = Events(id);
+    for (const JobEvent& e : *keep) {
+      if (e.kind == kind && e.details_json.find(part) != std::string::npos) return &e;
+    }
+    return nullptr;
+  }
+  std::vector<std::string> Kinds(uint64_t id) {
+    std::vector<std::string> out;
+    for (const JobEvent& e : Events(id)) out.push_back(e.kind);
+    return out;
+  }
+  // Ticks until no job of `ids` is submitted or profiling any more, then
+  // once more: the planning round their queueing requested.
+  void ProfileAndPlan(std::initializer_list<uint64_t> ids) {
+    ASSERT_TRUE(TickUntil([&] {
+      for (uint64_t id : ids) {
+        const jobs::JobState s = Job(id).state;
+        if (s == jobs::JobState::kSubmitted || s == jobs::JobState::kProfiling) return false;
+      }
+      return true;
+    }));
+    ASSERT_TRUE(runner_->Tick().ok());
+  }
 
   std::string dir_;
   SlicedConfig config_;
@@ -150,9 +177,8 @@ TEST_F(JobRunnerTest, SyntheticJobRunsToItsEpochLimitAndIsRecordedCensored) {
   ASSERT_NE(run, nullptr);
   EXPECT_THAT(run->details_json, HasSubstr("\"mode\":\"alone\""));
   EXPECT_THAT(run->details_json, HasSubstr("\"devices\":[0]"));
-  const JobEvent* progress = FindEvent(id, "progress", &ev);
+  const JobEvent* progress = FindEventWith(id, "progress", "context_switch_ms", &ev);
   ASSERT_NE(progress, nullptr);
-  EXPECT_THAT(progress->details_json, HasSubstr("context_switch_ms"));
   EXPECT_THAT(progress->details_json, HasSubstr("first_step_ms"));
   const JobEvent* done = FindEvent(id, "completed", &ev);
   ASSERT_NE(done, nullptr);
@@ -295,7 +321,7 @@ TEST_F(JobRunnerPairingTest, YmirPairsRelatedJobsTemporally) {
   NewRunner();
   const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
   const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
-  ASSERT_TRUE(runner_->Tick().ok());
+  ProfileAndPlan({a, b});
   const std::string ma = RunMode(a), mb = RunMode(b);
   ASSERT_TRUE(ma == "temporal" || mb == "temporal") << ma << " / " << mb;
   const uint64_t source = ma == "temporal" ? a : b, target = source == a ? b : a;
@@ -305,7 +331,7 @@ TEST_F(JobRunnerPairingTest, YmirPairsRelatedJobsTemporally) {
   EXPECT_EQ(Job(a).state, jobs::JobState::kCompleted) << Job(a).message;
   EXPECT_EQ(Job(b).state, jobs::JobState::kCompleted) << Job(b).message;
   std::vector<JobEvent> ev;
-  const JobEvent* progress = FindEvent(target, "progress", &ev);
+  const JobEvent* progress = FindEventWith(target, "progress", "temporal_source", &ev);
   ASSERT_NE(progress, nullptr);
   EXPECT_THAT(progress->details_json, HasSubstr(StrCat("\"temporal_source\":", source)));
 }
@@ -316,7 +342,7 @@ TEST_F(JobRunnerPairingTest, OptOutAndOtherTrustDomainAreNeverPaired) {
   const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n", 400, 3));
   const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\nallow_sharing: false\n", 400, 3));
   const uint64_t c = Submit(SyntheticJob("c", "fa-inv", "trust_domain: other\n", 400, 3));
-  ASSERT_TRUE(runner_->Tick().ok());
+  ProfileAndPlan({a, b, c});
   for (uint64_t id : {a, b, c}) {
     const std::string m = RunMode(id);
     EXPECT_TRUE(m == "" || m == "alone") << "job " << id << ": " << m;
@@ -328,11 +354,207 @@ TEST_F(JobRunnerPairingTest, ElasticFallbackNeverPairs) {
   NewRunner();
   const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n", 400, 3));
   const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n", 400, 3));
-  ASSERT_TRUE(runner_->Tick().ok());
+  ProfileAndPlan({a, b});
   for (uint64_t id : {a, b}) {
     const std::string m = RunMode(id);
     EXPECT_TRUE(m == "" || m == "alone") << "job " << id << ": " << m;
   }
+}
+
+// Stop-loss (issue 7): a spatial pairing is judged 2 epochs after it began
+// against each member's metric at its start. Members that cannot improve
+// (learning rate 1e-12: the accuracy does not move) are decoupled with the
+// reason in the event log and each finishes its own run alone; members that
+// learn (learning rate 0.003: the held-out loss falls) keep the pairing.
+class JobRunnerStopLossTest : public JobRunnerTest {
+ protected:
+  PlannerConfig SpatialGains() {
+    const std::string gains = StrCat(::testing::TempDir(), "/gains_spatial_", ::getpid(), ".csv");
+    std::ofstream out(gains);
+    out << "task_a,task_b,mode,gain\n"
+           "fa-major,fa-inv,spatial,0.5\n";
+    PlannerConfig p;
+    p.mode = PlannerConfig::Mode::kYmir;
+    p.gains_path = gains;
+    return p;
+  }
+  static std::string Job3Epochs(const std::string& name, const std::string& task, const std::string& lr,
+                                const std::string& stop) {
+    return StrCat("name: ", name, "\nbackbone: tiny\ntrust_domain: lab\n",
+                  "dataset: {synthetic: {task: ", task, ", seed: 3, examples: 80, sequence_length: 8}}\n",
+                  "hyperparameters: {learning_rate: ", lr, ", batch_size: 8}\n", "stop: {", stop,
+                  ", max_epochs: 3}\n");
+  }
+  bool AnyEventWith(uint64_t id, const std::string& part) {
+    for (const JobEvent& e : Events(id)) {
+      if (e.details_json.find(part) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(JobRunnerStopLossTest, PairingThatDoesNotImproveIsDecoupledAndEachJobContinuesAlone) {
+  StartDaemon(1, SpatialGains());
+  NewRunner();
+  const uint64_t a = Submit(Job3Epochs("a", "fa-major", "1e-12", "metric: accuracy, target: 0.999"));
+  const uint64_t b = Submit(Job3Epochs("b", "fa-inv", "1e-12", "metric: accuracy, target: 0.999"));
+  ProfileAndPlan({a, b});
+  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  ASSERT_EQ(Job(b).plan.mode, jobs::RunMode::kSpatial) << Job(b).message;
+  // Until the verdict (2 epochs = 16 iterations) the pair stays together.
+  ASSERT_TRUE(TickUntil([&] { return Job(a).plan.mode != jobs::RunMode::kSpatial; }));
+  std::vector<JobEvent> ev_a, ev_b;
+  const JobEvent* da = FindEvent(a, "decoupled", &ev_a);
+  const JobEvent* db = FindEvent(b, "decoupled", &ev_b);
+  ASSERT_NE(da, nullptr);
+  ASSERT_NE(db, nullptr);
+  // One member was judged (the reason names the stop-loss), the other was
+  // decoupled with it in the same transaction.
+  const bool a_judged = da->details_json.find("stop-loss: the spatial pairing") != std::string::npos;
+  const JobEvent* judged = a_judged ? da : db;
+  const JobEvent* other = a_judged ? db : da;
+  EXPECT_THAT(judged->details_json, HasSubstr("did not improve accuracy within 2 epochs"));
+  EXPECT_THAT(judged->details_json, HasSubstr("at 2.00 epochs"));
+  EXPECT_THAT(judged->details_json, HasSubstr("\"mode\":\"spatial\""));
+  EXPECT_THAT(other->details_json, HasSubstr("was decoupled: stop-loss"));
+  EXPECT_EQ(Job(a).plan.mode, jobs::RunMode::kAlone);
+  EXPECT_EQ(Job(b).plan.mode, jobs::RunMode::kAlone);
+  const int64_t at_verdict = std::max(runner_->TrainingPosition(a).first, runner_->TrainingPosition(b).first);
+  EXPECT_GE(at_verdict, 16);
+  // Each continues with its own progress to its own limit (3 epochs = 24
+  // iterations), never paired again.
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  for (uint64_t id : {a, b}) {
+    const jobs::JobInfo j = Job(id);
+    EXPECT_EQ(j.state, jobs::JobState::kCompleted) << j.message;
+    EXPECT_EQ(j.iterations_done, 24) << "job " << id;
+    std::vector<std::string> kinds = Kinds(id);
+    const auto dec = std::find(kinds.begin(), kinds.end(), "decoupled");
+    ASSERT_NE(dec, kinds.end());
+    // Training went on after the decoupling (progress or checkpoints, then completion).
+    EXPECT_NE(std::find(dec, kinds.end(), "completed"), kinds.end());
+    int spatial_runs = 0;
+    for (const JobEvent& e : Events(id)) {
+      spatial_runs += (e.kind == "running" || e.kind == "replanned") &&
+                      e.details_json.find("\"mode\":\"spatial\"") != std::string::npos;
+    }
+    EXPECT_EQ(spatial_runs, 1) << "job " << id << " was paired again";
+  }
+}
+
+TEST_F(JobRunnerStopLossTest, PairingThatImprovesIsKept) {
+  StartDaemon(1, SpatialGains());
+  NewRunner();
+  const uint64_t a = Submit(Job3Epochs("a", "fa-major", "0.003", "metric: loss, target: 0.0001"));
+  const uint64_t b = Submit(Job3Epochs("b", "fa-inv", "0.003", "metric: loss, target: 0.0001"));
+  ProfileAndPlan({a, b});
+  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  // Kept: the second member judged records the verdict in its progress event.
+  ASSERT_TRUE(TickUntil([&] {
+    return AnyEventWith(a, "stop_loss_kept") || AnyEventWith(b, "stop_loss_kept") || jobs::IsTerminal(Job(a).state) ||
+           jobs::IsTerminal(Job(b).state);
+  }));
+  ASSERT_TRUE(AnyEventWith(a, "stop_loss_kept") || AnyEventWith(b, "stop_loss_kept"));
+  EXPECT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial);
+  EXPECT_EQ(Job(b).plan.mode, jobs::RunMode::kSpatial);
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  for (uint64_t id : {a, b}) {
+    EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+    EXPECT_FALSE(AnyEventWith(id, "stop-loss")) << "job " << id;
+  }
+}
+
+// Temporal A -> B: B runs as the pair's target (mode temporal, partner the
+// completed A) from A's adapters; with a learning rate that cannot move its
+// accuracy it is decoupled after 2 epochs and finishes alone with its own
+// progress.
+TEST_F(JobRunnerPairingTest, TemporalTargetThatDoesNotImproveIsDecoupled) {
+  StartDaemon(1, WithGains(PlannerConfig::Mode::kYmir));
+  NewRunner();
+  const std::string frozen = "trust_domain: lab\n";
+  auto job = [&](const std::string& name, const std::string& task) {
+    return StrCat("name: ", name, "\nbackbone: tiny\n", frozen,
+                  "dataset: {synthetic: {task: ", task, ", seed: 3, examples: 80, sequence_length: 8}}\n",
+                  "hyperparameters: {learning_rate: 1e-12, batch_size: 8}\n",
+                  "stop: {metric: accuracy, target: 0.999, max_epochs: 3}\n");
+  };
+  const uint64_t a = Submit(job("a", "fa-major"));
+  const uint64_t b = Submit(job("b", "fa-inv"));
+  ProfileAndPlan({a, b});
+  const uint64_t source = RunMode(a) == "temporal" ? a : b, target = source == a ? b : a;
+  ASSERT_EQ(RunMode(source), "temporal");
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  EXPECT_EQ(Job(source).state, jobs::JobState::kCompleted) << Job(source).message;
+  const jobs::JobInfo t = Job(target);
+  EXPECT_EQ(t.state, jobs::JobState::kCompleted) << t.message;
+  EXPECT_EQ(t.iterations_done, 24);  // its own 3 epochs, decoupled after 2
+  EXPECT_EQ(RunMode(target), "temporal");  // ran as the pair's second half
+  std::vector<JobEvent> ev;
+  const JobEvent* run = FindEvent(target, "running", &ev);
+  ASSERT_NE(run, nullptr);
+  EXPECT_THAT(run->details_json, HasSubstr(StrCat("\"partner\":", source)));
+  const JobEvent* dec = FindEvent(target, "decoupled", &ev);
+  ASSERT_NE(dec, nullptr);
+  EXPECT_THAT(dec->details_json, HasSubstr(StrCat("stop-loss: the temporal pairing with job ", source,
+                                                  " did not improve accuracy within 2 epochs")));
+  EXPECT_THAT(dec->details_json, HasSubstr("member 0 at 2.00 epochs"));
+  // Decoupled, then training went on to completion.
+  const std::vector<std::string> kinds = Kinds(target);
+  const auto d = std::find(kinds.begin(), kinds.end(), "decoupled");
+  ASSERT_NE(d, kinds.end());
+  EXPECT_NE(std::find(d, kinds.end(), "completed"), kinds.end());
+}
+
+// Profiling (issue 8): a submitted job is profiled with real training
+// micro-batches before the planner sees it; the measured time is in the
+// profiling job's progress event; its own training starts from scratch
+// afterwards (the profile ran on a scratch copy).
+TEST_F(JobRunnerTest, SubmittedJobIsProfiledBeforeItIsQueued) {
+  StartDaemon(1);
+  NewRunner();
+  const uint64_t id = Submit(SyntheticJob("profile-me", "parity"));
+  ASSERT_TRUE(runner_->Tick().ok());
+  EXPECT_EQ(Job(id).state, jobs::JobState::kProfiling);
+  EXPECT_EQ(Job(id).message, "profiling on 1 GPU");
+  ASSERT_TRUE(TickUntil([&] { return Job(id).state != jobs::JobState::kProfiling; }));
+  EXPECT_EQ(Job(id).state, jobs::JobState::kQueued);
+  EXPECT_EQ(Job(id).iterations_target, 16);  // 64 train rows / 8 per iteration x 2 epochs
+  EXPECT_EQ(runner_->stats().profile_steps, 3u);
+  EXPECT_EQ(runner_->stats().steps_done, 0u);
+  EXPECT_EQ(runner_->TrainingPosition(id).first, -1);  // no training state yet
+  EXPECT_THAT(Kinds(id), ::testing::ElementsAre("submitted", "profiling", "progress", "queued"));
+  std::vector<JobEvent> ev;
+  const JobEvent* prof = FindEventWith(id, "progress", "profiled_iter_time_s", &ev);
+  ASSERT_NE(prof, nullptr);
+  EXPECT_THAT(prof->details_json, HasSubstr("\"profile_micro_batches\":3"));
+  EXPECT_THAT(prof->details_json, HasSubstr("\"iterations_done\":0"));
+  const size_t at = prof->details_json.find("\"profiled_iter_time_s\":");
+  const double t = std::stod(prof->details_json.substr(at + 23));
+  EXPECT_GT(t, 0.0);
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(id).state); }));
+  EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+  EXPECT_EQ(Job(id).iterations_done, 16);
+  EXPECT_EQ(runner_->stats().steps_done, 16u);  // its own run: all 16 iterations from scratch
+}
+
+// A job left profiling by a restart is profiled again.
+TEST_F(JobRunnerTest, JobLeftProfilingByARestartIsProfiledAgain) {
+  StartDaemon(1);
+  NewRunner();
+  const uint64_t id = Submit(SyntheticJob("reprofile", "parity"));
+  ASSERT_TRUE(runner_->Tick().ok());
+  ASSERT_EQ(Job(id).state, jobs::JobState::kProfiling);
+  runner_->Stop();  // the "crash": the measurement in flight is lost
+  runner_.reset();
+  OpenJobs();
+  EXPECT_EQ(Job(id).state, jobs::JobState::kSubmitted);
+  NewRunner();
+  ASSERT_TRUE(TickUntil([&] { return Job(id).state == jobs::JobState::kQueued; }));
+  EXPECT_THAT(Kinds(id),
+              ::testing::ElementsAre("submitted", "profiling", "recovered", "profiling", "progress", "queued"));
+  std::vector<JobEvent> ev;
+  ASSERT_NE(FindEventWith(id, "progress", "profiled_iter_time_s", &ev), nullptr);
+  EXPECT_EQ(runner_->stats().profile_steps, 3u);
 }
 
 // The planner's device set bounds placement: micro-batches submitted with

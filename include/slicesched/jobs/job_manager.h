@@ -25,7 +25,9 @@
 //   failed / cancelled           -> JOB_STATE_FAILED / JOB_STATE_CANCELLED
 //
 // Pairs. Run with a paired mode (temporal, spatial) names the partner job,
-// which must exist, differ and not be terminal. When a paired job leaves
+// which must exist, differ and not be terminal, except that a temporal
+// target may name its completed source (Run(B, temporal, partner A) after A
+// completed: B trains from A's adapters and can be decoupled). When a paired job leaves
 // `running` (pause, preempt, complete, fail, cancel, or a re-plan that drops
 // the pairing), every running job paired with it is decoupled in the same
 // transaction (event "decoupled", reason "partner job N ...").
@@ -41,11 +43,12 @@
 // progress "iterations_done", "loss", "checkpoint" (plus the caller's extra
 // numeric fields).
 //
-// Restart. Open() reloads every job. Non-terminal jobs that were running or
-// profiling go back to queued with a "recovered" event (details: "from",
-// "checkpoint", "iterations_done", "plan" = the plan they lost); they resume
-// from their checkpoint_path. Submitted, queued and paused jobs are kept as
-// they are. A non-terminal job whose stored YAML no longer parses is failed
+// Restart. Open() reloads every job. Non-terminal jobs that were running go
+// back to queued with a "recovered" event (details: "from", "checkpoint",
+// "iterations_done", "plan" = the plan they lost); they resume from their
+// checkpoint_path. Jobs that were profiling go back to submitted (a
+// "recovered" event, "from": "profiling", "to": "submitted"), so they are
+// profiled again. Submitted, queued and paused jobs are kept as they are. A non-terminal job whose stored YAML no longer parses is failed
 // with the parse error.
 //
 // Thread safety: every method may be called from any thread. One mutex

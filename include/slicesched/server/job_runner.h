@@ -6,9 +6,26 @@
 // Tick() is one non-blocking pass; the daemon calls it from its own thread
 // (Start), tests call it directly with an injected clock. A pass:
 //
-//   1. Arrivals. Jobs in `submitted` are queued (Queue, with the epoch /
-//      iteration limit as iterations_target); an arrival or a completion
-//      makes the next pass plan.
+//   1. Arrivals and profiling. A job in `submitted` goes to `profiling`
+//      (StartProfiling on devices {0 .. min_gpus-1}): its data is loaded and
+//      kProfileMicroBatches (3) real training micro-batches run, one at a
+//      time, through Master::SubmitTrainStep on those devices, on a scratch
+//      copy of the job's fresh TaskState (the job's own training starts
+//      from its initialisation, or its temporal source's adapters, when it
+//      first runs). The first micro-batch is a warm-up; the mean of the
+//      others (submit to end, so it includes waiting behind other work) x
+//      grad_accumulation is the job's measured seconds per iteration. It is
+//      recorded in a "progress" event of the profiling job (details
+//      "profiled_iter_time_s", "profile_micro_batches"), then the job is
+//      queued (Queue, with the epoch / iteration limit of the loaded data as
+//      iterations_target) and the planner sees it with that time. A failing
+//      profile fails the job with the reason. A job left `profiling` by a
+//      restart is back in `submitted` (JobManager) and is profiled again.
+//      A queued job, a completion or a decoupling makes the next pass plan;
+//      such a requested round waits while any job is still profiling (at
+//      most until the planner.interval round is due), so jobs submitted
+//      together are planned together. Not implemented: reading the time from a
+//      time LUT instead of measuring.
 //   2. Planning, every planner.interval of the injected clock and on
 //      arrivals / completions: one ymir::JobView per queued, paused or
 //      running job (below), ymir::Plan on the cluster's devices, and the
@@ -77,6 +94,32 @@
 // "# gain-definition: speedup" line) into the planner's saved fraction of
 // iterations; the runner uses that fraction as is.
 //
+// Stop-loss (ymir/stop_loss.h, ../shared/papers/ymir.md §4.3): every pairing
+// is watched by a ymir::StopLoss (window 2 epochs, min_improvement 0). The
+// members: both jobs of a spatial pair; the target B of a temporal pair A ->
+// B, which, once A completed, runs as Run(B, temporal, partner A) (the
+// JobManager allows a completed source as a temporal partner) from A's
+// adapters. When a member starts running in the pairing, its metric is
+// evaluated on its state at that moment (its step then is its pairing start;
+// for B: A's transferred adapters at step 0). That is the reference: the
+// runner has no measured normal curve of the job, and the iteration
+// estimator has no curve to fit before the job trained, so the fallback of
+// the policy applies: the metric the job had when the pairing began must
+// have improved by the end of the window. Every later evaluation of a member
+// is observed with epochs = (step - start step) / iterations per epoch; the
+// metric is passed sign-flipped for higher-is-better metrics (accuracy), so
+// the policy's lower-is-better comparison means "better than at the start".
+// On kDecouple the runner calls JobManager::Decouple(member, "stop-loss:
+// ...") (event "decoupled" with the reason; a spatial partner is decoupled in
+// the same transaction, reason "partner job N was decoupled: stop-loss:
+// ..."); the jobs keep their TaskState and step count and continue as normal
+// jobs, and the pair is never offered to the planner again while this runner
+// lives (a restart forgets it: the pair may be tried once more). On kKeep the
+// evaluation's progress event carries "stop_loss_kept": 1 and the pairing
+// continues unwatched. A pairing that stops running (re-plan, pause,
+// preemption, completion) drops its watch; if it runs again, the window
+// starts again.
+//
 // What is executed for pairs: temporal pairs as described (A, then B from
 // A's adapters). Spatial pairs are recorded (state, events, devices) but
 // executed as two independent jobs sharing the pair's devices: the joint
@@ -92,6 +135,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -118,7 +162,8 @@ struct JobRunnerOptions {
 
 struct JobRunnerStats {
   uint64_t plans = 0;          // planning rounds solved
-  uint64_t steps_done = 0;     // micro-batches finished
+  uint64_t steps_done = 0;     // micro-batches finished (not counting profiling)
+  uint64_t profile_steps = 0;  // profiling micro-batches finished
   uint64_t steps_failed = 0;
   double last_solve_s = 0;
 };
@@ -156,7 +201,15 @@ class JobRunner {
 
  private:
   struct Gains;
+  struct PairWatch;  // the stop-loss of one spatial pairing (job_runner.cc)
   JobRunner(Master* master, jobs::JobManager* jobs, JobRunnerOptions options);
+
+  Runtime& RuntimeFor(const jobs::JobInfo& info);
+  // One profiling pass of a job (see 1. above); failures fail the job.
+  void Profile(Runtime& rt, const jobs::JobInfo& info);
+  // The stop-loss of a spatial pairing: its start metric, its evaluations.
+  absl::Status StartPairWatch(Runtime& rt, const jobs::JobInfo& info);
+  void ObservePairing(Runtime& rt, const jobs::JobInfo& info, double metric, std::map<std::string, double>* extra);
 
   absl::Status Admit();
   absl::Status PlanRound(Timestamp now);
@@ -179,6 +232,9 @@ class JobRunner {
   std::unique_ptr<Gains> gains_;
   std::map<uint64_t, std::unique_ptr<Runtime>> runtimes_;
   std::map<uint64_t, uint64_t> temporal_source_;  // target job -> source job
+  // Keyed by (smaller id, larger id).
+  std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<PairWatch>> pair_watch_;
+  std::set<std::pair<uint64_t, uint64_t>> decoupled_pairs_;  // never re-paired
   bool plan_requested_ = true;
   Timestamp last_plan_ = Timestamp::Never();
   JobRunnerStats stats_;
