@@ -172,6 +172,26 @@ std::pair<uint64_t, uint64_t> PairKey(uint64_t a, uint64_t b) { return {std::min
 // with token 0 to the batch's longest row.
 TrainBatch MicroBatch(JobRunner::Runtime& rt, int64_t k);
 
+// The arguments of micro-batch k of `rt`'s data, trained into `job` on
+// `devices` (the job's own state, or profiling's scratch copy).
+TrainStepArgs MicroBatchStep(JobRunner::Runtime& rt, int64_t k, std::shared_ptr<LlamaTrainJob> job,
+                             std::vector<uint32_t> devices, std::string label) {
+  auto batch = std::make_shared<TrainBatch>(MicroBatch(rt, k));
+  const std::vector<int64_t> shape = batch->tokens.shape();
+  TrainStepArgs args;
+  args.deployment = rt.deployment;
+  args.job = std::move(job);
+  args.batch = std::move(batch);
+  args.rows = shape[0];
+  args.tokens = shape[1];
+  args.rank = rt.spec.hyperparameters.lora_rank;
+  args.head_outputs = rt.head_outputs;
+  args.devices = std::move(devices);
+  args.priority = rt.spec.priority;
+  args.label = std::move(label);
+  return args;
+}
+
 struct EvalResult {
   double loss = 0;
   double accuracy = 0;
@@ -580,19 +600,7 @@ void JobRunner::Profile(Runtime& rt, const jobs::JobInfo& info) {
     rt.profile_sum_s = 0;
   }
   const int64_t k = rt.profile_done;
-  auto batch = std::make_shared<TrainBatch>(MicroBatch(rt, k));
-  const std::vector<int64_t> shape = batch->tokens.shape();
-  TrainStepArgs args;
-  args.deployment = rt.deployment;
-  args.job = rt.profile_job;
-  args.batch = batch;
-  args.rows = shape[0];
-  args.tokens = shape[1];
-  args.rank = rt.spec.hyperparameters.lora_rank;
-  args.head_outputs = rt.head_outputs;
-  args.devices = rt.profile_devices;
-  args.priority = rt.spec.priority;
-  args.label = StrCat("job-", id, "/profile-", k);
+  TrainStepArgs args = MicroBatchStep(rt, k, rt.profile_job, rt.profile_devices, StrCat("job-", id, "/profile-", k));
   rt.inflight_since = std::chrono::steady_clock::now();
   auto rec = master_->SubmitTrainStep(std::move(args));
   if (!rec.ok()) {
@@ -1074,19 +1082,7 @@ absl::Status JobRunner::Drive(Timestamp now) {
         continue;
       }
       const int64_t k = rt.micro_index();
-      auto batch = std::make_shared<TrainBatch>(MicroBatch(rt, k));
-      const std::vector<int64_t> shape = batch->tokens.shape();
-      TrainStepArgs args;
-      args.deployment = rt.deployment;
-      args.job = rt.job;
-      args.batch = batch;
-      args.rows = shape[0];
-      args.tokens = shape[1];
-      args.rank = rt.spec.hyperparameters.lora_rank;
-      args.head_outputs = rt.head_outputs;
-      args.devices = rt.plan.devices;
-      args.priority = rt.spec.priority;
-      args.label = StrCat("job-", id, "/mb-", k);
+      TrainStepArgs args = MicroBatchStep(rt, k, rt.job, rt.plan.devices, StrCat("job-", id, "/mb-", k));
       rt.inflight_step_before = rt.step();
       rt.inflight_since = std::chrono::steady_clock::now();
       auto rec = master_->SubmitTrainStep(std::move(args));
