@@ -93,6 +93,7 @@ TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
 
 class JobRunnerSpatialTest : public ::testing::Test {
  protected:
+  virtual int Devices() const { return 1; }
   void SetUp() override {
     static std::atomic<int> counter{0};
     dir_ = StrCat(::testing::TempDir(), "/sliced_spatial_", ::getpid(), "_", counter++);
@@ -100,7 +101,8 @@ class JobRunnerSpatialTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     auto c = ParseSlicedConfig(
         YAML::Load(StrCat("cluster:\n"
-                          "  devices: [{name: cpu, count: 1, type: cpu, memory: 256MiB, backend: cpu}]\n"
+                          "  devices: [{name: cpu, count: ",
+                          Devices(), ", type: cpu, memory: 256MiB, backend: cpu}]\n"
                           "deployments:\n"
                           "  - {name: tiny-ft, model: tiny, weights: {seed: 5}, role: offline, partitions: [single]}\n"
                           "listen: {unix_socket: ",
@@ -376,6 +378,38 @@ TEST_F(JobRunnerSpatialTest, StopLossReferenceIsAMeasuredNormalRunOfTheSameTask)
   ASSERT_TRUE(normal.contains(step)) << step;
   EXPECT_NEAR(Detail(*ra, "stop_loss_reference"), normal[step], 1e-9 + 1e-6 * normal[step]);
   EXPECT_EQ(Detail(*rb, "stop_loss_normal_curve"), 0);
+}
+
+class JobRunnerSpatialTwoDevicesTest : public JobRunnerSpatialTest {
+ protected:
+  int Devices() const override { return 2; }
+};
+
+// Only fresh jobs train jointly: two jobs that already trained alone (the
+// elastic planner ran them side by side) and are then put into a spatial
+// pair (here directly through the JobManager; the Ymir planner never pairs
+// jobs with progress) are decoupled before any joint step, with the reason,
+// and each finishes alone from its own state (no shared adapter).
+TEST_F(JobRunnerSpatialTwoDevicesTest, PairOfJobsWithProgressIsDecoupledInsteadOfTrainedJointly) {
+  planner_.mode = PlannerConfig::Mode::kElastic;
+  NewRunner();
+  const std::string setup = "metric: accuracy, target: 0.999, max_epochs: 2";
+  const uint64_t a = Submit(Spec("a", "fa-major", setup));
+  const uint64_t b = Submit(Spec("b", "fa-inv", setup));
+  ProfileAndPlan({a, b});
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 1 && runner_->TrainingPosition(b).first >= 1; }));
+  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kAlone);
+  ASSERT_TRUE(jobs_->Run(a, {.devices = {0}, .mode = jobs::RunMode::kSpatial, .partner = b}).ok());
+  ASSERT_TRUE(jobs_->Run(b, {.devices = {0}, .mode = jobs::RunMode::kSpatial, .partner = a}).ok());
+  ASSERT_TRUE(TickUntil([&] { return Job(a).plan.mode != jobs::RunMode::kSpatial; }));
+  EXPECT_TRUE(AnyEventWith(b, "decoupled", "spatial joint training not possible: job "));
+  EXPECT_TRUE(AnyEventWith(b, "decoupled", "already has progress"));
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  for (uint64_t id : {a, b}) {
+    EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+    EXPECT_EQ(Job(id).iterations_done, 16) << "job " << id;
+  }
+  EXPECT_EQ(runner_->stats().steps_done, 32u);  // 16 each, every one a plain step
 }
 
 }  // namespace
