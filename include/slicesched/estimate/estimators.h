@@ -17,6 +17,15 @@
 // features, predictions come from the key's prior (SetPrior) or, failing
 // that, the configured default duration.
 //
+// Both fits are then made mean-unbiased: the coefficients are scaled by one
+// factor so that the window's predicted total equals its measured total.
+// The relative fit alone settles below the mean of noisy measurements (for
+// a shape that repeats, at sum(1/t) / sum(1/t^2), below even the harmonic
+// mean), so the sum of an iteration's predicted operators came out short of
+// its mean; and RuntimeCalibration, which learns ratios of mean times, must
+// agree with the estimators on what an unbiased model is (calibration.h).
+// Without noise the factor is 1 and the fit is unchanged.
+//
 // Both keep, per key, the sample count and the MAPE of their predictions
 // measured *before* each observation was added (an honest online error), and
 // save/restore their coefficients as YAML so a restarted daemon starts warm.
@@ -154,6 +163,12 @@ class OpEstimator {
   // unknown key. The pointers stay valid until the next Register or Restore
   // (Observe refits the coefficients in place).
   bool LinearModel(int key, const FeatureBasis** basis, const double** coeffs) const;
+
+  // True when the key predicts from a model: fitted, restored fitted, or
+  // given a prior. False for an unknown key and for one still predicting the
+  // default duration (whose ratio to a measurement says nothing about the
+  // device; RuntimeCalibration must not learn from it).
+  bool HasModel(int key) const;
 
   // Adds a measurement and refits the key.
   void Observe(int key, std::span<const int64_t> attrs, Duration measured);
