@@ -691,10 +691,21 @@ void TransferEstimator::Observe(DeviceId src, DeviceId dst, Bytes size, Duration
 }
 
 void TransferEstimator::Refit(Pair& p) {
-  // Slope and intercept are identifiable only with two distinct sizes.
+  // Slope and intercept are identifiable only with two distinct sizes. With
+  // one, the slope in use (the link prior's, or an earlier fit's) stays and
+  // only the constant is learned, as the mean of t - alpha * size: a pair
+  // that only ever moves one size (a pipeline's activations) still learns
+  // what its transfers take, not the link table's latency.
   bool distinct = false;
   for (int i = 1; i < p.count && !distinct; ++i) distinct = p.bytes[i] != p.bytes[0];
-  if (!distinct) return;
+  if (!distinct) {
+    if (p.count == 0) return;
+    double residual = 0;
+    for (int i = 0; i < p.count; ++i) residual += p.t[i] - p.alpha * p.bytes[i];
+    p.c = std::max(0.0, residual / p.count);
+    p.fitted = true;
+    return;
+  }
   // Relative weighting (1 / t^2), as for operators: transfers span 4 KiB to
   // GiBs, and unweighted least squares would let the largest ones drown the
   // latency term that dominates small transfers. The NNLS bounds alpha >= 0

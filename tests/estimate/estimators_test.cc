@@ -719,14 +719,18 @@ TEST(TransferEstimatorTest, HandoffGapsAddToTheHopButNotToTheLinkModel) {
   EXPECT_EQ(fresh.PredictNs(g0, g1, 1 << 20), fresh.PredictLinkNs(g0, g1, 1 << 20));
 }
 
-TEST(TransferEstimatorTest, KeepsPriorUntilTwoDistinctSizes) {
+TEST(TransferEstimatorTest, KeepsPriorSlopeUntilTwoDistinctSizes) {
   AcceleratorSet set = ThreeGpus();
   TransferEstimator est(set);
   const double prior_1mib = est.PredictNs(DeviceId(0), DeviceId(1), 1 << 20);
+  const double prior_2mib = est.PredictNs(DeviceId(0), DeviceId(1), 2 << 20);
   for (int i = 0; i < 5; ++i) {
-    est.Observe(DeviceId(0), DeviceId(1), Bytes::MiB(1), Duration::Micros(500));
+    est.Observe(DeviceId(0), DeviceId(1), Bytes::MiB(1), Duration::Micros(i % 2 ? 400 : 600));
   }
-  EXPECT_EQ(est.PredictNs(DeviceId(0), DeviceId(1), 1 << 20), prior_1mib);
+  // One size: the prior's slope stays, the constant is learned (the mean).
+  EXPECT_NEAR(est.PredictNs(DeviceId(0), DeviceId(1), 1 << 20), 520e3, 1e-6);
+  EXPECT_NEAR(est.PredictNs(DeviceId(0), DeviceId(1), 2 << 20) - est.PredictNs(DeviceId(0), DeviceId(1), 1 << 20),
+              prior_2mib - prior_1mib, 1e-6);
   // True link: 0.05 ns/B, 10 us.
   est.Observe(DeviceId(0), DeviceId(1), Bytes::MiB(4),
               Duration::Nanos(std::llround(0.05 * (4 << 20) + 10000)));

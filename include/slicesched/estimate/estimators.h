@@ -3,8 +3,12 @@
 // Transfer (paper Eq 1): per ordered (source, destination) device pair,
 //   t = alpha * size + c,
 // fitted by least squares over a bounded window of recent observations and
-// seeded from the link table's priors (latency, 1 / bandwidth) until the
-// window holds at least two distinct sizes. The fit, like the operator fit,
+// seeded from the link table's priors (latency, 1 / bandwidth). Until the
+// window holds two distinct sizes the slope is not identifiable: the prior's
+// slope (or an earlier fit's) is kept and only c is learned, as the mean of
+// t - alpha * size (a pair that only ever moves one size, a pipeline's
+// activations, would otherwise keep the link table's latency for ever; on
+// the fidelity rig that under-predicted its 0.4 ms hop 4x). The fit, like the operator fit,
 // minimises relative error (weights 1 / t^2) under alpha >= 0, c >= 0 (NNLS),
 // so the latency term that dominates small transfers is not drowned by the
 // large ones.
