@@ -420,11 +420,10 @@ class FidelityRig {
           name = StrCat(tpl->name(), "/", tpl->op(sn.op_index).name);
         } else {
           // A hop: from the transfer's start to its consumer's start.
-          const OpNode* t = g_.FindNode(NodeId(sn.id));
-          if (t == nullptr || sn.consumer == GmgSnapshot::kNone) continue;
+          if (sn.consumer == GmgSnapshot::kNone) continue;
           const auto ct = times.find(snap_.nodes[sn.consumer].id);
           if (ct == times.end() || result_.node_start_ns[sn.consumer] < 0) continue;
-          name = StrCat("hop cpu", sn.device, " -> cpu", t->dst_device.value());
+          name = StrCat("hop cpu", sn.device, " -> cpu", snap_.nodes[sn.consumer].device);
           sim_ms = static_cast<double>(result_.node_start_ns[sn.consumer] - result_.node_start_ns[i]) / 1e6;
           meas_ms = static_cast<double>((ct->second.first - it->second.first).nanos()) / 1e6;
         }
