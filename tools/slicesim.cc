@@ -488,10 +488,10 @@ int Fidelity(const std::vector<std::string>& args) {
                 r->device_factors.size() > 1 ? r->device_factors[1] : 1.0, r->overlap_factor,
                 r->transfer_overlap_factor);
     if (per_op) {
-      std::printf("%-28s %3s %7s %12s %12s %8s\n", "operator (scored)", "dev", "samples", "predicted ms",
+      std::printf("%-44s %3s %7s %12s %12s %8s\n", "operator or hop (scored)", "dev", "samples", "predicted ms",
                   "measured ms", "MAPE %");
       for (const slicesched::FidelityOpStat& s : r->ops) {
-        std::printf("%-28s %3d %7lld %12.4f %12.4f %8.2f\n", s.name.c_str(), s.device,
+        std::printf("%-44s %3d %7lld %12.4f %12.4f %8.2f\n", s.name.c_str(), s.device,
                     static_cast<long long>(s.samples), s.predicted_ms, s.measured_ms, s.mape_pct);
       }
     }

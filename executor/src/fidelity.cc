@@ -423,7 +423,10 @@ class FidelityRig {
           if (sn.consumer == GmgSnapshot::kNone) continue;
           const auto ct = times.find(snap_.nodes[sn.consumer].id);
           if (ct == times.end() || result_.node_start_ns[sn.consumer] < 0) continue;
-          name = StrCat("hop cpu", sn.device, " -> cpu", snap_.nodes[sn.consumer].device);
+          const GmgSnapshot::Node& cn = snap_.nodes[sn.consumer];
+          const GraphTemplate* ctpl = g_.templates().Find(TemplateId(snap_.instances[cn.instance].template_id));
+          name = StrCat("hop cpu", sn.device, " -> cpu", cn.device, " to ",
+                        ctpl != nullptr ? StrCat(ctpl->name(), "/", ctpl->op(cn.op_index).name) : "?");
           sim_ms = static_cast<double>(result_.node_start_ns[sn.consumer] - result_.node_start_ns[i]) / 1e6;
           meas_ms = static_cast<double>((ct->second.first - it->second.first).nanos()) / 1e6;
         }

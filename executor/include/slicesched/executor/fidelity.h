@@ -88,8 +88,9 @@ struct FidelityKindResult {
 
 // One operator (template/op) or hop over the scored iterations: the
 // simulator's predicted duration of the node against the executors'. A hop
-// ("hop cpuA -> cpuB") runs from the transfer's start to its consumer's
-// start (link time plus the master's hand-off gaps, plus any queueing).
+// ("hop cpuA -> cpuB to <consumer template/op>") runs from the transfer's
+// start to its consumer's start (link time plus the master's hand-off gaps,
+// plus any queueing).
 struct FidelityOpStat {
   std::string name;
   int device = 0;  // where it runs (a hop: its source)
