@@ -274,6 +274,43 @@ TEST_F(SimTest, TransferHeldBackByArbitration) {
   EXPECT_EQ(r.peak_bytes[1], 5 * kMs + 1);
 }
 
+// Hand-off gaps (TransferEstimator): none learned, a consumer starts when
+// its transfer's link time ends; once learned, its bytes arrive launch +
+// delivery gap later, while the link's slots are free at the link's end (the
+// next transfer out of the source starts then).
+TEST_F(SimTest, LearnedHandoffGapsDelayOnlyTheConsumer) {
+  SetUpCluster(3);
+  TemplateId t = Register("fan", {{"a", {}, 2 * kMs, 1}, {"b", {"a"}, 1, 1}, {"c", {"a"}, 1, 1}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 1);
+  IssueOn(i, "c", 2);
+  auto xc = g_->IssueTransfer(N(i, "a"), 0, DeviceId(2), N(i, "c"), 1, T(0));
+  auto xb = g_->IssueTransfer(N(i, "a"), 0, DeviceId(1), N(i, "b"), 7, T(0));
+  ASSERT_TRUE(xb.ok() && xc.ok());
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  // a ends at 1 ms; 2 MB at 1 GB/s take 2 ms; the priority-7 hop goes first.
+  EXPECT_EQ(r.node_end_ns[Index(snap, *xb)], 3 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "b"))], 3 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, *xc)], 3 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "c"))], 5 * kMs);
+
+  transfers_->ObserveLaunchGap(DeviceId(0), DeviceId(1), Duration::Micros(200));
+  transfers_->ObserveLaunchGap(DeviceId(0), DeviceId(2), Duration::Micros(400));
+  transfers_->ObserveDeliveryGap(DeviceId(1), Duration::Micros(100));
+  ASSERT_TRUE(transfers_->handoff_gaps_observed());
+  r = RunAt(T(0), &snap);
+  constexpr int64_t kUs = 1000;
+  EXPECT_EQ(r.node_end_ns[Index(snap, *xb)], 3 * kMs + 300 * kUs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "b"))], 3 * kMs + 300 * kUs);
+  // The second hop still starts at the first one's link end.
+  EXPECT_EQ(r.node_start_ns[Index(snap, *xc)], 3 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, *xc)], 5 * kMs + 400 * kUs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "c"))], 5 * kMs + 400 * kUs);
+  EXPECT_EQ(r.simulated_ops, 5);
+}
+
 TEST_F(SimTest, OperatorWithInputsOnTwoDevices) {
   SetUpCluster(2);
   TemplateId t = Register("join", {{"a", {}, 1000, 3}, {"b", {}, 2 * kMs, 4}, {"c", {"a", "b"}, 10, 1}});
