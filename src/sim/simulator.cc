@@ -1092,8 +1092,20 @@ void Simulator::RunOnceInto(const SimOptions& options, SimScratch* scratch, SimR
   result->node_start_ns.swap(m.init_start);
   scratch->impl_->busy.swap(m.init_busy);
   m.consumed = true;
-  Engine engine(m, *scratch->impl_, *result, /*state_moved=*/true);
-  engine.Run(options);
+  {
+    Engine engine(m, *scratch->impl_, *result, /*state_moved=*/true);
+    engine.Run(options);
+  }
+  // Hand the buffers the run worked in back to the model (nothing reads a
+  // scratch's state after a run; mem and peak went to the result): the next
+  // Rebuild then overwrites buffers this run has just left in the cache,
+  // rather than the other set, last touched a round earlier.
+  s.node.swap(m.init.node);
+  s.xfer.swap(m.init.xfer);
+  s.tensor.swap(m.init.tensor);
+  s.running.swap(m.init.running);
+  s.unfinished.swap(m.init.unfinished);
+  scratch->impl_->busy.swap(m.init_busy);
 }
 
 absl::StatusOr<SimResult> Simulator::WhatIf(std::span<const Placement> batch, const SimOptions& options) const {
