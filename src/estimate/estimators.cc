@@ -650,11 +650,13 @@ void TransferEstimator::ObserveLaunchGap(DeviceId src, DeviceId dst, Duration ga
   const size_t n = names_.size();
   if (src == dst || !src.valid() || !dst.valid() || src.value() >= n || dst.value() >= n) return;
   StepGap(launch_[src.value() * n + dst.value()], gap);
+  gaps_observed_ = true;
 }
 
 void TransferEstimator::ObserveDeliveryGap(DeviceId dst, Duration gap) {
   if (!dst.valid() || dst.value() >= names_.size()) return;
   StepGap(delivery_[dst.value()], gap);
+  gaps_observed_ = true;
 }
 
 double TransferEstimator::launch_gap_ns(DeviceId src, DeviceId dst) const {

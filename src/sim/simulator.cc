@@ -374,6 +374,8 @@ class Engine {
     result_.batch_completed = 0;
     result_.inserted_transfers = 0;
     now_ = m.now;
+    // Read once per run, not per transfer: no learned gap, no lookups.
+    handoff_ = m.ctx->transfers().handoff_gaps_observed();
     Bind();
   }
 
@@ -707,14 +709,16 @@ class Engine {
       busy_[r.dev] = 0;
       busy_[xr.dst] = 0;
       arbitrated_ = false;  // requests blocked on these slots may now go
-      const TransferEstimator& te = m_.ctx->transfers();
-      const int64_t handoff = static_cast<int64_t>(te.launch_gap_ns(DeviceId(r.dev), DeviceId(xr.dst)) +
-                                                   te.delivery_gap_ns(DeviceId(xr.dst)));
-      if (handoff > 0) {
-        r.st = kArriving;
-        Push(now_ + handoff, x);
-        Arbitrate();
-        return;
+      if (handoff_) {
+        const TransferEstimator& te = m_.ctx->transfers();
+        const int64_t handoff = static_cast<int64_t>(te.launch_gap_ns(DeviceId(r.dev), DeviceId(xr.dst)) +
+                                                     te.delivery_gap_ns(DeviceId(xr.dst)));
+        if (handoff > 0) {
+          r.st = kArriving;
+          Push(now_ + handoff, x);
+          Arbitrate();
+          return;
+        }
       }
     }
     r.st = kDone;
@@ -776,6 +780,7 @@ class Engine {
   uint32_t seq_ = 0;  // see Event
   bool stop_when_batch_done_ = false;
   bool arbitrated_ = false;  // see Arbitrate
+  bool handoff_ = false;     // the transfer estimator has learned hand-off gaps
   int batch_left_ = 0;
 };
 
@@ -1087,8 +1092,20 @@ void Simulator::RunOnceInto(const SimOptions& options, SimScratch* scratch, SimR
   result->node_start_ns.swap(m.init_start);
   scratch->impl_->busy.swap(m.init_busy);
   m.consumed = true;
-  Engine engine(m, *scratch->impl_, *result, /*state_moved=*/true);
-  engine.Run(options);
+  {
+    Engine engine(m, *scratch->impl_, *result, /*state_moved=*/true);
+    engine.Run(options);
+  }
+  // Hand the buffers the run worked in back to the model (nothing reads a
+  // scratch's state after a run; mem and peak went to the result): the next
+  // Rebuild then overwrites buffers this run has just left in the cache,
+  // rather than the other set, last touched a round earlier.
+  s.node.swap(m.init.node);
+  s.xfer.swap(m.init.xfer);
+  s.tensor.swap(m.init.tensor);
+  s.running.swap(m.init.running);
+  s.unfinished.swap(m.init.unfinished);
+  scratch->impl_->busy.swap(m.init_busy);
 }
 
 absl::StatusOr<SimResult> Simulator::WhatIf(std::span<const Placement> batch, const SimOptions& options) const {

@@ -1,11 +1,13 @@
 #include "slicesched/sim/simulator.h"
 
 #include <algorithm>
+#include <random>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "slicesched/gmg/gmg.h"
+#include "slicesched/sim/queue_discipline.h"
 
 namespace slicesched {
 namespace {
@@ -86,6 +88,55 @@ class SimTest : public ::testing::Test {
   std::unique_ptr<TransferEstimator> transfers_;
   std::unique_ptr<SimContext> ctx_;
 };
+
+// The ready queue pops in RunsBefore order through many pushes and pops
+// (its buckets drop their popped prefix as they go), including out-of-order
+// ready times and buckets that never empty. Checked against a plain scan.
+TEST(ReadyQueueTest, PopsInRunsBeforeOrderThroughLongRuns) {
+  std::mt19937_64 rng(7);
+  ReadyQueue q;
+  std::vector<std::pair<DisciplineKey, uint32_t>> ref;
+  int64_t now = 0;
+  uint32_t next_item = 0;
+  int popped = 0;
+  for (int step = 0; step < 20000; ++step) {
+    // Pushes outnumber pops early on, so the buckets stay long-lived.
+    const bool push = ref.empty() || rng() % 100 < (step < 10000 ? 55u : 45u);
+    if (push) {
+      DisciplineKey k;
+      k.priority_class = static_cast<uint8_t>(rng() % 2);
+      k.priority = static_cast<int32_t>(rng() % 3);
+      now += static_cast<int64_t>(rng() % 3);
+      // Mostly nondecreasing ready times, as in a run; some arrive late.
+      k.ready_ns = rng() % 10 == 0 ? now - static_cast<int64_t>(rng() % 50) : now;
+      k.tiebreak = rng() % 1000;
+      q.Push(k, next_item);
+      ref.push_back({k, next_item});
+      ++next_item;
+    } else {
+      auto best = ref.begin();
+      for (auto it = ref.begin(); it != ref.end(); ++it) {
+        if (RunsBefore(it->first, best->first) ||
+            (!RunsBefore(best->first, it->first) && it->second < best->second)) {
+          best = it;
+        }
+      }
+      DisciplineKey got;
+      const uint32_t item = q.Pop(&got);
+      // Equal keys may pop in either order; the key itself must match.
+      ASSERT_EQ(got.priority_class, best->first.priority_class) << "pop " << popped;
+      ASSERT_EQ(got.priority, best->first.priority) << "pop " << popped;
+      ASSERT_EQ(got.ready_ns, best->first.ready_ns) << "pop " << popped;
+      ASSERT_EQ(got.tiebreak, best->first.tiebreak) << "pop " << popped;
+      auto match = std::find_if(ref.begin(), ref.end(), [&](const auto& e) { return e.second == item; });
+      ASSERT_NE(match, ref.end());
+      ref.erase(match);
+      ++popped;
+    }
+    ASSERT_EQ(q.size(), ref.size());
+  }
+  EXPECT_GT(popped, 8000);
+}
 
 TEST_F(SimTest, ChainOnOneDevice) {
   SetUpCluster(1);
@@ -272,6 +323,43 @@ TEST_F(SimTest, TransferHeldBackByArbitration) {
   EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "c"))], 7 * kMs);
   // Buffers: both destinations held a copy while the tensor was live.
   EXPECT_EQ(r.peak_bytes[1], 5 * kMs + 1);
+}
+
+// Hand-off gaps (TransferEstimator): none learned, a consumer starts when
+// its transfer's link time ends; once learned, its bytes arrive launch +
+// delivery gap later, while the link's slots are free at the link's end (the
+// next transfer out of the source starts then).
+TEST_F(SimTest, LearnedHandoffGapsDelayOnlyTheConsumer) {
+  SetUpCluster(3);
+  TemplateId t = Register("fan", {{"a", {}, 2 * kMs, 1}, {"b", {"a"}, 1, 1}, {"c", {"a"}, 1, 1}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 1);
+  IssueOn(i, "c", 2);
+  auto xc = g_->IssueTransfer(N(i, "a"), 0, DeviceId(2), N(i, "c"), 1, T(0));
+  auto xb = g_->IssueTransfer(N(i, "a"), 0, DeviceId(1), N(i, "b"), 7, T(0));
+  ASSERT_TRUE(xb.ok() && xc.ok());
+  GmgSnapshot snap;
+  SimResult r = RunAt(T(0), &snap);
+  // a ends at 1 ms; 2 MB at 1 GB/s take 2 ms; the priority-7 hop goes first.
+  EXPECT_EQ(r.node_end_ns[Index(snap, *xb)], 3 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "b"))], 3 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, *xc)], 3 * kMs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "c"))], 5 * kMs);
+
+  transfers_->ObserveLaunchGap(DeviceId(0), DeviceId(1), Duration::Micros(200));
+  transfers_->ObserveLaunchGap(DeviceId(0), DeviceId(2), Duration::Micros(400));
+  transfers_->ObserveDeliveryGap(DeviceId(1), Duration::Micros(100));
+  ASSERT_TRUE(transfers_->handoff_gaps_observed());
+  r = RunAt(T(0), &snap);
+  constexpr int64_t kUs = 1000;
+  EXPECT_EQ(r.node_end_ns[Index(snap, *xb)], 3 * kMs + 300 * kUs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "b"))], 3 * kMs + 300 * kUs);
+  // The second hop still starts at the first one's link end.
+  EXPECT_EQ(r.node_start_ns[Index(snap, *xc)], 3 * kMs);
+  EXPECT_EQ(r.node_end_ns[Index(snap, *xc)], 5 * kMs + 400 * kUs);
+  EXPECT_EQ(r.node_start_ns[Index(snap, N(i, "c"))], 5 * kMs + 400 * kUs);
+  EXPECT_EQ(r.simulated_ops, 5);
 }
 
 TEST_F(SimTest, OperatorWithInputsOnTwoDevices) {

@@ -271,6 +271,10 @@ class TransferEstimator {
   void ObserveDeliveryGap(DeviceId dst, Duration gap);
   double launch_gap_ns(DeviceId src, DeviceId dst) const;
   double delivery_gap_ns(DeviceId dst) const;
+  // False until a gap of either kind has been observed (for any device):
+  // then every gap above is 0, and a caller on a hot path (the simulator's
+  // transfer completions) may skip asking for them.
+  bool handoff_gaps_observed() const { return gaps_observed_; }
 
   struct PairStats {
     std::string src, dst;
@@ -297,6 +301,7 @@ class TransferEstimator {
   void StepGap(Gap& g, Duration gap) const;
   std::vector<Gap> launch_;    // row-major [src][dst]
   std::vector<Gap> delivery_;  // by destination
+  bool gaps_observed_ = false;  // some Gap above has a sample
 };
 
 // Error accounting shared by both estimators.

@@ -76,6 +76,13 @@ class ReadyQueue {
       if (b.head == b.q.size()) {
         b.q.clear();
         b.head = 0;
+      } else if (b.head >= kCompactAfter && 2 * b.head >= b.q.size()) {
+        // A busy device's bucket rarely empties: drop the popped prefix once
+        // it is at least half the vector (moving at most as many entries as
+        // were popped since the last drop), so the bucket stays about twice
+        // its live size, and in cache, instead of growing with every push.
+        b.q.erase(b.q.begin(), b.q.begin() + static_cast<std::ptrdiff_t>(b.head));
+        b.head = 0;
       }
       --size_;
       if (key != nullptr) *key = DisciplineKey{b.cls, b.prio, e.ready_ns, e.tiebreak};
@@ -140,6 +147,7 @@ class ReadyQueue {
   }
 
   static constexpr size_t kHintSlots = 32;
+  static constexpr size_t kCompactAfter = 32;  // popped entries before a bucket is compacted
   std::vector<Bucket> buckets_;
   size_t size_ = 0;
   uint8_t hint_[kHintSlots] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,

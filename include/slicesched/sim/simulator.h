@@ -174,6 +174,10 @@ class Simulator {
   // num_nodes and num_devices stay valid. For callers that run each built
   // state once (one Rebuild, one run); Run/WhatIf keep copying and may be
   // repeated. Not safe concurrently with any other call on this simulator.
+  // After the run, the buffers it worked in go back to the simulator (except
+  // the per-device memory vectors, which became result's peak_bytes and
+  // final_bytes), so the next Rebuild overwrites memory the run has just
+  // left in the cache; `scratch` keeps capacity but no meaningful state.
   void RunOnceInto(const SimOptions& options, SimScratch* scratch, SimResult* result);
 
   size_t num_nodes() const;
