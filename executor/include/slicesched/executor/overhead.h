@@ -56,7 +56,7 @@ struct OverheadOptions {
   // The master retires prefills in batches of this many (>= 1, at most
   // `window`): it asks to be woken once that many prefills have finished
   // (or the device ran out of work; ExecutorSet::WaitForFinishBatch). 1:
-  // woken for every prefill. Ignored when poll_us > 0.
+  // woken for every prefill (the protocol before). Ignored when poll_us > 0.
   int wake_batch = 1;
   uint64_t seed = 1;    // weights
   int warmup = 20;      // untimed prefills of each kind first
