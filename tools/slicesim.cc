@@ -2,6 +2,7 @@
 //
 // Commands live in the slicesched::experiments library; this file only
 // parses arguments.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -118,7 +119,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--wake-batch K] [--poll-us U] [--only direct|scheduled] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -315,7 +316,8 @@ int Overhead(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   slicesched::OverheadOptions o;
   bool json = false;
-  int64_t repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed), window = o.window;
+  int64_t repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed), window = o.window,
+          wake_batch = o.wake_batch;
   bool pin = o.pin;
   if (int rc = Flags("overhead")
                    .Switch("--json", &json)
@@ -325,12 +327,16 @@ int Overhead(const std::vector<std::string>& args) {
                    .Int("--window", &window)
                    .Int("--block", &o.block)
                    .Switch("--pin", &pin)
+                   .Text("--only", &o.only)
+                   .Int("--poll-us", &o.poll_us)
+                   .Int("--wake-batch", &wake_batch)
                    .Int("--seed", &seed)
                    .Parse(args)) {
     return rc;
   }
   o.repetitions = static_cast<int>(repetitions);
   o.window = static_cast<int>(window);
+  o.wake_batch = static_cast<int>(std::clamp<int64_t>(wake_batch, -1, 1 << 20));
   o.pin = pin;
   o.seed = static_cast<uint64_t>(seed);
   auto r = slicesched::RunOverhead(o);

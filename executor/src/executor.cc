@@ -7,6 +7,7 @@
 #include <exception>
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
@@ -59,6 +60,7 @@ ExecutorSet::~ExecutorSet() {
   absl::MutexLock l(&mu_);
   events_.clear();
   pending_completions_ = 0;
+  completions_pending_.store(false, std::memory_order_release);
   for (DeviceState& s : devices_) {
     s.items.clear();
     s.finished.clear();
@@ -70,7 +72,9 @@ ExecutorSet::~ExecutorSet() {
 
 void ExecutorSet::Post(Event e) {
   e.time = clock_->Now();
-  if (e.kind != Event::Kind::kStarted && !e.quiet) ++pending_completions_;
+  if (e.kind != Event::Kind::kStarted && !e.quiet && pending_completions_++ == 0) {
+    completions_pending_.store(true, std::memory_order_release);
+  }
   events_.push_back(std::move(e));
   if (notify_) notify_();
 }
@@ -183,18 +187,29 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   const size_t di = d.value();
   DevicePool& pool = *pools_[di];
   const std::string& dev_name = pool.name();
+  // One critical section per operator: the lock taken to record a node's
+  // completion is kept to pick the next node, and released only while a
+  // kernel runs (or while waiting for work). Every lock round trip is a
+  // chance to meet the owner thread on the lock and sleep, and every
+  // unlock re-evaluates the owner's wait condition.
+  auto can_go = [this, di]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const DeviceState& s = devices_[di];
+    return shutdown_ || s.stopped || (!paused_ && !s.ready.empty());
+  };
+  auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
+  std::vector<Held> outs;
+  std::vector<Buffer> out_buffers;
+  mu_.Lock();
   for (;;) {
     WorkItem w;
-    std::vector<Held> outs;
     Allocation workspace;
+    outs.clear();
     {
-      absl::MutexLock l(&mu_);
-      auto can_go = [this, di]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        const DeviceState& s = devices_[di];
-        return shutdown_ || s.stopped || (!paused_ && !s.ready.empty());
-      };
       mu_.Await(absl::Condition(&can_go));
-      if (shutdown_) return;
+      if (shutdown_) {
+        mu_.Unlock();
+        return;
+      }
       DeviceState& s = devices_[di];
       if (s.stopped) {
         // Fail everything still queued or pending here (producers first),
@@ -214,6 +229,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         s.waiters.clear();
         s.live.clear();
         s.exited = true;
+        mu_.Unlock();
         return;
       }
       const uint32_t item = s.ready.Pop();
@@ -256,10 +272,10 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       s.running = w.node;
       Post(Event{Event::Kind::kStarted, w.node, d, Timestamp(), "", {}});
     }
+    mu_.Unlock();
 
     // The kernel runs without the lock.
-    std::vector<Buffer> out_buffers;
-    out_buffers.reserve(outs.size());
+    out_buffers.clear();
     for (Held& h : outs) out_buffers.push_back(h.buffer);
     KernelCall call;
     call.node = w.node;
@@ -280,9 +296,10 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       st = absl::InternalError("kernel threw a non-standard exception");
     }
     workspace.Release();
+    // Drop this thread's input references before taking the lock.
+    w.inputs.clear();
 
-    absl::MutexLock l(&mu_);
-    auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
+    mu_.Lock();
     mu_.Await(absl::Condition(&may_finish));
     DeviceState& s = devices_[di];
     s.running = NodeId();
@@ -317,6 +334,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
                  {}});
       DropDependents(d, w.node);
     }
+    // The lock stays held: the next iteration picks the next node.
   }
 }
 
@@ -534,6 +552,33 @@ bool ExecutorSet::WaitForFinish(absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&has_completions), timeout);
 }
 
+bool ExecutorSet::WaitForFinishBatch(absl::Duration timeout, int min_completions) {
+  if (min_completions <= 1) return WaitForFinish(timeout);
+  if (comm_.num_retrying() > 0) return true;
+  absl::MutexLock l(&mu_);
+  auto enough = [this, min_completions]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (pending_completions_ >= static_cast<size_t>(min_completions)) return true;
+    if (pending_completions_ == 0) return false;
+    for (const DeviceState& s : devices_) {
+      if (!s.ready.empty() || !s.pending.empty() || s.running.valid()) return false;
+    }
+    return true;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+bool ExecutorSet::WaitForFinish(absl::Duration timeout, absl::Duration poll) {
+  if (poll <= absl::ZeroDuration()) return WaitForFinish(timeout);
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    if (comm_.num_retrying() > 0) return true;
+    if (completions_pending_.load(std::memory_order_acquire)) return true;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return false;
+    absl::SleepFor(std::min(poll, deadline - now));
+  }
+}
+
 absl::Status ExecutorSet::AdvanceTo(Timestamp t, std::vector<Feedback>* feedback) {
   SLICESCHED_RETURN_IF_ERROR(Drain(t, feedback));
   return Dispatch(t);
@@ -547,7 +592,9 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
     while (k < events_.size() && events_[k].time <= t) ++k;
     batch.reserve(k);
     for (size_t i = 0; i < k; ++i) {
-      if (events_[i].kind != Event::Kind::kStarted && !events_[i].quiet) --pending_completions_;
+      if (events_[i].kind != Event::Kind::kStarted && !events_[i].quiet && --pending_completions_ == 0) {
+        completions_pending_.store(false, std::memory_order_release);
+      }
       batch.push_back(std::move(events_[i]));
     }
     events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(k));

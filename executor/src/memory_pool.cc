@@ -55,13 +55,15 @@ absl::StatusOr<Allocation> DevicePool::Allocate(Bytes bytes, AllocPurpose purpos
       --fail_next_;
       inject = true;
     }
-    if (!inject && hook_) hook = hook_;
     if (inject) {
       ++failures_;
       return absl::ResourceExhaustedError(
           StrCat("device ", name_, ": cannot allocate ", AllocPurposeName(purpose), " of ", bytes,
                  " (injected failure; ", capacity_ - used_, " free of ", capacity_, ")"));
     }
+    // No hook (the serving path): account in this same critical section.
+    if (!hook_) return AccountLocked(bytes, purpose);
+    hook = hook_;
   }
   // The hook runs outside the lock so it may inspect the pool.
   if (hook && hook(AllocationRequest{device_, bytes, purpose})) {
@@ -72,6 +74,10 @@ absl::StatusOr<Allocation> DevicePool::Allocate(Bytes bytes, AllocPurpose purpos
                " (injected failure; ", capacity_ - used_, " free of ", capacity_, ")"));
   }
   absl::MutexLock l(&mu_);
+  return AccountLocked(bytes, purpose);
+}
+
+absl::StatusOr<Allocation> DevicePool::AccountLocked(Bytes bytes, AllocPurpose purpose) {
   if (used_ + bytes > capacity_) {
     ++failures_;
     return absl::ResourceExhaustedError(

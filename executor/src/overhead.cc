@@ -2,10 +2,15 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <span>
@@ -38,14 +43,24 @@ std::string OverheadResult::ToJson() const {
   };
   return absl::StrFormat(
       "{\"prefills\": %d, \"direct_s\": %.4f, \"scheduled_s\": %.4f, \"overhead_pct\": %.2f, "
-      "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
+      "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"poll_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
+      "\"only\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
-      prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, list(direct_runs_s),
+      prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, poll_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
-      tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s, placement, pinning, model);
+      tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
+      only.empty() ? "both" : only, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
+      placement, pinning, model);
+}
+
+std::string ThreadSched::ToJson() const {
+  return absl::StrFormat(
+      "{\"run_s\": %.4f, \"rq_wait_s\": %.4f, \"sys_s\": %.2f, \"voluntary\": %d, \"involuntary\": %d, "
+      "\"minor_faults\": %d, \"migrations\": %d}",
+      run_s, rq_wait_s, sys_s, voluntary, involuntary, minor_faults, migrations);
 }
 
 namespace {
@@ -71,6 +86,92 @@ double ThreadCpuSeconds(clockid_t clock) {
   timespec ts{};
   if (clock_gettime(clock, &ts) != 0) return 0;
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+pid_t CurrentTid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+// The cumulative scheduler counters of thread `tid` of this process (zeros
+// where a file is missing). Reads /proc: call it outside timed regions.
+ThreadSched ReadThreadSched(pid_t tid) {
+  ThreadSched t;
+  if (tid <= 0) return t;
+  const std::string dir = StrCat("/proc/self/task/", tid, "/");
+  {
+    std::ifstream f(dir + "schedstat");
+    double run_ns = 0, wait_ns = 0;
+    if (f >> run_ns >> wait_ns) {
+      t.run_s = 1e-9 * run_ns;
+      t.rq_wait_s = 1e-9 * wait_ns;
+    }
+  }
+  {
+    std::ifstream f(dir + "status");
+    std::string line;
+    while (std::getline(f, line)) {
+      long long v = 0;
+      if (std::sscanf(line.c_str(), "voluntary_ctxt_switches: %lld", &v) == 1) t.voluntary = v;
+      if (std::sscanf(line.c_str(), "nonvoluntary_ctxt_switches: %lld", &v) == 1) t.involuntary = v;
+    }
+  }
+  {
+    std::ifstream f(dir + "stat");
+    std::string line;
+    std::getline(f, line);
+    // Fields after "(comm) ": state ppid pgrp session tty tpgid flags minflt
+    // cminflt majflt cmajflt utime stime.
+    if (const size_t close = line.rfind(')'); close != std::string::npos) {
+      char state = 0;
+      long long skip = 0, minflt = 0, stime = 0;
+      unsigned long long flags = 0;
+      if (std::sscanf(line.c_str() + close + 1, " %c %lld %lld %lld %lld %lld %llu %lld %lld %lld %lld %lld %lld",
+                      &state, &skip, &skip, &skip, &skip, &skip, &flags, &minflt, &skip, &skip, &skip, &skip,
+                      &stime) == 13) {
+        t.minor_faults = minflt;
+        t.sys_s = static_cast<double>(stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+      }
+    }
+  }
+  {
+    std::ifstream f(dir + "sched");
+    std::string line;
+    while (std::getline(f, line)) {
+      long long v = 0;
+      if (std::sscanf(line.c_str(), "se.nr_migrations : %lld", &v) == 1) t.migrations = v;
+    }
+  }
+  return t;
+}
+
+ThreadSched Minus(const ThreadSched& a, const ThreadSched& b) {
+  return ThreadSched{a.run_s - b.run_s,           a.rq_wait_s - b.rq_wait_s,
+                     a.sys_s - b.sys_s,           a.voluntary - b.voluntary,
+                     a.involuntary - b.involuntary, a.minor_faults - b.minor_faults,
+                     a.migrations - b.migrations};
+}
+
+ThreadSched Plus(const ThreadSched& a, const ThreadSched& b) {
+  return ThreadSched{a.run_s + b.run_s,           a.rq_wait_s + b.rq_wait_s,
+                     a.sys_s + b.sys_s,           a.voluntary + b.voluntary,
+                     a.involuntary + b.involuntary, a.minor_faults + b.minor_faults,
+                     a.migrations + b.migrations};
+}
+
+// Field-wise medians.
+ThreadSched MedianSched(const std::vector<ThreadSched>& v) {
+  auto med = [&](auto field) {
+    std::vector<double> x;
+    for (const ThreadSched& t : v) x.push_back(static_cast<double>(t.*field));
+    return Median(std::move(x));
+  };
+  ThreadSched m;
+  m.run_s = med(&ThreadSched::run_s);
+  m.rq_wait_s = med(&ThreadSched::rq_wait_s);
+  m.sys_s = med(&ThreadSched::sys_s);
+  m.voluntary = static_cast<int64_t>(med(&ThreadSched::voluntary));
+  m.involuntary = static_cast<int64_t>(med(&ThreadSched::involuntary));
+  m.minor_faults = static_cast<int64_t>(med(&ThreadSched::minor_faults));
+  m.migrations = static_cast<int64_t>(med(&ThreadSched::migrations));
+  return m;
 }
 
 // (a) The operators called directly. Returns the sampled token.
@@ -120,7 +221,8 @@ class ScheduledRig {
   // prefill's operators at hand while the master retires the previous ones;
   // window 1 submits each prefill only after the previous one retired.
   // tokens[i] is prompt i's sampled token.
-  absl::Status RunPrefills(std::span<const Tensor> prompts, int window, std::span<int64_t> tokens) {
+  absl::Status RunPrefills(std::span<const Tensor> prompts, int window, absl::Duration poll,
+                           int wake_batch, std::span<int64_t> tokens) {
     std::fill(tokens.begin(), tokens.end(), -1);
     size_t next = 0, retired = 0, in_flight = 0;
     while (retired < prompts.size()) {
@@ -142,7 +244,10 @@ class ScheduledRig {
         SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, sched_.Schedule(env_, clock_.Now()));
         whatif_runs_ += st.whatif_runs;
       }
-      if (!exec_->WaitForFinish(absl::Seconds(60))) {
+      const bool woken = poll > absl::ZeroDuration()
+                             ? exec_->WaitForFinish(absl::Seconds(60), poll)
+                             : exec_->WaitForFinishBatch(absl::Seconds(60), wake_batch);
+      if (!woken) {
         return absl::DeadlineExceededError("scheduled prefill: no completion within 60 s");
       }
       feedback_.clear();
@@ -179,6 +284,15 @@ class ScheduledRig {
     absl::MutexLock l(&mu_);
     return device_clock_.has_value() ? ThreadCpuSeconds(*device_clock_) : 0.0;
   }
+  // The device thread's scheduler counters (zeros before its first sample).
+  ThreadSched DeviceSched() {
+    pid_t tid;
+    {
+      absl::MutexLock l(&mu_);
+      tid = device_tid_;
+    }
+    return ReadThreadSched(tid);
+  }
 
  private:
   ScheduledRig(AcceleratorSet accel, std::unique_ptr<LlamaKernelRunner> runner)
@@ -195,6 +309,7 @@ class ScheduledRig {
         // The sink runs on the (only) device thread: remember its CPU clock.
         clockid_t c;
         if (pthread_getcpuclockid(pthread_self(), &c) == 0) device_clock_ = c;
+        device_tid_ = CurrentTid();
       }
       if (auto it = slot_.find(inst.value()); it != slot_.end()) it->second.token = v.empty() ? -1 : v[0];
     });
@@ -230,6 +345,7 @@ class ScheduledRig {
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Slot> slot_ ABSL_GUARDED_BY(mu_);
   std::optional<clockid_t> device_clock_ ABSL_GUARDED_BY(mu_);
+  pid_t device_tid_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t whatif_runs_ = 0;
   std::unique_ptr<ExecutorSet> exec_;  // last: stopped first
 };
@@ -241,6 +357,16 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   if (o.repetitions <= 0) return absl::InvalidArgumentError("overhead: --repetitions must be positive");
   if (o.window <= 0) return absl::InvalidArgumentError("overhead: --window must be positive");
   if (o.block <= 0) return absl::InvalidArgumentError("overhead: --block must be positive");
+  if (o.poll_us < 0) return absl::InvalidArgumentError("overhead: --poll-us must be >= 0");
+  if (o.wake_batch < 1 || o.wake_batch > o.window) {
+    return absl::InvalidArgumentError(StrCat("overhead: --wake-batch must be in [1, --window = ", o.window,
+                                             "], got ", o.wake_batch));
+  }
+  const absl::Duration poll = absl::Microseconds(o.poll_us);
+  if (o.only != "" && o.only != "direct" && o.only != "scheduled") {
+    return absl::InvalidArgumentError(
+        StrCat("overhead: --only must be 'direct' or 'scheduled', got '", o.only, "'"));
+  }
   SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
   // The direct path gets the same single core as an executor's device thread.
   executor::SetIntraOpThreadsForThisThread(1);
@@ -300,7 +426,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   pin_to(false);
   if (o.warmup > 0) {
     const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window,
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, poll, o.wake_batch,
                                                 std::span<int64_t>(sched_tokens).first(n)));
   }
   SLICESCHED_RETURN_IF_ERROR(rig->Settle());
@@ -311,45 +437,79 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.repetitions = o.repetitions;
   r.window = o.window;
   r.block = std::min<int64_t>(o.block, o.prefills);
+  r.only = o.only;
+  r.poll_us = o.poll_us;
+  r.wake_batch = o.wake_batch;
   r.tokens_match = true;
+  const bool run_direct = o.only != "scheduled", run_sched = o.only != "direct";
+  // With one path timed, the other one's tokens come from one untimed run.
+  if (!run_direct) {
+    pin_to(true);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SLICESCHED_ASSIGN_OR_RETURN(direct_tokens[i], DirectPrefill(*w, prompts[i]));
+    }
+    pin_to(false);
+  }
+  if (!run_sched) {
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, poll, o.wake_batch, sched_tokens));
+    SLICESCHED_RETURN_IF_ERROR(rig->Settle());
+  }
+  const pid_t main_tid = CurrentTid();
   std::vector<double> direct_cpu, dev_cpu, master_cpu;
+  std::vector<ThreadSched> direct_sched, dev_sched, master_sched;
   const size_t block = static_cast<size_t>(std::min<int64_t>(o.block, o.prefills));
   for (int rep = 0; rep < o.repetitions; ++rep) {
     double direct_s = 0, sched_s = 0, direct_c = 0, dev_c = 0, master_c = 0;
+    ThreadSched direct_t, dev_t, master_t;
     for (size_t b = 0; b < prompts.size(); b += block) {
       const size_t n = std::min(block, prompts.size() - b);
-      pin_to(true);
-      auto t0 = std::chrono::steady_clock::now();
-      double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-      for (size_t i = b; i < b + n; ++i) {
-        SLICESCHED_ASSIGN_OR_RETURN(direct_tokens[i], DirectPrefill(*w, prompts[i]));
+      if (run_direct) {
+        pin_to(true);
+        const ThreadSched s0 = ReadThreadSched(main_tid);
+        const auto t0 = std::chrono::steady_clock::now();
+        const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+        for (size_t i = b; i < b + n; ++i) {
+          SLICESCHED_ASSIGN_OR_RETURN(direct_tokens[i], DirectPrefill(*w, prompts[i]));
+        }
+        direct_s += Seconds(std::chrono::steady_clock::now() - t0);
+        direct_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        direct_t = Plus(direct_t, Minus(ReadThreadSched(main_tid), s0));
+        pin_to(false);
       }
-      direct_s += Seconds(std::chrono::steady_clock::now() - t0);
-      direct_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-      pin_to(false);
-      const double dev0 = rig->DeviceCpuSeconds();
-      cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-      t0 = std::chrono::steady_clock::now();
-      SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window,
-                                                  std::span<int64_t>(sched_tokens).subspan(b, n)));
-      sched_s += Seconds(std::chrono::steady_clock::now() - t0);
-      master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-      dev_c += rig->DeviceCpuSeconds() - dev0;
-      SLICESCHED_RETURN_IF_ERROR(rig->Settle());
+      if (run_sched) {
+        const ThreadSched m0 = ReadThreadSched(main_tid), d0 = rig->DeviceSched();
+        const double dev0 = rig->DeviceCpuSeconds();
+        const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+        const auto t0 = std::chrono::steady_clock::now();
+        SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, poll, o.wake_batch,
+                                                    std::span<int64_t>(sched_tokens).subspan(b, n)));
+        sched_s += Seconds(std::chrono::steady_clock::now() - t0);
+        master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        dev_c += rig->DeviceCpuSeconds() - dev0;
+        master_t = Plus(master_t, Minus(ReadThreadSched(main_tid), m0));
+        dev_t = Plus(dev_t, Minus(rig->DeviceSched(), d0));
+        SLICESCHED_RETURN_IF_ERROR(rig->Settle());
+      }
     }
     r.direct_runs_s.push_back(direct_s);
     r.scheduled_runs_s.push_back(sched_s);
     direct_cpu.push_back(direct_c);
     dev_cpu.push_back(dev_c);
     master_cpu.push_back(master_c);
+    direct_sched.push_back(direct_t);
+    dev_sched.push_back(dev_t);
+    master_sched.push_back(master_t);
     r.tokens_match = r.tokens_match && direct_tokens == sched_tokens;
   }
+  r.direct_thread = MedianSched(direct_sched);
+  r.device_thread = MedianSched(dev_sched);
+  r.master_thread = MedianSched(master_sched);
   r.direct_cpu_s = Median(direct_cpu);
   r.device_cpu_s = Median(dev_cpu);
   r.master_cpu_s = Median(master_cpu);
   r.direct_s = Median(r.direct_runs_s);
   r.scheduled_s = Median(r.scheduled_runs_s);
-  r.overhead_pct = r.direct_s > 0 ? 100.0 * (r.scheduled_s - r.direct_s) / r.direct_s : 0.0;
+  r.overhead_pct = r.direct_s > 0 && r.scheduled_s > 0 ? 100.0 * (r.scheduled_s - r.direct_s) / r.direct_s : 0.0;
   r.placement = rig->whatif_runs() == 0
                     ? "SliceScheduler, 1 CPU device: one candidate (partition single), no what-if runs"
                     : StrCat("SliceScheduler, 1 CPU device, ", rig->whatif_runs(), " what-if runs");

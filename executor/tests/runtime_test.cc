@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -654,6 +655,47 @@ TEST(ExecutorSetTest, SameDeviceChainRunsWithoutTheOwner) {
   EXPECT_EQ(r.exec->stored_tensors(), 0u);
   EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
   EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
+}
+
+// WaitForFinishBatch returns once `min_completions` completions the owner
+// must apply are pending, or earlier when fewer are and the devices have
+// nothing left to run (so a batch larger than what is in flight cannot
+// hang); the polling WaitForFinish returns for the same completions without
+// a device thread waking the owner. With nothing in flight both time out.
+TEST(ExecutorSetTest, BatchedAndPollingWaitsReturnForPendingCompletions) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  r.Start();
+  // Drives the executors with `wait` until every instance retired.
+  auto drive = [&](const std::function<bool()>& wait) {
+    size_t retired = 0;
+    while (r.g.num_instances() > 0) {
+      ASSERT_TRUE(wait()) << "a wait timed out with " << r.g.num_instances() << " instances in flight";
+      ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+      ASSERT_TRUE(r.g.VerifyInvariants().ok());
+      for (const RetiredInstance& ri : r.g.TakeRetired()) {
+        EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+        ++retired;
+      }
+    }
+    EXPECT_GT(retired, 0u);
+  };
+  // Two chains of 4 on one device, retired in batches of 2.
+  r.Place(r.New(r.chain, 8), {0});
+  r.Place(r.New(r.chain, 8), {0});
+  drive([&] { return r.exec->WaitForFinishBatch(absl::Seconds(60), 2); });
+  // One chain, batches of 3: more than will ever be pending at once.
+  r.Place(r.New(r.chain, 8), {0});
+  drive([&] { return r.exec->WaitForFinishBatch(absl::Seconds(60), 3); });
+  // Polling.
+  r.Place(r.New(r.chain, 8), {0});
+  drive([&] { return r.exec->WaitForFinish(absl::Seconds(60), absl::Microseconds(100)); });
+  // Nothing in flight: both time out.
+  EXPECT_FALSE(r.exec->WaitForFinishBatch(absl::Milliseconds(1), 2));
+  EXPECT_FALSE(r.exec->WaitForFinish(absl::Milliseconds(1), absl::Microseconds(100)));
+  EXPECT_EQ(r.exec->completed_ops(), 16);
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
 }
 
 // A dependent handed over after its producer finished on the device, but

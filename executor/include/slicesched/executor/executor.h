@@ -149,6 +149,24 @@ class ExecutorSet final : public ExecutionBackend {
   // twice per operator; the quiet events reach the GMG, in time order, with
   // the next AdvanceTo() (which a Pause()/AdvanceTo() pair still forces).
   bool WaitForFinish(absl::Duration timeout);
+  // The same wait without blocking on the set's lock: the owner sleeps in
+  // steps of `poll` (its own timer wakes it) and looks at a completion count
+  // the device threads publish, so no device thread ever wakes the owner.
+  // A wake-up from a device thread costs that thread a futex system call
+  // and, when the scheduler puts the woken owner on the device thread's CPU
+  // (the default on a 2-CPU machine whose other CPU is busy), a preemption
+  // by the owner's whole turn of work, with the owner's data displacing the
+  // kernel's weights in that CPU's caches. Costs the owner up to `poll` (plus
+  // timer slack) of latency per wait and a timer wake-up per `poll` step;
+  // poll <= 0 is WaitForFinish(timeout). Returns as WaitForFinish does.
+  bool WaitForFinish(absl::Duration timeout, absl::Duration poll);
+  // WaitForFinish(timeout), but returns only once `min_completions` such
+  // completions are pending, or at least one is and no device holds queued,
+  // pending or running work (so a caller cannot wait for completions that
+  // will not come). An owner that keeps several instances in flight
+  // retires them in batches and is woken min_completions times less often;
+  // every wake-up is paid for on a device thread (see above).
+  bool WaitForFinishBatch(absl::Duration timeout, int min_completions);
   // An owner that waits on something else too (the daemon's command queue)
   // sets this instead of blocking in WaitForCompletion(): it is called each
   // time a device thread or transfer worker posts an event, from that thread
@@ -326,6 +344,8 @@ class ExecutorSet final : public ExecutionBackend {
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
   // Events in events_ WaitForFinish wakes for (not kStarted, not quiet).
   size_t pending_completions_ ABSL_GUARDED_BY(mu_) = 0;
+  // pending_completions_ > 0, readable without the lock (polling waits).
+  std::atomic<bool> completions_pending_{false};
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -92,6 +92,9 @@ class DevicePool {
   void SetFailureHook(FailureHook hook);
 
  private:
+  // Checks the capacity and records the allocation.
+  absl::StatusOr<Allocation> AccountLocked(Bytes bytes, AllocPurpose purpose)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class Allocation;
   void Free(Bytes bytes);
 

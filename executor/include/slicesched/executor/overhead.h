@@ -49,9 +49,39 @@ struct OverheadOptions {
   // master pinned to a busy core is preempted while it holds the executors'
   // lock, which costs far more (docs/experiments.md).
   bool pin = false;
+  // > 0: the master waits for completions by polling every poll_us
+  // microseconds (ExecutorSet::WaitForFinish(timeout, poll)) instead of
+  // being woken by the device thread; 0: woken (the previous protocol).
+  int64_t poll_us = 0;
+  // The master retires prefills in batches of this many (>= 1, at most
+  // `window`): it asks to be woken once that many prefills have finished
+  // (or the device ran out of work; ExecutorSet::WaitForFinishBatch). 1:
+  // woken for every prefill (the protocol before). Ignored when poll_us > 0.
+  int wake_batch = 1;
   uint64_t seed = 1;    // weights
   int warmup = 20;      // untimed prefills of each kind first
   std::string model = "tiny";  // a Llama preset: tiny, small, llama3-8b
+  // "" (both), "direct" or "scheduled": time only that path (for profiling
+  // one path with perf or valgrind). The other path still runs once,
+  // untimed, before the repetitions so the tokens are still compared;
+  // overhead_pct is then 0 and the skipped path's times are 0.
+  std::string only;
+};
+
+// What the kernel's scheduler accounted to one thread over the timed blocks
+// of one path (medians over repetitions; from /proc/self/task/<tid>):
+// runqueue waits are time the thread was runnable but not running (another
+// thread or process had its CPU); voluntary switches are its blocking waits
+// (a futex, a condition); involuntary ones are preemptions.
+struct ThreadSched {
+  double run_s = 0;      // on a CPU (schedstat)
+  double rq_wait_s = 0;  // runnable, waiting for a CPU (schedstat)
+  double sys_s = 0;      // of run_s, in the kernel (stat, clock-tick resolution)
+  int64_t voluntary = 0, involuntary = 0;  // context switches
+  int64_t minor_faults = 0;
+  int64_t migrations = 0;  // moves to another CPU (sched; 0 where the kernel hides it)
+
+  std::string ToJson() const;
 };
 
 struct OverheadResult {
@@ -59,6 +89,8 @@ struct OverheadResult {
   int repetitions = 0;
   int window = 0;
   int64_t block = 0;
+  int64_t poll_us = 0;
+  int wake_batch = 0;
   std::string model;
   std::string placement;  // how the scheduled prefills were placed
   std::string pinning;    // which CPUs ran what
@@ -72,6 +104,10 @@ struct OverheadResult {
   // whose cores are shared, wall time includes waiting for a core; these
   // show how much work each path did.
   double direct_cpu_s = 0, device_cpu_s = 0, master_cpu_s = 0;
+  std::string only;  // OverheadOptions::only
+  // The scheduler's view of the direct loop's thread, of the device thread
+  // and of the master thread (see ThreadSched).
+  ThreadSched direct_thread, device_thread, master_thread;
 
   std::string ToJson() const;
 };
