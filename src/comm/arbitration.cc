@@ -1,19 +1,24 @@
 #include "slicesched/comm/arbitration.h"
 
 #include <algorithm>
+#include <cstddef>
 
 namespace slicesched {
 
 void ArbitrateTransfers(std::vector<TransferRequest>* pending, std::vector<uint8_t>* busy,
                         std::vector<uint32_t>* granted) {
+  ArbitrateNewTransfers(pending, 0, busy, granted);
+}
+
+void ArbitrateNewTransfers(std::vector<TransferRequest>* pending, size_t first, std::vector<uint8_t>* busy,
+                           std::vector<uint32_t>* granted) {
   std::vector<TransferRequest>& p = *pending;
   std::vector<uint8_t>& b = *busy;
-  if (p.empty()) return;
-  if (!std::is_sorted(p.begin(), p.end(), ArbitratesBefore)) {
-    std::sort(p.begin(), p.end(), ArbitratesBefore);
-  }
-  size_t kept = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
+  if (first >= p.size()) return;
+  const auto tail = p.begin() + static_cast<std::ptrdiff_t>(first);
+  if (!std::is_sorted(tail, p.end(), ArbitratesBefore)) std::sort(tail, p.end(), ArbitratesBefore);
+  size_t kept = first;
+  for (size_t i = first; i < p.size(); ++i) {
     const TransferRequest& r = p[i];
     if (!b[r.src] && !b[r.dst]) {
       b[r.src] = 1;

@@ -554,22 +554,40 @@ class Engine {
       pending_.push_back({n, r.dev, x.dst, x.priority, ready_at, x.seq});
       if (!dispatch) {
         arbitrated_ = false;
-      } else if (arbitrated_) {
-        // Every older request is still blocked (no slot was freed since the
-        // last arbitration), so the rule can grant only this one, and only
-        // if both its ends are free; it grants nothing else either way.
-        const TransferRequest& q = pending_.back();
-        if (busy_[q.src] || busy_[q.dst]) return;
-        busy_[q.src] = 1;
-        busy_[q.dst] = 1;
-        granted_.clear();
-        granted_.push_back(q.id);
-        pending_.pop_back();
-        StartGranted();
       } else {
-        Arbitrate();
+        // Granted by Settle once the event that made it ready has woken
+        // all its consumers: one producer's finish can make several
+        // transfers ready at the same instant, and the rule must see them
+        // together (the first one woken is not the one to go first).
+        ++fresh_;
       }
     }
+  }
+
+  // Grants what the transfers made ready by the current event allow (after
+  // all of its wake-ups, before its device picks its next operator).
+  void Settle() {
+    const uint32_t fresh = fresh_;
+    if (!arbitrated_) {
+      Arbitrate();
+      return;
+    }
+    if (fresh == 0) return;
+    fresh_ = 0;
+    // Every older request is still blocked (no slot was freed since the
+    // last arbitration), so only the new ones can be granted.
+    granted_.clear();
+    if (fresh == 1) {
+      const TransferRequest& q = pending_.back();
+      if (busy_[q.src] || busy_[q.dst]) return;
+      busy_[q.src] = 1;
+      busy_[q.dst] = 1;
+      granted_.push_back(q.id);
+      pending_.pop_back();
+    } else {
+      ArbitrateNewTransfers(&pending_, pending_.size() - fresh, &busy_, &granted_);
+    }
+    StartGranted();
   }
 
   // Starts the best ready operator on device d. Requires d idle
@@ -607,6 +625,7 @@ class Engine {
   // transfer slot is freed or a request is queued without arbitration.
   void Arbitrate() {
     arbitrated_ = true;
+    fresh_ = 0;
     if (pending_.empty()) return;
     granted_.clear();
     if (pending_.size() == 1) {
@@ -696,6 +715,7 @@ class Engine {
     }
     for (uint32_t k = info.in_begin, in_end = info_[n + 1].in_begin; k < in_end; ++k) Consume(inputs_[k]);
     for (uint32_t t = out_begin; t < out_end; ++t) Arrived(t, d);
+    if (fresh_ != 0) Settle();
     if (running_[d] == kNone) Dispatch(d);  // Arrived may have started one
   }
 
@@ -726,10 +746,7 @@ class Engine {
     ++result_.simulated_ops;
     Arrived(xr.tensor, xr.dst);
     Consume(xr.tensor);
-    // An arbitration inside Arrived (a transfer made ready) already saw the
-    // freed slots, and nothing has been freed since: repeating it would
-    // grant nothing.
-    if (!arbitrated_) Arbitrate();
+    Settle();
   }
 
   void Collect() {
@@ -780,6 +797,7 @@ class Engine {
   uint32_t seq_ = 0;  // see Event
   bool stop_when_batch_done_ = false;
   bool arbitrated_ = false;  // see Arbitrate
+  uint32_t fresh_ = 0;       // requests queued by this event, at pending_'s end (see Settle)
   bool handoff_ = false;     // the transfer estimator has learned hand-off gaps
   int batch_left_ = 0;
 };

@@ -22,6 +22,31 @@ TEST(ArbitrationTest, PriorityThenAgeThenSequence) {
   EXPECT_THAT(busy, ::testing::ElementsAre(1, 1, 1, 1));
 }
 
+// Requests queued after an arbitration (all older ones blocked): the new
+// ones are granted by the rule among themselves, the blocked head is kept,
+// and the result equals a full arbitration of everything.
+TEST(ArbitrationTest, NewRequestsAfterAnArbitrationMatchTheFullRule) {
+  // Device 0 busy: request 1 (0 -> 1) stays blocked. Then three requests out
+  // of device 2, queued lowest priority first.
+  const std::vector<TransferRequest> head = {{1, 0, 1, 9, 0, 1}};
+  const std::vector<TransferRequest> fresh = {{2, 2, 3, 1, 5, 2}, {3, 2, 4, 7, 5, 3}, {4, 2, 5, 4, 5, 4}};
+  std::vector<TransferRequest> pending = head;
+  pending.insert(pending.end(), fresh.begin(), fresh.end());
+  std::vector<TransferRequest> full = pending;
+  std::vector<uint8_t> busy = {1, 0, 0, 0, 0, 0};
+  std::vector<uint8_t> full_busy = busy;
+  std::vector<uint32_t> granted, full_granted;
+  ArbitrateNewTransfers(&pending, head.size(), &busy, &granted);
+  ArbitrateTransfers(&full, &full_busy, &full_granted);
+  EXPECT_THAT(granted, ::testing::ElementsAre(3));  // priority 7 first
+  EXPECT_EQ(granted, full_granted);
+  EXPECT_EQ(busy, full_busy);
+  ASSERT_EQ(pending.size(), 3u);
+  EXPECT_EQ(pending[0].id, 1u);  // the head is left in place
+  EXPECT_EQ(pending[1].id, 4u);  // then the rest of the new ones, by the rule
+  EXPECT_EQ(pending[2].id, 2u);
+}
+
 TEST(ArbitrationTest, NoDeviceInTwoTransfersAndEveryoneEventuallyGoes) {
   std::mt19937_64 rng(7);
   std::vector<TransferRequest> pending;

@@ -1,6 +1,7 @@
 #include "slicesched/sim/simulator.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include <gmock/gmock.h>
@@ -323,6 +324,38 @@ TEST_F(SimTest, TransferHeldBackByArbitration) {
   EXPECT_EQ(r.node_end_ns[Index(snap, N(i, "c"))], 7 * kMs);
   // Buffers: both destinations held a copy while the tensor was live.
   EXPECT_EQ(r.peak_bytes[1], 5 * kMs + 1);
+}
+
+// The same fan-out with the higher-priority transfer issued first (so woken
+// first): the rule sees both transfers that one finish makes ready, so the
+// priority decides, whichever is woken first.
+TEST_F(SimTest, TransfersMadeReadyTogetherAreArbitratedTogether) {
+  for (const bool high_first : {true, false}) {
+    SCOPED_TRACE(high_first ? "high priority issued first" : "high priority issued last");
+    SetUpCluster(4);
+    TemplateId t =
+        Register("fan3", {{"a", {}, 5 * kMs, 1}, {"b", {"a"}, 1, 1}, {"c", {"a"}, 1, 1}, {"e", {"a"}, 1, 1}});
+    InstanceId i = New(t);
+    IssueOn(i, "a", 0);
+    IssueOn(i, "b", 1);
+    IssueOn(i, "c", 2);
+    IssueOn(i, "e", 3);
+    std::vector<std::pair<int, int>> order = {{2, 7}, {3, 4}, {1, 1}};  // (destination, priority)
+    if (!high_first) std::reverse(order.begin(), order.end());
+    std::map<int, NodeId> hop;
+    for (const auto& [dst, prio] : order) {
+      const char* op = dst == 1 ? "b" : dst == 2 ? "c" : "e";
+      auto x = g_->IssueTransfer(N(i, "a"), 0, DeviceId(dst), N(i, op), prio, T(0));
+      ASSERT_TRUE(x.ok());
+      hop[dst] = *x;
+    }
+    GmgSnapshot snap;
+    SimResult r = RunAt(T(0), &snap);
+    // a ends at 1 ms; 5 ms per hop, one at a time out of d0, by priority.
+    EXPECT_EQ(r.node_start_ns[Index(snap, hop[2])], 1 * kMs);
+    EXPECT_EQ(r.node_start_ns[Index(snap, hop[3])], 6 * kMs);
+    EXPECT_EQ(r.node_start_ns[Index(snap, hop[1])], 11 * kMs);
+  }
 }
 
 // Hand-off gaps (TransferEstimator): none learned, a consumer starts when

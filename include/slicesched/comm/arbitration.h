@@ -46,6 +46,15 @@ constexpr bool ArbitratesBefore(const TransferRequest& a, const TransferRequest&
 void ArbitrateTransfers(std::vector<TransferRequest>* pending, std::vector<uint8_t>* busy,
                         std::vector<uint32_t>* granted);
 
+// The same rule when only the requests from index `first` on can be granted:
+// every request before `first` already has a busy end (it was arbitrated and
+// no end has been freed since), so granting more transfers cannot unblock
+// it. Sorts the tail by precedence, grants from it greedily, removes the
+// granted ones (the head is left as it is). ArbitrateTransfers(p, ...) is
+// ArbitrateNewTransfers(p, 0, ...).
+void ArbitrateNewTransfers(std::vector<TransferRequest>* pending, size_t first, std::vector<uint8_t>* busy,
+                           std::vector<uint32_t>* granted);
+
 }  // namespace slicesched
 
 namespace slicesched {

@@ -32,7 +32,11 @@
 // completions are processed in the order they were started. After each
 // completion the affected devices dispatch at once, so an operator that
 // becomes ready at t on an idle device starts at t. Initial dispatch visits
-// devices in index order. The same snapshot always gives the same result.
+// devices in index order. The transfers one completion makes ready are
+// arbitrated together once all of its wake-ups are done (before its own
+// device picks its next operator), so the rule, not the order in which they
+// were woken, decides which of them goes first. The same snapshot always
+// gives the same result.
 #pragma once
 
 #include <cstdint>
