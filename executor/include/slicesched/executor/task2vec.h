@@ -6,8 +6,8 @@
 //
 // Probe and embedding (Task2Vec, Achille et al. 2019, adapted to PETL). Every
 // task starts from the same probe: LoRA factors from one seed on the shared
-// backbone and a zero head (or, with zero_head off, a seeded one; see
-// YmirExperimentOptions for the head and the learning-rate warm-up). The probe is trained on the task for `probe_steps`
+// backbone and a head from the same seed (or, with zero_head, an all-zero
+// head; see YmirExperimentOptions for the head and the learning-rate warm-up). The probe is trained on the task for `probe_steps`
 // AdamW steps (the start of the task's normal run), then the task's embedding
 // is the diagonal of the empirical Fisher information of the LoRA parameters,
 //   F_T = mean over `fisher_examples` training examples (x, y) of
@@ -106,17 +106,18 @@ struct YmirTaskSpec {
 };
 
 struct YmirExperimentOptions {
-  // fa-inv is not among the defaults: with a zero head (below) it is the
-  // mirror image of fa-major (the same eval curve to the last digit), so its
-  // rows would only duplicate fa-major's. fa-bins (3 classes) reads fa's
-  // feature at a finer grain (an easy -> hard pair with fa-major).
+  // The defaults are the documented first setup (docs/experiments.md, "Ymir
+  // estimators"); setups A and B there (zero head, warm-up, other families)
+  // are flags of slicesim ymir-estimators and did not beat it on both seeds.
+  // With zero_head, fa-inv is the mirror image of fa-major (the same eval
+  // curve to the last digit): use another task (e.g. fa-bins:3) instead.
   std::vector<YmirTaskSpec> tasks = {
-      {"fa-major", 2}, {"fa-bins", 3}, {"fb-major", 2}, {"fab-major", 2}, {"last-class", 4}};
+      {"fa-major", 2}, {"fa-inv", 2}, {"fb-major", 2}, {"fab-major", 2}, {"last-class", 4}};
   uint64_t seed = 1;  // data (train: seed, eval: seed + 1) and the probe init
   int64_t sequence_length = 8;
   int64_t batch_size = 16;
   int64_t train_examples = 1024;
-  int64_t eval_examples = 128;
+  int64_t eval_examples = 64;
   int64_t lora_rank = 8;
   double lora_alpha = 8.0;
   double learning_rate = 1e-2;
@@ -125,15 +126,15 @@ struct YmirExperimentOptions {
   // state's step k < W, then stays at learning_rate. It counts the
   // TaskState's own steps, so a temporal B (TransferLora restarts its
   // optimizer) warms up again; 0 = constant lr.
-  int64_t lr_warmup_steps = 4;
+  int64_t lr_warmup_steps = 0;
   // Head initialisation of every probe: false = train_ops.h's seeded
   // N(0, 1/hidden) head; true = an all-zero head (the probe starts at the
   // uniform prediction, eval loss ln C, and the head grows along the
   // features instead of the LoRA chasing a random head). The LoRA init is
   // the same either way. A temporal B gets a fresh head of the same kind
   // (the head is never transferred: B's label space is its own).
-  bool zero_head = true;
-  int64_t normal_steps = 60;
+  bool zero_head = false;
+  int64_t normal_steps = 40;
   int64_t max_steps_factor = 2;
   int64_t eval_every = 4;
   double target_fraction = 0.9;
@@ -146,9 +147,9 @@ struct YmirExperimentOptions {
   int64_t repeats = 1;
   double iter_prefix_fraction = 0.4;  // of normal_steps, see above: the headline prefix
   std::vector<double> iter_prefix_sweep = {0.2, 0.6};  // also reported
-  // See above: the transient rule, b2 = 0, and a fitted time origin (the
-  // zero head and the warm-up make curves that start flat).
-  ymir::FitOptions iter_fit = {.time_shift = true};
+  // See above (the defaults: transient rule, b2 = 0; --iter-time-shift on
+  // fits a time origin, for curves that start flat).
+  ymir::FitOptions iter_fit;
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language;
