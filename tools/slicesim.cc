@@ -144,8 +144,11 @@ int Usage(FILE* to) {
                "                        pretrain the tiny backbone on the synthetic language (merged\n"
                "                        LoRA rounds) and write it as safetensors (needs LibTorch)\n"
                "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
+               "         [--warmup-steps W] [--head zero|random] [--tasks NAME[:CLASSES],...]\n"
+               "         [--eval-every N] [--max-steps-factor F]\n"
                "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
                "         [--iter-prefix-fraction F] [--iter-quadratic] [--stop-loss-epoch-steps N]\n"
+               "         [--iter-envelope min|isotonic] [--iter-time-shift on|off] [--iter-half-life H]\n"
                "         [--gains-out FILE] [--json]  (--steps >= 20, the Task2Vec probe's steps;\n"
                "         --iter-quadratic: fit the b2 term after the warm-up too)\n"
                "                        Task2Vec similarity -> transfer gain, against gains measured\n"
@@ -602,12 +605,20 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string backbone, gains_out;
   bool json = false;
   int64_t seed = static_cast<int64_t>(o.seed), backbone_seed = 1;
+  std::string head = o.zero_head ? "zero" : "random", tasks;
+  std::string envelope = o.iter_fit.envelope == slicesched::ymir::Envelope::kIsotonic ? "isotonic" : "min";
+  std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
   if (int rc = Flags("ymir-estimators")
                    .Text("--backbone", &backbone)
                    .Int("--backbone-seed", &backbone_seed)
                    .Int("--seed", &seed)
                    .Int("--steps", &o.normal_steps)
                    .Num("--learning-rate", &o.learning_rate)
+                   .Int("--warmup-steps", &o.lr_warmup_steps)
+                   .Text("--head", &head)
+                   .Text("--tasks", &tasks)
+                   .Int("--eval-every", &o.eval_every)
+                   .Int("--max-steps-factor", &o.max_steps_factor)
                    .Int("--lora-rank", &o.lora_rank)
                    .Int("--repeats", &o.repeats)
                    .Int("--sequence-length", &o.sequence_length)
@@ -615,10 +626,45 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Num("--iter-prefix-fraction", &o.iter_prefix_fraction)
                    .Int("--stop-loss-epoch-steps", &o.stop_loss_epoch_steps)
                    .Switch("--iter-quadratic", &o.iter_fit.quadratic)
+                   .Text("--iter-envelope", &envelope)
+                   .Text("--iter-time-shift", &time_shift)
+                   .Num("--iter-half-life", &o.iter_fit.recency_half_life)
                    .Text("--gains-out", &gains_out)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
+  }
+  if (head != "zero" && head != "random") {
+    std::fprintf(stderr, "slicesim ymir-estimators: --head must be zero or random, got '%s'\n", head.c_str());
+    return 2;
+  }
+  o.zero_head = head == "zero";
+  if (envelope != "min" && envelope != "isotonic") {
+    std::fprintf(stderr, "slicesim ymir-estimators: --iter-envelope must be min or isotonic, got '%s'\n",
+                 envelope.c_str());
+    return 2;
+  }
+  o.iter_fit.envelope =
+      envelope == "min" ? slicesched::ymir::Envelope::kRunningMin : slicesched::ymir::Envelope::kIsotonic;
+  if (time_shift != "on" && time_shift != "off") {
+    std::fprintf(stderr, "slicesim ymir-estimators: --iter-time-shift must be on or off, got '%s'\n",
+                 time_shift.c_str());
+    return 2;
+  }
+  o.iter_fit.time_shift = time_shift == "on";
+  if (!tasks.empty()) {
+    // NAME[:CLASSES],... (CLASSES defaults to 2).
+    o.tasks.clear();
+    for (const std::string& item : std::vector<std::string>(absl::StrSplit(tasks, ','))) {
+      const size_t colon = item.find(':');
+      slicesched::executor::YmirTaskSpec t{.name = item.substr(0, colon)};
+      if (colon != std::string::npos && !absl::SimpleAtoi(item.substr(colon + 1), &t.num_classes)) {
+        std::fprintf(stderr, "slicesim ymir-estimators: --tasks item '%s': CLASSES after ':' is not an integer\n",
+                     item.c_str());
+        return 2;
+      }
+      o.tasks.push_back(t);
+    }
   }
   if (o.normal_steps < o.probe_steps) {
     std::fprintf(stderr,

@@ -141,6 +141,10 @@ absl::Status YmirExperimentOptions::Validate() const {
         ", max_steps_factor ", max_steps_factor, ", repeats ", repeats, ", eval_every ", eval_every,
         ", fisher_examples ", fisher_examples, ", stop_loss_epoch_steps ", stop_loss_epoch_steps));
   }
+  if (lr_warmup_steps < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("Ymir experiment: lr_warmup_steps must be >= 0, got ", lr_warmup_steps));
+  }
   if (!(iter_prefix_fraction > 0 && iter_prefix_fraction <= 1)) {
     return absl::InvalidArgumentError(
         StrCat("iter_prefix_fraction must be in (0, 1], got ", iter_prefix_fraction));
@@ -221,8 +225,23 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   std::vector<size_t> pair_dst;  // per pair: the index of its task B
   uint64_t seed = o.seed;        // of the current repeat
   std::vector<TaskData> data;
-  auto init = [&](const TaskData& t) {
-    return TaskState::Init(dims, lora, t.spec.num_classes, seed, adamw);
+  auto init = [&](const TaskData& t) -> absl::StatusOr<TaskState> {
+    SLICESCHED_ASSIGN_OR_RETURN(TaskState st,
+                                TaskState::Init(dims, lora, t.spec.num_classes, seed, adamw));
+    if (o.zero_head) {
+      SLICESCHED_ASSIGN_OR_RETURN(TaskAdapters zeros, TaskAdapters::ZerosLike(st.params));
+      st.params.head = zeros.head;
+    }
+    return st;
+  };
+  // The warm-up schedule (task2vec.h): the lr of the state's next step.
+  auto schedule = [&](TaskState& st) {
+    if (o.lr_warmup_steps > 0 && st.step < o.lr_warmup_steps) {
+      st.adamw.lr = o.learning_rate * static_cast<double>(st.step + 1) /
+                    static_cast<double>(o.lr_warmup_steps);
+    } else {
+      st.adamw.lr = o.learning_rate;
+    }
   };
 
   // Prefixes of the iteration estimator: the headline one, then the sweep.
@@ -276,6 +295,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     for (int64_t step = first_step + 1; step <= last; ++step) {
       const auto rows = StepRows(t, step - 1, o.batch_size);
       SLICESCHED_RETURN_IF_ERROR(AccumulateMicroBatch(base, st, MakeBatch(rows, {})).status());
+      schedule(st);
       SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
       ++rep.train_steps;
       if (snapshot != nullptr && step == o.probe_steps) *snapshot = st;
@@ -428,6 +448,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
           TrainBatch batch = MakeBatch(rows, {});
           SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));
           SLICESCHED_RETURN_IF_ERROR(AccumulateMicroBatch(base, st, batch).status());
+          schedule(st);
           SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
           ++rep.train_steps;
         }
@@ -484,6 +505,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
           row_task.resize(static_cast<size_t>(2 * o.batch_size), 1);
           SLICESCHED_RETURN_IF_ERROR(
               AccumulateJointMicroBatch(base, both, MakeBatch(rows, row_task)).status());
+          schedule(sa);
+          schedule(sb);
           SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both));
           rep.train_steps += 2;
           if (!eval_at(step, 0)) continue;
@@ -670,6 +693,23 @@ std::string YmirEstimatorReport::ToJson() const {
       "  \"iter_err_normal_pct\": %.1f,\n  \"iter_err_transfer_pct\": %.1f,\n",
       all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
       iteration.transfer_pct);
+  {
+    const YmirExperimentOptions& o = options;
+    std::string names;
+    for (const YmirTaskSpec& t : o.tasks) {
+      names += absl::StrFormat("%s\"%s:%d\"", names.empty() ? "" : ", ", t.name, t.num_classes);
+    }
+    j += absl::StrFormat(
+        "  \"setup\": {\"seed\": %d, \"tasks\": [%s], \"repeats\": %d, \"learning_rate\": %g, "
+        "\"lr_warmup_steps\": %d, \"head\": \"%s\", \"normal_steps\": %d, \"max_steps\": %d, "
+        "\"eval_every\": %d, \"eval_examples\": %d, \"probe_steps\": %d, \"iter_fit\": {\"envelope\": "
+        "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}},\n",
+        o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
+        o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
+        o.iter_fit.envelope == ymir::Envelope::kIsotonic ? "isotonic" : "min",
+        o.iter_fit.time_shift ? "true" : "false", o.iter_fit.recency_half_life,
+        o.iter_fit.quadratic ? "true" : "false");
+  }
   auto iter_json = [](const YmirIterationErrors& e) {
     return absl::StrFormat(
         "{\"prefix_fraction\": %.2f, \"prefix_steps\": %d, \"iter_err_normal_pct\": %.1f, "

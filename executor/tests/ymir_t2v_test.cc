@@ -276,6 +276,37 @@ TEST(Task2Vec, RepeatsAverageTheStepsOfIndependentSeeds) {
   }
 }
 
+TEST(Task2Vec, ZeroHeadStartsUniformAndTheWarmUpRampsTheLearningRate) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  o.tasks = {{"fa-major", 2}, {"fa-bins", 3}, {"last-class", 4}};
+  o.zero_head = true;
+  o.lr_warmup_steps = 0;
+  auto plain = RunYmirEstimators(**w, o);
+  o.lr_warmup_steps = 1000;  // the first step runs at lr / 1000
+  auto warm = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  for (size_t i = 0; i < o.tasks.size(); ++i) {
+    // A zero head predicts the uniform distribution: loss ln C exactly.
+    const double uniform = std::log(static_cast<double>(o.tasks[i].num_classes));
+    EXPECT_NEAR(plain->normal_initial_loss[i], uniform, 1e-5) << o.tasks[i].name;
+    EXPECT_NEAR(warm->normal_initial_loss[i], uniform, 1e-5) << o.tasks[i].name;
+    // Step 1 (evaluated: it is in the estimator's prefix) moves far less
+    // under the warm-up.
+    ASSERT_GE(plain->normal_curves[i].size(), 2u);
+    ASSERT_EQ(plain->normal_curves[i][1].step, 1.0);
+    const double moved = std::abs(plain->normal_curves[i][1].loss - uniform);
+    const double moved_warm = std::abs(warm->normal_curves[i][1].loss - uniform);
+    EXPECT_GT(moved, 1e-4) << o.tasks[i].name;
+    EXPECT_LT(moved_warm, 0.1 * moved) << o.tasks[i].name;
+  }
+  o.lr_warmup_steps = -1;
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("lr_warmup_steps must be >= 0, got -1"));
+}
+
 TEST(Task2Vec, RejectsBadOptions) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(w.ok());

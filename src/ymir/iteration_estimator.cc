@@ -19,22 +19,27 @@ struct Params {
 
 double Q(const Params& p, double t) { return 1.0 + p.b1 * t + p.b2 * t * t; }
 
-double Sse(const Params& p, const std::vector<LossPoint>& pts) {
+// A fitted point: time since the curve's origin, normalised loss, weight.
+struct WPoint {
+  double step = 0, loss = 0, w = 1;
+};
+
+double Sse(const Params& p, const std::vector<WPoint>& pts) {
   double s = 0;
-  for (const LossPoint& x : pts) {
+  for (const WPoint& x : pts) {
     const double e = x.loss - (p.r + p.d / Q(p, x.step));
-    s += e * e;
+    s += x.w * e * e;
   }
   return s;
 }
 
 // The constrained (r, D >= 0) linear least squares for fixed (b1, b2): the
 // best of the interior solution (when feasible) and the three faces.
-void SolveLinear(Params& p, const std::vector<LossPoint>& pts) {
+void SolveLinear(Params& p, const std::vector<WPoint>& pts) {
   double n = 0, sf = 0, sff = 0, sy = 0, sfy = 0;
-  for (const LossPoint& x : pts) {
+  for (const WPoint& x : pts) {
     const double f = 1.0 / Q(p, x.step);
-    n += 1, sf += f, sff += f * f, sy += x.loss, sfy += f * x.loss;
+    n += x.w, sf += x.w * f, sff += x.w * f * f, sy += x.w * x.loss, sfy += x.w * f * x.loss;
   }
   std::array<Params, 4> cand;
   int count = 0;
@@ -85,20 +90,20 @@ bool Solve4(std::array<std::array<double, 4>, 4> a, std::array<double, 4> b,
 
 // Projected Levenberg-Marquardt on (r, D, b1, b2).
 // With quadratic false, b2 stays 0 (its row and column are left out).
-void Polish(Params& p, const std::vector<LossPoint>& pts, int iterations, bool quadratic) {
+void Polish(Params& p, const std::vector<WPoint>& pts, int iterations, bool quadratic) {
   double sse = Sse(p, pts);
   double lambda = 1e-3;
   for (int it = 0; it < iterations; ++it) {
     std::array<std::array<double, 4>, 4> jtj{};
     std::array<double, 4> jte{};
-    for (const LossPoint& x : pts) {
+    for (const WPoint& x : pts) {
       const double q = Q(p, x.step);
       const double e = x.loss - (p.r + p.d / q);
       const std::array<double, 4> j = {1.0, 1.0 / q, -p.d * x.step / (q * q),
                                        quadratic ? -p.d * x.step * x.step / (q * q) : 0.0};
       for (int a = 0; a < 4; ++a) {
-        jte[a] += j[a] * e;
-        for (int b = 0; b < 4; ++b) jtj[a][b] += j[a] * j[b];
+        jte[a] += x.w * j[a] * e;
+        for (int b = 0; b < 4; ++b) jtj[a][b] += x.w * j[a] * j[b];
       }
     }
     bool improved = false;
@@ -129,12 +134,22 @@ void Polish(Params& p, const std::vector<LossPoint>& pts, int iterations, bool q
 
 }  // namespace
 
-double LossCurve::Normalised(double step) const { return r + d / (1.0 + b1 * step + b2 * step * step); }
+double LossCurve::Normalised(double step) const {
+  const double t = std::max(0.0, step - t0);
+  return r + d / (1.0 + b1 * t + b2 * t * t);
+}
 
 double LossCurve::Improvement(double step) const { return Normalised(step) - Normalised(step + 1); }
 
 int64_t LossCurve::ConvergenceStep(double threshold) const {
   if (d <= 0 || (b1 <= 0 && b2 <= 0)) return 0;
+  if (t0 > 0) {
+    // Flat before its origin: the unshifted curve's step, moved by t0.
+    LossCurve at_origin = *this;
+    at_origin.t0 = 0;
+    const int64_t k = at_origin.ConvergenceStep(threshold);
+    return k == 0 ? 0 : k + static_cast<int64_t>(std::ceil(t0));
+  }
   constexpr int64_t kCap = int64_t{1} << 50;
   // First t with Improvement(t + 1) <= Improvement(t): the peak (the
   // improvement rises, if at all, only while q's curvature dominates).
@@ -164,7 +179,7 @@ std::optional<double> LossCurve::StepsToLoss(double target_loss) const {
   if (y <= r || (b1 <= 0 && b2 <= 0)) return std::nullopt;
   const double qm1 = d / (y - r) - 1.0;  // q(t) - 1 = b1 t + b2 t^2 > 0
   // The positive root of b2 t^2 + b1 t - qm1 = 0, in the form stable for b2 -> 0.
-  return std::max(fit_from_step, 2.0 * qm1 / (b1 + std::sqrt(b1 * b1 + 4.0 * b2 * qm1)));
+  return std::max(fit_from_step, t0 + 2.0 * qm1 / (b1 + std::sqrt(b1 * b1 + 4.0 * b2 * qm1)));
 }
 
 absl::StatusOr<LossCurve> LossCurve::WithGain(double gain) const {
@@ -175,10 +190,11 @@ absl::StatusOr<LossCurve> LossCurve::WithGain(double gain) const {
   c.b1 = b1 * (1.0 + gain);
   c.b2 = b2 * (1.0 + gain) * (1.0 + gain);
   c.fit_from_step = fit_from_step / (1.0 + gain);
+  c.t0 = t0 / (1.0 + gain);
   return c;
 }
 
-std::vector<LossPoint> SettledEnvelope(const std::vector<LossPoint>& points) {
+std::vector<LossPoint> SettledEnvelope(const std::vector<LossPoint>& points, Envelope envelope) {
   std::vector<LossPoint> pts = points;
   std::stable_sort(pts.begin(), pts.end(),
                    [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });
@@ -202,8 +218,37 @@ std::vector<LossPoint> SettledEnvelope(const std::vector<LossPoint>& points) {
     }
   }
   pts.erase(pts.begin(), pts.begin() + static_cast<std::ptrdiff_t>(start));
-  // 2. The running minimum.
-  for (size_t j = 1; j < pts.size(); ++j) pts[j].loss = std::min(pts[j].loss, pts[j - 1].loss);
+  // 2. The monotone envelope.
+  if (envelope == Envelope::kRunningMin) {
+    for (size_t j = 1; j < pts.size(); ++j) pts[j].loss = std::min(pts[j].loss, pts[j - 1].loss);
+  } else {
+    pts = IsotonicDecreasing(pts);
+  }
+  return pts;
+}
+
+std::vector<LossPoint> IsotonicDecreasing(const std::vector<LossPoint>& points) {
+  std::vector<LossPoint> pts = points;
+  std::stable_sort(pts.begin(), pts.end(),
+                   [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });
+  // Pool adjacent violators: blocks (mean, size); a block higher than the one
+  // before it is merged into it.
+  std::vector<std::pair<double, size_t>> blocks;
+  for (const LossPoint& p : pts) {
+    blocks.emplace_back(p.loss, 1);
+    while (blocks.size() > 1 && blocks.back().first > blocks[blocks.size() - 2].first) {
+      const auto [m, k] = blocks.back();
+      blocks.pop_back();
+      auto& prev = blocks.back();
+      prev.first = (prev.first * static_cast<double>(prev.second) + m * static_cast<double>(k)) /
+                   static_cast<double>(prev.second + k);
+      prev.second += k;
+    }
+  }
+  size_t i = 0;
+  for (const auto& [m, k] : blocks) {
+    for (size_t j = 0; j < k; ++j) pts[i++].loss = m;
+  }
   return pts;
 }
 
@@ -220,6 +265,10 @@ absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
   if (options.grid_points < 2 || !(options.min_rate > 0) || !(options.max_rate > options.min_rate) ||
       options.polish_iterations < 0) {
     return absl::InvalidArgumentError("FitOptions: need grid_points >= 2, 0 < min_rate < max_rate");
+  }
+  if (!(options.recency_half_life >= 0) || !std::isfinite(options.recency_half_life)) {
+    return absl::InvalidArgumentError(StrCat("FitOptions: recency_half_life must be finite and >= 0, got ",
+                                             options.recency_half_life));
   }
   std::set<double> steps;
   for (size_t i = 0; i < points.size(); ++i) {
@@ -241,32 +290,61 @@ absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
   const auto first = std::min_element(points.begin(), points.end(),
                                       [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });
   const double scale = first->loss;
-  std::vector<LossPoint> pts = options.skip_transient ? SettledEnvelope(points) : points;
-  for (LossPoint& p : pts) p.loss /= scale;
-
+  std::vector<LossPoint> settled =
+      options.skip_transient ? SettledEnvelope(points, options.envelope) : points;
+  std::stable_sort(settled.begin(), settled.end(),
+                   [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });
+  const double from = settled.front().step, last = settled.back().step;
+  // Candidate origins: 0 (unshifted), or with the time shift every settled
+  // step that leaves >= 3 distinct steps at or after it.
+  std::vector<double> origins = {0.0};
+  if (options.time_shift) {
+    origins.clear();
+    std::set<double> distinct;
+    for (const LossPoint& p : settled) distinct.insert(p.step);
+    std::vector<double> d(distinct.begin(), distinct.end());
+    for (size_t i = 0; i + 2 < d.size(); ++i) origins.push_back(d[i]);
+  }
   std::vector<double> rates = {0.0};
   const int n = options.grid_points;
   for (int i = 0; i < n; ++i) {
     rates.push_back(options.min_rate *
                     std::pow(options.max_rate / options.min_rate, double(i) / double(n - 1)));
   }
-  Params best;
-  double best_sse = std::numeric_limits<double>::infinity();
   const std::vector<double> b2_rates = options.quadratic ? rates : std::vector<double>{0.0};
-  for (double b1 : rates) {
-    for (double s2 : b2_rates) {
-      Params p{0, 0, b1, s2 * s2};
-      SolveLinear(p, pts);
-      const double s = Sse(p, pts);
-      if (s < best_sse) best_sse = s, best = p;
+  // Points in time since `origin` (0 before it: the flat warm-up).
+  auto shifted = [&](double origin) {
+    std::vector<WPoint> pts;
+    for (const LossPoint& p : settled) {
+      const double w = options.recency_half_life > 0
+                           ? std::exp2(-(last - p.step) / options.recency_half_life)
+                           : 1.0;
+      pts.push_back({std::max(0.0, p.step - origin), p.loss / scale, w});
+    }
+    return pts;
+  };
+  Params best;
+  double best_origin = origins.front();
+  double best_sse = std::numeric_limits<double>::infinity();
+  for (double origin : origins) {
+    const std::vector<WPoint> pts = shifted(origin);
+    for (double b1 : rates) {
+      for (double s2 : b2_rates) {
+        Params p{0, 0, b1, s2 * s2};
+        SolveLinear(p, pts);
+        const double s = Sse(p, pts);
+        if (s < best_sse) best_sse = s, best = p, best_origin = origin;
+      }
     }
   }
+  const std::vector<WPoint> pts = shifted(best_origin);
   Polish(best, pts, options.polish_iterations, options.quadratic);
   LossCurve c{.r = best.r, .d = best.d, .b1 = best.b1, .b2 = best.b2, .scale = scale};
-  c.rmse = std::sqrt(Sse(best, pts) / double(pts.size()));
-  c.fit_from_step = std::min_element(pts.begin(), pts.end(), [](const LossPoint& a, const LossPoint& b) {
-                      return a.step < b.step;
-                    })->step;
+  double wsum = 0;
+  for (const WPoint& p : pts) wsum += p.w;
+  c.rmse = std::sqrt(Sse(best, pts) / wsum);
+  c.fit_from_step = from;
+  c.t0 = best_origin;
   c.fitted_points = static_cast<int64_t>(pts.size());
   return c;
 }

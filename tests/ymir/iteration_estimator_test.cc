@@ -216,6 +216,102 @@ TEST(IterationEstimator, TransientRuleRecoversTheCreepAfterTheWarmUp) {
   }
 }
 
+TEST(IterationEstimator, IsotonicEnvelopePoolsAdjacentViolators) {
+  // Out of order on input; sorted by step on output.
+  const std::vector<LossPoint> in = {{3, 0.7}, {0, 1.0}, {1, 0.8}, {2, 0.9}, {4, 0.75}, {5, 0.72}};
+  const std::vector<LossPoint> out = IsotonicDecreasing(in);
+  const std::vector<std::pair<double, double>> want = {{0, 1.0},   {1, 0.85},  {2, 0.85},
+                                                       {3, 0.725}, {4, 0.725}, {5, 0.72}};
+  ASSERT_EQ(out.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(out[i].step, want[i].first) << i;
+    EXPECT_NEAR(out[i].loss, want[i].second, 1e-12) << i;
+  }
+  // Unlike the running minimum, it is not pulled down by one lucky dip.
+  const std::vector<LossPoint> dip = {{0, 1.0}, {1, 0.9}, {2, 0.6}, {3, 0.8}, {4, 0.8}};
+  EXPECT_NEAR(SettledEnvelope(dip, Envelope::kIsotonic).back().loss, 0.7333333333, 1e-9);
+  EXPECT_EQ(SettledEnvelope(dip, Envelope::kRunningMin).back().loss, 0.6);
+  EXPECT_TRUE(IsotonicDecreasing({}).empty());
+}
+
+// A curve that stays flat for a warm-up and decays from step 6:
+// loss = 2 (0.4 + 0.5 / (1 + 0.2 (t - 6))) for t >= 6.
+LossCurve LateStart() {
+  LossCurve c = Truth(0.4, 0.5, 0.2, 0.0, 2.0);
+  c.t0 = 6.0;
+  return c;
+}
+
+TEST(IterationEstimator, TimeShiftRecoversACurveThatStartsLate) {
+  const LossCurve truth = LateStart();
+  EXPECT_DOUBLE_EQ(truth.Loss(3.0), 1.8);  // flat before its origin
+  const double target = truth.Loss(40.0);
+  ASSERT_NEAR(*truth.StepsToLoss(target), 40.0, 1e-9);
+  FitOptions shifted;
+  shifted.time_shift = true;
+  // Exact samples 0..20: the transient rule starts at the end of the flat
+  // part (step 6), the shifted model is exact there.
+  auto fit = FitLossCurve(Sample(truth, 20, 1, 0.0, 1), shifted);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->fit_from_step, 6.0);
+  EXPECT_EQ(fit->t0, 6.0);
+  EXPECT_LT(fit->rmse, 1e-6);
+  EXPECT_NEAR(fit->r, 0.4 / 0.9, 1e-4);  // normalised by the first loss, 1.8
+  EXPECT_NEAR(fit->b1, 0.2, 1e-4);
+  ASSERT_TRUE(fit->StepsToLoss(target).has_value());
+  EXPECT_NEAR(*fit->StepsToLoss(target), 40.0, 0.05);
+  // A gain scales time around step 0, origin included: steps / (1 + g).
+  auto faster = fit->WithGain(1.0);
+  ASSERT_TRUE(faster.ok());
+  EXPECT_NEAR(*faster->StepsToLoss(target), 20.0, 0.03);
+  EXPECT_NEAR(faster->t0, 3.0, 1e-12);
+  // Convergence counts from the origin: the unshifted curve's step + 6.
+  LossCurve unshifted = truth;
+  unshifted.t0 = 0;
+  EXPECT_EQ(truth.ConvergenceStep(0.001), unshifted.ConvergenceStep(0.001) + 6);
+  // Without the shift, r + D / (1 + b1 t) cannot describe it (it would need
+  // a pole at t = 1): the prediction is off.
+  auto plain = PredictStepsToLoss(Sample(truth, 20, 1, 0.0, 1), target);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_GT(std::abs(*plain - 40.0), 2.0);
+  // Noisy prefixes (0.5%, 8 seeds), shifted: within 15%.
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    auto s = PredictStepsToLoss(Sample(truth, 20, 1, 0.005, seed), target, 0.0, shifted);
+    ASSERT_TRUE(s.ok()) << "seed " << seed << ": " << s.status();
+    EXPECT_NEAR(*s, 40.0, 0.15 * 40.0) << "seed " << seed;
+  }
+}
+
+TEST(IterationEstimator, RecencyWeightsFavourTheEndOfThePrefix) {
+  // Exact data: the weights change nothing.
+  const LossCurve c = Truth(0.5, 0.5, 0.1, 0.0, 1.0);
+  FitOptions recent;
+  recent.recency_half_life = 3.0;
+  auto exact = PredictStepsToLoss(Sample(c, 16, 1, 0.0, 1), c.Loss(50.0), 0.0, recent);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_NEAR(*exact, 50.0, 0.05);
+  // The first 6 steps follow a faster early regime (0.5 + 0.5 / (1 + 0.3 t)),
+  // the rest the slow one; equal weights blend the two regimes, recency
+  // weights follow the late one.
+  const LossCurve early = Truth(0.5, 0.5, 0.3, 0.0, 1.0);
+  std::vector<LossPoint> mixed;
+  for (int t = 0; t <= 16; ++t) {
+    const double td = static_cast<double>(t);
+    mixed.push_back({td, t < 6 ? early.Loss(td) : c.Loss(td)});
+  }
+  FitOptions plain_raw, recent_raw = recent;
+  plain_raw.skip_transient = false;
+  recent_raw.skip_transient = false;
+  auto plain = PredictStepsToLoss(mixed, c.Loss(50.0), 0.0, plain_raw);
+  auto weighted = PredictStepsToLoss(mixed, c.Loss(50.0), 0.0, recent_raw);
+  ASSERT_TRUE(weighted.ok()) << weighted.status();
+  const double plain_err = plain.ok() ? std::abs(*plain - 50.0) : 1e9;
+  EXPECT_LT(std::abs(*weighted - 50.0), 0.5 * plain_err);
+  FitOptions bad;
+  bad.recency_half_life = -1;
+  EXPECT_EQ(FitLossCurve(mixed, bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(IterationEstimator, BadInputsAreNamed) {
   auto few = FitLossCurve({{0, 1.0}, {1, 0.9}, {1, 0.8}});
   EXPECT_EQ(few.status().code(), absl::StatusCode::kInvalidArgument);

@@ -91,13 +91,17 @@ struct LossCurve {
   // first observed step when nothing was dropped) and how many were fitted.
   double fit_from_step = 0;
   int64_t fitted_points = 0;
+  // The curve's time origin (FitOptions::time_shift): y(t) = r + D / q(t - t0)
+  // for t >= t0 and r + D before it; 0 = unshifted (the model above).
+  double t0 = 0;
 
   double Normalised(double step) const;  // y(t)
   double Loss(double step) const { return scale * Normalised(step); }
   // y(t) - y(t + 1).
   double Improvement(double step) const;
   // The first integer t >= 0 from which Improvement(t) <= threshold (0 when
-  // the curve is flat). threshold > 0.
+  // the curve is flat). threshold > 0. A shifted curve (t0 > 0) gives the
+  // unshifted curve's step plus ceil(t0) (0 stays 0).
   int64_t ConvergenceStep(double threshold = 0.001) const;
   // Steps until the (unnormalised) loss first reaches `target_loss`, counted
   // from step 0 but never before fit_from_step (the curve describes the loss
@@ -107,6 +111,12 @@ struct LossCurve {
   std::optional<double> StepsToLoss(double target_loss) const;
   // The curve of the same task under a transfer with gain g (> -1): see above.
   absl::StatusOr<LossCurve> WithGain(double gain) const;
+};
+
+// The monotone envelope of the transient rule's step 2.
+enum class Envelope : uint8_t {
+  kRunningMin,  // the best loss so far (biased low by lucky dips)
+  kIsotonic,    // the least-squares non-increasing sequence (pool adjacent violators)
 };
 
 struct FitOptions {
@@ -121,13 +131,34 @@ struct FitOptions {
   // b2 term extrapolates them erratically (docs/experiments.md, "Ymir
   // estimators"; IterationEstimator.TransientRuleRecoversTheCreepAfterTheWarmUp).
   bool quadratic = false;
+  Envelope envelope = Envelope::kRunningMin;
+  // Time shift: the curve gets an origin t0, y(t) = r + D for t < t0 and
+  // r + D / q(t - t0) after it (a flat warm-up, then the decay), with t0
+  // fitted too: every settled step that leaves >= 3 distinct steps at or
+  // after it is tried (each with the whole (b1, b2) grid, on all the settled
+  // points), the least squares wins, and the polish keeps t0. So r + D is the
+  // level where the decay starts instead of an extrapolation back to step 0
+  // (without it, a fit that starts after a dropped warm-up can trade D
+  // against b1 without bound, and a warm-up that stays flat for a few steps,
+  // e.g. under a learning-rate warm-up, cannot be described at all:
+  // docs/experiments.md, "Iteration estimator").
+  bool time_shift = false;
+  // Recency weighting: point i weighs 2^(-(t_last - t_i) / h) in the least
+  // squares (h in steps), so the end of the prefix, closest to what is
+  // extrapolated, counts most; 0 = equal weights.
+  double recency_half_life = 0;
 };
 
 // The transient rule alone: the points FitLossCurve fits when
 // skip_transient is on, in loss units (not normalised), sorted by step.
 // Requires valid points (as FitLossCurve); an empty input gives an empty
 // result.
-std::vector<LossPoint> SettledEnvelope(const std::vector<LossPoint>& points);
+std::vector<LossPoint> SettledEnvelope(const std::vector<LossPoint>& points,
+                                       Envelope envelope = Envelope::kRunningMin);
+
+// Isotonic (non-increasing) least-squares regression of the losses, by pool
+// adjacent violators: sorted by step, each loss replaced by its block's mean.
+std::vector<LossPoint> IsotonicDecreasing(const std::vector<LossPoint>& points);
 
 // Fits the curve above to `points` (any order; steps need not be integers).
 // InvalidArgument naming the bad point when a loss is not finite and > 0 or a
