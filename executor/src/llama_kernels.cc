@@ -442,6 +442,14 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
   grads.layers = std::move(layers);
   grads.head = std::move(head);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, job.state.params));
+  if (req->micro_index >= 0) {
+    if (absl::Status s = AccumulateInOrder(job, req->micro_index, std::move(grads), loss); !s.ok()) {
+      return Annotate(s, Label(call));
+    }
+    const std::vector<int64_t> step = {job.state.step};
+    SetTensorPayload(call.outputs[0], Tensor::FromInt64(step, {1}));
+    return absl::OkStatus();
+  }
   if (absl::Status s = AccumulateGradients(job.state, grads); !s.ok()) {
     return Annotate(s, Label(call));
   }
@@ -451,6 +459,30 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
   }
   const std::vector<int64_t> step = {job.state.step};
   SetTensorPayload(call.outputs[0], Tensor::FromInt64(step, {1}));
+  return absl::OkStatus();
+}
+
+absl::Status AccumulateInOrder(LlamaTrainJob& job, int64_t micro_index, TaskAdapters grads,
+                               std::optional<double> loss) {
+  const int64_t per_step = std::max<int64_t>(1, job.accumulation);
+  int64_t next = job.state.step * per_step + job.state.accumulated;
+  if (micro_index < next) {
+    return absl::FailedPreconditionError(StrCat("micro-batch ", micro_index,
+                                                " was already accumulated (the job expects micro-batch ", next,
+                                                " next)"));
+  }
+  if (job.pending.contains(micro_index)) {
+    return absl::FailedPreconditionError(StrCat("micro-batch ", micro_index, " is already waiting to be accumulated"));
+  }
+  job.pending.emplace(micro_index, LlamaTrainJob::Parked{std::move(grads), loss});
+  // Fold in index order: exactly the calls a sequential stream makes.
+  for (auto it = job.pending.begin(); it != job.pending.end() && it->first == next; it = job.pending.begin()) {
+    SLICESCHED_RETURN_IF_ERROR(AccumulateGradients(job.state, it->second.grads));
+    if (it->second.loss.has_value()) job.losses.push_back(*it->second.loss);
+    job.pending.erase(it);
+    if (job.state.accumulated >= per_step) SLICESCHED_RETURN_IF_ERROR(AdamWStep(job.state));
+    next = job.state.step * per_step + job.state.accumulated;
+  }
   return absl::OkStatus();
 }
 

@@ -1107,7 +1107,7 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
       auto id = im.gmg.Instantiate(spec);
       if (!id.ok()) return Annotate(id.status(), "train step");
       if (absl::Status r = im.real->SetTrainRequest(args.deployment, *id,
-                                                    executor::LlamaTrainRequest{args.job, *args.batch});
+                                                    executor::LlamaTrainRequest{args.job, *args.batch, args.micro_index});
           !r.ok()) {
         (void)im.gmg.CancelInstance(*id, "its training request could not be registered", now);
         return r;
