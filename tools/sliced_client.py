@@ -64,6 +64,7 @@ class Daemon:
         self.extra_args = list(extra_args)
         self.proc = None
         self.log = None
+        self.channel = None
 
     def start(self, ready_timeout_s=240):
         self.log = open(self.log_path, "ab")
@@ -72,11 +73,18 @@ class Daemon:
             stdout=self.log, stderr=subprocess.STDOUT)
         # Bounded reconnect backoff: the socket appears only once the daemon
         # is up, and gRPC's default backoff grows to minutes.
+        # A subchannel of its own: with gRPC's global subchannel pool a new
+        # channel to the same socket path shares the connection of the
+        # channel to the daemon that just stopped, which may still read
+        # READY for a moment, so readiness would be reported before this
+        # daemon even started (the RPC after it then fails with ENOENT).
         channel = grpc.insecure_channel("unix:" + self.socket, options=[
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.use_local_subchannel_pool", 1),
         ])
+        self.channel = channel
         deadline = time.monotonic() + ready_timeout_s
         while True:
             try:
@@ -102,6 +110,9 @@ class Daemon:
         """SIGTERM; returns the exit status."""
         if self.proc is None:
             return None
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
         self.proc.send_signal(signal.SIGTERM)
         try:
             rc = self.proc.wait(timeout=timeout_s)

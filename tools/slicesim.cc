@@ -131,7 +131,8 @@ int Usage(FILE* to) {
                "                        drive a running sliced over gRPC: open-loop online arrivals\n"
                "                        (built-in Azure-derived model or a trace) plus offline\n"
                "                        streams, or N closed-loop streams; prints the summary\n"
-               "  fidelity [--model tiny|small] [--calibration N] [--iterations N] [--seed S] [--json]\n"
+               "  fidelity [--model tiny|small] [--warmup N] [--calibration N] [--iterations N] [--seed S]\n"
+               "           [--per-op] [--json]\n"
                "                        simulator-predicted vs measured time per training and serving\n"
                "                        iteration, pp2 on 2 CPU executors (paper Table 2; needs LibTorch)\n"
                "  synth-data --task NAME --out FILE [--seed N] [--examples K] [--sequence-length L]\n"
@@ -437,10 +438,14 @@ int Fidelity(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   slicesched::FidelityOptions o;
   bool json = false;
-  int64_t calibration = o.calibration, iterations = o.iterations, seed = static_cast<int64_t>(o.seed);
+  bool per_op = false;
+  int64_t warmup = o.warmup, calibration = o.calibration, iterations = o.iterations,
+          seed = static_cast<int64_t>(o.seed);
   int64_t decode_steps = o.decode_steps;
   if (int rc = Flags("fidelity")
                    .Switch("--json", &json)
+                   .Switch("--per-op", &per_op)
+                   .Int("--warmup", &warmup)
                    .Text("--model", &o.model)
                    .Int("--calibration", &calibration)
                    .Int("--iterations", &iterations)
@@ -452,6 +457,7 @@ int Fidelity(const std::vector<std::string>& args) {
                    .Parse(args)) {
     return rc;
   }
+  o.warmup = static_cast<int>(warmup);
   o.calibration = static_cast<int>(calibration);
   o.iterations = static_cast<int>(iterations);
   o.seed = static_cast<uint64_t>(seed);
@@ -461,8 +467,8 @@ int Fidelity(const std::vector<std::string>& args) {
   if (json) {
     std::printf("%s\n", r->ToJson().c_str());
   } else {
-    std::printf("%s, %s, %d calibration iterations of each kind\n", r->model.c_str(), r->placement.c_str(),
-                r->calibration);
+    std::printf("%s, %s, %d warm-up and %d calibration iterations of each kind\n", r->model.c_str(),
+                r->placement.c_str(), r->warmup, r->calibration);
     for (const auto& [name, k] : {std::pair<const char*, const slicesched::FidelityKindResult*>{"train", &r->train},
                                   {"serve", &r->serve},
                                   {"overall", &r->overall}}) {
@@ -476,6 +482,19 @@ int Fidelity(const std::vector<std::string>& args) {
                 r->learned_handoff_01_ms, r->learned_handoff_10_ms, r->op_mape_pct, r->transfer_mape_pct,
                 r->target_error_pct,
                 r->overall.error_pct <= r->target_error_pct ? "met" : "NOT met");
+    std::printf("simulator per-operator error weighted by duration: %.2f%%\n", r->op_wape_pct);
+    std::printf("calibration: device factors %.3f %.3f, overlap %.3f, transfer overlap %.3f\n",
+                r->device_factors.size() > 0 ? r->device_factors[0] : 1.0,
+                r->device_factors.size() > 1 ? r->device_factors[1] : 1.0, r->overlap_factor,
+                r->transfer_overlap_factor);
+    if (per_op) {
+      std::printf("%-44s %3s %7s %12s %12s %8s\n", "operator or hop (scored)", "dev", "samples", "predicted ms",
+                  "measured ms", "MAPE %");
+      for (const slicesched::FidelityOpStat& s : r->ops) {
+        std::printf("%-44s %3d %7lld %12.4f %12.4f %8.2f\n", s.name.c_str(), s.device,
+                    static_cast<long long>(s.samples), s.predicted_ms, s.measured_ms, s.mape_pct);
+      }
+    }
   }
   return 0;
 #else

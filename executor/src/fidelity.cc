@@ -100,6 +100,24 @@ const CandidatePartition* FindPartition(const GraphTemplate& t, absl::string_vie
   return nullptr;
 }
 
+// What an iteration is for: warm-up (run, not learned from), calibration
+// (learned from, not scored) or scored (learned from after its prediction).
+enum class Phase { kWarmup, kCalibrate, kScore };
+
+// Per-operator sums over the scored iterations.
+struct OpAccumulator {
+  int device = 0;
+  int64_t n = 0;
+  double predicted = 0, measured = 0, abs_pct = 0, abs_ms = 0;
+  void Add(double predicted_ms, double measured_ms) {
+    ++n;
+    predicted += predicted_ms;
+    measured += measured_ms;
+    abs_ms += std::abs(predicted_ms - measured_ms);
+    if (measured_ms > 0) abs_pct += 100.0 * std::abs(predicted_ms - measured_ms) / measured_ms;
+  }
+};
+
 // The two-device rig: GMG, executors, estimators, learner.
 class FidelityRig {
  public:
@@ -127,21 +145,21 @@ class FidelityRig {
     return rig;
   }
 
-  // One training iteration; recorded into `out` when `score`.
-  absl::Status TrainIteration(bool score, FidelityKindResult* out) {
+  // One training iteration of `phase`; recorded into `out` when scored.
+  absl::Status TrainIteration(Phase phase, FidelityKindResult* out) {
     SLICESCHED_ASSIGN_OR_RETURN(executor::TrainBatch batch, NextBatch());
     SLICESCHED_ASSIGN_OR_RETURN(
         InstanceId id, g_.Instantiate(LlamaTrainStep(train_, o_.train_batch, o_.train_tokens, o_.lora_rank,
                                                      o_.head_outputs, PriorityClass::kOffline, clock_.Now())));
     runner_->SetTrainRequest(id, LlamaTrainRequest{job_, std::move(batch)});
-    SLICESCHED_RETURN_IF_ERROR(RunIteration({id}, score, out));
+    SLICESCHED_RETURN_IF_ERROR(RunIteration({id}, phase, out));
     runner_->EraseRequest(id);
     return absl::OkStatus();
   }
 
   // One serving iteration: a new conversation's prefill plus a decode step of
-  // every conversation still generating; recorded into `out` when `score`.
-  absl::Status ServeIteration(bool score, FidelityKindResult* out) {
+  // every conversation still generating; recorded into `out` when scored.
+  absl::Status ServeIteration(Phase phase, FidelityKindResult* out) {
     std::vector<InstanceId> ids;
     // Decode steps of the live conversations.
     std::vector<std::pair<InstanceId, size_t>> decodes;
@@ -167,7 +185,7 @@ class FidelityRig {
                                           executor::SamplingParams{}});
     ids.push_back(pid);
 
-    SLICESCHED_RETURN_IF_ERROR(RunIteration(ids, score, out));
+    SLICESCHED_RETURN_IF_ERROR(RunIteration(ids, phase, out));
 
     for (InstanceId id : ids) runner_->EraseRequest(id);
     for (const auto& [id, c] : decodes) {
@@ -213,6 +231,28 @@ class FidelityRig {
   }
 
   const OnlineLearner& learner() const { return learner_; }
+  const RuntimeCalibration& calibration() const { return calibration_; }
+  // Per-operator results of the scored iterations, by name.
+  std::vector<FidelityOpStat> OpStats() const {
+    std::vector<FidelityOpStat> out;
+    for (const auto& [name, a] : op_stats_) {
+      if (a.n == 0) continue;
+      const double n = static_cast<double>(a.n);
+      out.push_back(FidelityOpStat{name, a.device, a.n, a.predicted / n, a.measured / n, a.abs_pct / n});
+    }
+    return out;
+  }
+  // Sum of |predicted - measured| over sum of measured, over every scored
+  // operator (not hops).
+  double OpWapePct() const {
+    double abs_ms = 0, measured = 0;
+    for (const auto& [name, a] : op_stats_) {
+      if (name.rfind("hop ", 0) == 0) continue;
+      abs_ms += a.abs_ms;
+      measured += a.measured;
+    }
+    return measured > 0 ? 100.0 * abs_ms / measured : 0.0;
+  }
   // The hand-off time the transfer estimator adds to a hop src -> dst.
   double LearnedHandoffMs(DeviceId src, DeviceId dst) const {
     return (transfer_est_.launch_gap_ns(src, dst) + transfer_est_.delivery_gap_ns(dst)) / 1e6;
@@ -231,7 +271,7 @@ class FidelityRig {
         g_(std::move(accel)),
         runner_(std::move(runner)),
         transfer_est_(g_.accelerators()),
-        calibration_(2),
+        calibration_(g_.accelerators()),
         ctx_(&g_.templates(), &op_est_, &transfer_est_),
         learner_(&g_, &ctx_, &op_est_, &transfer_est_, &calibration_) {}
 
@@ -294,7 +334,8 @@ class FidelityRig {
 
   // Issues `ids` by pp2, predicts the iteration from the snapshot, runs it on
   // the executors to retirement and records both.
-  absl::Status RunIteration(const std::vector<InstanceId>& ids, bool score, FidelityKindResult* out) {
+  absl::Status RunIteration(const std::vector<InstanceId>& ids, Phase phase, FidelityKindResult* out) {
+    const bool score = phase == Phase::kScore;
     const DeviceId slots[2] = {DeviceId(0), DeviceId(1)};
     std::vector<NodeId> issued;
     for (InstanceId id : ids) {
@@ -346,7 +387,10 @@ class FidelityRig {
       for (const Feedback& f : feedback_) {
         last_end = std::max(last_end, f.end);
         times[f.node.value()] = {f.start, f.end};
-        learner_.Apply(f, score);
+        // Warm-up feedback (LibTorch's lazy initialisation, first-call
+        // allocations, cold caches: up to 100x an operator's steady time)
+        // is not learned from: it describes no later run.
+        if (phase != Phase::kWarmup) learner_.Apply(f, score);
       }
       for (RetiredInstance& r : g_.TakeRetired()) {
         if (r.state != InstanceState::kDone) {
@@ -360,6 +404,36 @@ class FidelityRig {
     if (score) {
       out->predicted_runs_ms.push_back(predicted_ms);
       out->measured_runs_ms.push_back(static_cast<double>((last_end - t0).nanos()) / 1e6);
+      // Per operator (and per hop): the simulator's predicted duration of
+      // the node (for a hop: link time plus hand-off gaps, start of the
+      // transfer to its bytes reaching the consumer) against the executors'.
+      for (size_t i = 0; i < snap_.nodes.size(); ++i) {
+        const GmgSnapshot::Node& sn = snap_.nodes[i];
+        const auto it = times.find(sn.id);
+        if (it == times.end() || result_.node_start_ns[i] < 0 || result_.node_end_ns[i] < 0) continue;
+        std::string name;
+        double sim_ms = static_cast<double>(result_.node_end_ns[i] - result_.node_start_ns[i]) / 1e6;
+        double meas_ms = static_cast<double>((it->second.second - it->second.first).nanos()) / 1e6;
+        if (sn.op_index >= 0) {
+          const GraphTemplate* tpl = g_.templates().Find(TemplateId(snap_.instances[sn.instance].template_id));
+          if (tpl == nullptr) continue;
+          name = StrCat(tpl->name(), "/", tpl->op(sn.op_index).name);
+        } else {
+          // A hop: from the transfer's start to its consumer's start.
+          if (sn.consumer == GmgSnapshot::kNone) continue;
+          const auto ct = times.find(snap_.nodes[sn.consumer].id);
+          if (ct == times.end() || result_.node_start_ns[sn.consumer] < 0) continue;
+          const GmgSnapshot::Node& cn = snap_.nodes[sn.consumer];
+          const GraphTemplate* ctpl = g_.templates().Find(TemplateId(snap_.instances[cn.instance].template_id));
+          name = StrCat("hop cpu", sn.device, " -> cpu", cn.device, " to ",
+                        ctpl != nullptr ? StrCat(ctpl->name(), "/", ctpl->op(cn.op_index).name) : "?");
+          sim_ms = static_cast<double>(result_.node_start_ns[sn.consumer] - result_.node_start_ns[i]) / 1e6;
+          meas_ms = static_cast<double>((ct->second.first - it->second.first).nanos()) / 1e6;
+        }
+        OpAccumulator& acc = op_stats_[name];
+        acc.device = sn.device;
+        acc.Add(sim_ms, meas_ms);
+      }
       for (const auto& [x, src, consumer] : xfers) {
         const auto xt = times.find(x), st = times.find(src), ct = times.find(consumer);
         if (xt == times.end() || st == times.end() || ct == times.end()) continue;
@@ -393,25 +467,40 @@ class FidelityRig {
   SimScratch scratch_;
   SimResult result_;
   std::vector<Feedback> feedback_;
+  std::map<std::string, OpAccumulator> op_stats_;
   std::unique_ptr<ExecutorSet> exec_;  // last: stopped first
 };
 
 }  // namespace
 
 std::string FidelityResult::ToJson() const {
+  std::string op_list = "[";
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const FidelityOpStat& o = ops[i];
+    op_list += absl::StrFormat(
+        "%s{\"name\": \"%s\", \"device\": %d, \"samples\": %d, \"predicted_ms\": %.4f, "
+        "\"measured_ms\": %.4f, \"mape_pct\": %.2f}",
+        i ? ", " : "", o.name, o.device, o.samples, o.predicted_ms, o.measured_ms, o.mape_pct);
+  }
+  op_list += "]";
   return absl::StrFormat(
-      "{\"model\": \"%s\", \"devices\": %d, \"placement\": \"%s\", \"calibration_iterations\": %d, "
+      "{\"model\": \"%s\", \"devices\": %d, \"placement\": \"%s\", \"warmup_iterations\": %d, "
+      "\"calibration_iterations\": %d, "
       "\"train\": %s, \"serve\": %s, \"overall\": %s, \"op_mape_pct\": %.2f, "
-      "\"transfer_mape_pct\": %.2f, \"learned_handoff_ms\": [%.4f, %.4f], "
-      "\"target_error_pct\": %.2f, \"target_met\": %s}",
-      model, devices, placement, calibration, KindJson(train), KindJson(serve), KindJson(overall),
-      op_mape_pct, transfer_mape_pct, learned_handoff_01_ms, learned_handoff_10_ms, target_error_pct,
+      "\"transfer_mape_pct\": %.2f, \"op_wape_pct\": %.2f, \"learned_handoff_ms\": [%.4f, %.4f], "
+      "\"device_factors\": [%.4f, %.4f], \"overlap_factor\": %.4f, \"transfer_overlap_factor\": %.4f, "
+      "\"ops\": %s, \"target_error_pct\": %.2f, \"target_met\": %s}",
+      model, devices, placement, warmup, calibration, KindJson(train), KindJson(serve), KindJson(overall),
+      op_mape_pct, transfer_mape_pct, op_wape_pct, learned_handoff_01_ms, learned_handoff_10_ms,
+      device_factors.size() > 0 ? device_factors[0] : 1.0, device_factors.size() > 1 ? device_factors[1] : 1.0,
+      overlap_factor, transfer_overlap_factor, op_list, target_error_pct,
       overall.error_pct <= target_error_pct && overall.iterations > 0 ? "true" : "false");
 }
 
 absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
   if (o.iterations <= 0) return absl::InvalidArgumentError("fidelity: --iterations must be positive");
   if (o.calibration < 0) return absl::InvalidArgumentError("fidelity: --calibration must be >= 0");
+  if (o.warmup < 0) return absl::InvalidArgumentError("fidelity: --warmup must be >= 0");
   if (o.train_batch <= 0 || o.train_tokens <= 0 || o.prompt_tokens <= 0 || o.lora_rank <= 0 ||
       o.head_outputs <= 0) {
     return absl::InvalidArgumentError("fidelity: batch, token, rank and head sizes must be positive");
@@ -423,14 +512,19 @@ absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
   r.devices = 2;
   r.calibration = o.calibration;
   r.placement = "pp2 on 2 CPU devices (template partition, explicit)";
+  r.warmup = o.warmup;
   FidelityKindResult unused;
+  for (int i = 0; i < o.warmup; ++i) {
+    SLICESCHED_RETURN_IF_ERROR(rig->TrainIteration(Phase::kWarmup, &unused));
+    SLICESCHED_RETURN_IF_ERROR(rig->ServeIteration(Phase::kWarmup, &unused));
+  }
   for (int i = 0; i < o.calibration; ++i) {
-    SLICESCHED_RETURN_IF_ERROR(rig->TrainIteration(false, &unused));
-    SLICESCHED_RETURN_IF_ERROR(rig->ServeIteration(false, &unused));
+    SLICESCHED_RETURN_IF_ERROR(rig->TrainIteration(Phase::kCalibrate, &unused));
+    SLICESCHED_RETURN_IF_ERROR(rig->ServeIteration(Phase::kCalibrate, &unused));
   }
   for (int i = 0; i < o.iterations; ++i) {
-    SLICESCHED_RETURN_IF_ERROR(rig->TrainIteration(true, &r.train));
-    SLICESCHED_RETURN_IF_ERROR(rig->ServeIteration(true, &r.serve));
+    SLICESCHED_RETURN_IF_ERROR(rig->TrainIteration(Phase::kScore, &r.train));
+    SLICESCHED_RETURN_IF_ERROR(rig->ServeIteration(Phase::kScore, &r.serve));
   }
   SLICESCHED_RETURN_IF_ERROR(rig->Finish());
   for (const FidelityKindResult* k : {&r.train, &r.serve}) {
@@ -450,6 +544,11 @@ absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
   r.transfer_mape_pct = rig->learner().transfer_error().mape_pct();
   r.learned_handoff_01_ms = rig->LearnedHandoffMs(DeviceId(0), DeviceId(1));
   r.learned_handoff_10_ms = rig->LearnedHandoffMs(DeviceId(1), DeviceId(0));
+  r.ops = rig->OpStats();
+  r.op_wape_pct = rig->OpWapePct();
+  for (int d = 0; d < 2; ++d) r.device_factors.push_back(rig->calibration().device_factor(DeviceId(d)));
+  r.overlap_factor = rig->calibration().overlap_factor();
+  r.transfer_overlap_factor = rig->calibration().transfer_overlap_factor();
   return r;
 }
 

@@ -298,25 +298,56 @@ absl::Status LlamaKernelRunner::RunSample(const KernelCall& call) {
 
 namespace {
 
-// The job's current adapters (a value copy: later steps do not change it).
-TaskAdapters CurrentAdapters(LlamaTrainJob& job) {
-  absl::MutexLock l(&job.mu);
-  return job.state.params;
+// The jobs of a request in slot order: {job, partners...}.
+absl::StatusOr<std::vector<LlamaTrainJob*>> SlotJobs(const KernelCall& call, const LlamaTrainRequest& req) {
+  std::vector<LlamaTrainJob*> jobs = {req.job.get()};
+  for (size_t i = 0; i < req.partners.size(); ++i) {
+    LlamaTrainJob* p = req.partners[i].get();
+    if (p == nullptr || std::find(jobs.begin(), jobs.end(), p) != jobs.end()) {
+      return absl::InvalidArgumentError(
+          StrCat(Label(call), ": partner ", i, " of the training request is null or repeats a job"));
+    }
+    jobs.push_back(p);
+  }
+  return jobs;
 }
 
-// Checks the instance's R / NC bindings against the job.
-absl::Status CheckJobAttrs(const KernelCall& call, const TaskAdapters& params) {
-  if (const std::optional<int64_t> r = Attr(call, "rank");
-      r.has_value() && *r != params.lora.rank) {
-    return absl::FailedPreconditionError(
-        StrCat(Label(call), ": the instance binds LoRA rank R = ", *r,
-               ", the job's adapters have rank ", params.lora.rank));
+// The jobs' current adapters (value copies: later steps do not change them).
+std::vector<TaskAdapters> CurrentAdapters(const std::vector<LlamaTrainJob*>& jobs) {
+  std::vector<TaskAdapters> out;
+  for (LlamaTrainJob* job : jobs) {
+    absl::MutexLock l(&job->mu);
+    out.push_back(job->state.params);
   }
-  if (const std::optional<int64_t> nc = Attr(call, "outputs");
-      nc.has_value() && *nc != params.head_outputs()) {
+  return out;
+}
+
+std::vector<const TaskAdapters*> SlotPointers(const std::vector<TaskAdapters>& params) {
+  std::vector<const TaskAdapters*> out;
+  for (const TaskAdapters& p : params) out.push_back(&p);
+  return out;
+}
+
+// Checks the instance's R / NC / T bindings against the slots' adapters (NC
+// is the sum of their head outputs).
+absl::Status CheckJobAttrs(const KernelCall& call, std::span<const TaskAdapters* const> params) {
+  int64_t outputs = 0;
+  for (const TaskAdapters* p : params) {
+    outputs += p->head_outputs();
+    if (const std::optional<int64_t> r = Attr(call, "rank"); r.has_value() && *r != p->lora.rank) {
+      return absl::FailedPreconditionError(StrCat(Label(call), ": the instance binds LoRA rank R = ", *r,
+                                                  ", the job's adapters have rank ", p->lora.rank));
+    }
+  }
+  if (const std::optional<int64_t> nc = Attr(call, "outputs"); nc.has_value() && *nc != outputs) {
     return absl::FailedPreconditionError(StrCat(Label(call), ": the instance binds NC = ", *nc,
-                                                ", the job's head has ", params.head_outputs(),
-                                                " outputs"));
+                                                params.size() > 1 ? ", the jobs' heads have " : ", the job's head has ",
+                                                outputs, " outputs"));
+  }
+  if (const std::optional<int64_t> t = Attr(call, "tasks");
+      t.has_value() && *t != static_cast<int64_t>(params.size())) {
+    return absl::FailedPreconditionError(StrCat(Label(call), ": the instance binds T = ", *t,
+                                                " task slots, the training request has ", params.size(), " jobs"));
   }
   return absl::OkStatus();
 }
@@ -329,9 +360,10 @@ absl::Status LlamaKernelRunner::RunTrainForward(const KernelCall& call) {
   absl::StatusOr<LlamaTrainRequest> req = LookupTrain(call.instance);
   if (!req.ok()) return Annotate(req.status(), Label(call));
   SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, 0));
-  const TaskAdapters params = CurrentAdapters(*req->job);
-  SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, params));
-  const TaskAdapters* slots[] = {&params};
+  SLICESCHED_ASSIGN_OR_RETURN(const std::vector<LlamaTrainJob*> jobs, SlotJobs(call, *req));
+  const std::vector<TaskAdapters> params = CurrentAdapters(jobs);
+  const std::vector<const TaskAdapters*> slots = SlotPointers(params);
+  SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<GroupForwardResult> f =
       TrainGroupForward(*weights_, group, slots, req->batch.row_task, *hidden);
   if (!f.ok()) return Annotate(f.status(), Label(call));
@@ -346,16 +378,26 @@ absl::Status LlamaKernelRunner::RunTrainLoss(const KernelCall& call) {
   absl::StatusOr<LlamaTrainRequest> req = LookupTrain(call.instance);
   if (!req.ok()) return Annotate(req.status(), Label(call));
   SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, 0));
-  const TaskAdapters params = CurrentAdapters(*req->job);
-  SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, params));
-  const TaskAdapters* slots[] = {&params};
+  SLICESCHED_ASSIGN_OR_RETURN(const std::vector<LlamaTrainJob*> jobs, SlotJobs(call, *req));
+  const std::vector<TaskAdapters> params = CurrentAdapters(jobs);
+  const std::vector<const TaskAdapters*> slots = SlotPointers(params);
+  SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<HeadLossResult> r =
       TrainHeadLoss(*weights_, slots, req->batch.row_task, *hidden, req->batch.labels);
   if (!r.ok()) return Annotate(r.status(), Label(call));
-  const std::vector<float> loss = {static_cast<float>(r->loss[0])};
+  std::vector<float> loss;
+  for (double l : r->loss) loss.push_back(static_cast<float>(l));
+  const auto n = static_cast<int64_t>(loss.size());
   SetTensorPayload(call.outputs[0], std::move(r->d_hidden));
-  SetTensorPayload(call.outputs[1], std::move(r->d_head[0]));
-  SetTensorPayload(call.outputs[2], Tensor::FromFloat(loss, {1}));
+  if (slots.size() == 1) {
+    SetTensorPayload(call.outputs[1], std::move(r->d_head[0]));
+  } else {
+    auto heads = std::make_shared<HeadGrads>();
+    heads->slots = std::move(r->d_head);
+    call.outputs[1].kind = kHeadGradsPayload;
+    call.outputs[1].payload = std::move(heads);  // never modified once made
+  }
+  SetTensorPayload(call.outputs[2], Tensor::FromFloat(loss, {n}));
   return absl::OkStatus();
 }
 
@@ -371,13 +413,15 @@ absl::Status LlamaKernelRunner::RunTrainBackward(const KernelCall& call) {
   auto* tape = static_cast<GroupTape*>(call.inputs[1].payload.get());
   absl::StatusOr<GroupBackwardResult> r = TrainGroupBackward(*tape, *d_out);
   if (!r.ok()) return Annotate(r.status(), Label(call));
-  if (r->grads.size() != 1) {
+  const int64_t tasks = Attr(call, "tasks").value_or(1);
+  if (static_cast<int64_t>(r->grads.size()) != tasks || r->grads.empty()) {
     return absl::FailedPreconditionError(
-        StrCat(Label(call), ": the tape holds ", r->grads.size(), " tasks, expected 1"));
+        StrCat(Label(call), ": the tape holds ", r->grads.size(), " tasks, expected ", tasks));
   }
   auto grads = std::make_shared<LoraGroupGrads>();
   grads->first_layer = group * dims_.fusion;
   grads->layers = std::move(r->grads[0]);
+  for (size_t t = 1; t < r->grads.size(); ++t) grads->partners.push_back(std::move(r->grads[t]));
   SetTensorPayload(call.outputs[0], std::move(r->d_hidden_in));
   call.outputs[1].kind = kLoraGradsPayload;
   call.outputs[1].payload = std::move(grads);  // never modified once made
@@ -388,19 +432,31 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
   absl::StatusOr<LlamaTrainRequest> req = LookupTrain(call.instance);
   if (!req.ok()) return Annotate(req.status(), Label(call));
-  LlamaTrainJob& job = *req->job;
+  SLICESCHED_ASSIGN_OR_RETURN(const std::vector<LlamaTrainJob*> jobs, SlotJobs(call, *req));
+  const size_t T = jobs.size();
+  if (req->micro_index >= 0 && T != 1) {
+    return absl::InvalidArgumentError(StrCat(Label(call), ": micro_index ", req->micro_index,
+                                             " on a joint request of ", T,
+                                             " jobs: ordered accumulation of concurrent micro-batches "
+                                             "is for single-job requests only"));
+  }
   const OpSpec& op = call.op();
-  // Gather the gradient: every layer exactly once from the groups' payloads,
-  // the head's from "...:head_grad", the loss from "...:loss".
-  std::vector<LoraLayer> layers(static_cast<size_t>(dims_.layers));
-  std::vector<bool> seen(layers.size(), false);
-  Tensor head;
-  std::optional<double> loss;
+  // Gather the gradients: every layer of every slot exactly once from the
+  // groups' payloads, the heads' from "...:head_grad", the losses from
+  // "...:loss".
+  std::vector<std::vector<LoraLayer>> layers(T, std::vector<LoraLayer>(static_cast<size_t>(dims_.layers)));
+  std::vector<bool> seen(static_cast<size_t>(dims_.layers), false);
+  std::vector<Tensor> heads;
+  std::vector<float> losses;
   for (size_t i = 0; i < call.inputs.size() && i < op.input_names.size(); ++i) {
     const Buffer& in = call.inputs[i];
     const std::string& name = op.input_names[i];
     if (in.kind == kLoraGradsPayload && in.payload != nullptr) {
       const auto* g = static_cast<const LoraGroupGrads*>(in.payload.get());
+      if (g->partners.size() + 1 != T) {
+        return absl::InvalidArgumentError(StrCat(Label(call), ": input '", name, "' holds gradients of ",
+                                                 g->partners.size() + 1, " task slots, the request has ", T));
+      }
       for (size_t l = 0; l < g->layers.size(); ++l) {
         const int64_t layer = g->first_layer + static_cast<int64_t>(l);
         if (layer < 0 || layer >= dims_.layers || seen[static_cast<size_t>(layer)]) {
@@ -409,19 +465,30 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
                                                    " twice or out of range"));
         }
         seen[static_cast<size_t>(layer)] = true;
-        layers[static_cast<size_t>(layer)] = g->layers[l];
+        layers[0][static_cast<size_t>(layer)] = g->layers[l];
+        for (size_t t = 1; t < T; ++t) {
+          if (g->partners[t - 1].size() != g->layers.size()) {
+            return absl::InvalidArgumentError(
+                StrCat(Label(call), ": input '", name, "' holds ", g->partners[t - 1].size(),
+                       " layers for slot ", t, ", ", g->layers.size(), " for slot 0"));
+          }
+          layers[t][static_cast<size_t>(layer)] = g->partners[t - 1][l];
+        }
       }
     } else if (name.ends_with(":head_grad")) {
-      SLICESCHED_ASSIGN_OR_RETURN(const Tensor* t, InputTensor(call, i));
-      head = *t;
+      if (in.kind == kHeadGradsPayload && in.payload != nullptr) {
+        heads = static_cast<const HeadGrads*>(in.payload.get())->slots;
+      } else {
+        SLICESCHED_ASSIGN_OR_RETURN(const Tensor* t, InputTensor(call, i));
+        heads = {*t};
+      }
     } else if (name.ends_with(":loss")) {
       SLICESCHED_ASSIGN_OR_RETURN(const Tensor* t, InputTensor(call, i));
-      const std::vector<float> v = t->ToFloat();
-      if (v.size() != 1) {
+      losses = t->ToFloat();
+      if (losses.size() != T) {
         return absl::InvalidArgumentError(
-            StrCat(Label(call), ": loss input is ", t->DebugString()));
+            StrCat(Label(call), ": loss input is ", t->DebugString(), ", expected ", T, " values"));
       }
-      loss = v[0];
     } else {
       return absl::InvalidArgumentError(
           StrCat(Label(call), ": unexpected input '", name, "' (payload kind ", in.kind, ")"));
@@ -433,16 +500,22 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
           StrCat(Label(call), ": no gradients for layer ", l, " among the inputs"));
     }
   }
-  if (!head.defined()) {
-    return absl::FailedPreconditionError(StrCat(Label(call), ": no ':head_grad' input"));
+  if (heads.size() != T) {
+    return absl::FailedPreconditionError(StrCat(Label(call), ": no ':head_grad' input for each of the ", T,
+                                                " task slots (got ", heads.size(), ")"));
   }
-  absl::MutexLock l(&job.mu);
-  TaskAdapters grads;
-  grads.lora = job.state.params.lora;
-  grads.layers = std::move(layers);
-  grads.head = std::move(head);
-  SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, job.state.params));
   if (req->micro_index >= 0) {
+    // Data parallelism: park the gradient and fold in micro_index order.
+    LlamaTrainJob& job = *jobs[0];
+    absl::MutexLock l(&job.mu);
+    const TaskAdapters* current[] = {&job.state.params};
+    SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, current));
+    TaskAdapters grads;
+    grads.lora = job.state.params.lora;
+    grads.layers = std::move(layers[0]);
+    grads.head = std::move(heads[0]);
+    std::optional<double> loss;
+    if (!losses.empty()) loss = losses[0];
     if (absl::Status s = AccumulateInOrder(job, req->micro_index, std::move(grads), loss); !s.ok()) {
       return Annotate(s, Label(call));
     }
@@ -450,14 +523,53 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
     SetTensorPayload(call.outputs[0], Tensor::FromInt64(step, {1}));
     return absl::OkStatus();
   }
-  if (absl::Status s = AccumulateGradients(job.state, grads); !s.ok()) {
-    return Annotate(s, Label(call));
+  // Which slots have rows in this micro-batch (all of them for one task).
+  std::vector<bool> present(T, T == 1);
+  for (int64_t t : req->batch.row_task) {
+    if (t >= 0 && static_cast<size_t>(t) < T) present[static_cast<size_t>(t)] = true;
   }
-  if (loss.has_value()) job.losses.push_back(*loss);
-  if (job.state.accumulated >= std::max<int64_t>(1, job.accumulation)) {
-    if (absl::Status s = AdamWStep(job.state); !s.ok()) return Annotate(s, Label(call));
-  }
-  const std::vector<int64_t> step = {job.state.step};
+  if (req->batch.row_task.empty()) present[0] = true;
+  // Every job's mutex, in address order (the same jobs may meet in other
+  // requests in another slot order).
+  std::vector<LlamaTrainJob*> lock_order = jobs;
+  std::sort(lock_order.begin(), lock_order.end());
+  for (LlamaTrainJob* j : lock_order) j->mu.Lock();
+  absl::Status status = [&]() -> absl::Status {
+    std::vector<const TaskAdapters*> current;
+    for (LlamaTrainJob* j : jobs) current.push_back(&j->state.params);
+    SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, current));
+    // Accumulate into copies first: a failure leaves every job unchanged.
+    std::vector<TaskState> next;
+    for (size_t t = 0; t < T; ++t) {
+      next.push_back(jobs[t]->state);
+      if (!present[t]) continue;
+      TaskAdapters grads;
+      grads.lora = jobs[t]->state.params.lora;
+      grads.layers = std::move(layers[t]);
+      grads.head = std::move(heads[t]);
+      if (absl::Status s = AccumulateGradients(next.back(), grads); !s.ok()) return Annotate(s, Label(call));
+    }
+    bool full = true;
+    for (size_t t = 0; t < T; ++t) full &= next[t].accumulated >= std::max<int64_t>(1, jobs[t]->accumulation);
+    if (full) {
+      if (T == 1) {
+        if (absl::Status s = AdamWStep(next[0]); !s.ok()) return Annotate(s, Label(call));
+      } else {
+        std::vector<TaskState*> ptrs;
+        for (TaskState& s : next) ptrs.push_back(&s);
+        if (absl::Status s = JointAdamWStep(ptrs); !s.ok()) return Annotate(s, Label(call));
+      }
+    }
+    for (size_t t = 0; t < T; ++t) {
+      jobs[t]->state = std::move(next[t]);
+      if (present[t] && !losses.empty()) jobs[t]->losses.push_back(losses[t]);
+    }
+    return absl::OkStatus();
+  }();
+  const int64_t step0 = jobs[0]->state.step;
+  for (LlamaTrainJob* j : lock_order) j->mu.Unlock();
+  SLICESCHED_RETURN_IF_ERROR(status);
+  const std::vector<int64_t> step = {step0};
   SetTensorPayload(call.outputs[0], Tensor::FromInt64(step, {1}));
   return absl::OkStatus();
 }
@@ -512,6 +624,7 @@ absl::Status LlamaTransferBackend::Send(const TransferCall& call) {
     }
     case kGroupTapePayload:
     case kLoraGradsPayload:
+    case kHeadGradsPayload:
       if (from.payload == nullptr) {
         return absl::FailedPreconditionError(
             StrCat("transfer ", call.node, ": the source has no payload (kind ", from.kind, ")"));

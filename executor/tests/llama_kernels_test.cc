@@ -429,7 +429,9 @@ TEST_F(LlamaKernelsTest, MicroBatchesFinishingOutOfOrderAccumulateLikeOneStream)
   for (int k : {1, 0, 3, 2}) {
     auto id = gmg_->Instantiate(LlamaTrainStep(*tid, 2, 5, 4, 3, PriorityClass::kOffline, clock_.Now()));
     ASSERT_TRUE(id.ok()) << id.status();
-    runner_->SetTrainRequest(*id, LlamaTrainRequest{job, MicroBatch(2, dims_.vocab, static_cast<uint64_t>(k)), k});
+    runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = job,
+                                                    .batch = MicroBatch(2, dims_.vocab, static_cast<uint64_t>(k)),
+                                                    .micro_index = k});
     auto r = Run(*id);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->state, InstanceState::kDone) << r->failure;
@@ -456,7 +458,7 @@ TEST_F(LlamaKernelsTest, MicroBatchesFinishingOutOfOrderAccumulateLikeOneStream)
   // An index already accumulated fails the instance, naming it.
   auto id = gmg_->Instantiate(LlamaTrainStep(*tid, 2, 5, 4, 3, PriorityClass::kOffline, clock_.Now()));
   ASSERT_TRUE(id.ok()) << id.status();
-  runner_->SetTrainRequest(*id, LlamaTrainRequest{job, MicroBatch(2, dims_.vocab, 0), 1});
+  runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = job, .batch = MicroBatch(2, dims_.vocab, 0), .micro_index = 1});
   auto r = Run(*id);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->state, InstanceState::kFailed);
@@ -488,6 +490,192 @@ TEST(AccumulateInOrderTest, ParksOutOfOrderGradientsAndRejectsDuplicates) {
   EXPECT_EQ(job.state.accumulated, 0);
   EXPECT_TRUE(job.pending.empty());
   EXPECT_EQ(job.losses, (std::vector<double>{0.25, 0.375, 0.5}));
+}
+
+// Rows of `a` (slot 0) then rows of `b` (slot 1), same token count.
+TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
+  std::vector<int64_t> tokens = a.tokens.ToInt64(), labels = a.labels.ToInt64();
+  const std::vector<int64_t> tb = b.tokens.ToInt64(), lb = b.labels.ToInt64();
+  tokens.insert(tokens.end(), tb.begin(), tb.end());
+  labels.insert(labels.end(), lb.begin(), lb.end());
+  const int64_t ra = a.tokens.shape()[0], rb = b.tokens.shape()[0], s = a.tokens.shape()[1];
+  TrainBatch m;
+  m.tokens = Tensor::FromInt64(tokens, {ra + rb, s});
+  m.labels = Tensor::FromInt64(labels, {ra + rb, s});
+  m.row_task.assign(static_cast<size_t>(ra), 0);
+  m.row_task.insert(m.row_task.end(), static_cast<size_t>(rb), 1);
+  return m;
+}
+
+// Spatial joint training through the same "<name>/train" template (T = 2,
+// B and NC summed over the two jobs), placed pp2: four mixed micro-batches
+// (gradient accumulation 2: two joint steps) leave each job in exactly the
+// state of the direct operator calls (ShareLora, AccumulateJointMicroBatch,
+// JointAdamWStep): a shared adapter, each its own head, moments and losses.
+TEST_F(LlamaKernelsTest, Pp2JointTrainingMatchesDirectJointOps) {
+  auto tpl = BuildLlamaTrainTemplate(dims_);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  auto tid = gmg_->RegisterTemplate(*tpl);
+  ASSERT_TRUE(tid.ok()) << tid.status();
+  AdamWOptions adamw;
+  adamw.lr = 1e-2;
+  auto init_a = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 7, adamw);
+  auto init_b = TaskState::Init(dims_, LoraConfig{4, 8.0}, 4, 11, adamw);
+  ASSERT_TRUE(init_a.ok() && init_b.ok());
+  TaskState da = *init_a, db = *init_b;
+  {
+    TaskState* both[] = {&da, &db};
+    ASSERT_TRUE(ShareLora(both).ok());
+  }
+  std::shared_ptr<LlamaTrainJob> jobs[2] = {std::make_shared<LlamaTrainJob>(), std::make_shared<LlamaTrainJob>()};
+  for (int t = 0; t < 2; ++t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    jobs[t]->state = t == 0 ? da : db;
+    jobs[t]->accumulation = 2;
+  }
+  SetIntraOpThreadsForThisThread(1);  // as on the device threads
+  std::vector<double> direct_losses[2];
+  for (int it = 0; it < 4; ++it) {
+    const TrainBatch batch = Mixed(MicroBatch(2, dims_.vocab, static_cast<uint64_t>(it)),
+                                   MicroBatch(2, dims_.vocab, static_cast<uint64_t>(it + 10)));
+    auto id = gmg_->Instantiate(
+        LlamaTrainStep(*tid, 4, 5, 4, 3 + 4, PriorityClass::kOffline, clock_.Now(), /*tasks=*/2));
+    ASSERT_TRUE(id.ok()) << id.status();
+    runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = jobs[0], .batch = batch, .partners = {jobs[1]}});
+    auto r = Run(*id);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->state, InstanceState::kDone) << r->failure;
+    runner_->EraseRequest(*id);
+
+    TaskState* both[] = {&da, &db};
+    auto loss = AccumulateJointMicroBatch(*weights_, both, batch);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    for (int t = 0; t < 2; ++t) direct_losses[t].push_back(static_cast<float>((*loss)[static_cast<size_t>(t)]));
+    if (da.accumulated == 2) {
+      ASSERT_TRUE(JointAdamWStep(both).ok());
+    }
+  }
+  const TaskState* direct[2] = {&da, &db};
+  TaskState got[2];
+  for (int t = 0; t < 2; ++t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    got[t] = jobs[t]->state;
+    EXPECT_EQ(jobs[t]->losses, direct_losses[t]) << "job " << t;
+  }
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(got[t].step, 2) << t;
+    EXPECT_EQ(got[t].accumulated, 0) << t;
+    EXPECT_TRUE(BitEqual(got[t].params, direct[t]->params)) << t;
+    EXPECT_TRUE(BitEqual(got[t].m, direct[t]->m)) << t;
+    EXPECT_TRUE(BitEqual(got[t].v, direct[t]->v)) << t;
+  }
+  // One adapter, two heads.
+  for (size_t l = 0; l < got[0].params.layers.size(); ++l) {
+    EXPECT_EQ(got[0].params.layers[l].q_b.MaxAbsDiff(got[1].params.layers[l].q_b), 0.0);
+    EXPECT_EQ(got[0].params.layers[l].v_a.MaxAbsDiff(got[1].params.layers[l].v_a), 0.0);
+  }
+  EXPECT_EQ(got[0].params.head_outputs(), 3);
+  EXPECT_EQ(got[1].params.head_outputs(), 4);
+  EXPECT_GT(MaxAbsLora(got[0].params), 0.0);
+  EXPECT_EQ(exec_->failed_nodes(), 0);
+  EXPECT_EQ(runner_->num_requests(), 0u);
+  ReleaseAndCheckBaseline({});
+}
+
+// A joint micro-batch carries only the rows of the jobs still accumulating
+// (gradient accumulation 1 for A, 2 for B): a slot without rows accumulates
+// nothing, and the joint step waits until every job has its own count.
+TEST_F(LlamaKernelsTest, JointStepWaitsForEveryJobsAccumulation) {
+  auto tpl = BuildLlamaTrainTemplate(dims_);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  auto tid = gmg_->RegisterTemplate(*tpl);
+  ASSERT_TRUE(tid.ok()) << tid.status();
+  auto init_a = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 7);
+  auto init_b = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 11);
+  ASSERT_TRUE(init_a.ok() && init_b.ok());
+  TaskState* both[] = {&*init_a, &*init_b};
+  ASSERT_TRUE(ShareLora(both).ok());
+  std::shared_ptr<LlamaTrainJob> jobs[2] = {std::make_shared<LlamaTrainJob>(), std::make_shared<LlamaTrainJob>()};
+  for (int t = 0; t < 2; ++t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    jobs[t]->state = t == 0 ? *init_a : *init_b;
+    jobs[t]->accumulation = t == 0 ? 1 : 2;
+  }
+  auto run = [&](const TrainBatch& batch, int64_t rows) {
+    auto id = gmg_->Instantiate(
+        LlamaTrainStep(*tid, rows, 5, 4, 6, PriorityClass::kOffline, clock_.Now(), /*tasks=*/2));
+    ASSERT_TRUE(id.ok()) << id.status();
+    runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = jobs[0], .batch = batch, .partners = {jobs[1]}});
+    auto r = Run(*id);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->state, InstanceState::kDone) << r->failure;
+    runner_->EraseRequest(*id);
+  };
+  run(Mixed(MicroBatch(2, dims_.vocab, 0), MicroBatch(2, dims_.vocab, 1)), 4);
+  auto position = [&](int t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    return std::pair<int64_t, int64_t>{jobs[t]->state.step, jobs[t]->state.accumulated};
+  };
+  EXPECT_EQ(position(0), (std::pair<int64_t, int64_t>{0, 1}));  // full, waits for B
+  EXPECT_EQ(position(1), (std::pair<int64_t, int64_t>{0, 1}));
+  // B's rows only.
+  TrainBatch only_b = MicroBatch(2, dims_.vocab, 2);
+  only_b.row_task = {1, 1};
+  run(only_b, 2);
+  EXPECT_EQ(position(0), (std::pair<int64_t, int64_t>{1, 0}));
+  EXPECT_EQ(position(1), (std::pair<int64_t, int64_t>{1, 0}));
+  TaskState got[2];
+  size_t losses[2] = {0, 0};
+  for (int t = 0; t < 2; ++t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    got[t] = jobs[t]->state;
+    losses[t] = jobs[t]->losses.size();
+  }
+  EXPECT_EQ(losses[0], 1u);
+  EXPECT_EQ(losses[1], 2u);
+  EXPECT_EQ(got[0].params.layers[0].q_a.MaxAbsDiff(got[1].params.layers[0].q_a), 0.0);
+  EXPECT_EQ(got[0].params.layers[0].q_b.MaxAbsDiff(got[1].params.layers[0].q_b), 0.0);
+}
+
+// Ordered accumulation of concurrent micro-batches (micro_index) is for
+// single-job requests: a joint request carrying one fails its optimizer_step
+// with an error naming it, and neither job accumulates anything.
+TEST_F(LlamaKernelsTest, JointRequestWithMicroIndexFailsCleanly) {
+  auto tpl = BuildLlamaTrainTemplate(dims_);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  auto tid = gmg_->RegisterTemplate(*tpl);
+  ASSERT_TRUE(tid.ok()) << tid.status();
+  auto init_a = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 7);
+  auto init_b = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 11);
+  ASSERT_TRUE(init_a.ok() && init_b.ok());
+  TaskState* both[] = {&*init_a, &*init_b};
+  ASSERT_TRUE(ShareLora(both).ok());
+  std::shared_ptr<LlamaTrainJob> jobs[2] = {std::make_shared<LlamaTrainJob>(), std::make_shared<LlamaTrainJob>()};
+  for (int t = 0; t < 2; ++t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    jobs[t]->state = t == 0 ? *init_a : *init_b;
+  }
+  auto id = gmg_->Instantiate(
+      LlamaTrainStep(*tid, 4, 5, 4, 6, PriorityClass::kOffline, clock_.Now(), /*tasks=*/2));
+  ASSERT_TRUE(id.ok()) << id.status();
+  runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = jobs[0],
+                                                  .batch = Mixed(MicroBatch(2, dims_.vocab, 0),
+                                                                 MicroBatch(2, dims_.vocab, 1)),
+                                                  .micro_index = 0,
+                                                  .partners = {jobs[1]}});
+  auto r = Run(*id);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->state, InstanceState::kFailed);
+  EXPECT_THAT(r->failure, HasSubstr("micro_index 0 on a joint request of 2 jobs"));
+  runner_->EraseRequest(*id);
+  for (int t = 0; t < 2; ++t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    EXPECT_EQ(jobs[t]->state.step, 0) << t;
+    EXPECT_EQ(jobs[t]->state.accumulated, 0) << t;
+    EXPECT_TRUE(jobs[t]->pending.empty()) << t;
+    EXPECT_TRUE(jobs[t]->losses.empty()) << t;
+  }
+  ReleaseAndCheckBaseline(r->produced);
 }
 
 TEST_F(LlamaKernelsTest, TrainingInstanceWithMismatchedRankFailsCleanly) {

@@ -217,18 +217,19 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildTrain(const LlamaDims&
       .Inputs({prev, "$labels"})
       .Output("d_hidden", dt, {"B", "S", "H"})
       .Output("head_grad", DType::kF32, {"NC", "H"})
-      .Output("loss", DType::kF32, {"1"})
+      .Output("loss", DType::kF32, {"T"})
       .Workspace("3*B*S*NC*4 + B*S*H*4")
       .Attr("batch", "B")
       .Attr("new_tokens", "S")
-      .Attr("outputs", "NC");
+      .Attr("outputs", "NC")
+      .Attr("tasks", "T");
   std::string grad = "loss:d_hidden";
   std::vector<std::string> opt_inputs;
   for (int64_t g = groups - 1; g >= 0; --g) {
     b.Op(StrCat("b", g), OpKind::kTrainBackward)
         .Inputs({grad, StrCat("f", g, ":tape")})
         .Output("d_hidden", dt, {"B", "S", "H"})
-        .Output("grads", DType::kF32, {"F", "R*(2*H+NH*HD+NKV*HD)"})
+        .Output("grads", DType::kF32, {"T*F", "R*(2*H+NH*HD+NKV*HD)"})
         .Weights(LlamaGroupWeightKey(d, g), Bytes(d.ParamsPerGroup() * DTypeSize(dt)),
                  d.ParamsPerGroup())
         .Workspace(StrCat("2*(", workspace, ")"))
@@ -236,7 +237,8 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildTrain(const LlamaDims&
         .Attr("new_tokens", "S")
         .Attr("context", "0")
         .Attr("layers", "F")
-        .Attr("rank", "R");
+        .Attr("rank", "R")
+        .Attr("tasks", "T");
     grad = StrCat("b", g, ":d_hidden");
     opt_inputs.insert(opt_inputs.begin(), StrCat("b", g, ":grads"));
   }
@@ -246,9 +248,10 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildTrain(const LlamaDims&
   b.Op("optimizer", OpKind::kOptimizerStep)
       .Inputs(opt_inputs)
       .Output("step", DType::kI64, {"1"})
-      .Workspace(StrCat("4*(", d.layers, "*R*(2*H+NH*HD+NKV*HD) + NC*H)*4"))
+      .Workspace(StrCat("4*(T*", d.layers, "*R*(2*H+NH*HD+NKV*HD) + NC*H)*4"))
       .Attr("rank", "R")
-      .Attr("outputs", "NC");
+      .Attr("outputs", "NC")
+      .Attr("tasks", "T");
   for (const auto& [pname, serving_slots] : Partitions(d)) {
     // Same slot layout as serving: embed with g0's slot, the head's slot for
     // loss and optimizer; b{g} next to f{g}.
@@ -278,10 +281,11 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaTrainTemplate(
 }
 
 InstanceSpec LlamaTrainStep(TemplateId train, int64_t batch, int64_t tokens, int64_t rank,
-                            int64_t head_outputs, PriorityClass priority_class, Timestamp arrival) {
+                            int64_t head_outputs, PriorityClass priority_class, Timestamp arrival,
+                            int64_t tasks) {
   InstanceSpec s;
   s.template_id = train;
-  s.bindings = {{"B", batch}, {"S", tokens}, {"R", rank}, {"NC", head_outputs}};
+  s.bindings = {{"B", batch}, {"S", tokens}, {"R", rank}, {"NC", head_outputs}, {"T", tasks}};
   s.priority_class = priority_class;
   s.arrival = arrival;
   return s;

@@ -26,6 +26,7 @@
 #include "spdlog/spdlog.h"
 
 #if SLICESCHED_SERVING_WITH_TORCH
+#include "job_runner_spatial.h"
 #include "slicesched/executor/llama_kernels.h"
 #include "slicesched/executor/llama_ops.h"
 #include "slicesched/executor/train_ops.h"
@@ -193,6 +194,24 @@ int64_t JobRunner::Runtime::micro_index() const {
 namespace {
 
 constexpr int64_t kProfileMicroBatches = 3;  // the first is a warm-up
+
+// Whether optimizer step `step` is an evaluation point: a multiple of
+// eval_every_steps (0: an epoch end), or the job's iteration limit.
+bool IsEvalPoint(const JobRunner::Runtime& rt, int64_t step, int64_t eval_every_steps) {
+  const int64_t period = eval_every_steps > 0 ? eval_every_steps : rt.iterations_per_epoch();
+  return step % period == 0 || step >= rt.iteration_limit();
+}
+
+// A job holding a complete iteration (grad_accumulation micro-batches
+// accumulated, none parked), which only a spatial pairing leaves behind
+// (the joint step waits for every member): its AdamW step, taken alone.
+// True when it took one.
+absl::StatusOr<bool> StepHeldIteration(JobRunner::Runtime& rt) {
+  absl::MutexLock l(&rt.job->mu);
+  if (!rt.job->pending.empty() || rt.job->state.accumulated < rt.micro_per_iteration()) return false;
+  SLICESCHED_RETURN_IF_ERROR(executor::AdamWStep(rt.job->state));
+  return true;
+}
 
 std::pair<uint64_t, uint64_t> PairKey(uint64_t a, uint64_t b) { return {std::min(a, b), std::max(a, b)}; }
 
@@ -648,6 +667,12 @@ void JobRunner::Profile(Runtime& rt, const jobs::JobInfo& info) {
     FailJob(id, StrCat("submitting profiling micro-batch ", k, ": ", rec.status().message()));
     return;
   }
+  // One micro-batch on the scratch state (taken here, not by Drive's wave
+  // bookkeeping); the wave fields say so all the same.
+  rt.wave.clear();
+  rt.wave_size = 1;
+  rt.wave_gpus = static_cast<int>(rt.profile_devices.size());
+  rt.iteration_gpus = 0;
   rt.inflight = *rec;
 }
 
@@ -679,7 +704,12 @@ void JobRunner::ObservePairing(Runtime& rt, const jobs::JobInfo& info, double me
   const double signed_metric = jobs::HigherIsBetter(rt.spec.stop.metric) ? -metric : metric;
   const double epochs =
       static_cast<double>(rt.step() - pw.start_step[m]) / static_cast<double>(rt.iterations_per_epoch());
-  auto v = pw.policy.Observe(m, epochs, signed_metric, pw.start_metric[m]);
+  bool from_curve = false;
+  const double reference = StopLossReference(rt, pw.policy.mode() == ymir::PairingMode::kSpatial, pw.start_metric[m],
+                                             rt.step(), &from_curve);
+  (*extra)["stop_loss_reference"] = jobs::HigherIsBetter(rt.spec.stop.metric) ? -reference : reference;
+  (*extra)["stop_loss_normal_curve"] = from_curve ? 1 : 0;
+  auto v = pw.policy.Observe(m, epochs, signed_metric, reference);
   if (!v.ok()) {
     spdlog::warn("job {}: stop-loss: {}", rt.id, v.status().ToString());
     return;
@@ -1036,10 +1066,8 @@ absl::Status JobRunner::Drive(Timestamp now) {
       // evaluated on the same state when it resumes), so the evaluation
       // points never depend on scheduling.
       const int64_t step = rt.step();
-      if (step > rt.inflight_step_before) {
-        const int64_t every = options_.planner.eval_every_steps;
-        const int64_t period = every > 0 ? every : rt.iterations_per_epoch();
-        if (step % period == 0 || step >= rt.iteration_limit()) rt.eval_pending = true;
+      if (step > rt.inflight_step_before && IsEvalPoint(rt, step, options_.planner.eval_every_steps)) {
+        rt.eval_pending = true;
       }
     }
     if (rt.eval_pending && rt.inflight == nullptr && info->state == jobs::JobState::kRunning) {
@@ -1055,6 +1083,7 @@ absl::Status JobRunner::Drive(Timestamp now) {
       }
       rt.last_eval_step = step;
       rt.last_metric = metric;
+      RecordEvaluation(rt, *info, step, metric);
       const bool higher = jobs::HigherIsBetter(rt.spec.stop.metric);
       const bool reached = higher ? metric >= rt.spec.stop.target : metric <= rt.spec.stop.target;
       const double epochs = static_cast<double>(step) / static_cast<double>(rt.iterations_per_epoch());
@@ -1116,6 +1145,29 @@ absl::Status JobRunner::Drive(Timestamp now) {
       // A spatial pairing's stop-loss reference: the metric at its start.
       if (absl::Status s = StartPairWatch(rt, *info); !s.ok()) {
         FailJob(id, StrCat("evaluation at the start of the pairing: ", s.message()));
+        ++it;
+        continue;
+      }
+      // A spatial pair trains jointly ("Spatial joint training" below).
+      if (info->plan.mode == jobs::RunMode::kSpatial) {
+        SLICESCHED_RETURN_IF_ERROR(DriveSpatial(rt, *info));
+        ++it;
+        continue;
+      }
+      // Alone (or temporal) from here. A job decoupled from a spatial pair
+      // between two joint micro-batches may hold a complete iteration whose
+      // JointAdamWStep waited for the partner (their grad_accumulation
+      // differ; also after a restart from such a checkpoint): it takes that
+      // optimizer step alone first, then continues with the next iteration.
+      absl::StatusOr<bool> held = StepHeldIteration(rt);
+      if (!held.ok()) {
+        FailJob(id, StrCat("the optimizer step of the iteration accumulated with the spatial partner: ",
+                           held.status().message()));
+        ++it;
+        continue;
+      }
+      if (*held && IsEvalPoint(rt, rt.step(), options_.planner.eval_every_steps)) {
+        rt.eval_pending = true;  // evaluated (and maybe completed) in the next pass
         ++it;
         continue;
       }
@@ -1399,6 +1451,228 @@ void JobRunner::RecordWave(Runtime& rt, double ms) {
   if (rt.step() > rt.inflight_step_before) rt.iteration_gpus = 0;
 }
 
+// ---------------------------------------------------------------------------
+// Spatial joint training (issue 7): the pair's micro-batches mix the rows of
+// both jobs and run as one "<deployment>/train" instance with two task slots
+// (slot 0 = the smaller job id, slot 1 = the other; llama_kernels.h), which
+// accumulates each job's gradients into its own TaskState and takes one
+// JointAdamWStep once both jobs have their own grad_accumulation
+// micro-batches (a job already complete for this iteration sends no rows).
+
+bool JobRunner::CopyTaskState(uint64_t job_id, executor::TaskState* out) const {
+  auto it = runtimes_.find(job_id);
+  if (it == runtimes_.end() || it->second->job == nullptr) return false;
+  absl::MutexLock l(&it->second->job->mu);
+  *out = it->second->job->state;
+  return true;
+}
+
+bool JobRunner::MicroBatchOf(uint64_t job_id, int64_t k, executor::TrainBatch* out) {
+  auto it = runtimes_.find(job_id);
+  if (it == runtimes_.end() || !it->second->data_ready) return false;
+  *out = MicroBatch(*it->second, k);
+  return true;
+}
+
+void JobRunner::DecoupleSpatial(uint64_t a, uint64_t b, const std::string& reason) {
+  auto d = jobs_->Decouple(a, reason);
+  if (!d.ok()) {
+    spdlog::warn("job {}: decouple: {}", a, d.status().ToString());
+    return;
+  }
+  spdlog::info("jobs {} + {}: {}", a, b, reason);
+  for (uint64_t id : {a, b}) {
+    auto r = runtimes_.find(id);
+    if (r == runtimes_.end()) continue;
+    auto now_info = jobs_->Get(id);
+    if (now_info.ok()) r->second->plan = now_info->plan;
+  }
+  decoupled_pairs_.insert(PairKey(a, b));
+  pair_watch_.erase(PairKey(a, b));
+  plan_requested_ = true;
+}
+
+absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
+  const uint64_t partner = info.plan.partner;
+  auto pit = runtimes_.find(partner);
+  if (pit == runtimes_.end()) {
+    DecoupleSpatial(rt.id, partner, StrCat("spatial pairing: the runner holds no state of partner job ", partner));
+    return absl::OkStatus();
+  }
+  // Drive visits jobs by increasing id: the larger id submits, once the
+  // smaller one has finished its own pass (its step ended, evaluated).
+  if (rt.id < partner) return absl::OkStatus();
+  Runtime& a = *pit->second;  // slot 0
+  Runtime& b = rt;            // slot 1
+  SLICESCHED_ASSIGN_OR_RETURN(const jobs::JobInfo ainfo, jobs_->Get(a.id));
+  if (ainfo.state != jobs::JobState::kRunning || ainfo.plan.mode != jobs::RunMode::kSpatial ||
+      ainfo.plan.partner != b.id) {
+    return absl::OkStatus();  // the JobManager decouples both together; wait for it
+  }
+  if (!a.running || a.inflight != nullptr || a.job == nullptr || !a.data_ready || a.eval_pending ||
+      b.inflight != nullptr) {
+    return absl::OkStatus();
+  }
+  const auto key = PairKey(a.id, b.id);
+  if (!joint_started_.contains(key)) {
+    // The pairing starts: both jobs fresh (the planner pairs only jobs
+    // without progress; checked), then one shared adapter (job a's initial
+    // LoRA; each keeps its own head and optimizer state).
+    const jobs::Hyperparameters& ha = a.spec.hyperparameters;
+    const jobs::Hyperparameters& hb = b.spec.hyperparameters;
+    std::string why;
+    if (a.deployment != b.deployment) {
+      why = StrCat("jobs ", a.id, " and ", b.id, " train on different deployments ('", a.deployment, "', '",
+                   b.deployment, "')");
+    } else if (ha.lora_rank != hb.lora_rank || ha.lora_alpha != hb.lora_alpha) {
+      why = StrCat("one shared adapter needs one LoRA config; job ", a.id, " has rank ", ha.lora_rank, " alpha ",
+                   ha.lora_alpha, ", job ", b.id, " rank ", hb.lora_rank, " alpha ", hb.lora_alpha);
+    }
+    absl::Status shared = absl::OkStatus();
+    if (why.empty()) {
+      // Address order, as the optimizer kernel locks several jobs.
+      executor::LlamaTrainJob* first = std::min(a.job.get(), b.job.get());
+      executor::LlamaTrainJob* second = std::max(a.job.get(), b.job.get());
+      absl::MutexLock l1(&first->mu);
+      absl::MutexLock l2(&second->mu);
+      for (const Runtime* r : {&a, &b}) {
+        const executor::TaskState& st = r->job->state;
+        if (why.empty() && (st.step > 0 || st.accumulated > 0)) {
+          why = StrCat("job ", r->id, " already has progress (", st.step, " steps, ", st.accumulated,
+                       " micro-batches accumulated); only fresh jobs train jointly");
+        }
+      }
+      if (why.empty()) {
+        executor::TaskState* both[] = {&a.job->state, &b.job->state};
+        shared = executor::ShareLora(both);
+      }
+    }
+    if (!shared.ok()) why = StrCat("sharing the adapter failed: ", shared.message());
+    if (!why.empty()) {
+      DecoupleSpatial(b.id, a.id, StrCat("spatial joint training not possible: ", why));
+      return absl::OkStatus();
+    }
+    joint_started_.insert(key);
+    spdlog::info("jobs {} + {}: spatial joint training starts (shared adapter of job {})", a.id, b.id, a.id);
+  }
+  // The rows of each job still accumulating this iteration.
+  std::vector<TrainBatch> own;
+  std::vector<int64_t> slots, ks;
+  own.reserve(2);
+  for (Runtime* r : {&a, &b}) {
+    const int64_t k = r->micro_index();
+    int64_t accumulated = 0;
+    {
+      absl::MutexLock l(&r->job->mu);
+      accumulated = r->job->state.accumulated;
+    }
+    ks.push_back(k);
+    if (accumulated >= r->micro_per_iteration()) continue;
+    own.push_back(MicroBatch(*r, k));
+    slots.push_back(r == &a ? 0 : 1);
+  }
+  std::vector<spatial::JointPart> parts;
+  for (size_t i = 0; i < own.size(); ++i) parts.push_back({slots[i], &own[i]});
+  auto mixed = spatial::MixMicroBatches(parts);
+  if (!mixed.ok()) {
+    FailJob(a.id, StrCat("joint micro-batch: ", mixed.status().message()));
+    FailJob(b.id, StrCat("joint micro-batch: ", mixed.status().message()));
+    return absl::OkStatus();
+  }
+  const std::vector<int64_t> shape = mixed->tokens.shape();
+  TrainStepArgs args;
+  args.deployment = a.deployment;
+  args.job = a.job;
+  args.partners = {b.job};
+  args.batch = std::make_shared<TrainBatch>(*std::move(mixed));
+  args.rows = shape[0];
+  args.tokens = shape[1];
+  args.rank = a.spec.hyperparameters.lora_rank;
+  args.head_outputs = a.head_outputs + b.head_outputs;
+  args.devices = info.plan.devices;
+  args.priority = std::max(a.spec.priority, b.spec.priority);
+  args.label = StrCat("job-", a.id, "+", b.id, "/mb-", ks[0], "+", ks[1]);
+  const auto now = std::chrono::steady_clock::now();
+  auto rec = master_->SubmitTrainStep(std::move(args));
+  if (!rec.ok()) {
+    if (absl::IsFailedPrecondition(rec.status()) && master_->draining()) return absl::OkStatus();
+    for (Runtime* r : {&a, &b}) {
+      FailJob(r->id, StrCat("submitting joint micro-batch ", ks[r == &a ? 0 : 1], " (with job ",
+                            r == &a ? b.id : a.id, "): ", rec.status().message()));
+    }
+    return absl::OkStatus();
+  }
+  for (Runtime* r : {&a, &b}) {
+    normal_runs_[r->id].normal = false;  // trained jointly: no normal run
+    // One joint stream, no data parallelism: a wave of one micro-batch that
+    // is no measurement of a GPU count (joint timings stay out of the time
+    // LUT and measured_iter_s; RecordWave still takes it as the job's
+    // one-stream micro-batch time, as before data parallelism).
+    r->wave.clear();
+    r->wave_size = 1;
+    r->wave_gpus = static_cast<int>(info.plan.devices.size());
+    r->iteration_gpus = 0;
+    r->inflight = *rec;
+    r->inflight_since = now;
+    r->inflight_step_before = r->step();
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Jobs whose normal runs are comparable: the same task on the same
+// deployment with the same data size, objective and training setup (the
+// seeds may differ).
+std::string NormalRunKey(const JobRunner::Runtime& rt) {
+  const jobs::Hyperparameters& h = rt.spec.hyperparameters;
+  return StrCat(rt.deployment, "|", rt.task_key, "|", rt.train.size(), "+", rt.eval.size(), "|",
+                jobs::StopMetricName(rt.spec.stop.metric), "|", h.learning_rate, "|", h.batch_size, "|",
+                h.grad_accumulation, "|", h.lora_rank, "|", h.lora_alpha);
+}
+
+}  // namespace
+
+void JobRunner::RecordEvaluation(const Runtime& rt, const jobs::JobInfo& info, int64_t step, double metric) {
+  NormalRun& run = normal_runs_[rt.id];
+  if (run.key.empty()) run.key = NormalRunKey(rt);
+  // Normal: alone, or a temporal source (its own training); not a temporal
+  // target (it started from another job's adapters), never joint
+  // (DriveSpatial marks the members).
+  bool target = temporal_source_.contains(rt.id);
+  if (info.plan.mode == jobs::RunMode::kTemporal) {
+    auto partner = jobs_->Get(info.plan.partner);
+    target |= partner.ok() && partner->state == jobs::JobState::kCompleted;
+  }
+  if (info.plan.mode == jobs::RunMode::kSpatial || target) run.normal = false;
+  if (!run.normal) {
+    run.points.clear();
+    return;
+  }
+  if (!run.points.empty() && run.points.back().first >= step) return;  // re-evaluated after a pause
+  run.points.emplace_back(step, metric);
+}
+
+double JobRunner::StopLossReference(const Runtime& rt, bool spatial, double start, int64_t step,
+                                    bool* from_curve) const {
+  *from_curve = false;
+  if (!spatial) return start;
+  const std::string key = NormalRunKey(rt);
+  const NormalRun* best = nullptr;
+  for (const auto& [id, run] : normal_runs_) {
+    if (id == rt.id || !run.normal || run.key != key || run.points.empty()) continue;
+    if (best == nullptr || run.points.back().first > best->points.back().first) best = &run;
+  }
+  if (best == nullptr) return start;
+  spatial::MetricKind kind = spatial::MetricKind::kLoss;
+  if (rt.spec.stop.metric == jobs::StopMetric::kAccuracy) kind = spatial::MetricKind::kAccuracy;
+  if (rt.spec.stop.metric == jobs::StopMetric::kPerplexity) kind = spatial::MetricKind::kPerplexity;
+  const std::optional<double> r = spatial::NormalReference(best->points, step, kind);
+  if (!r.has_value()) return start;
+  *from_curve = true;
+  return jobs::HigherIsBetter(rt.spec.stop.metric) ? -*r : *r;
+}
+
 #else  // !SLICESCHED_SERVING_WITH_TORCH
 
 struct JobRunner::Runtime {};
@@ -1417,6 +1691,8 @@ void JobRunner::WaitForProgress(absl::Duration) {}
 void JobRunner::Start() {}
 void JobRunner::Stop(absl::Duration) {}
 std::pair<int64_t, int64_t> JobRunner::TrainingPosition(uint64_t) const { return {-1, -1}; }
+bool JobRunner::CopyTaskState(uint64_t, executor::TaskState*) const { return false; }
+bool JobRunner::MicroBatchOf(uint64_t, int64_t, executor::TrainBatch*) { return false; }
 
 #endif  // SLICESCHED_SERVING_WITH_TORCH
 

@@ -1074,6 +1074,19 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
     }
   }
   if (args.devices.empty()) return absl::InvalidArgumentError("devices: at least one device is required");
+  for (size_t i = 0; i < args.partners.size(); ++i) {
+    if (args.partners[i] == nullptr || args.partners[i] == args.job) {
+      return absl::InvalidArgumentError(StrCat("partners: ", i, " is null or the step's own job"));
+    }
+  }
+  if (!args.partners.empty() && args.micro_index >= 0) {
+    return absl::InvalidArgumentError(StrCat("micro_index: ", args.micro_index,
+                                             " on a joint step; concurrent micro-batches are single-job only"));
+  }
+  if (!args.partners.empty() && args.batch->row_task.size() != static_cast<size_t>(args.rows)) {
+    return absl::InvalidArgumentError(StrCat("batch.row_task: a joint step needs one task index per row (",
+                                             args.batch->row_task.size(), " for ", args.rows, " rows)"));
+  }
   absl::StatusOr<std::shared_ptr<InstanceRecord>> result = absl::InternalError("not run");
   SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
     Impl& im = *impl_;
@@ -1099,7 +1112,8 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
       SLICESCHED_ASSIGN_OR_RETURN(TemplateId tid, im.gmg.templates().FindByName(dep->second.train_template));
       const Timestamp now = clock_.Now();
       InstanceSpec spec = LlamaTrainStep(tid, args.rows, args.tokens, args.rank, args.head_outputs,
-                                         PriorityClass::kOffline, now);
+                                         PriorityClass::kOffline, now,
+                                         1 + static_cast<int64_t>(args.partners.size()));
       spec.priority = args.priority;
       spec.tenant = TenantId(kOfflineTenantBase);
       spec.label = args.label;
@@ -1107,7 +1121,10 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
       auto id = im.gmg.Instantiate(spec);
       if (!id.ok()) return Annotate(id.status(), "train step");
       if (absl::Status r = im.real->SetTrainRequest(args.deployment, *id,
-                                                    executor::LlamaTrainRequest{args.job, *args.batch, args.micro_index});
+                                                    executor::LlamaTrainRequest{.job = args.job,
+                                                                                .batch = *args.batch,
+                                                                                .micro_index = args.micro_index,
+                                                                                .partners = args.partners});
           !r.ok()) {
         (void)im.gmg.CancelInstance(*id, "its training request could not be registered", now);
         return r;

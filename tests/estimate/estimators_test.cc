@@ -416,10 +416,47 @@ TEST(OpEstimatorTest, StatsRecordOnlineMapeBeforeEachSample) {
   EXPECT_EQ(stats[0].samples, 3);
   EXPECT_NEAR(stats[0].mape_pct, 100.0 / 3, 1e-9);
   EXPECT_TRUE(stats[0].fitted);
-  // Relative least squares on {2, 2, 4} ms: sum(1/t) / sum(1/t^2) = 2.222 ms.
+  // Relative least squares on {2, 2, 4} ms gives sum(1/t) / sum(1/t^2) =
+  // 2.222 ms; made mean-unbiased (predicted total = measured total) the
+  // constant is the mean, 8 / 3 ms.
   ASSERT_EQ(stats[0].coeffs.size(), 1u);
-  EXPECT_NEAR(stats[0].coeffs[0], 1.25 / 0.5625 * 1e6, 1e-3);
+  EXPECT_NEAR(stats[0].coeffs[0], 8.0 / 3.0 * 1e6, 1e-3);
   EXPECT_THAT(stats[0].feature_names, ElementsAre("1"));
+}
+
+TEST(OpEstimatorTest, HasModelOnlyOnceFittedOrGivenAPrior) {
+  auto t = MixedTemplate();
+  OpEstimator est;
+  const int misc = est.Register("A16", *t, OpIndex(*t, "misc"));
+  const int head = est.Register("A16", *t, OpIndex(*t, "head"));  // [B, 1]: two samples to fit
+  EXPECT_FALSE(est.HasModel(misc));
+  EXPECT_FALSE(est.HasModel(-1));
+  EXPECT_FALSE(est.HasModel(99));
+  est.Observe(misc, {}, Duration::Millis(2));
+  EXPECT_TRUE(est.HasModel(misc));
+  const std::vector<int64_t> b1 = {1};
+  est.Observe(head, b1, Duration::Millis(2));
+  EXPECT_FALSE(est.HasModel(head));  // default duration still
+  ASSERT_TRUE(est.SetPrior(head, std::vector<double>{1e6, 0}).ok());
+  EXPECT_TRUE(est.HasModel(head));
+}
+
+TEST(OpEstimatorTest, FitIsMeanUnbiasedUnderSkewedNoise) {
+  // A repeated shape whose time is usually 10 ms and sometimes (1 in 5)
+  // 30 ms, as under preemption: the prediction is the mean, 14 ms, so sums
+  // of predictions match sums of measurements. (The plain relative fit would
+  // predict sum(1/t) / sum(1/t^2) = 10.7 ms.)
+  auto t = MixedTemplate();
+  OpEstimator est;
+  const int key = est.Register("A16", *t, OpIndex(*t, "misc"));
+  double measured = 0;
+  for (int i = 0; i < 100; ++i) {
+    const Duration d = Duration::Millis(i % 5 == 4 ? 30 : 10);
+    measured += static_cast<double>(d.nanos());
+    est.Observe(key, {}, d);
+  }
+  EXPECT_NEAR(est.PredictNs(key, {}), measured / 100, 1.0);
+  EXPECT_NEAR(est.PredictNs(key, {}), 14e6, 1.0);
 }
 
 TEST(MapeCounterTest, AveragesAbsolutePercentErrors) {
@@ -682,14 +719,18 @@ TEST(TransferEstimatorTest, HandoffGapsAddToTheHopButNotToTheLinkModel) {
   EXPECT_EQ(fresh.PredictNs(g0, g1, 1 << 20), fresh.PredictLinkNs(g0, g1, 1 << 20));
 }
 
-TEST(TransferEstimatorTest, KeepsPriorUntilTwoDistinctSizes) {
+TEST(TransferEstimatorTest, KeepsPriorSlopeUntilTwoDistinctSizes) {
   AcceleratorSet set = ThreeGpus();
   TransferEstimator est(set);
   const double prior_1mib = est.PredictNs(DeviceId(0), DeviceId(1), 1 << 20);
+  const double prior_2mib = est.PredictNs(DeviceId(0), DeviceId(1), 2 << 20);
   for (int i = 0; i < 5; ++i) {
-    est.Observe(DeviceId(0), DeviceId(1), Bytes::MiB(1), Duration::Micros(500));
+    est.Observe(DeviceId(0), DeviceId(1), Bytes::MiB(1), Duration::Micros(i % 2 ? 400 : 600));
   }
-  EXPECT_EQ(est.PredictNs(DeviceId(0), DeviceId(1), 1 << 20), prior_1mib);
+  // One size: the prior's slope stays, the constant is learned (the mean).
+  EXPECT_NEAR(est.PredictNs(DeviceId(0), DeviceId(1), 1 << 20), 520e3, 1e-6);
+  EXPECT_NEAR(est.PredictNs(DeviceId(0), DeviceId(1), 2 << 20) - est.PredictNs(DeviceId(0), DeviceId(1), 1 << 20),
+              prior_2mib - prior_1mib, 1e-6);
   // True link: 0.05 ns/B, 10 us.
   est.Observe(DeviceId(0), DeviceId(1), Bytes::MiB(4),
               Duration::Nanos(std::llround(0.05 * (4 << 20) + 10000)));

@@ -105,6 +105,16 @@ TEST(LlamaTest, TrainTemplateShapesAndPartitions) {
   const int loss = *tr.FindOp("loss");
   EXPECT_EQ(inst->nodes[loss].outputs[1].bytes, Bytes(10 * 4096 * 4));  // head gradient
   EXPECT_EQ(inst->nodes[loss].outputs[0].bytes, Bytes(2 * 64 * 4096 * 2));
+  EXPECT_EQ(inst->nodes[loss].outputs[2].bytes, Bytes(4));  // one loss
+  // A spatial joint step (T = 2 task slots): B and NC summed over the two
+  // jobs, LoRA gradients and losses per slot; the same op kinds.
+  InstanceId j = *g.Instantiate(
+      LlamaTrainStep(id, 4, 64, 16, 10 + 6, PriorityClass::kOffline, Timestamp(), /*tasks=*/2));
+  const Instance* joint = g.FindInstance(j);
+  EXPECT_EQ(joint->nodes[b0].outputs[1].bytes, Bytes(2 * 8 * 16 * (2 * 4096 + 4096 + 1024) * 4));
+  EXPECT_EQ(joint->nodes[loss].outputs[1].bytes, Bytes(16 * 4096 * 4));
+  EXPECT_EQ(joint->nodes[loss].outputs[2].bytes, Bytes(2 * 4));
+  EXPECT_EQ(joint->nodes[loss].outputs[0].bytes, Bytes(4 * 64 * 4096 * 2));
 }
 
 TEST(LlamaTest, FullPrefillThenDecodeOnOneDevice) {

@@ -4,26 +4,65 @@
 // type are rarely equally fast (clocks, thermals, PCIe placement), and an
 // operator that runs while a transfer uses the same device slows down. This
 // class learns, from the same executor feedback, a speed factor per device
-// and a slowdown factor for overlapped computation and overlapped transfers,
-// as exponentially weighted means of measured / predicted ratios. The
-// simulator multiplies its predictions by them; the estimators are trained
-// on measurements divided by them, so each model learns only its own part.
+// and a slowdown factor for overlapped computation and overlapped transfers.
+// The simulator multiplies its predictions by them; the estimators are
+// trained on measurements divided by them, so each model learns only its own
+// part.
+//
+// How a factor is learned: as the ratio of exponentially weighted means
+// (weight `smoothing` per sample) of the measured times and of the model's
+// predictions, so long operators, whose relative noise is small, weigh more
+// than microsecond ones a preemption can inflate 1000x. The factor starts at
+// 1 and moves to that ratio as samples accumulate: f = (1 - w) + w * M / P,
+// where w = 1 - (1 - smoothing)^samples. This is the right statistic only
+// because the estimators are unbiased in the same sense (estimators.h: a
+// window's predicted total equals its measured total): the two must agree on
+// what a right model is. With the estimators' former plain relative-error
+// fit, which puts a model below the mean of noisy measurements, the ratio
+// averaged above 1 even for a correct model; the factor grew, the estimator
+// was trained on measurements divided by the larger factor, the ratio stayed
+// above 1, and the product drifted upwards without bound (on the two-CPU
+// fidelity rig both device factors climbed from 1.0 to 2.4 in 80
+// iterations, over-predicting every operator).
+//
+// Device factors are relative speeds within a device type: the per-type
+// estimator already holds the type's absolute speed, so the factors of the
+// devices of one type are kept at a geometric mean of 1 (otherwise a factor
+// and the estimator could trade the same scale back and forth, a random walk
+// the predictions would follow). `device_groups[d]` names the type of device
+// d; the count constructor puts every device in one group (a cluster of one
+// device type). For the same reason, callers should feed only samples that
+// can tell a factor from the estimator's coefficients (OnlineLearner: a
+// device factor learns only from keys that ran on two devices or more, an
+// overlap factor only from keys also seen without overlap).
+//
+// Only informative samples move a factor: model > 0, measured > 0 and
+// measured / model <= 10 (a model that far off is a cold key, not a speed).
+// Callers should not feed operators whose estimator has no model yet (its
+// prediction is the default duration; OpEstimator::HasModel). Factors are
+// clamped to [0.25, 4]. Not thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
 #include "slicesched/common/ids.h"
+#include "slicesched/gmg/accelerator.h"
 
 namespace slicesched {
 
 class RuntimeCalibration {
  public:
+  // `devices` devices of one type.
   explicit RuntimeCalibration(size_t devices, double smoothing = 0.02);
+  // One group per device type of `accelerators` (DeviceSpec::type).
+  explicit RuntimeCalibration(const AcceleratorSet& accelerators, double smoothing = 0.02);
+  // device_groups[d]: the group (type) of device d, any ints.
+  explicit RuntimeCalibration(std::vector<int> device_groups, double smoothing = 0.02);
 
   double device_factor(DeviceId d) const { return device_[d.value()]; }
-  double overlap_factor() const { return overlap_; }
-  double transfer_overlap_factor() const { return transfer_overlap_; }
+  double overlap_factor() const { return overlap_.factor; }
+  double transfer_overlap_factor() const { return transfer_overlap_.factor; }
 
   // `model_ns` is the estimator's prediction without any factor.
   void ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped);
@@ -32,17 +71,28 @@ class RuntimeCalibration {
   // The measurement with this calibration's factors taken out, for training
   // the per-type estimator.
   double NormalizeOp(DeviceId d, double measured_ns, bool overlapped) const {
-    return measured_ns / (device_[d.value()] * (overlapped ? overlap_ : 1.0));
+    return measured_ns / (device_[d.value()] * (overlapped ? overlap_.factor : 1.0));
   }
   double NormalizeTransfer(double measured_ns, bool overlapped) const {
-    return measured_ns / (overlapped ? transfer_overlap_ : 1.0);
+    return measured_ns / (overlapped ? transfer_overlap_.factor : 1.0);
   }
 
  private:
+  // Exponentially weighted means of measured and model times, and the
+  // weight w of the samples in them (the rest is the prior factor 1).
+  struct Ratio {
+    double measured = 0, model = 0, weight = 0;
+    double factor = 1.0;
+    // Adds one sample; false if ignored.
+    bool Step(double model_ns, double measured_ns, double smoothing);
+  };
+  void PinGroup(int group);
+
   double smoothing_;
-  std::vector<double> device_;
-  double overlap_ = 1.0;
-  double transfer_overlap_ = 1.0;
+  std::vector<int> groups_;
+  std::vector<Ratio> raw_;      // per device, before pinning
+  std::vector<double> device_;  // per device, pinned
+  Ratio overlap_, transfer_overlap_;
 };
 
 }  // namespace slicesched

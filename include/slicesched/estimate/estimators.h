@@ -3,8 +3,12 @@
 // Transfer (paper Eq 1): per ordered (source, destination) device pair,
 //   t = alpha * size + c,
 // fitted by least squares over a bounded window of recent observations and
-// seeded from the link table's priors (latency, 1 / bandwidth) until the
-// window holds at least two distinct sizes. The fit, like the operator fit,
+// seeded from the link table's priors (latency, 1 / bandwidth). Until the
+// window holds two distinct sizes the slope is not identifiable: the prior's
+// slope (or an earlier fit's) is kept and only c is learned, as the mean of
+// t - alpha * size (a pair that only ever moves one size, a pipeline's
+// activations, would otherwise keep the link table's latency for ever; on
+// the fidelity rig that under-predicted its 0.4 ms hop 4x). The fit, like the operator fit,
 // minimises relative error (weights 1 / t^2) under alpha >= 0, c >= 0 (NNLS),
 // so the latency term that dominates small transfers is not drowned by the
 // large ones.
@@ -16,6 +20,15 @@
 // measures) over a bounded window. Until a key has as many samples as
 // features, predictions come from the key's prior (SetPrior) or, failing
 // that, the configured default duration.
+//
+// Both fits are then made mean-unbiased: the coefficients are scaled by one
+// factor so that the window's predicted total equals its measured total.
+// The relative fit alone settles below the mean of noisy measurements (for
+// a shape that repeats, at sum(1/t) / sum(1/t^2), below even the harmonic
+// mean), so the sum of an iteration's predicted operators came out short of
+// its mean; and RuntimeCalibration, which learns ratios of mean times, must
+// agree with the estimators on what an unbiased model is (calibration.h).
+// Without noise the factor is 1 and the fit is unchanged.
 //
 // Both keep, per key, the sample count and the MAPE of their predictions
 // measured *before* each observation was added (an honest online error), and
@@ -154,6 +167,12 @@ class OpEstimator {
   // unknown key. The pointers stay valid until the next Register or Restore
   // (Observe refits the coefficients in place).
   bool LinearModel(int key, const FeatureBasis** basis, const double** coeffs) const;
+
+  // True when the key predicts from a model: fitted, restored fitted, or
+  // given a prior. False for an unknown key and for one still predicting the
+  // default duration (whose ratio to a measurement says nothing about the
+  // device; RuntimeCalibration must not learn from it).
+  bool HasModel(int key) const;
 
   // Adds a measurement and refits the key.
   void Observe(int key, std::span<const int64_t> attrs, Duration measured);

@@ -22,18 +22,24 @@
 //
 //   <name>/train    symbols B (batch), S (tokens per row), R (LoRA rank),
 //                   NC (head outputs: classes, or the vocabulary for a
-//                   next-token objective)
+//                   next-token objective), T (task slots: 1, or the jobs of
+//                   a spatial joint step, whose rows B and head outputs NC
+//                   are summed over the slots)
 //       $tokens[B,S] -> embed -> f0 -> ... -> f{G-1} -> loss ($labels[B,S])
 //       loss -> b{G-1} -> ... -> b0;  b*:grads + loss -> optimizer
 //     f{g} (train_forward)  hidden -> hidden, tape (the autograd stash that
 //                           b{g} consumes; an estimate of its bytes)
 //     loss (train_loss)     final norm, task head, cross-entropy and the
-//                           head's backward: d_hidden, head_grad[NC,H], loss[1]
+//                           head's backward: d_hidden, head_grad[NC,H], loss[T]
 //     b{g} (train_backward) d_hidden, tape -> d_hidden (of the group's input),
-//                           grads (the group's LoRA gradients, f32)
+//                           grads[T*F, ..] (the group's LoRA gradients per
+//                           slot, f32)
 //     optimizer             accumulates the gradients of all groups and the
 //       (optimizer_step)    head, and steps AdamW every N micro-batches
-//                           (the N is the job's, not the template's)
+//                           (the N is the job's, not the template's; a joint
+//                           step: one JointAdamWStep over the slots)
+//   The op kinds (and the estimators' features: batch, tokens) are those of
+//   single-task training; a joint step is one instance with B = all rows.
 //   f{g} and b{g} carry the group's weight key, so training shares the
 //   serving backbone resident on a device. Partitions: as below, with f{g}
 //   and b{g} on group g's slot and loss + optimizer on the last slot.
@@ -106,9 +112,11 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaTrainTemplate(con
 
 // The instance of one training iteration (micro-batch) on a `<name>/train`
 // template: `batch` rows of `tokens` tokens, LoRA rank `rank`, a head with
-// `head_outputs` outputs.
+// `head_outputs` outputs; a spatial joint step: `tasks` slots, `batch` and
+// `head_outputs` summed over them.
 InstanceSpec LlamaTrainStep(TemplateId train, int64_t batch, int64_t tokens, int64_t rank,
-                            int64_t head_outputs, PriorityClass priority_class, Timestamp arrival);
+                            int64_t head_outputs, PriorityClass priority_class, Timestamp arrival,
+                            int64_t tasks = 1);
 
 // Presets compiled into the binary: "llama3-8b", "small" and "tiny".
 absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name);

@@ -8,7 +8,19 @@
 // what a hop costs. Errors of the predictions made before each observation
 // are kept (online MAPE) for reports; a transfer's error compares its link
 // time only (its measurement has no hand-off in it).
+//
+// The calibration learns only from samples that can tell its factors from
+// the estimators' coefficients: a device factor from keys that have run on
+// two devices or more (a key that only ever ran on one device absorbs that
+// device's speed into its own coefficients, and the two would trade the
+// same scale back and forth), an overlap factor from keys (transfer pairs)
+// also seen without overlap, and nothing from keys still predicting the
+// default duration (OpEstimator::HasModel).
 #pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "slicesched/estimate/calibration.h"
 #include "slicesched/estimate/estimators.h"
@@ -38,6 +50,15 @@ class OnlineLearner {
   TransferEstimator* transfers_;
   RuntimeCalibration* calibration_;
   MapeCounter op_err_, xfer_err_;
+  // What each operator key (by estimator handle) and transfer pair (by
+  // src * 65536 + dst) has been seen as, for the calibration's rule above.
+  struct Seen {
+    int first_device = -1;
+    bool devices = false;        // ran on a second device
+    bool plain = false, overlapped = false;
+  };
+  std::vector<Seen> op_seen_;
+  std::vector<std::pair<uint32_t, Seen>> xfer_seen_;  // few pairs: linear scan
 };
 
 }  // namespace slicesched

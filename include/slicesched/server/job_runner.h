@@ -1,7 +1,8 @@
 // The fine-tuning job runner of the `sliced` daemon: the Ymir planner loop
 // over the JobManager's jobs and the execution of the jobs it runs as
 // low-priority "<deployment>/train" graph instances through the master's
-// operator-level scheduler (issue 8, deliverables 3, 4, 6; issue 7's runtime).
+// operator-level scheduler (issue 8, deliverables 3, 4, 6; issue 7's runtime,
+// spatial pairs included).
 //
 // Tick() is one non-blocking pass; the daemon calls it from its own thread
 // (Start), tests call it directly with an injected clock. A pass:
@@ -48,22 +49,27 @@
 //      planner.mode = elastic gives the planner no pair estimates: the same
 //      ILP as a plain elastic scheduler (no transfer).
 //   3. Execution. An iteration is grad_accumulation micro-batches of
-//      batch_size rows (one AdamW step). Data parallelism
-//      (server/job_runner_dp.h): a job whose plan gives it g devices runs
-//      m = g / pipeline_parallel streams; an iteration runs as waves of up
-//      to m concurrent micro-batches of that iteration (never of the next:
-//      its forwards read the stepped adapters), stream i a
-//      Master::SubmitTrainStep bounded to its own device group (devices
-//      [i*pp, (i+1)*pp) of the plan; a wave of one micro-batch uses the
-//      whole plan set), so the planner's GPU set bounds where the
-//      operator-level scheduler places the job's operators
-//      (InstanceSpec::allowed_devices). Each carries its micro_index; the
-//      optimizer operator folds the gradients into the job's TaskState in
-//      micro_index order (executor/llama_kernels.h), so the state is
+//      batch_size rows (one AdamW step); each micro-batch is a
+//      Master::SubmitTrainStep in the offline class, so online serving keeps
+//      priority, bounded to devices of the job's plan
+//      (InstanceSpec::allowed_devices), so the planner's GPU set bounds where
+//      the operator-level scheduler places the job's operators. A job alone
+//      (or in a temporal pair) uses data parallelism
+//      (server/job_runner_dp.h): a plan of g devices runs m = g /
+//      pipeline_parallel streams; an iteration runs as waves of up to m
+//      concurrent micro-batches of that iteration (never of the next: its
+//      forwards read the stepped adapters), stream i on its own device
+//      group (devices [i*pp, (i+1)*pp) of the plan; a wave of one
+//      micro-batch uses the whole plan set). Each carries its micro_index;
+//      the optimizer operator folds the gradients into the job's TaskState
+//      in micro_index order (executor/llama_kernels.h), so the state is
 //      bit-identical to one sequential stream whatever order they finish
-//      in. The next wave is submitted when the whole wave ended. Offline
-//      class, so online serving keeps priority. A failed micro-batch fails
-//      the job with the operator's message (once its wave ended).
+//      in. The next wave is submitted when the whole wave ended. The two
+//      jobs of a spatial pair instead share ONE stream of joint
+//      micro-batches on the pair's whole device set, one in flight at a
+//      time, without data parallelism (see "What is executed for pairs"
+//      below). A failed micro-batch fails the job (a joint one: both jobs)
+//      with the operator's message (once its wave ended).
 //   4. Evaluation and stop. At every multiple of eval_every_steps
 //      iterations (0: at each epoch end) and at the limit, the job's metric
 //      is computed (a point passed while the job was paused is evaluated on
@@ -95,7 +101,8 @@
 // (max_epochs x iterations per epoch, capped by max_iterations) minus
 // iterations_done; iter_time_s[min_gpus] = the measured seconds per
 // iteration of this job on one stream (profiling, then an EMA over its
-// micro-batches that ran alone, x grad_accumulation; else of any job on the
+// micro-batches that ran as a wave of one, a spatial pair's joint
+// micro-batches included, x grad_accumulation; else of any job on the
 // same deployment, else default_iter_time_s); the larger counts that need
 // fewer waves per iteration, up to gpus.max and the cluster
 // (DpOfferedGpuCounts), are offered with DpIterTimes: the job's measured
@@ -104,7 +111,8 @@
 // plus a sync cost per extra concurrent stream (measured from this
 // deployment's waves, else 10% of a micro-batch); every other count is 0
 // (not allowed). Measured iterations (a whole iteration on one device
-// count) go back into the LUT by TimeLut::Update (EWMA), written to the
+// count, never a joint one) go back into the LUT by TimeLut::Update
+// (EWMA), written to the
 // LUT's file after each planning round and at Stop (a missing file starts
 // empty). The LUT key has no sequence length or backbone: one LUT is
 // assumed to describe the daemon's jobs; fair_share_jct_s = remaining x
@@ -124,14 +132,31 @@
 // JobManager allows a completed source as a temporal partner) from A's
 // adapters. When a member starts running in the pairing, its metric is
 // evaluated on its state at that moment (its step then is its pairing start;
-// for B: A's transferred adapters at step 0). That is the reference: the
-// runner has no measured normal curve of the job, and the iteration
-// estimator has no curve to fit before the job trained, so the fallback of
-// the policy applies: the metric the job had when the pairing began must
-// have improved by the end of the window. Every later evaluation of a member
-// is observed with epochs = (step - start step) / iterations per epoch; the
-// metric is passed sign-flipped for higher-is-better metrics (accuracy), so
-// the policy's lower-is-better comparison means "better than at the start".
+// for B: A's transferred adapters at step 0). The reference each later
+// evaluation is compared with:
+//   * a member of a spatial pair, when this runner has a measured normal
+//     run of the same task: the job's expected normal curve, i.e. the
+//     evaluations of another job that trained normally (alone from a fresh
+//     state, never a transfer target, never joint) with the same
+//     deployment, task, data size, metric, learning rate, batch size,
+//     grad_accumulation and LoRA rank/alpha (seeds may differ; the longest
+//     such run): its metric at the member's step (both start fresh, so the
+//     member's step is its steps of training), linearly interpolated
+//     between its evaluations, and beyond its last evaluation the iteration
+//     estimator's extrapolation (ymir/iteration_estimator.h FitLossCurve of
+//     the run's points) for a loss or perplexity metric;
+//   * otherwise (no such run in this runner's lifetime; accuracy past the
+//     run's last evaluation; a temporal target) the fallback of the policy:
+//     the metric the job had when the pairing began must have improved by
+//     the end of the window. (The 3 profiling micro-batches are no normal
+//     curve: single micro-batch losses of a fresh head vary by 2x, e.g.
+//     1.25, 0.65, 1.19.)
+// Every later evaluation of a member is observed with epochs = (step - start
+// step) / iterations per epoch; the metric is passed sign-flipped for
+// higher-is-better metrics (accuracy), so the policy's lower-is-better
+// comparison means "better than the reference". The evaluation's progress
+// event carries "stop_loss_reference" (in the metric's own sign) and
+// "stop_loss_normal_curve" (1: from the curve, 0: the fallback).
 // On kDecouple the runner calls JobManager::Decouple(member, "stop-loss:
 // ...") (event "decoupled" with the reason; a spatial partner is decoupled in
 // the same transaction, reason "partner job N was decoupled: stop-loss:
@@ -146,9 +171,51 @@
 // starts again.
 //
 // What is executed for pairs: temporal pairs as described (A, then B from
-// A's adapters). Spatial pairs are recorded (state, events, devices) but
-// executed as two independent jobs sharing the pair's devices: the joint
-// mixed-batch step (train_ops.h JointAdamWStep) has no graph template yet.
+// A's adapters). A spatial pair A + B (A the smaller id) trains jointly
+// (train_ops.h, "Spatial joint training"): one shared LoRA adapter, a head
+// per job, each job its own AdamW state, as one micro-batch stream of
+// low-priority "<deployment>/train" instances with two task slots (T = 2;
+// llama_kernels.h) on the pair's devices:
+//   * Start: before the pair's first micro-batch both jobs must be fresh (no
+//     step, nothing accumulated: the planner pairs only jobs without
+//     progress; the runner checks), on one deployment with one LoRA config;
+//     then ShareLora gives B A's initial adapter (B's head stays its own).
+//     Otherwise the pair is decoupled (reason "spatial joint training not
+//     possible: ...") and each job runs alone.
+//   * A joint micro-batch mixes the next micro-batch of each job that still
+//     accumulates this iteration (rows of A, then rows of B, left-padded to
+//     the longer row; row_task = slot), so each job consumes its own data
+//     in its own order exactly as alone, and its micro-batch index stays
+//     step x grad_accumulation + accumulated. (The operators have no
+//     attention mask: when the two jobs' rows differ in length, the shorter
+//     job's rows see more leading padding than in its own micro-batch.) The kernels accumulate each
+//     job's gradient (of its own rows' loss) into its own TaskState and take
+//     one JointAdamWStep when both have their grad_accumulation micro-batches:
+//     both step counts advance together. It is submitted in the pass of B,
+//     once A's pass has processed the previous step (and its evaluation).
+//   * No data parallelism for joint steps: the pair runs ONE stream, one
+//     joint micro-batch in flight at a time (a wave of one, no micro_index:
+//     the kernels reject a joint request carrying one) on the pair's whole
+//     device set, whatever number of devices the plan gives the pair. (The
+//     planner prices a pair on g devices from its members' data-parallel
+//     times t(g); the joint stream does not get faster with g.)
+//   * Evaluation, completion and checkpoints stay per job (each with its own
+//     head and TaskState). Progress, loss and iteration times are per job
+//     (stats().steps_done counts a joint micro-batch once per member); a
+//     joint micro-batch's time is each member's one-stream micro-batch time
+//     but never a measurement of a GPU count (time LUT, measured_iter_s).
+//   * Decoupling (stop-loss, a re-plan, a partner pausing, completing,
+//     failing or being cancelled: the JobManager decouples both) stops the
+//     joint steps; each job continues alone (data-parallel again) from
+//     exactly its own TaskState, which is at every instant an independent
+//     task (its copy of the shared adapter, its head, its moments and step
+//     count). A job that holds a complete iteration then (it finished its
+//     grad_accumulation micro-batches while the partner, with a larger
+//     grad_accumulation, was still accumulating: the joint step waited)
+//     first takes that AdamW step alone, then continues with the next
+//     iteration; so does one resumed from a checkpoint taken in that state.
+//   * A restart: each member resumes from its own checkpoint, alone (it has
+//     progress, so the planner does not pair it spatially again).
 //
 // Backbone: a job's `backbone` names a deployment, or a preset; a preset
 // runs on the first deployment of that preset (offline role preferred).
@@ -163,6 +230,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -178,6 +247,11 @@ namespace ymir {
 struct JobView;  // ymir/planner.h
 }  // namespace ymir
 
+namespace executor {
+struct TaskState;   // executor/train_ops.h
+struct TrainBatch;  // executor/train_ops.h
+}  // namespace executor
+
 struct JobRunnerOptions {
   PlannerConfig planner;
   std::string state_dir;  // checkpoints under STATE_DIR/jobs/<id>/
@@ -190,7 +264,7 @@ struct JobRunnerOptions {
 
 struct JobRunnerStats {
   uint64_t plans = 0;          // planning rounds solved
-  uint64_t steps_done = 0;     // micro-batches finished (not counting profiling)
+  uint64_t steps_done = 0;     // micro-batches finished per job (not counting profiling)
   uint64_t profile_steps = 0;  // profiling micro-batches finished
   uint64_t steps_failed = 0;
   double last_solve_s = 0;
@@ -224,6 +298,13 @@ class JobRunner {
   // Test hooks: the job's optimizer step count and accumulated micro-batches
   // as the runner holds them (-1, -1 when it holds no runtime for the job).
   std::pair<int64_t, int64_t> TrainingPosition(uint64_t job_id) const;
+  // Test hook: a copy of the job's TaskState as the runner holds it (the
+  // state its micro-batches train); false when it holds none.
+  bool CopyTaskState(uint64_t job_id, executor::TaskState* out) const;
+  // Test hook: micro-batch k of the job's data (its own rows, as a plain
+  // step or its part of a joint step trains them); false when the runner
+  // holds no loaded data for the job.
+  bool MicroBatchOf(uint64_t job_id, int64_t k, executor::TrainBatch* out);
 
   struct Runtime;  // one job's data, training state and step in flight (job_runner.cc)
 
@@ -250,7 +331,7 @@ class JobRunner {
   absl::Status Prepare(Runtime& rt, const jobs::JobInfo& info, bool with_state);
   absl::Status Checkpoint(Runtime& rt, const std::map<std::string, double>& extra);
   absl::Status Evaluate(Runtime& rt, double* metric, double* loss);
-  // Data parallelism (job_runner_dp.h; see "Data parallelism" above).
+  // Data parallelism (job_runner_dp.h; see 3. and "JobView" above).
   absl::Status LoadTimeLut();
   void SaveTimeLut();
   // Profiling from the time LUT: true when it handled the job (queued it,
@@ -262,6 +343,31 @@ class JobRunner {
   void RecordWave(Runtime& rt, double ms);
   void FailJob(uint64_t id, const std::string& reason);
   std::string DeploymentFor(const jobs::JobSpec& spec, absl::Status* error);
+
+  // Spatial joint training (job_runner.cc, "Spatial joint training").
+  // The micro-batch of a running spatial pair: submitted in the pass of the
+  // member with the larger id, once both are ready; the pairing starts with
+  // ShareLora (both fresh, else decoupled). Errors of one job fail the jobs.
+  absl::Status DriveSpatial(Runtime& rt, const jobs::JobInfo& info);
+  // Decouples a spatial pair that cannot train jointly (JobManager::Decouple;
+  // never re-paired by this runner).
+  void DecoupleSpatial(uint64_t a, uint64_t b, const std::string& reason);
+  // The stop-loss reference of an evaluation of a pairing member at its
+  // optimizer step `step` (lower-is-better, like `start`, the metric at the
+  // pairing's start): for a spatial member, the expected normal metric from
+  // a measured normal run of the same task where one exists, else `start`.
+  // `*from_curve` tells which.
+  double StopLossReference(const Runtime& rt, bool spatial, double start, int64_t step, bool* from_curve) const;
+  // Every evaluation of a job that trains normally (alone from a fresh
+  // state, never the target of a transfer, never joint) joins its run.
+  void RecordEvaluation(const Runtime& rt, const jobs::JobInfo& info, int64_t step, double metric);
+  struct NormalRun {
+    std::string key;  // the task and training setup (NormalRunKey in job_runner.cc)
+    bool normal = true;
+    std::vector<std::pair<int64_t, double>> points;  // (step, metric), increasing steps
+  };
+  std::set<std::pair<uint64_t, uint64_t>> joint_started_;  // ShareLora done (key as pair_watch_)
+  std::map<uint64_t, NormalRun> normal_runs_;              // per job
 
   Master* const master_;
   jobs::JobManager* const jobs_;

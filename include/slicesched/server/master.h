@@ -181,10 +181,15 @@ struct SubmitArgs {
 // optimizer step every job->accumulation micro-batches). Offline class, so
 // online serving keeps priority; `devices` (non-empty) bounds where its
 // operators may run (InstanceSpec::allowed_devices).
+// Spatial joint training: `partners` are the other jobs of one joint step
+// (slots 1..; llama_kernels.h), `batch` mixes the rows of all of them
+// (row_task over {job, partners...}), `rows` and `head_outputs` are summed
+// over the slots; the instance binds T = 1 + partners.size().
 struct TrainStepArgs {
   std::string deployment;
   std::shared_ptr<executor::LlamaTrainJob> job;
-  std::shared_ptr<const executor::TrainBatch> batch;  // one task, row_task empty
+  std::shared_ptr<const executor::TrainBatch> batch;  // one task, row_task empty (joint: mixed)
+  std::vector<std::shared_ptr<executor::LlamaTrainJob>> partners;  // joint step only
   int64_t rows = 0;          // B
   int64_t tokens = 0;        // S
   int64_t rank = 0;          // R (the job's LoRA rank)
@@ -195,6 +200,7 @@ struct TrainStepArgs {
   // -1: accumulated when it ends (one stream). >= 0: the job's global
   // micro-batch number; micro-batches of one iteration may then run
   // concurrently and are accumulated in this order (llama_kernels.h).
+  // Single-job steps only: InvalidArgument together with `partners`.
   int64_t micro_index = -1;
 };
 

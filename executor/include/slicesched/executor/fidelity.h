@@ -24,9 +24,10 @@
 // first node was handed over. Every feedback record is fed to an
 // OnlineLearner (operator and transfer estimators + RuntimeCalibration), so
 // the estimators keep learning as the master's would; predictions are always
-// made before the iteration runs. The first `calibration` iterations of each
-// kind only train the estimators (untimed); the next `iterations` of each
-// kind are scored.
+// made before the iteration runs. The first `warmup` iterations of each kind
+// are run and forgotten (their feedback goes nowhere), the next
+// `calibration` of each kind only train the estimators (untimed), and the
+// next `iterations` of each kind are scored.
 // Errors: error_pct = |mean predicted - mean measured| / mean measured (the
 // Table 2 figure, per kind and overall), and mean_abs_error_pct = the mean of
 // the per-iteration |predicted - measured| / measured. Nothing is tuned to
@@ -47,8 +48,12 @@ namespace slicesched {
 
 struct FidelityOptions {
   std::string model = "tiny";  // a Llama preset: tiny, small
-  int calibration = 10;        // untimed iterations of each kind first
-  int iterations = 30;         // scored iterations of each kind
+  // Iterations of each kind run first and not learned from: LibTorch's lazy
+  // initialisation, first-call allocations and cold caches make them up to
+  // 100x slower than the steady state they would otherwise teach.
+  int warmup = 2;
+  int calibration = 20;        // then untimed iterations of each kind, learned from
+  int iterations = 150;        // then scored iterations of each kind
   uint64_t seed = 1;           // weights, adapters, prompts
   // Training micro-batch: rows x tokens, LoRA rank, head outputs (classes).
   int64_t train_batch = 4;
@@ -81,20 +86,44 @@ struct FidelityKindResult {
   std::vector<double> launch_gaps_ms, delivery_gaps_ms;  // per transfer (not in the JSON)
 };
 
+// One operator (template/op) or hop over the scored iterations: the
+// simulator's predicted duration of the node against the executors'. A hop
+// ("hop cpuA -> cpuB to <consumer template/op>") runs from the transfer's
+// start to its consumer's start (link time plus the master's hand-off gaps,
+// plus any queueing).
+struct FidelityOpStat {
+  std::string name;
+  int device = 0;  // where it runs (a hop: its source)
+  int64_t samples = 0;
+  double predicted_ms = 0;  // mean
+  double measured_ms = 0;   // mean
+  double mape_pct = 0;      // mean of |predicted - measured| / measured
+};
+
 struct FidelityResult {
   std::string model;
   std::string placement;
   int devices = 0;
+  int warmup = 0;
   int calibration = 0;
   FidelityKindResult train, serve, overall;
   // Online MAPE of the estimators over the scored phase (each prediction
   // made before the observation).
   double op_mape_pct = 0;
   double transfer_mape_pct = 0;
+  // The simulator's per-operator error weighted by duration: sum of
+  // |predicted - measured| / sum of measured over every scored operator.
+  // MAPE counts a 5 us operator inflated 100x by a preemption like a 20 ms
+  // one; this is the error that reaches an iteration's time.
+  double op_wape_pct = 0;
   // The hand-off time the transfer estimator adds to a hop (launch plus
   // delivery gap) at the end of the run: device 0 -> 1 and 1 -> 0.
   double learned_handoff_01_ms = 0;
   double learned_handoff_10_ms = 0;
+  // RuntimeCalibration at the end of the run.
+  std::vector<double> device_factors;
+  double overlap_factor = 1.0, transfer_overlap_factor = 1.0;
+  std::vector<FidelityOpStat> ops;  // by name
   double target_error_pct = 2.0;  // the paper reports 1.83%
 
   std::string ToJson() const;

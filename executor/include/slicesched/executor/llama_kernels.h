@@ -49,7 +49,25 @@
 // accumulation whatever order the micro-batches finish in. An index the
 // state already accumulated, or one already parked, fails the op. The caller
 // must submit the next iteration's micro-batches only after the previous
-// iteration's optimizer step (they read the stepped adapters).
+// iteration's optimizer step (they read the stepped adapters). A joint
+// request (below) cannot carry a micro_index: its optimizer_step fails.
+//
+// Spatial joint training (train_ops.h, "Spatial joint training"): a request
+// with `partners` trains T = 1 + partners.size() jobs in one instance on a
+// mixed batch (batch.row_task indexes the slots {job, partners...}); the
+// instance binds T and NC = the sum of the slots' head outputs. Then
+//   train_forward   runs every row through its slot's adapters
+//   train_loss      outputs per-slot head gradients (kHeadGradsPayload) and
+//                   per-slot losses (f32 [T])
+//   train_backward  per-slot LoRA gradients (LoraGroupGrads::partners)
+//   optimizer_step  accumulates each slot's gradients into its own job
+//                   (a slot without rows in the batch accumulates nothing),
+//                   and once every job has accumulated its own
+//                   `accumulation` micro-batches takes one JointAdamWStep
+//                   over all of them (the jobs must share one LoRA adapter:
+//                   ShareLora); outputs slot 0's step count.
+// Each job keeps its own TaskState throughout, so a job trained jointly is
+// at every instant an independent task (decoupling loses nothing).
 //
 // Like every executor header this one is LibTorch-free; so is its .cc (it
 // only uses the public operator API).
@@ -86,12 +104,20 @@ enum : uint32_t {
   kKvCachePayload = kFirstLibraryPayload + 1,    // std::shared_ptr<KvCache>
   kGroupTapePayload = kFirstLibraryPayload + 2,  // std::shared_ptr<GroupTape>
   kLoraGradsPayload = kFirstLibraryPayload + 3,  // std::shared_ptr<LoraGroupGrads> (immutable)
+  kHeadGradsPayload = kFirstLibraryPayload + 4,  // std::shared_ptr<HeadGrads> (immutable)
 };
 
 // The LoRA gradients of one fused group (layers first_layer ..).
 struct LoraGroupGrads {
   int64_t first_layer = 0;
-  std::vector<LoraLayer> layers;
+  std::vector<LoraLayer> layers;  // slot 0
+  // A joint step's other slots: partners[t-1][l] for slot t.
+  std::vector<std::vector<LoraLayer>> partners;
+};
+
+// A joint step's head gradients, one [outputs_t, hidden] per slot.
+struct HeadGrads {
+  std::vector<Tensor> slots;
 };
 
 // Payload accessors: null when the buffer holds another kind (or nothing).
@@ -124,10 +150,14 @@ struct LlamaTrainJob {
 // What the kernels need to know about one training instance.
 struct LlamaTrainRequest {
   std::shared_ptr<LlamaTrainJob> job;
-  TrainBatch batch;  // one task: row_task must be empty
+  TrainBatch batch;  // one task: row_task empty; joint: row_task over {job, partners...}
   // -1: accumulate on arrival (one micro-batch stream per job). >= 0: the
-  // job's global micro-batch number, accumulated in this order (see above).
+  // job's global micro-batch number, accumulated in this order (see above);
+  // single-job requests only (must be -1 when `partners` is non-empty).
   int64_t micro_index = -1;
+  // Spatial joint training: the other jobs (slots 1..), distinct from `job`
+  // and from each other. Empty: a plain single-job step.
+  std::vector<std::shared_ptr<LlamaTrainJob>> partners;
 };
 
 // The optimizer_step's accumulation for a request with micro_index >= 0:
@@ -197,9 +227,9 @@ class LlamaKernelRunner final : public KernelRunner {
 // Moves Llama payloads between CPU devices: a kTensorPayload is shared (the
 // operators never modify a tensor in place, so a shared CPU tensor behaves
 // like a copy), a kKvCachePayload is copied into a new KvCache sharing the K
-// and V tensors, kLoraGradsPayload (immutable) and kGroupTapePayload (host
-// memory, used by one backward) are shared; every other kind goes to a
-// HostTransferBackend.
+// and V tensors, kLoraGradsPayload and kHeadGradsPayload (immutable) and
+// kGroupTapePayload (host memory, used by one backward) are shared; every
+// other kind goes to a HostTransferBackend.
 class LlamaTransferBackend final : public TransferBackend {
  public:
   absl::Status Send(const TransferCall& call) override;

@@ -1,0 +1,464 @@
+// Spatial joint training in the daemon's job runner (server/job_runner.h,
+// issue 7): a spatial pair trains one shared adapter with a head per job on
+// mixed micro-batches run as "<dep>/train" instances with two task slots;
+// decoupling (here: the partner completing) leaves each job with exactly its
+// part of the joint state, and it continues alone with plain steps; a
+// restart resumes both jobs from their own checkpoints. Every expectation on
+// states is bit-exact against the training operators called directly
+// (train_ops.h) on the runner's own micro-batches. Real Master, LibTorch CPU
+// executors and JobManager; a ManualClock for planning; no sleeps.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slicesched/common/clock.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/executor/llama_kernels.h"
+#include "slicesched/executor/tensor.h"
+#include "slicesched/executor/train_ops.h"
+#include "slicesched/jobs/job_manager.h"
+#include "slicesched/server/config.h"
+#include "slicesched/server/job_runner.h"
+#include "slicesched/server/master.h"
+
+namespace slicesched {
+namespace {
+
+using executor::TaskAdapters;
+using executor::TaskState;
+using executor::TrainBatch;
+using ::testing::HasSubstr;
+
+bool BitEqual(const TaskAdapters& a, const TaskAdapters& b) {
+  const auto na = a.NamedTensors(), nb = b.NamedTensors();
+  if (na.size() != nb.size()) return false;
+  for (size_t i = 0; i < na.size(); ++i) {
+    if (na[i].first != nb[i].first || na[i].second.shape() != nb[i].second.shape() ||
+        na[i].second.ToFloat() != nb[i].second.ToFloat()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool BitEqual(const TaskState& a, const TaskState& b) {
+  return a.step == b.step && a.accumulated == b.accumulated && BitEqual(a.params, b.params) &&
+         BitEqual(a.m, b.m) && BitEqual(a.v, b.v) && (a.accumulated == 0 || BitEqual(a.grad_sum, b.grad_sum));
+}
+
+bool SameLora(const TaskAdapters& a, const TaskAdapters& b) {
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const executor::LoraLayer &x = a.layers[l], &y = b.layers[l];
+    if (x.q_a.MaxAbsDiff(y.q_a) != 0 || x.q_b.MaxAbsDiff(y.q_b) != 0 || x.v_a.MaxAbsDiff(y.v_a) != 0 ||
+        x.v_b.MaxAbsDiff(y.v_b) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Rows of `a` (slot 0) then of `b` (slot 1), each left-padded (token 0,
+// label -1) to the longer row.
+TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
+  const int64_t len = std::max(a.tokens.shape()[1], b.tokens.shape()[1]);
+  std::vector<int64_t> tokens, labels;
+  TrainBatch m;
+  for (const TrainBatch* x : {&a, &b}) {
+    const std::vector<int64_t> t = x->tokens.ToInt64(), l = x->labels.ToInt64();
+    const int64_t rows = x->tokens.shape()[0], s = x->tokens.shape()[1];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < len; ++j) {
+        const bool pad = j < len - s;
+        tokens.push_back(pad ? 0 : t[static_cast<size_t>(r * s + j - (len - s))]);
+        labels.push_back(pad ? -1 : l[static_cast<size_t>(r * s + j - (len - s))]);
+      }
+      m.row_task.push_back(x == &a ? 0 : 1);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(m.row_task.size());
+  m.tokens = executor::Tensor::FromInt64(tokens, {rows, len});
+  m.labels = executor::Tensor::FromInt64(labels, {rows, len});
+  return m;
+}
+
+class JobRunnerSpatialTest : public ::testing::Test {
+ protected:
+  virtual int Devices() const { return 1; }
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    dir_ = StrCat(::testing::TempDir(), "/sliced_spatial_", ::getpid(), "_", counter++);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    auto c = ParseSlicedConfig(
+        YAML::Load(StrCat("cluster:\n"
+                          "  devices: [{name: cpu, count: ",
+                          Devices(), ", type: cpu, memory: 256MiB, backend: cpu}]\n"
+                          "deployments:\n"
+                          "  - {name: tiny-ft, model: tiny, weights: {seed: 5}, role: offline, partitions: [single]}\n"
+                          "listen: {unix_socket: ",
+                          dir_, "/s.sock}\nstate_dir: ", dir_, "/state\n")),
+        "<test>");
+    ASSERT_TRUE(c.ok()) << c.status();
+    config_ = *c;
+    MasterOptions mo;
+    mo.estimator_save_interval = Duration::Seconds(3600);
+    auto m = Master::Start(*c, mo);
+    ASSERT_TRUE(m.ok()) << m.status();
+    master_ = *std::move(m);
+    const std::string gains = StrCat(dir_, "/gains.csv");
+    {
+      std::ofstream out(gains);
+      out << "task_a,task_b,mode,gain\nfa-major,fa-inv,spatial,0.5\n";
+    }
+    planner_.mode = PlannerConfig::Mode::kYmir;
+    planner_.gains_path = gains;
+    OpenJobs();
+    NewRunner();
+  }
+  void OpenJobs() {
+    jobs_.reset();
+    auto j = jobs::JobManager::Open(config_.state_dir, {});
+    ASSERT_TRUE(j.ok()) << j.status();
+    jobs_ = *std::move(j);
+  }
+  void NewRunner() {
+    if (runner_) runner_->Stop();
+    runner_.reset();
+    JobRunnerOptions o;
+    o.planner = planner_;
+    o.state_dir = config_.state_dir;
+    o.clock = &clock_;
+    auto r = JobRunner::Create(master_.get(), jobs_.get(), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    runner_ = *std::move(r);
+  }
+  void TearDown() override {
+    if (runner_) runner_->Stop();
+    runner_.reset();
+    jobs_.reset();
+    if (master_) master_->Shutdown();
+  }
+  // Job seeds: a = 1, b = 2 (different initial adapters and heads).
+  static std::string Spec(const std::string& name, const std::string& task, const std::string& stop) {
+    return StrCat("name: ", name, "\nbackbone: tiny\ntrust_domain: lab\n",
+                  "dataset: {synthetic: {task: ", task, ", seed: 3, examples: 80, sequence_length: 8}}\n",
+                  "hyperparameters: {learning_rate: 0.01, batch_size: 8, seed: ", name == "a" ? 1 : 2, "}\n",
+                  "stop: {", stop, "}\n");
+  }
+  uint64_t Submit(const std::string& yaml) {
+    auto r = jobs_->Submit(yaml, "", false);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->job_id : 0;
+  }
+  template <typename F>
+  bool TickUntil(F done, int max_ticks = 20000) {
+    for (int i = 0; i < max_ticks; ++i) {
+      absl::Status s = runner_->Tick();
+      EXPECT_TRUE(s.ok()) << s;
+      if (!s.ok()) return false;
+      if (done()) return true;
+      runner_->WaitForProgress(absl::Seconds(2));
+    }
+    return false;
+  }
+  jobs::JobInfo Job(uint64_t id) { return *jobs_->Get(id); }
+  std::vector<JobEvent> Events(uint64_t id) { return *jobs_->Events(id); }
+  bool AnyEventWith(uint64_t id, const std::string& kind, const std::string& part) {
+    for (const JobEvent& e : Events(id)) {
+      if (e.kind == kind && e.details_json.find(part) != std::string::npos) return true;
+    }
+    return false;
+  }
+  void ProfileAndPlan(std::initializer_list<uint64_t> ids) {
+    ASSERT_TRUE(TickUntil([&] {
+      for (uint64_t id : ids) {
+        const jobs::JobState s = Job(id).state;
+        if (s == jobs::JobState::kSubmitted || s == jobs::JobState::kProfiling) return false;
+      }
+      return true;
+    }));
+    ASSERT_TRUE(runner_->Tick().ok());
+  }
+  // The fresh state the runner gives a job of Spec() (Prepare's path).
+  TaskState Fresh(const LlamaDims& dims, uint64_t seed) {
+    executor::AdamWOptions adamw;
+    adamw.lr = 0.01;
+    auto s = TaskState::Init(dims, executor::LoraConfig{8, 16}, 2, seed, adamw);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  TaskState Checkpoint(uint64_t id, const LlamaDims& dims) {
+    const std::string path = Job(id).checkpoint_path;
+    EXPECT_FALSE(path.empty()) << "job " << id;
+    auto s = executor::LoadTaskCheckpoint(path, dims);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : TaskState{};
+  }
+
+  std::string dir_;
+  SlicedConfig config_;
+  PlannerConfig planner_;
+  ManualClock clock_;
+  std::unique_ptr<Master> master_;
+  std::unique_ptr<jobs::JobManager> jobs_;
+  std::unique_ptr<JobRunner> runner_;
+};
+
+// A (3 iterations) + B (4 iterations), both fresh: three joint steps, then A
+// completes at its limit, which decouples B; B takes its fourth step alone.
+// A's final state is the direct joint training's slot 0 after 3 steps, and
+// B's is its slot 1 after 3 joint steps followed by one plain AdamW step:
+// decoupling kept B's part of the joint state bit for bit.
+TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromItsExactPart) {
+  const uint64_t a = Submit(Spec("a", "fa-major", "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 3"));
+  const uint64_t b = Submit(Spec("b", "fa-inv", "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 4"));
+  ASSERT_LT(a, b);
+  ProfileAndPlan({a, b});
+  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  ASSERT_EQ(Job(b).plan.mode, jobs::RunMode::kSpatial) << Job(b).message;
+  // Joint: both step counts advance together, one shared adapter, two heads.
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 1; }));
+  {
+    TaskState sa, sb;
+    ASSERT_TRUE(runner_->CopyTaskState(a, &sa));
+    ASSERT_TRUE(runner_->CopyTaskState(b, &sb));
+    EXPECT_EQ(sa.step, sb.step);
+    EXPECT_TRUE(SameLora(sa.params, sb.params));
+    EXPECT_GT(sa.params.head.MaxAbsDiff(sb.params.head), 0.0);
+  }
+  // The runner's own micro-batches, for the direct computation.
+  std::vector<TrainBatch> da, db;
+  for (int k = 0; k < 4; ++k) {
+    TrainBatch x, y;
+    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
+    ASSERT_TRUE(runner_->MicroBatchOf(b, k, &y));
+    da.push_back(x);
+    db.push_back(y);
+  }
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  EXPECT_EQ(Job(a).state, jobs::JobState::kCompleted) << Job(a).message;
+  EXPECT_EQ(Job(b).state, jobs::JobState::kCompleted) << Job(b).message;
+  EXPECT_EQ(Job(a).iterations_done, 3);
+  EXPECT_EQ(Job(b).iterations_done, 4);
+  EXPECT_TRUE(AnyEventWith(b, "decoupled", StrCat("partner job ", a))) << "B decoupled when A completed";
+
+  auto weights = master_->BackboneWeights("tiny-ft");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const LlamaDims dims = (*weights)->dims();
+  executor::SetIntraOpThreadsForThisThread(1);  // as on the device threads
+  TaskState ra = Fresh(dims, 1), rb = Fresh(dims, 2);
+  TaskState* both[] = {&ra, &rb};
+  ASSERT_TRUE(executor::ShareLora(both).ok());
+  for (int k = 0; k < 3; ++k) {
+    auto l = executor::AccumulateJointMicroBatch(**weights, both, Mixed(da[static_cast<size_t>(k)], db[static_cast<size_t>(k)]));
+    ASSERT_TRUE(l.ok()) << l.status();
+    ASSERT_TRUE(executor::JointAdamWStep(both).ok());
+  }
+  const TaskState got_a = Checkpoint(a, dims);
+  EXPECT_EQ(got_a.step, 3);
+  EXPECT_TRUE(BitEqual(got_a, ra)) << "A: not the joint training's slot 0";
+  // B alone from its part of the joint state.
+  EXPECT_TRUE(SameLora(ra.params, rb.params));
+  ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, rb, db[3]).ok());
+  ASSERT_TRUE(executor::AdamWStep(rb).ok());
+  const TaskState got_b = Checkpoint(b, dims);
+  EXPECT_EQ(got_b.step, 4);
+  EXPECT_TRUE(BitEqual(got_b, rb)) << "B: not its joint part followed by a plain step";
+  EXPECT_FALSE(SameLora(got_a.params, got_b.params));  // B's last step was its own
+}
+
+// A restart with a spatial pair running: each job's checkpoint is its part
+// of the joint state (bit for bit what the runner held), both come back
+// queued ("recovered") and resume from their checkpoints: as normal jobs, since
+// they have progress (only fresh jobs pair spatially), and run to completion.
+TEST_F(JobRunnerSpatialTest, RestartResumesBothMembersFromTheirOwnCheckpoints) {
+  const uint64_t a = Submit(Spec("a", "fa-major", "metric: accuracy, target: 0.999, max_epochs: 2"));
+  const uint64_t b = Submit(Spec("b", "fa-inv", "metric: accuracy, target: 0.999, max_epochs: 2"));
+  ProfileAndPlan({a, b});
+  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 2; }));
+  runner_->Stop();  // waits for the joint micro-batch in flight, checkpoints both
+  TaskState held_a, held_b;
+  ASSERT_TRUE(runner_->CopyTaskState(a, &held_a));
+  ASSERT_TRUE(runner_->CopyTaskState(b, &held_b));
+  EXPECT_EQ(held_a.step, held_b.step);
+  EXPECT_TRUE(SameLora(held_a.params, held_b.params));
+  runner_.reset();
+  auto weights = master_->BackboneWeights("tiny-ft");
+  ASSERT_TRUE(weights.ok());
+  const LlamaDims dims = (*weights)->dims();
+  EXPECT_TRUE(BitEqual(Checkpoint(a, dims), held_a));
+  EXPECT_TRUE(BitEqual(Checkpoint(b, dims), held_b));
+
+  OpenJobs();  // the restart
+  for (uint64_t id : {a, b}) {
+    EXPECT_EQ(Job(id).state, jobs::JobState::kQueued);
+    EXPECT_TRUE(AnyEventWith(id, "recovered", "spatial")) << "job " << id;
+  }
+  NewRunner();
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  for (uint64_t id : {a, b}) {
+    EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+    EXPECT_EQ(Job(id).iterations_done, 16) << "job " << id;
+    // Back after the restart alone (with progress: never paired spatially
+    // again), from its checkpoint.
+    bool recovered = false, resumed = false;
+    for (const JobEvent& e : Events(id)) {
+      recovered |= e.kind == "recovered";
+      if (recovered && e.kind == "running") {
+        resumed = true;
+        EXPECT_THAT(e.details_json, HasSubstr("\"mode\":\"alone\""));
+        EXPECT_THAT(e.details_json, HasSubstr("\"resume_from\":"));
+      }
+    }
+    EXPECT_TRUE(resumed) << "job " << id;
+  }
+  // Only the iterations after the checkpoints ran again (acc 1: one
+  // micro-batch per iteration and job), not the runs from scratch.
+  EXPECT_EQ(runner_->stats().steps_done, static_cast<uint64_t>(2 * (16 - held_a.step)));
+}
+
+// A spatial member decoupled between two joint micro-batches can hold a
+// complete iteration whose joint step waited for its partner (A with
+// grad_accumulation 1 next to B with 2, after their first joint
+// micro-batch), and so can its checkpoint. Resumed from such a checkpoint
+// (made here from a real one by accumulating the next micro-batch), the job
+// takes that AdamW step alone first and then trains on: it completes in the
+// state of the operators called directly instead of waiting forever for a
+// wave of zero micro-batches.
+TEST_F(JobRunnerSpatialTest, JobHoldingACompleteIterationTakesItsStepAloneFirst) {
+  const uint64_t a = Submit(Spec("a", "fa-major", "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 5"));
+  ProfileAndPlan({a});
+  ASSERT_EQ(Job(a).state, jobs::JobState::kRunning) << Job(a).message;
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 1; }));
+  std::vector<TrainBatch> mb;
+  for (int k = 0; k < 5; ++k) {
+    TrainBatch x;
+    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
+    mb.push_back(x);
+  }
+  runner_->Stop();  // checkpoints the job
+  runner_.reset();
+  auto weights = master_->BackboneWeights("tiny-ft");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const LlamaDims dims = (*weights)->dims();
+  executor::SetIntraOpThreadsForThisThread(1);  // as on the device threads
+  TaskState held = Checkpoint(a, dims);
+  const int64_t s = held.step;
+  ASSERT_GE(s, 1);
+  ASSERT_LE(s, 3);
+  ASSERT_EQ(held.accumulated, 0);
+  ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, held, mb[static_cast<size_t>(s)]).ok());
+  ASSERT_TRUE(executor::SaveTaskCheckpoint(Job(a).checkpoint_path, held).ok());
+
+  OpenJobs();  // the restart
+  NewRunner();
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state); }, 100));
+  EXPECT_EQ(Job(a).state, jobs::JobState::kCompleted) << Job(a).message;
+  EXPECT_EQ(Job(a).iterations_done, 5);
+  TaskState direct = held;
+  ASSERT_TRUE(executor::AdamWStep(direct).ok());
+  for (int64_t k = s + 1; k < 5; ++k) {
+    ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, direct, mb[static_cast<size_t>(k)]).ok());
+    ASSERT_TRUE(executor::AdamWStep(direct).ok());
+  }
+  EXPECT_TRUE(BitEqual(Checkpoint(a, dims), direct)) << "not the held step followed by plain steps";
+  EXPECT_EQ(runner_->stats().steps_done, static_cast<uint64_t>(5 - (s + 1)));
+}
+
+// The numeric field `name` of an event's details (NaN when absent).
+double Detail(const JobEvent& e, const std::string& name) {
+  const std::string key = StrCat("\"", name, "\":");
+  const size_t at = e.details_json.find(key);
+  return at == std::string::npos ? NAN : std::stod(e.details_json.substr(at + key.size()));
+}
+
+// The stop-loss reference of a spatial pairing: a member whose task has a
+// measured normal run in this runner (job n: the same task and setup, alone
+// from fresh, other seed) is judged against that run's metric at the same
+// step (here exactly its evaluation at the same iteration); a member
+// without one (another task) against its metric at the pairing's start.
+TEST_F(JobRunnerSpatialTest, StopLossReferenceIsAMeasuredNormalRunOfTheSameTask) {
+  const std::string setup = "metric: loss, target: 0.0001, max_epochs: 3";
+  const uint64_t n = Submit(Spec("n", "fa-major", setup));
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(n).state); }));
+  ASSERT_EQ(Job(n).state, jobs::JobState::kCompleted) << Job(n).message;
+  std::map<int64_t, double> normal;  // iteration -> eval loss of the normal run
+  for (const JobEvent& e : Events(n)) {
+    const double it = Detail(e, "iterations_done"), m = Detail(e, "metric");
+    if (e.kind == "progress" && !std::isnan(it) && !std::isnan(m)) normal[static_cast<int64_t>(it)] = m;
+  }
+  ASSERT_TRUE(normal.contains(8)) << "normal run evaluated at each epoch end";
+
+  const uint64_t a = Submit(Spec("a", "fa-major", setup));
+  const uint64_t b = Submit(Spec("b", "fa-inv", setup));
+  ProfileAndPlan({a, b});
+  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  auto first_reference = [&](uint64_t id) -> const JobEvent* {
+    static std::vector<JobEvent> keep[2];
+    std::vector<JobEvent>& ev = keep[id == a ? 0 : 1];
+    ev = Events(id);
+    for (const JobEvent& e : ev) {
+      if (e.kind == "progress" && !std::isnan(Detail(e, "stop_loss_reference"))) return &e;
+    }
+    return nullptr;
+  };
+  ASSERT_TRUE(TickUntil([&] {
+    return (first_reference(a) != nullptr && first_reference(b) != nullptr) ||
+           Job(a).plan.mode != jobs::RunMode::kSpatial;
+  }));
+  const JobEvent* ra = first_reference(a);
+  const JobEvent* rb = first_reference(b);
+  ASSERT_NE(ra, nullptr);
+  ASSERT_NE(rb, nullptr);
+  EXPECT_EQ(Detail(*ra, "stop_loss_normal_curve"), 1);
+  const auto step = static_cast<int64_t>(Detail(*ra, "iterations_done"));
+  ASSERT_TRUE(normal.contains(step)) << step;
+  EXPECT_NEAR(Detail(*ra, "stop_loss_reference"), normal[step], 1e-9 + 1e-6 * normal[step]);
+  EXPECT_EQ(Detail(*rb, "stop_loss_normal_curve"), 0);
+}
+
+class JobRunnerSpatialTwoDevicesTest : public JobRunnerSpatialTest {
+ protected:
+  int Devices() const override { return 2; }
+};
+
+// Only fresh jobs train jointly: two jobs that already trained alone (the
+// elastic planner ran them side by side) and are then put into a spatial
+// pair (here directly through the JobManager; the Ymir planner never pairs
+// jobs with progress) are decoupled before any joint step, with the reason,
+// and each finishes alone from its own state (no shared adapter).
+TEST_F(JobRunnerSpatialTwoDevicesTest, PairOfJobsWithProgressIsDecoupledInsteadOfTrainedJointly) {
+  planner_.mode = PlannerConfig::Mode::kElastic;
+  NewRunner();
+  const std::string setup = "metric: accuracy, target: 0.999, max_epochs: 2";
+  const uint64_t a = Submit(Spec("a", "fa-major", setup));
+  const uint64_t b = Submit(Spec("b", "fa-inv", setup));
+  ProfileAndPlan({a, b});
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 1 && runner_->TrainingPosition(b).first >= 1; }));
+  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kAlone);
+  ASSERT_TRUE(jobs_->Run(a, {.devices = {0}, .mode = jobs::RunMode::kSpatial, .partner = b}).ok());
+  ASSERT_TRUE(jobs_->Run(b, {.devices = {0}, .mode = jobs::RunMode::kSpatial, .partner = a}).ok());
+  ASSERT_TRUE(TickUntil([&] { return Job(a).plan.mode != jobs::RunMode::kSpatial; }));
+  EXPECT_TRUE(AnyEventWith(b, "decoupled", "spatial joint training not possible: job "));
+  EXPECT_TRUE(AnyEventWith(b, "decoupled", "already has progress"));
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  for (uint64_t id : {a, b}) {
+    EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+    EXPECT_EQ(Job(id).iterations_done, 16) << "job " << id;
+  }
+  EXPECT_EQ(runner_->stats().steps_done, 32u);  // 16 each, every one a plain step
+}
+
+}  // namespace
+}  // namespace slicesched
