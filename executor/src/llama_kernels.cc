@@ -434,6 +434,12 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
   if (!req.ok()) return Annotate(req.status(), Label(call));
   SLICESCHED_ASSIGN_OR_RETURN(const std::vector<LlamaTrainJob*> jobs, SlotJobs(call, *req));
   const size_t T = jobs.size();
+  if (req->micro_index >= 0 && T != 1) {
+    return absl::InvalidArgumentError(StrCat(Label(call), ": micro_index ", req->micro_index,
+                                             " on a joint request of ", T,
+                                             " jobs: ordered accumulation of concurrent micro-batches "
+                                             "is for single-job requests only"));
+  }
   const OpSpec& op = call.op();
   // Gather the gradients: every layer of every slot exactly once from the
   // groups' payloads, the heads' from "...:head_grad", the losses from
@@ -498,6 +504,25 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
     return absl::FailedPreconditionError(StrCat(Label(call), ": no ':head_grad' input for each of the ", T,
                                                 " task slots (got ", heads.size(), ")"));
   }
+  if (req->micro_index >= 0) {
+    // Data parallelism: park the gradient and fold in micro_index order.
+    LlamaTrainJob& job = *jobs[0];
+    absl::MutexLock l(&job.mu);
+    const TaskAdapters* current[] = {&job.state.params};
+    SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, current));
+    TaskAdapters grads;
+    grads.lora = job.state.params.lora;
+    grads.layers = std::move(layers[0]);
+    grads.head = std::move(heads[0]);
+    std::optional<double> loss;
+    if (!losses.empty()) loss = losses[0];
+    if (absl::Status s = AccumulateInOrder(job, req->micro_index, std::move(grads), loss); !s.ok()) {
+      return Annotate(s, Label(call));
+    }
+    const std::vector<int64_t> step = {job.state.step};
+    SetTensorPayload(call.outputs[0], Tensor::FromInt64(step, {1}));
+    return absl::OkStatus();
+  }
   // Which slots have rows in this micro-batch (all of them for one task).
   std::vector<bool> present(T, T == 1);
   for (int64_t t : req->batch.row_task) {
@@ -546,6 +571,30 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(status);
   const std::vector<int64_t> step = {step0};
   SetTensorPayload(call.outputs[0], Tensor::FromInt64(step, {1}));
+  return absl::OkStatus();
+}
+
+absl::Status AccumulateInOrder(LlamaTrainJob& job, int64_t micro_index, TaskAdapters grads,
+                               std::optional<double> loss) {
+  const int64_t per_step = std::max<int64_t>(1, job.accumulation);
+  int64_t next = job.state.step * per_step + job.state.accumulated;
+  if (micro_index < next) {
+    return absl::FailedPreconditionError(StrCat("micro-batch ", micro_index,
+                                                " was already accumulated (the job expects micro-batch ", next,
+                                                " next)"));
+  }
+  if (job.pending.contains(micro_index)) {
+    return absl::FailedPreconditionError(StrCat("micro-batch ", micro_index, " is already waiting to be accumulated"));
+  }
+  job.pending.emplace(micro_index, LlamaTrainJob::Parked{std::move(grads), loss});
+  // Fold in index order: exactly the calls a sequential stream makes.
+  for (auto it = job.pending.begin(); it != job.pending.end() && it->first == next; it = job.pending.begin()) {
+    SLICESCHED_RETURN_IF_ERROR(AccumulateGradients(job.state, it->second.grads));
+    if (it->second.loss.has_value()) job.losses.push_back(*it->second.loss);
+    job.pending.erase(it);
+    if (job.state.accumulated >= per_step) SLICESCHED_RETURN_IF_ERROR(AdamWStep(job.state));
+    next = job.state.step * per_step + job.state.accumulated;
+  }
   return absl::OkStatus();
 }
 

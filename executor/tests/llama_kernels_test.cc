@@ -395,6 +395,103 @@ TEST_F(LlamaKernelsTest, Pp2TrainingIterationsMatchDirectOps) {
   ReleaseAndCheckBaseline({});
 }
 
+// Data parallelism: the micro-batches of an iteration carry their
+// micro_index and may finish in any order; the job's state must be
+// bit-identical to one sequential stream (gradients folded in index order).
+// Here each iteration's second micro-batch runs to completion before its
+// first: after it, nothing is accumulated yet (it is parked).
+TEST_F(LlamaKernelsTest, MicroBatchesFinishingOutOfOrderAccumulateLikeOneStream) {
+  auto tpl = BuildLlamaTrainTemplate(dims_);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  auto tid = gmg_->RegisterTemplate(*tpl);
+  ASSERT_TRUE(tid.ok()) << tid.status();
+  AdamWOptions adamw;
+  adamw.lr = 1e-2;
+  auto init = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 7, adamw);
+  ASSERT_TRUE(init.ok()) << init.status();
+  auto job = std::make_shared<LlamaTrainJob>();
+  {
+    absl::MutexLock l(&job->mu);
+    job->state = *init;
+  }
+  job->accumulation = 2;
+  TaskState direct = *init;
+  SetIntraOpThreadsForThisThread(1);
+  std::vector<double> direct_losses;
+  for (int it = 0; it < 4; ++it) {
+    auto loss = AccumulateMicroBatch(*weights_, direct, MicroBatch(2, dims_.vocab, static_cast<uint64_t>(it)));
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    direct_losses.push_back(static_cast<float>(*loss));
+    if (direct.accumulated == 2) {
+      ASSERT_TRUE(AdamWStep(direct).ok());
+    }
+  }
+  for (int k : {1, 0, 3, 2}) {
+    auto id = gmg_->Instantiate(LlamaTrainStep(*tid, 2, 5, 4, 3, PriorityClass::kOffline, clock_.Now()));
+    ASSERT_TRUE(id.ok()) << id.status();
+    runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = job,
+                                                    .batch = MicroBatch(2, dims_.vocab, static_cast<uint64_t>(k)),
+                                                    .micro_index = k});
+    auto r = Run(*id);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->state, InstanceState::kDone) << r->failure;
+    runner_->EraseRequest(*id);
+    absl::MutexLock l(&job->mu);
+    if (k % 2 == 1) {  // parked: its predecessor has not finished
+      EXPECT_EQ(job->pending.size(), 1u);
+      EXPECT_EQ(job->state.accumulated, 0);
+      EXPECT_EQ(job->state.step, k / 2);
+    } else {
+      EXPECT_TRUE(job->pending.empty());
+      EXPECT_EQ(job->state.step, k / 2 + 1);
+    }
+  }
+  {
+    absl::MutexLock l(&job->mu);
+    EXPECT_EQ(job->losses, direct_losses);
+    EXPECT_EQ(job->state.step, 2);
+    EXPECT_EQ(job->state.accumulated, 0);
+    EXPECT_TRUE(BitEqual(job->state.params, direct.params));
+    EXPECT_TRUE(BitEqual(job->state.m, direct.m));
+    EXPECT_TRUE(BitEqual(job->state.v, direct.v));
+  }
+  // An index already accumulated fails the instance, naming it.
+  auto id = gmg_->Instantiate(LlamaTrainStep(*tid, 2, 5, 4, 3, PriorityClass::kOffline, clock_.Now()));
+  ASSERT_TRUE(id.ok()) << id.status();
+  runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = job, .batch = MicroBatch(2, dims_.vocab, 0), .micro_index = 1});
+  auto r = Run(*id);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->state, InstanceState::kFailed);
+  EXPECT_THAT(r->failure, HasSubstr("micro-batch 1 was already accumulated (the job expects micro-batch 4 next)"));
+  runner_->EraseRequest(*id);
+  absl::MutexLock l(&job->mu);
+  EXPECT_EQ(job->state.step, 2);
+}
+
+TEST(AccumulateInOrderTest, ParksOutOfOrderGradientsAndRejectsDuplicates) {
+  auto dims = LlamaPreset("tiny");
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  auto init = TaskState::Init(*dims, LoraConfig{4, 8.0}, 3, 7);
+  ASSERT_TRUE(init.ok()) << init.status();
+  LlamaTrainJob job;
+  job.accumulation = 3;
+  absl::MutexLock l(&job.mu);
+  job.state = *init;
+  TaskAdapters g = init->params;  // any gradient of the right shapes
+  ASSERT_TRUE(AccumulateInOrder(job, 2, g, 0.5).ok());
+  EXPECT_EQ(job.state.accumulated, 0);
+  absl::Status dup = AccumulateInOrder(job, 2, g, 0.5);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(dup.message(), HasSubstr("micro-batch 2 is already waiting"));
+  ASSERT_TRUE(AccumulateInOrder(job, 0, g, 0.25).ok());
+  EXPECT_EQ(job.state.accumulated, 1);  // 2 still waits for 1
+  ASSERT_TRUE(AccumulateInOrder(job, 1, g, 0.375).ok());
+  EXPECT_EQ(job.state.step, 1);  // 0, 1, 2 folded in, one AdamW step
+  EXPECT_EQ(job.state.accumulated, 0);
+  EXPECT_TRUE(job.pending.empty());
+  EXPECT_EQ(job.losses, (std::vector<double>{0.25, 0.375, 0.5}));
+}
+
 // Rows of `a` (slot 0) then rows of `b` (slot 1), same token count.
 TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
   std::vector<int64_t> tokens = a.tokens.ToInt64(), labels = a.labels.ToInt64();
@@ -444,7 +541,7 @@ TEST_F(LlamaKernelsTest, Pp2JointTrainingMatchesDirectJointOps) {
     auto id = gmg_->Instantiate(
         LlamaTrainStep(*tid, 4, 5, 4, 3 + 4, PriorityClass::kOffline, clock_.Now(), /*tasks=*/2));
     ASSERT_TRUE(id.ok()) << id.status();
-    runner_->SetTrainRequest(*id, LlamaTrainRequest{jobs[0], batch, {jobs[1]}});
+    runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = jobs[0], .batch = batch, .partners = {jobs[1]}});
     auto r = Run(*id);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->state, InstanceState::kDone) << r->failure;
@@ -508,7 +605,7 @@ TEST_F(LlamaKernelsTest, JointStepWaitsForEveryJobsAccumulation) {
     auto id = gmg_->Instantiate(
         LlamaTrainStep(*tid, rows, 5, 4, 6, PriorityClass::kOffline, clock_.Now(), /*tasks=*/2));
     ASSERT_TRUE(id.ok()) << id.status();
-    runner_->SetTrainRequest(*id, LlamaTrainRequest{jobs[0], batch, {jobs[1]}});
+    runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = jobs[0], .batch = batch, .partners = {jobs[1]}});
     auto r = Run(*id);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->state, InstanceState::kDone) << r->failure;
@@ -538,6 +635,47 @@ TEST_F(LlamaKernelsTest, JointStepWaitsForEveryJobsAccumulation) {
   EXPECT_EQ(losses[1], 2u);
   EXPECT_EQ(got[0].params.layers[0].q_a.MaxAbsDiff(got[1].params.layers[0].q_a), 0.0);
   EXPECT_EQ(got[0].params.layers[0].q_b.MaxAbsDiff(got[1].params.layers[0].q_b), 0.0);
+}
+
+// Ordered accumulation of concurrent micro-batches (micro_index) is for
+// single-job requests: a joint request carrying one fails its optimizer_step
+// with an error naming it, and neither job accumulates anything.
+TEST_F(LlamaKernelsTest, JointRequestWithMicroIndexFailsCleanly) {
+  auto tpl = BuildLlamaTrainTemplate(dims_);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  auto tid = gmg_->RegisterTemplate(*tpl);
+  ASSERT_TRUE(tid.ok()) << tid.status();
+  auto init_a = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 7);
+  auto init_b = TaskState::Init(dims_, LoraConfig{4, 8.0}, 3, 11);
+  ASSERT_TRUE(init_a.ok() && init_b.ok());
+  TaskState* both[] = {&*init_a, &*init_b};
+  ASSERT_TRUE(ShareLora(both).ok());
+  std::shared_ptr<LlamaTrainJob> jobs[2] = {std::make_shared<LlamaTrainJob>(), std::make_shared<LlamaTrainJob>()};
+  for (int t = 0; t < 2; ++t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    jobs[t]->state = t == 0 ? *init_a : *init_b;
+  }
+  auto id = gmg_->Instantiate(
+      LlamaTrainStep(*tid, 4, 5, 4, 6, PriorityClass::kOffline, clock_.Now(), /*tasks=*/2));
+  ASSERT_TRUE(id.ok()) << id.status();
+  runner_->SetTrainRequest(*id, LlamaTrainRequest{.job = jobs[0],
+                                                  .batch = Mixed(MicroBatch(2, dims_.vocab, 0),
+                                                                 MicroBatch(2, dims_.vocab, 1)),
+                                                  .micro_index = 0,
+                                                  .partners = {jobs[1]}});
+  auto r = Run(*id);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->state, InstanceState::kFailed);
+  EXPECT_THAT(r->failure, HasSubstr("micro_index 0 on a joint request of 2 jobs"));
+  runner_->EraseRequest(*id);
+  for (int t = 0; t < 2; ++t) {
+    absl::MutexLock l(&jobs[t]->mu);
+    EXPECT_EQ(jobs[t]->state.step, 0) << t;
+    EXPECT_EQ(jobs[t]->state.accumulated, 0) << t;
+    EXPECT_TRUE(jobs[t]->pending.empty()) << t;
+    EXPECT_TRUE(jobs[t]->losses.empty()) << t;
+  }
+  ReleaseAndCheckBaseline(r->produced);
 }
 
 TEST_F(LlamaKernelsTest, TrainingInstanceWithMismatchedRankFailsCleanly) {

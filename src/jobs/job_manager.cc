@@ -107,6 +107,7 @@ struct JobManager::Pending {
   JobInfo after;
   std::string kind;
   std::string details;
+  std::optional<uint64_t> never_pair_with;  // JobChange::never_pair_with
 };
 
 std::string_view JobStateName(JobState s) {
@@ -306,6 +307,7 @@ absl::StatusOr<JobInfo> JobManager::Commit(std::vector<Pending> changes) {
     c.update = RowOf(p.after);
     c.event_kind = p.kind;
     c.details_json = p.details;
+    c.never_pair_with = p.never_pair_with;
     rows.push_back(std::move(c));
   }
   SLICESCHED_RETURN_IF_ERROR(store_->ApplyJobChanges(rows).status());
@@ -568,7 +570,8 @@ absl::StatusOr<JobInfo> JobManager::Preempt(uint64_t id, std::string_view reason
   });
 }
 
-absl::StatusOr<JobInfo> JobManager::Decouple(uint64_t id, std::string_view reason, std::optional<double> actual_gain) {
+absl::StatusOr<JobInfo> JobManager::Decouple(uint64_t id, std::string_view reason, std::optional<double> actual_gain,
+                                             bool never_pair_again) {
   SLICESCHED_RETURN_IF_ERROR(CheckReason(reason, "Decouple"));
   if (actual_gain.has_value() && !std::isfinite(*actual_gain)) {
     return absl::InvalidArgumentError("Decouple: actual_gain is not a finite number");
@@ -590,9 +593,20 @@ absl::StatusOr<JobInfo> JobManager::Decouple(uint64_t id, std::string_view reaso
   d.Add("reason", reason).Add("partner", job->plan.partner).Add("mode", RunModeName(job->plan.mode));
   if (job->plan.predicted_gain.has_value()) d.Add("predicted_gain", *job->plan.predicted_gain);
   if (actual_gain.has_value()) d.Add("actual_gain", *actual_gain);
+  if (never_pair_again) {
+    d.Add("never_pair_again", true);
+    changes.back().never_pair_with = job->plan.partner;
+  }
   changes.back().details = d.str();
   DecouplePartners(*job, after, StrCat("was decoupled: ", reason), &changes);
   return Commit(std::move(changes));
+}
+
+absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::NeverPairedAgain() {
+  SLICESCHED_ASSIGN_OR_RETURN(std::vector<DecoupledPair> rows, store_->ListDecoupledPairs());
+  std::set<std::pair<uint64_t, uint64_t>> out;
+  for (const DecoupledPair& p : rows) out.emplace(p.job_a, p.job_b);
+  return out;
 }
 
 absl::StatusOr<JobInfo> JobManager::Complete(uint64_t id, const CompletionReport& report) {

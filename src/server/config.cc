@@ -163,8 +163,20 @@ void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
   s.CheckPositive("timeliness", c->timeliness);
 }
 
+// planner.time_lut / planner.profile_from_lut (data parallelism's times).
+void ParsePlannerTimeLut(const ConfigReader& p, absl::string_view base_dir, PlannerConfig* c) {
+  c->time_lut_path = p.Optional<std::string>("time_lut", "");
+  if (!c->time_lut_path.empty() && c->time_lut_path.front() != '/' && !base_dir.empty()) {
+    c->time_lut_path = StrCat(base_dir, "/", c->time_lut_path);
+  }
+  c->profile_from_lut = p.Optional<bool>("profile_from_lut", false);
+  p.Check(!c->profile_from_lut || !c->time_lut_path.empty(), "profile_from_lut",
+          "needs planner.time_lut (the LUT to read the profile from)");
+}
+
 void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConfig* c) {
-  p.RejectUnknownKeys({"interval_s", "mode", "gains", "checkpoint_interval_s", "prefetch_s", "eval_every_steps"});
+  p.RejectUnknownKeys({"interval_s", "mode", "gains", "checkpoint_interval_s", "prefetch_s", "eval_every_steps",
+                       "time_lut", "profile_from_lut"});
   const double interval_s = p.Optional<double>("interval_s", c->interval.ToSecondsF());
   p.CheckPositive("interval_s", interval_s);
   c->interval = Duration::FromSecondsF(interval_s);
@@ -188,6 +200,7 @@ void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConf
   c->prefetch = Duration::FromSecondsF(prefetch_s);
   c->eval_every_steps = p.Optional<int64_t>("eval_every_steps", c->eval_every_steps);
   p.Check(c->eval_every_steps >= 0, "eval_every_steps", StrCat("must not be negative, got ", c->eval_every_steps));
+  ParsePlannerTimeLut(p, base_dir, c);
 }
 
 void ParseListen(const ConfigReader& l, ListenConfig* c) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -17,9 +18,11 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/experiments/ymir_sim.h"
+#include "slicesched/server/job_runner_dp.h"
 #include "slicesched/synth/tasks.h"
 #include "slicesched/ymir/planner.h"
 #include "slicesched/ymir/stop_loss.h"
+#include "slicesched/ymir/time_lut.h"
 #include "spdlog/spdlog.h"
 
 #if SLICESCHED_SERVING_WITH_TORCH
@@ -33,6 +36,15 @@ namespace slicesched {
 
 struct JobRunner::Gains {
   YmirGains table;
+};
+
+// Data parallelism's shared state (job_runner_dp.h): the time LUT and the
+// measured sync cost per deployment.
+struct JobRunner::DpState {
+  bool has_lut = false;
+  ymir::TimeLut lut;
+  bool lut_dirty = false;  // online updates not written back yet
+  std::map<std::string, double> sync_per_stream_s;  // deployment -> EMA
 };
 
 struct JobRunner::PairWatch {
@@ -138,6 +150,22 @@ struct JobRunner::Runtime {
   std::vector<uint32_t> profile_devices;
   int64_t profile_done = 0;
   double profile_sum_s = 0;  // of the measured (non-warm-up) micro-batches
+  // Data parallelism (job_runner_dp.h, SubmitWave / RecordWave): the
+  // records of streams 1.. of the wave in flight (stream 0's is `inflight`).
+  std::vector<std::shared_ptr<InstanceRecord>> wave;
+  int wave_size = 1;   // micro-batches of the wave in flight
+  int wave_gpus = 0;   // devices of the plan it was submitted on
+  std::chrono::steady_clock::time_point iteration_since;
+  int iteration_gpus = 0;  // devices of every wave of the iteration so far; 0 = mixed / not seen from its start
+  double micro_s = 0;      // EMA of seconds per micro-batch running alone
+  std::map<int, double> measured_iter_s;  // devices -> EMA of measured seconds per iteration
+  DpShape dp_shape() const {
+    return DpShape{.pipeline_parallel = spec.pipeline_parallel,
+                   .min_gpus = spec.min_gpus,
+                   .max_gpus = spec.max_gpus,
+                   .grad_accumulation = micro_per_iteration(),
+                   .batch_size = spec.hyperparameters.batch_size};
+  }
 
   int64_t micro_index() const;
   int64_t micro_per_iteration() const { return std::max<int64_t>(1, spec.hyperparameters.grad_accumulation); }
@@ -167,11 +195,33 @@ namespace {
 
 constexpr int64_t kProfileMicroBatches = 3;  // the first is a warm-up
 
+// Whether optimizer step `step` is an evaluation point: a multiple of
+// eval_every_steps (0: an epoch end), or the job's iteration limit.
+bool IsEvalPoint(const JobRunner::Runtime& rt, int64_t step, int64_t eval_every_steps) {
+  const int64_t period = eval_every_steps > 0 ? eval_every_steps : rt.iterations_per_epoch();
+  return step % period == 0 || step >= rt.iteration_limit();
+}
+
+// A job holding a complete iteration (grad_accumulation micro-batches
+// accumulated, none parked), which only a spatial pairing leaves behind
+// (the joint step waits for every member): its AdamW step, taken alone.
+// True when it took one.
+absl::StatusOr<bool> StepHeldIteration(JobRunner::Runtime& rt) {
+  absl::MutexLock l(&rt.job->mu);
+  if (!rt.job->pending.empty() || rt.job->state.accumulated < rt.micro_per_iteration()) return false;
+  SLICESCHED_RETURN_IF_ERROR(executor::AdamWStep(rt.job->state));
+  return true;
+}
+
 std::pair<uint64_t, uint64_t> PairKey(uint64_t a, uint64_t b) { return {std::min(a, b), std::max(a, b)}; }
 
 // Rows [k*B, (k+1)*B) of the epoch-shuffled walk over `train`, left-padded
 // with token 0 to the batch's longest row.
 TrainBatch MicroBatch(JobRunner::Runtime& rt, int64_t k);
+
+// The wave in flight (data parallelism; defined with SubmitWave).
+InstanceUpdate WaveLast(JobRunner::Runtime& rt);
+std::shared_ptr<InstanceRecord> WaveRecordToWaitOn(const JobRunner::Runtime& rt);
 
 // The arguments of micro-batch k of `rt`'s data, trained into `job` on
 // `devices` (the job's own state, or profiling's scratch copy).
@@ -323,6 +373,11 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(Master* master, job
     if (!g.ok()) return Annotate(g.status(), "planner.gains");
     r->gains_->table = *std::move(g);
   }
+  SLICESCHED_RETURN_IF_ERROR(r->LoadTimeLut());
+  // Pairs the stop-loss decoupled before a restart stay apart.
+  auto never = r->jobs_->NeverPairedAgain();
+  if (!never.ok()) return Annotate(never.status(), "reading the decoupled pairs");
+  r->decoupled_pairs_ = *std::move(never);
   return r;
 }
 
@@ -574,6 +629,7 @@ void JobRunner::Profile(Runtime& rt, const jobs::JobInfo& info) {
     rt.profile_job = nullptr;
     const double per_micro = rt.profile_sum_s / static_cast<double>(kProfileMicroBatches - 1);
     rt.iter_time_s = per_micro * static_cast<double>(rt.micro_per_iteration());
+    rt.micro_s = per_micro;
     auto p = jobs_->ReportProgress(id, info.iterations_done, info.last_loss, "",
                                    {{"profiled_iter_time_s", rt.iter_time_s},
                                     {"profile_micro_batches", static_cast<double>(kProfileMicroBatches)}});
@@ -584,6 +640,7 @@ void JobRunner::Profile(Runtime& rt, const jobs::JobInfo& info) {
     plan_requested_ = true;
     return;
   }
+  if (rt.profile_job == nullptr && rt.profile_done == 0 && ProfileFromLut(rt, info)) return;
   if (rt.profile_job == nullptr) {
     // The fresh state (Prepare's path), then handed to the scratch job: the
     // job's own state is created when it first runs (temporal transfer).
@@ -610,6 +667,12 @@ void JobRunner::Profile(Runtime& rt, const jobs::JobInfo& info) {
     FailJob(id, StrCat("submitting profiling micro-batch ", k, ": ", rec.status().message()));
     return;
   }
+  // One micro-batch on the scratch state (taken here, not by Drive's wave
+  // bookkeeping); the wave fields say so all the same.
+  rt.wave.clear();
+  rt.wave_size = 1;
+  rt.wave_gpus = static_cast<int>(rt.profile_devices.size());
+  rt.iteration_gpus = 0;
   rt.inflight = *rec;
 }
 
@@ -666,7 +729,7 @@ void JobRunner::ObservePairing(Runtime& rt, const jobs::JobInfo& info, double me
              jobs::StopMetricName(rt.spec.stop.metric), " within ", ymir::StopLossOptions{}.window_epochs,
              " epochs (", pw.policy.reason(), "; member ", m, " is job ", rt.id,
              jobs::HigherIsBetter(rt.spec.stop.metric) ? ", metric negated" : "", ")");
-  auto d = jobs_->Decouple(rt.id, reason);
+  auto d = jobs_->Decouple(rt.id, reason, {}, /*never_pair_again=*/true);
   if (!d.ok()) {
     spdlog::warn("job {}: decouple: {}", rt.id, d.status().ToString());
     return;
@@ -734,7 +797,6 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
     v.allow_sharing = j.spec.allow_sharing;
     v.has_progress = j.iterations_done > 0 || rt.step() > 0 || rt.micro_index() > 0;
     v.min_gpus = j.spec.min_gpus;
-    v.max_gpus = j.spec.min_gpus;
     int64_t limit = j.iterations_target;
     if (rt.data_ready) limit = rt.iteration_limit();
     if (limit <= 0) limit = std::max<int64_t>(1, j.spec.stop.max_iterations > 0 ? j.spec.stop.max_iterations : 100);
@@ -745,8 +807,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
       auto d = deployment_time.find(rt.deployment);
       t = d != deployment_time.end() ? d->second : options_.default_iter_time_s;
     }
-    v.iter_time_s.assign(static_cast<size_t>(j.spec.min_gpus) + 1, 0.0);
-    v.iter_time_s[static_cast<size_t>(j.spec.min_gpus)] = t;
+    OfferIterTimes(rt, t, devices, &v);
     v.fair_share_jct_s = v.remaining_iterations * t * std::max(1.0, static_cast<double>(demand) / devices);
     v.waited_s = std::max(0.0, static_cast<double>(now_ms - j.submitted_unix_ms) / 1000.0);
     task_of[j.id] = rt.task_key;
@@ -918,6 +979,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
                        ra->second->plan.partner == pw.members[1];
     w = alive ? std::next(w) : pair_watch_.erase(w);
   }
+  SaveTimeLut();
   spdlog::info("planner ({}): {} jobs, {} candidates, {} pruned, solved in {:.3f} s",
                ToStd(PlannerModeName(options_.planner.mode)), views.size(), plan.candidates, plan.pruned,
                plan.solve_seconds);
@@ -958,14 +1020,15 @@ absl::Status JobRunner::Drive(Timestamp now) {
         continue;
       }
     }
-    // 1. The micro-batch in flight.
+    // 1. The micro-batch in flight (with data parallelism: the wave).
     if (rt.inflight != nullptr) {
-      const InstanceUpdate last = rt.inflight->Last();
+      const InstanceUpdate last = WaveLast(rt);
       if (!IsTerminalInstanceState(last.state)) {
         ++it;
         continue;
       }
       rt.inflight = nullptr;
+      rt.wave.clear();
       if (last.state != InstanceState::kDone) {
         stats_.steps_failed += 1;
         if (!jobs::IsTerminal(info->state)) {
@@ -975,10 +1038,9 @@ absl::Status JobRunner::Drive(Timestamp now) {
         ++it;
         continue;
       }
-      stats_.steps_done += 1;
+      stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
       const double ms = MsSince(rt.inflight_since);
-      const double iter_s = ms / 1000.0 * static_cast<double>(rt.micro_per_iteration());
-      rt.iter_time_s = rt.iter_time_s <= 0 ? iter_s : 0.8 * rt.iter_time_s + 0.2 * iter_s;
+      RecordWave(rt, ms);
       {
         absl::MutexLock l(&rt.job->mu);
         if (!rt.job->losses.empty()) rt.last_loss = rt.job->losses.back();
@@ -1004,10 +1066,8 @@ absl::Status JobRunner::Drive(Timestamp now) {
       // evaluated on the same state when it resumes), so the evaluation
       // points never depend on scheduling.
       const int64_t step = rt.step();
-      if (step > rt.inflight_step_before) {
-        const int64_t every = options_.planner.eval_every_steps;
-        const int64_t period = every > 0 ? every : rt.iterations_per_epoch();
-        if (step % period == 0 || step >= rt.iteration_limit()) rt.eval_pending = true;
+      if (step > rt.inflight_step_before && IsEvalPoint(rt, step, options_.planner.eval_every_steps)) {
+        rt.eval_pending = true;
       }
     }
     if (rt.eval_pending && rt.inflight == nullptr && info->state == jobs::JobState::kRunning) {
@@ -1094,21 +1154,35 @@ absl::Status JobRunner::Drive(Timestamp now) {
         ++it;
         continue;
       }
-      const int64_t k = rt.micro_index();
-      TrainStepArgs args = MicroBatchStep(rt, k, rt.job, rt.plan.devices, StrCat("job-", id, "/mb-", k));
-      rt.inflight_step_before = rt.step();
-      rt.inflight_since = std::chrono::steady_clock::now();
-      auto rec = master_->SubmitTrainStep(std::move(args));
-      if (!rec.ok()) {
-        if (absl::IsFailedPrecondition(rec.status()) && master_->draining()) {
-          ++it;
-          continue;
-        }
-        FailJob(id, StrCat("submitting micro-batch ", k, ": ", rec.status().message()));
+      // Alone (or temporal) from here. A job decoupled from a spatial pair
+      // between two joint micro-batches may hold a complete iteration whose
+      // JointAdamWStep waited for the partner (their grad_accumulation
+      // differ; also after a restart from such a checkpoint): it takes that
+      // optimizer step alone first, then continues with the next iteration.
+      absl::StatusOr<bool> held = StepHeldIteration(rt);
+      if (!held.ok()) {
+        FailJob(id, StrCat("the optimizer step of the iteration accumulated with the spatial partner: ",
+                           held.status().message()));
         ++it;
         continue;
       }
-      rt.inflight = *rec;
+      if (*held && IsEvalPoint(rt, rt.step(), options_.planner.eval_every_steps)) {
+        rt.eval_pending = true;  // evaluated (and maybe completed) in the next pass
+        ++it;
+        continue;
+      }
+      const int64_t k = rt.micro_index();
+      rt.inflight_step_before = rt.step();
+      rt.inflight_since = std::chrono::steady_clock::now();
+      if (absl::Status sub = SubmitWave(rt, k); !sub.ok()) {
+        if (absl::IsFailedPrecondition(sub) && master_->draining()) {
+          ++it;
+          continue;
+        }
+        FailJob(id, std::string(ToStd(sub.message())));
+        ++it;
+        continue;
+      }
     }
     ++it;
   }
@@ -1139,9 +1213,11 @@ absl::Status JobRunner::Tick() {
 void JobRunner::WaitForProgress(absl::Duration timeout) {
   for (const auto& [id, rt] : runtimes_) {
     if (rt->inflight == nullptr) continue;
+    const std::shared_ptr<InstanceRecord> rec = WaveRecordToWaitOn(*rt);
+    if (rec == nullptr) return;  // the whole wave ended: the next Tick takes it
     bool closed = false;
-    const size_t seen = rt->inflight->WaitFrom(0, absl::ZeroDuration(), &closed).size();
-    if (!closed) (void)rt->inflight->WaitFrom(seen, timeout, &closed);
+    const size_t seen = rec->WaitFrom(0, absl::ZeroDuration(), &closed).size();
+    if (!closed) (void)rec->WaitFrom(seen, timeout, &closed);
     return;
   }
   absl::MutexLock l(&mu_);
@@ -1174,13 +1250,18 @@ void JobRunner::Stop(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (auto& [id, rt] : runtimes_) {
     if (rt->inflight == nullptr) continue;
-    bool closed = false;
-    size_t seen = 0;
-    while (!closed && absl::Now() < deadline) {
-      auto ev = rt->inflight->WaitFrom(seen, deadline - absl::Now(), &closed);
-      seen += ev.size();
+    std::vector<std::shared_ptr<InstanceRecord>> records = rt->wave;
+    records.push_back(rt->inflight);
+    for (const auto& rec : records) {
+      bool closed = false;
+      size_t seen = 0;
+      while (!closed && !IsTerminalInstanceState(rec->Last().state) && absl::Now() < deadline) {
+        auto ev = rec->WaitFrom(seen, deadline - absl::Now(), &closed);
+        seen += ev.size();
+      }
     }
   }
+  SaveTimeLut();
   for (auto& [id, rt] : runtimes_) {
     if (rt->job == nullptr) continue;
     auto info = jobs_->Get(id);
@@ -1188,6 +1269,186 @@ void JobRunner::Stop(absl::Duration timeout) {
     absl::Status s = Checkpoint(*rt, {});
     if (!s.ok()) spdlog::error("job {}: checkpoint at shutdown: {}", id, s.ToString());
   }
+}
+
+// ---------------------------------------------------------------------------
+// Data parallelism (job_runner_dp.h): a job on g devices runs its iteration's
+// micro-batches in waves of up to g / pipeline_parallel concurrent streams.
+
+namespace {
+
+// The combined state of the wave in flight: a record that has not ended if
+// any, else the first that failed / was cancelled, else stream 0's DONE.
+InstanceUpdate WaveLast(JobRunner::Runtime& rt) {
+  std::optional<InstanceUpdate> failed;
+  std::vector<std::shared_ptr<InstanceRecord>> records = {rt.inflight};
+  records.insert(records.end(), rt.wave.begin(), rt.wave.end());
+  for (const auto& rec : records) {
+    InstanceUpdate u = rec->Last();
+    if (!IsTerminalInstanceState(u.state)) return u;
+    if (u.state != InstanceState::kDone && !failed.has_value()) failed = std::move(u);
+  }
+  return failed.has_value() ? *failed : rt.inflight->Last();
+}
+
+// The first record of the wave that has not ended (null: all ended).
+std::shared_ptr<InstanceRecord> WaveRecordToWaitOn(const JobRunner::Runtime& rt) {
+  if (rt.inflight != nullptr && !IsTerminalInstanceState(rt.inflight->Last().state)) return rt.inflight;
+  for (const auto& rec : rt.wave) {
+    if (!IsTerminalInstanceState(rec->Last().state)) return rec;
+  }
+  return nullptr;
+}
+
+double Ema(double old, double sample) { return old <= 0 ? sample : 0.8 * old + 0.2 * sample; }
+
+}  // namespace
+
+absl::Status JobRunner::LoadTimeLut() {
+  dp_ = std::make_unique<DpState>();
+  const std::string& path = options_.planner.time_lut_path;
+  if (path.empty()) return absl::OkStatus();
+  dp_->has_lut = true;
+  if (!std::filesystem::exists(path)) {
+    spdlog::info("planner.time_lut: '{}' does not exist yet; it starts empty and is written with measured times",
+                 path);
+    return absl::OkStatus();
+  }
+  auto lut = ymir::TimeLut::Load(path);
+  if (!lut.ok()) return Annotate(lut.status(), "planner.time_lut");
+  dp_->lut = *std::move(lut);
+  return absl::OkStatus();
+}
+
+void JobRunner::SaveTimeLut() {
+  if (dp_ == nullptr || !dp_->has_lut || !dp_->lut_dirty) return;
+  const std::string& path = options_.planner.time_lut_path;
+  const std::string tmp = path + ".tmp";
+  absl::Status s = dp_->lut.Save(tmp);
+  std::error_code ec;
+  if (s.ok()) std::filesystem::rename(tmp, path, ec);
+  if (!s.ok() || ec) {
+    spdlog::warn("planner.time_lut: writing the measured times to '{}': {}", path,
+                 s.ok() ? ec.message() : s.ToString());
+    return;
+  }
+  dp_->lut_dirty = false;
+}
+
+bool JobRunner::ProfileFromLut(Runtime& rt, const jobs::JobInfo& info) {
+  if (!options_.planner.profile_from_lut || dp_ == nullptr || !dp_->has_lut) return false;
+  const DpShape shape = rt.dp_shape();
+  const ymir::LutKey key = DpLutKey(shape, shape.min_gpus);
+  auto hit = dp_->lut.entries().find(key);  // measured keys only: no interpolation
+  if (hit == dp_->lut.entries().end() || hit->second.seconds <= 0) return false;
+  // The data is still loaded now (the job's first run needs it; this is
+  // where profiling would have loaded it).
+  if (absl::Status s = Prepare(rt, info, /*with_state=*/false); !s.ok()) {
+    FailJob(rt.id, std::string(ToStd(s.message())));
+    return true;
+  }
+  rt.iter_time_s = hit->second.seconds;
+  rt.micro_s = rt.iter_time_s / static_cast<double>(DpWaves(shape, DpStreams(shape, shape.min_gpus)));
+  rt.pending_switch["prepare_data_ms"] = 0;
+  auto p = jobs_->ReportProgress(rt.id, info.iterations_done, info.last_loss, "",
+                                 {{"profiled_iter_time_s", rt.iter_time_s},
+                                  {"profile_micro_batches", 0.0},
+                                  {"profile_from_lut", 1.0}});
+  if (!p.ok()) spdlog::warn("job {}: profile progress: {}", rt.id, p.status().ToString());
+  auto q = jobs_->Queue(rt.id, rt.iteration_limit());
+  if (!q.ok()) spdlog::warn("job {}: queueing: {}", rt.id, q.status().ToString());
+  spdlog::info("job {} profiled from the time LUT ({}): {:.4f} s per iteration", rt.id, key.ToString(),
+               rt.iter_time_s);
+  plan_requested_ = true;
+  return true;
+}
+
+void JobRunner::OfferIterTimes(Runtime& rt, double min_time_s, int devices, ymir::JobView* v) {
+  const DpShape shape = rt.dp_shape();
+  DpInputs in;
+  in.min_iter_s = min_time_s;
+  in.micro_s = rt.micro_s > 0 ? rt.micro_s : min_time_s / static_cast<double>(rt.micro_per_iteration());
+  in.measured_s = rt.measured_iter_s;
+  in.lut = dp_ != nullptr && dp_->has_lut ? &dp_->lut : nullptr;
+  if (dp_ != nullptr) {
+    auto s = dp_->sync_per_stream_s.find(rt.deployment);
+    if (s != dp_->sync_per_stream_s.end()) in.sync_per_stream_s = s->second;
+  }
+  const std::vector<DpTime> times = DpIterTimes(shape, in, devices);
+  v->max_gpus = times.back().gpus;
+  v->iter_time_s.assign(static_cast<size_t>(v->max_gpus) + 1, 0.0);
+  for (const DpTime& t : times) v->iter_time_s[static_cast<size_t>(t.gpus)] = t.seconds;
+  if (times.size() > 1) {
+    std::string line;
+    for (const DpTime& t : times) line += StrCat(line.empty() ? "" : ", ", t.gpus, ": ", t.seconds, " s (",
+                                                 DpTimeSourceName(t.source), ")");
+    spdlog::debug("job {}: iteration times offered {}", rt.id, line);
+  }
+}
+
+absl::Status JobRunner::SubmitWave(Runtime& rt, int64_t k) {
+  const DpShape shape = rt.dp_shape();
+  const int gpus = static_cast<int>(rt.plan.devices.size());
+  const int streams = DpStreams(shape, gpus);
+  int64_t accumulated = 0;
+  {
+    absl::MutexLock l(&rt.job->mu);
+    accumulated = rt.job->state.accumulated;
+  }
+  const auto size = static_cast<int>(std::min<int64_t>(streams, rt.micro_per_iteration() - accumulated));
+  const std::vector<std::vector<uint32_t>> groups = DpStreamDevices(rt.plan.devices, shape.pipeline_parallel, size);
+  rt.wave.clear();
+  rt.inflight = nullptr;
+  rt.wave_size = 0;
+  rt.wave_gpus = gpus;
+  if (accumulated == 0) {  // an iteration starts
+    rt.iteration_since = rt.inflight_since;
+    rt.iteration_gpus = gpus;
+  } else if (rt.iteration_gpus != gpus) {
+    rt.iteration_gpus = 0;  // re-planned mid-iteration: not a measurement of one count
+  }
+  for (int i = 0; i < static_cast<int>(groups.size()); ++i) {
+    // One stream: its whole device set, as before data parallelism.
+    std::vector<uint32_t> devs = groups.size() == 1 ? rt.plan.devices : groups[static_cast<size_t>(i)];
+    TrainStepArgs args = MicroBatchStep(rt, k + i, rt.job, std::move(devs), StrCat("job-", rt.id, "/mb-", k + i));
+    args.micro_index = k + i;
+    auto rec = master_->SubmitTrainStep(std::move(args));
+    if (!rec.ok()) {
+      if (absl::IsFailedPrecondition(rec.status()) && master_->draining()) return rec.status();
+      return absl::Status(rec.status().code(), StrCat("submitting micro-batch ", k + i, ": ", rec.status().message()));
+    }
+    if (rt.inflight == nullptr) {
+      rt.inflight = *rec;
+    } else {
+      rt.wave.push_back(*rec);
+    }
+    rt.wave_size += 1;
+  }
+  return absl::OkStatus();
+}
+
+void JobRunner::RecordWave(Runtime& rt, double ms) {
+  const double s = ms / 1000.0;
+  if (rt.wave_size == 1) {
+    // A micro-batch alone: the one-stream times (the planner's gpus.min).
+    rt.micro_s = Ema(rt.micro_s, s);
+    rt.iter_time_s = Ema(rt.iter_time_s, s * static_cast<double>(rt.micro_per_iteration()));
+  } else if (rt.micro_s > 0 && dp_ != nullptr) {
+    const double extra = std::max(0.0, (s - rt.micro_s) / static_cast<double>(rt.wave_size - 1));
+    double& sync = dp_->sync_per_stream_s[rt.deployment];
+    sync = Ema(sync, extra);
+  }
+  // A whole iteration on one device count: measured, and fed to the LUT.
+  if (rt.step() > rt.inflight_step_before && rt.iteration_gpus > 0 && rt.iteration_gpus == rt.wave_gpus) {
+    const double iter_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - rt.iteration_since).count();
+    rt.measured_iter_s[rt.iteration_gpus] = Ema(rt.measured_iter_s[rt.iteration_gpus], iter_s);
+    if (dp_ != nullptr && dp_->has_lut) {
+      const ymir::LutKey key = DpLutKey(rt.dp_shape(), rt.iteration_gpus);
+      if (dp_->lut.Update(key, iter_s).ok()) dp_->lut_dirty = true;
+    }
+  }
+  if (rt.step() > rt.inflight_step_before) rt.iteration_gpus = 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -1343,6 +1604,14 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
   }
   for (Runtime* r : {&a, &b}) {
     normal_runs_[r->id].normal = false;  // trained jointly: no normal run
+    // One joint stream, no data parallelism: a wave of one micro-batch that
+    // is no measurement of a GPU count (joint timings stay out of the time
+    // LUT and measured_iter_s; RecordWave still takes it as the job's
+    // one-stream micro-batch time, as before data parallelism).
+    r->wave.clear();
+    r->wave_size = 1;
+    r->wave_gpus = static_cast<int>(info.plan.devices.size());
+    r->iteration_gpus = 0;
     r->inflight = *rec;
     r->inflight_since = now;
     r->inflight_step_before = r->step();

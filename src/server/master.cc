@@ -1079,6 +1079,10 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
       return absl::InvalidArgumentError(StrCat("partners: ", i, " is null or the step's own job"));
     }
   }
+  if (!args.partners.empty() && args.micro_index >= 0) {
+    return absl::InvalidArgumentError(StrCat("micro_index: ", args.micro_index,
+                                             " on a joint step; concurrent micro-batches are single-job only"));
+  }
   if (!args.partners.empty() && args.batch->row_task.size() != static_cast<size_t>(args.rows)) {
     return absl::InvalidArgumentError(StrCat("batch.row_task: a joint step needs one task index per row (",
                                              args.batch->row_task.size(), " for ", args.rows, " rows)"));
@@ -1117,7 +1121,10 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
       auto id = im.gmg.Instantiate(spec);
       if (!id.ok()) return Annotate(id.status(), "train step");
       if (absl::Status r = im.real->SetTrainRequest(args.deployment, *id,
-                                                    executor::LlamaTrainRequest{args.job, *args.batch, args.partners});
+                                                    executor::LlamaTrainRequest{.job = args.job,
+                                                                                .batch = *args.batch,
+                                                                                .micro_index = args.micro_index,
+                                                                                .partners = args.partners});
           !r.ok()) {
         (void)im.gmg.CancelInstance(*id, "its training request could not be registered", now);
         return r;

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -67,6 +68,16 @@ ALTER TABLE jobs ADD COLUMN iterations_target INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN last_loss REAL NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN message TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN plan_json TEXT NOT NULL DEFAULT '{}';
+)sql",
+    // 2 -> 3: pairs the job runner's stop-loss decoupled; the planner never
+    // pairs them again, across restarts (job_a < job_b).
+    R"sql(
+CREATE TABLE decoupled_pairs (
+  job_a        INTEGER NOT NULL,
+  job_b        INTEGER NOT NULL,
+  time_unix_ms INTEGER NOT NULL,
+  PRIMARY KEY (job_a, job_b)
+) WITHOUT ROWID;
 )sql",
 };
 static_assert(static_cast<int>(std::size(kMigrations)) == StateStore::kSchemaVersion);
@@ -647,6 +658,13 @@ absl::StatusOr<std::vector<uint64_t>> StateStore::ApplyJobChanges(const std::vec
     if (sqlite3_changes(db_) == 0) return absl::NotFoundError(StrCat("no fine-tuning job with id ", c.job_id));
     SLICESCHED_ASSIGN_OR_RETURN(uint64_t seq, AppendEventLocked(c.job_id, now, c.event_kind, c.details_json));
     seqs.push_back(seq);
+    if (c.never_pair_with.has_value()) {
+      constexpr std::string_view kSql =
+          "INSERT OR IGNORE INTO decoupled_pairs (job_a, job_b, time_unix_ms) VALUES (?1, ?2, ?3)";
+      SLICESCHED_ASSIGN_OR_RETURN(Statement pst, Statement::Prepare(db_, kSql, path_));
+      const uint64_t a = std::min(c.job_id, *c.never_pair_with), b = std::max(c.job_id, *c.never_pair_with);
+      SLICESCHED_RETURN_IF_ERROR(pst.Bind(1, static_cast<int64_t>(a)).Bind(2, static_cast<int64_t>(b)).Bind(3, now).Run());
+    }
   }
   SLICESCHED_RETURN_IF_ERROR(txn.Commit());
   return seqs;
@@ -697,6 +715,19 @@ absl::StatusOr<std::vector<JobEvent>> StateStore::ListJobEvents(uint64_t job_id,
     if (!row) break;
     out.push_back(JobEvent{static_cast<uint64_t>(st.Int(0)), static_cast<uint64_t>(st.Int(1)), st.Int(2),
                            st.Text(3), st.Text(4)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListDecoupledPairs() {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql = "SELECT job_a, job_b, time_unix_ms FROM decoupled_pairs ORDER BY job_a, job_b";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  std::vector<DecoupledPair> out;
+  while (true) {
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(DecoupledPair{static_cast<uint64_t>(st.Int(0)), static_cast<uint64_t>(st.Int(1)), st.Int(2)});
   }
   return out;
 }

@@ -288,6 +288,32 @@ TEST_F(JobManagerTest, DecoupleSplitsBothJobsOfAPair) {
   ExpectGaplessLog(b);
 }
 
+// A decoupling with never_pair_again stores the pair in the same
+// transaction; it is listed after a restart. A plain decoupling is not.
+TEST_F(JobManagerTest, NeverPairAgainSurvivesARestart) {
+  const uint64_t a = Queued("a");
+  const uint64_t b = Queued("b");
+  const uint64_t c = Queued("c");
+  const uint64_t d = Queued("d");
+  ASSERT_TRUE(manager_->Run(b, Paired({0}, RunMode::kSpatial, a, 0.3)).ok());
+  ASSERT_TRUE(manager_->Run(a, Paired({0}, RunMode::kSpatial, b, 0.3)).ok());
+  ASSERT_TRUE(manager_->Run(c, Paired({1}, RunMode::kSpatial, d, 0.3)).ok());
+  ASSERT_TRUE(manager_->Run(d, Paired({1}, RunMode::kSpatial, c, 0.3)).ok());
+  EXPECT_TRUE(manager_->NeverPairedAgain()->empty());
+  ASSERT_TRUE(manager_->Decouple(b, "stop-loss: no gain", {}, /*never_pair_again=*/true).ok());
+  ASSERT_TRUE(manager_->Decouple(c, "operator asked").ok());
+  EXPECT_THAT(LastDetails(b), HasSubstr("\"never_pair_again\":true"));
+  EXPECT_THAT(LastDetails(c), ::testing::Not(HasSubstr("never_pair_again")));
+  const std::set<std::pair<uint64_t, uint64_t>> want = {{a, b}};
+  EXPECT_EQ(*manager_->NeverPairedAgain(), want);
+  Open();  // restart
+  auto after = manager_->NeverPairedAgain();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, want);
+  ExpectGaplessLog(a);
+  ExpectGaplessLog(b);
+}
+
 TEST_F(JobManagerTest, LeavingRunningDecouplesThePartner) {
   const uint64_t a = Queued("a");
   const uint64_t b = Queued("b");

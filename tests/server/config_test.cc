@@ -265,6 +265,22 @@ TEST(SlicedConfigTest, PlannerSection) {
   EXPECT_THAT(err, HasSubstr("colour"));
 }
 
+// planner.time_lut / profile_from_lut (the runner's data-parallel times).
+TEST(SlicedConfigTest, PlannerTimeLut) {
+  auto d = Parse(kBase);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->planner.time_lut_path.empty());
+  EXPECT_FALSE(d->planner.profile_from_lut);
+  auto c = Parse(std::string(kBase) + "planner: {time_lut: /var/lib/sliced/lut.csv, profile_from_lut: true}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->planner.time_lut_path, "/var/lib/sliced/lut.csv");
+  EXPECT_TRUE(c->planner.profile_from_lut);
+  EXPECT_THAT(ErrorOf(std::string(kBase) + "planner: {profile_from_lut: true}\n"),
+              HasSubstr("planner.profile_from_lut: needs planner.time_lut"));
+  EXPECT_THAT(ErrorOf(std::string(kBase) + "planner: {time_lut: /l.csv, profile_from_lut: maybe}\n"),
+              HasSubstr("profile_from_lut"));
+}
+
 TEST(SlicedConfigTest, LoadFromFileResolvesRelativeWeights) {
   const std::string dir = ::testing::TempDir();
   const std::string path = dir + "/sliced_config_test.yaml";

@@ -328,6 +328,54 @@ TEST_F(JobRunnerSpatialTest, RestartResumesBothMembersFromTheirOwnCheckpoints) {
   EXPECT_EQ(runner_->stats().steps_done, static_cast<uint64_t>(2 * (16 - held_a.step)));
 }
 
+// A spatial member decoupled between two joint micro-batches can hold a
+// complete iteration whose joint step waited for its partner (A with
+// grad_accumulation 1 next to B with 2, after their first joint
+// micro-batch), and so can its checkpoint. Resumed from such a checkpoint
+// (made here from a real one by accumulating the next micro-batch), the job
+// takes that AdamW step alone first and then trains on: it completes in the
+// state of the operators called directly instead of waiting forever for a
+// wave of zero micro-batches.
+TEST_F(JobRunnerSpatialTest, JobHoldingACompleteIterationTakesItsStepAloneFirst) {
+  const uint64_t a = Submit(Spec("a", "fa-major", "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 5"));
+  ProfileAndPlan({a});
+  ASSERT_EQ(Job(a).state, jobs::JobState::kRunning) << Job(a).message;
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 1; }));
+  std::vector<TrainBatch> mb;
+  for (int k = 0; k < 5; ++k) {
+    TrainBatch x;
+    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
+    mb.push_back(x);
+  }
+  runner_->Stop();  // checkpoints the job
+  runner_.reset();
+  auto weights = master_->BackboneWeights("tiny-ft");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const LlamaDims dims = (*weights)->dims();
+  executor::SetIntraOpThreadsForThisThread(1);  // as on the device threads
+  TaskState held = Checkpoint(a, dims);
+  const int64_t s = held.step;
+  ASSERT_GE(s, 1);
+  ASSERT_LE(s, 3);
+  ASSERT_EQ(held.accumulated, 0);
+  ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, held, mb[static_cast<size_t>(s)]).ok());
+  ASSERT_TRUE(executor::SaveTaskCheckpoint(Job(a).checkpoint_path, held).ok());
+
+  OpenJobs();  // the restart
+  NewRunner();
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state); }, 100));
+  EXPECT_EQ(Job(a).state, jobs::JobState::kCompleted) << Job(a).message;
+  EXPECT_EQ(Job(a).iterations_done, 5);
+  TaskState direct = held;
+  ASSERT_TRUE(executor::AdamWStep(direct).ok());
+  for (int64_t k = s + 1; k < 5; ++k) {
+    ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, direct, mb[static_cast<size_t>(k)]).ok());
+    ASSERT_TRUE(executor::AdamWStep(direct).ok());
+  }
+  EXPECT_TRUE(BitEqual(Checkpoint(a, dims), direct)) << "not the held step followed by plain steps";
+  EXPECT_EQ(runner_->stats().steps_done, static_cast<uint64_t>(5 - (s + 1)));
+}
+
 // The numeric field `name` of an event's details (NaN when absent).
 double Detail(const JobEvent& e, const std::string& name) {
   const std::string key = StrCat("\"", name, "\":");

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "slicesched/common/clock.h"
@@ -23,6 +24,7 @@
 #include "slicesched/server/config.h"
 #include "slicesched/server/job_runner.h"
 #include "slicesched/server/master.h"
+#include "slicesched/ymir/time_lut.h"
 
 namespace slicesched {
 namespace {
@@ -416,6 +418,8 @@ TEST_F(JobRunnerStopLossTest, PairingThatDoesNotImproveIsDecoupledAndEachJobCont
   EXPECT_THAT(judged->details_json, HasSubstr("did not improve accuracy within 2 epochs"));
   EXPECT_THAT(judged->details_json, HasSubstr("at 2.00 epochs"));
   EXPECT_THAT(judged->details_json, HasSubstr("\"mode\":\"spatial\""));
+  EXPECT_THAT(judged->details_json, HasSubstr("\"never_pair_again\":true"));  // stored: survives a restart
+  EXPECT_EQ(*jobs_->NeverPairedAgain(), (std::set<std::pair<uint64_t, uint64_t>>{{std::min(a, b), std::max(a, b)}}));
   EXPECT_THAT(other->details_json, HasSubstr("was decoupled: stop-loss"));
   EXPECT_EQ(Job(a).plan.mode, jobs::RunMode::kAlone);
   EXPECT_EQ(Job(b).plan.mode, jobs::RunMode::kAlone);
@@ -599,6 +603,138 @@ TEST_F(JobRunnerTest, TrainStepsStayInsideTheirDeviceSet) {
   auto r = master_->SubmitTrainStep(bad);
   EXPECT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("devices: 7"));
+}
+
+// A pair the stop-loss decoupled (JobManager::Decouple with
+// never_pair_again) stays apart after a restart: the gains table would pair
+// these two temporally (YmirPairsRelatedJobsTemporally), the new runner
+// reads the stored pair and runs both alone.
+TEST_F(JobRunnerPairingTest, PairDecoupledBeforeARestartIsNeverPairedAgain) {
+  StartDaemon(1, WithGains(PlannerConfig::Mode::kYmir));
+  const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
+  const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
+  ASSERT_TRUE(jobs_->Queue(a).ok());
+  ASSERT_TRUE(jobs_->Queue(b).ok());
+  jobs::RunPlan plan;
+  plan.devices = {0};
+  plan.mode = jobs::RunMode::kTemporal;
+  plan.partner = b;
+  ASSERT_TRUE(jobs_->Run(a, plan).ok());
+  ASSERT_TRUE(jobs_->Decouple(a, "stop-loss: (test)", {}, /*never_pair_again=*/true).ok());
+  OpenJobs();  // the restart: a goes back to queued
+  ASSERT_EQ(Job(a).state, jobs::JobState::kQueued);
+  NewRunner();
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  EXPECT_EQ(Job(a).state, jobs::JobState::kCompleted) << Job(a).message;
+  EXPECT_EQ(Job(b).state, jobs::JobState::kCompleted) << Job(b).message;
+  for (uint64_t id : {a, b}) {
+    bool restarted = id == b;  // b never ran before the restart
+    for (const JobEvent& e : Events(id)) {
+      restarted |= e.kind == "recovered";
+      if (!restarted || (e.kind != "running" && e.kind != "replanned")) continue;
+      EXPECT_THAT(e.details_json, HasSubstr("\"mode\":\"alone\"")) << "job " << id << " was paired again";
+    }
+  }
+}
+
+// Data parallelism (server/job_runner_dp.h). Two jobs with the same data,
+// seed and hyperparameters (gradient accumulation 2): one may use 2 devices
+// (gpus.max 2), the other 1. The planner gives the first both devices, its
+// iterations run as waves of 2 concurrent micro-batches, one per device;
+// the state it ends with is bit-identical to the one-stream job's.
+bool BitEqualAdapters(const executor::TaskAdapters& a, const executor::TaskAdapters& b) {
+  const auto na = a.NamedTensors(), nb = b.NamedTensors();
+  if (na.size() != nb.size()) return false;
+  for (size_t i = 0; i < na.size(); ++i) {
+    if (na[i].first != nb[i].first || na[i].second.shape() != nb[i].second.shape() ||
+        na[i].second.ToFloat() != nb[i].second.ToFloat()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST_F(JobRunnerTest, DataParallelJobOnTwoDevicesEndsBitIdenticalToOneStream) {
+  StartDaemon(2);
+  NewRunner();
+  const std::string hp = "hyperparameters: {learning_rate: 0.01, batch_size: 8, grad_accumulation: 2}\n";
+  auto yaml = [&](const std::string& name, int max_gpus) {
+    std::string y = SyntheticJob(name, "fa-major", StrCat("gpus: {min: 1, max: ", max_gpus, "}\n"), 80, 2);
+    y.replace(y.find("hyperparameters:"), y.find("stop:") - y.find("hyperparameters:"), hp);
+    return y;
+  };
+  const uint64_t dp = Submit(yaml("dp", 2));
+  ProfileAndPlan({dp});
+  ASSERT_EQ(Job(dp).state, jobs::JobState::kRunning) << Job(dp).message;
+  EXPECT_EQ(Job(dp).plan.devices, (std::vector<uint32_t>{0, 1}));
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(dp).state); }));
+  ASSERT_EQ(Job(dp).state, jobs::JobState::kCompleted) << Job(dp).message;
+  EXPECT_EQ(Job(dp).iterations_done, 8);  // 64 rows / 16 per iteration x 2 epochs
+  // Every wave had one micro-batch per device. Profiling ran on device 0
+  // only, so operators on device 1 are the second stream's.
+  auto tl = master_->Timeline(Timestamp::Never(), Timestamp::Infinite(), 1000000);
+  ASSERT_TRUE(tl.ok());
+  std::set<uint32_t> used;
+  for (const TimelineEntry& e : tl->result.events) {
+    if (!e.is_transfer()) used.insert(e.device);
+  }
+  EXPECT_EQ(used, (std::set<uint32_t>{0, 1}));
+  EXPECT_EQ(runner_->stats().steps_done, 16u);  // 8 iterations x 2 micro-batches
+
+  const uint64_t one = Submit(yaml("one", 1));
+  ProfileAndPlan({one});
+  ASSERT_EQ(Job(one).state, jobs::JobState::kRunning) << Job(one).message;
+  EXPECT_EQ(Job(one).plan.devices.size(), 1u);
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(one).state); }));
+  ASSERT_EQ(Job(one).state, jobs::JobState::kCompleted) << Job(one).message;
+
+  auto dims = LlamaPreset("tiny");
+  ASSERT_TRUE(dims.ok());
+  auto a = executor::LoadTaskCheckpoint(Job(dp).checkpoint_path, *dims);
+  auto b = executor::LoadTaskCheckpoint(Job(one).checkpoint_path, *dims);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->step, 8);
+  EXPECT_EQ(b->step, 8);
+  EXPECT_TRUE(BitEqualAdapters(a->params, b->params));
+  EXPECT_TRUE(BitEqualAdapters(a->m, b->m));
+  EXPECT_TRUE(BitEqualAdapters(a->v, b->v));
+  EXPECT_EQ(Job(dp).last_loss, Job(one).last_loss);
+}
+
+// planner.time_lut + profile_from_lut: a job whose key the LUT measured is
+// queued without profiling micro-batches, with the LUT's time; its measured
+// iterations are folded back into the LUT file.
+TEST_F(JobRunnerTest, ProfilingReadsTheTimeLutAndMeasuredIterationsGoBackIntoIt) {
+  PlannerConfig p;
+  p.time_lut_path = StrCat(UniqueDir("lut"), "/lut.csv");
+  p.profile_from_lut = true;
+  {
+    ymir::TimeLut lut;
+    ASSERT_TRUE(lut.Set(ymir::LutKey{.devices = 1, .grad_accum = 1, .local_batch = 8}, 0.125, 3).ok());
+    ASSERT_TRUE(lut.Save(p.time_lut_path).ok());
+  }
+  StartDaemon(1, p);
+  NewRunner();
+  const uint64_t id = Submit(SyntheticJob("from-lut", "fa-major"));
+  ASSERT_TRUE(TickUntil([&] { return Job(id).state != jobs::JobState::kSubmitted &&
+                                     Job(id).state != jobs::JobState::kProfiling; }));
+  EXPECT_EQ(runner_->stats().profile_steps, 0u);
+  std::vector<JobEvent> ev;
+  const JobEvent* prof = FindEventWith(id, "progress", "profiled_iter_time_s", &ev);
+  ASSERT_NE(prof, nullptr);
+  EXPECT_THAT(prof->details_json, HasSubstr("\"profiled_iter_time_s\":0.125"));
+  EXPECT_THAT(prof->details_json, HasSubstr("\"profile_from_lut\":1"));
+  EXPECT_THAT(prof->details_json, HasSubstr("\"profile_micro_batches\":0"));
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(id).state); }));
+  EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+  runner_->Stop();  // writes the LUT back
+  auto lut = ymir::TimeLut::Load(p.time_lut_path);
+  ASSERT_TRUE(lut.ok()) << lut.status();
+  auto e = lut->entries().find(ymir::LutKey{.devices = 1, .grad_accum = 1, .local_batch = 8});
+  ASSERT_NE(e, lut->entries().end());
+  EXPECT_EQ(e->second.samples, 3 + 16);  // 16 measured iterations folded in
+  EXPECT_NE(e->second.seconds, 0.125);
 }
 
 }  // namespace

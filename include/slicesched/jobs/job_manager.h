@@ -63,6 +63,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -190,7 +191,14 @@ class JobManager {
   absl::StatusOr<JobInfo> Run(uint64_t id, const RunPlan& plan);
   absl::StatusOr<JobInfo> Pause(uint64_t id, std::string_view reason);
   absl::StatusOr<JobInfo> Preempt(uint64_t id, std::string_view reason);
-  absl::StatusOr<JobInfo> Decouple(uint64_t id, std::string_view reason, std::optional<double> actual_gain = {});
+  // never_pair_again: the pair (id, its partner) is also stored (StateStore
+  // decoupled_pairs, same transaction; the event's details get
+  // "never_pair_again": true) and listed by NeverPairedAgain from then on,
+  // across restarts.
+  absl::StatusOr<JobInfo> Decouple(uint64_t id, std::string_view reason, std::optional<double> actual_gain = {},
+                                   bool never_pair_again = false);
+  // The pairs decoupled with never_pair_again, as (smaller id, larger id).
+  absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> NeverPairedAgain();
   absl::StatusOr<JobInfo> Complete(uint64_t id, const CompletionReport& report);
   absl::StatusOr<JobInfo> Fail(uint64_t id, std::string_view reason);
   // Progress and the latest checkpoint (the resume point after a restart).

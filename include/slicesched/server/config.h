@@ -99,6 +99,14 @@ struct PlannerConfig {
   Duration checkpoint_interval = Duration::Seconds(30);
   Duration prefetch = Duration::Seconds(30);
   int64_t eval_every_steps = 0;
+  // Ymir's time LUT (ymir/time_lut.h CSV, `slicesim ymir-lut`): "" = none.
+  // With it the runner derives the iteration times of GPU counts it has not
+  // measured from the LUT, and folds measured iterations back into it
+  // (written back to the same file). See server/job_runner.h.
+  std::string time_lut_path;
+  // With a time LUT: a job whose key the LUT holds as measured skips
+  // profiling (no micro-batches run) and is queued with the LUT's time.
+  bool profile_from_lut = false;
 };
 absl::string_view PlannerModeName(PlannerConfig::Mode mode);  // "ymir" / "elastic"
 

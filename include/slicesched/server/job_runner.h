@@ -25,8 +25,11 @@
 //      A queued job, a completion or a decoupling makes the next pass plan;
 //      such a requested round waits while any job is still profiling (at
 //      most until the planner.interval round is due), so jobs submitted
-//      together are planned together. Not implemented: reading the time from a
-//      time LUT instead of measuring.
+//      together are planned together. With planner.time_lut and
+//      planner.profile_from_lut, a job whose LUT key (DpLutKey at gpus.min)
+//      the LUT holds as measured (not interpolated) runs no profiling
+//      micro-batch: its data is loaded, its time is the LUT's, and the event
+//      says "profile_from_lut": 1, "profile_micro_batches": 0.
 //   2. Planning, every planner.interval of the injected clock and on
 //      arrivals / completions: one ymir::JobView per queued, paused or
 //      running job (below), ymir::Plan on the cluster's devices, and the
@@ -45,15 +48,28 @@
 //      gets {0,1} or {2,3}), so a pp2 partition fits inside the set.
 //      planner.mode = elastic gives the planner no pair estimates: the same
 //      ILP as a plain elastic scheduler (no transfer).
-//   3. Execution. A running job has at most one micro-batch in flight (its
-//      iterations read the adapters the previous optimizer step left); each
-//      is a Master::SubmitTrainStep on the job's plan devices
-//      (InstanceSpec::allowed_devices bounds the scheduler's placement), in
-//      the offline class, so online serving keeps priority. An iteration is
-//      grad_accumulation micro-batches of batch_size rows (one AdamW step).
-//      A failed micro-batch fails the job with the operator's message. The
-//      two jobs of a spatial pair share one stream of joint micro-batches
-//      (see "What is executed for pairs" below).
+//   3. Execution. An iteration is grad_accumulation micro-batches of
+//      batch_size rows (one AdamW step); each micro-batch is a
+//      Master::SubmitTrainStep in the offline class, so online serving keeps
+//      priority, bounded to devices of the job's plan
+//      (InstanceSpec::allowed_devices), so the planner's GPU set bounds where
+//      the operator-level scheduler places the job's operators. A job alone
+//      (or in a temporal pair) uses data parallelism
+//      (server/job_runner_dp.h): a plan of g devices runs m = g /
+//      pipeline_parallel streams; an iteration runs as waves of up to m
+//      concurrent micro-batches of that iteration (never of the next: its
+//      forwards read the stepped adapters), stream i on its own device
+//      group (devices [i*pp, (i+1)*pp) of the plan; a wave of one
+//      micro-batch uses the whole plan set). Each carries its micro_index;
+//      the optimizer operator folds the gradients into the job's TaskState
+//      in micro_index order (executor/llama_kernels.h), so the state is
+//      bit-identical to one sequential stream whatever order they finish
+//      in. The next wave is submitted when the whole wave ended. The two
+//      jobs of a spatial pair instead share ONE stream of joint
+//      micro-batches on the pair's whole device set, one in flight at a
+//      time, without data parallelism (see "What is executed for pairs"
+//      below). A failed micro-batch fails the job (a joint one: both jobs)
+//      with the operator's message (once its wave ended).
 //   4. Evaluation and stop. At every multiple of eval_every_steps
 //      iterations (0: at each epoch end) and at the limit, the job's metric
 //      is computed (a point passed while the job was paused is evaluated on
@@ -84,10 +100,22 @@
 // JobView from the job's state: remaining_iterations = the iteration limit
 // (max_epochs x iterations per epoch, capped by max_iterations) minus
 // iterations_done; iter_time_s[min_gpus] = the measured seconds per
-// iteration of this job (else of any job on the same deployment, else
-// default_iter_time_s), and 0 for every other count: the runner executes one
-// micro-batch stream per job, so more GPUs than min_gpus would not make it
-// faster and the planner is not offered them; fair_share_jct_s = remaining x
+// iteration of this job on one stream (profiling, then an EMA over its
+// micro-batches that ran as a wave of one, a spatial pair's joint
+// micro-batches included, x grad_accumulation; else of any job on the
+// same deployment, else default_iter_time_s); the larger counts that need
+// fewer waves per iteration, up to gpus.max and the cluster
+// (DpOfferedGpuCounts), are offered with DpIterTimes: the job's measured
+// iterations on that count, else scaled by the time LUT
+// (planner.time_lut), else ESTIMATED as micro-batch time x ceil(GA / m)
+// plus a sync cost per extra concurrent stream (measured from this
+// deployment's waves, else 10% of a micro-batch); every other count is 0
+// (not allowed). Measured iterations (a whole iteration on one device
+// count, never a joint one) go back into the LUT by TimeLut::Update
+// (EWMA), written to the
+// LUT's file after each planning round and at Stop (a missing file starts
+// empty). The LUT key has no sequence length or backbone: one LUT is
+// assumed to describe the daemon's jobs; fair_share_jct_s = remaining x
 // time x max(1, demand / devices); waited_s from the submission time;
 // has_progress once a step ran. Tasks for the gains table are the
 // synthetic task names (file datasets: the job name), as `slicesim
@@ -133,8 +161,10 @@
 // ...") (event "decoupled" with the reason; a spatial partner is decoupled in
 // the same transaction, reason "partner job N was decoupled: stop-loss:
 // ..."); the jobs keep their TaskState and step count and continue as normal
-// jobs, and the pair is never offered to the planner again while this runner
-// lives (a restart forgets it: the pair may be tried once more). On kKeep the
+// jobs, and the pair is never offered to the planner again: the decoupling
+// is stored with never_pair_again (the state database's decoupled_pairs, in
+// the decoupling's transaction) and a new runner reads those pairs at
+// Create, so a restart does not pair them again either. On kKeep the
 // evaluation's progress event carries "stop_loss_kept": 1 and the pairing
 // continues unwatched. A pairing that stops running (re-plan, pause,
 // preemption, completion) drops its watch; if it runs again, the window
@@ -163,14 +193,27 @@
 //     one JointAdamWStep when both have their grad_accumulation micro-batches:
 //     both step counts advance together. It is submitted in the pass of B,
 //     once A's pass has processed the previous step (and its evaluation).
+//   * No data parallelism for joint steps: the pair runs ONE stream, one
+//     joint micro-batch in flight at a time (a wave of one, no micro_index:
+//     the kernels reject a joint request carrying one) on the pair's whole
+//     device set, whatever number of devices the plan gives the pair. (The
+//     planner prices a pair on g devices from its members' data-parallel
+//     times t(g); the joint stream does not get faster with g.)
 //   * Evaluation, completion and checkpoints stay per job (each with its own
 //     head and TaskState). Progress, loss and iteration times are per job
-//     (stats().steps_done counts a joint micro-batch once per member).
+//     (stats().steps_done counts a joint micro-batch once per member); a
+//     joint micro-batch's time is each member's one-stream micro-batch time
+//     but never a measurement of a GPU count (time LUT, measured_iter_s).
 //   * Decoupling (stop-loss, a re-plan, a partner pausing, completing,
 //     failing or being cancelled: the JobManager decouples both) stops the
-//     joint steps; each job continues alone with plain steps from exactly
-//     its own TaskState, which is at every instant an independent task (its
-//     copy of the shared adapter, its head, its moments and step count).
+//     joint steps; each job continues alone (data-parallel again) from
+//     exactly its own TaskState, which is at every instant an independent
+//     task (its copy of the shared adapter, its head, its moments and step
+//     count). A job that holds a complete iteration then (it finished its
+//     grad_accumulation micro-batches while the partner, with a larger
+//     grad_accumulation, was still accumulating: the joint step waited)
+//     first takes that AdamW step alone, then continues with the next
+//     iteration; so does one resumed from a checkpoint taken in that state.
 //   * A restart: each member resumes from its own checkpoint, alone (it has
 //     progress, so the planner does not pair it spatially again).
 //
@@ -200,6 +243,9 @@
 #include "slicesched/server/master.h"
 
 namespace slicesched {
+namespace ymir {
+struct JobView;  // ymir/planner.h
+}  // namespace ymir
 
 namespace executor {
 struct TaskState;   // executor/train_ops.h
@@ -264,6 +310,7 @@ class JobRunner {
 
  private:
   struct Gains;
+  struct DpState;  // the time LUT, measured sync costs (job_runner.cc)
   struct PairWatch;  // the stop-loss of one spatial pairing (job_runner.cc)
   JobRunner(Master* master, jobs::JobManager* jobs, JobRunnerOptions options);
 
@@ -284,6 +331,16 @@ class JobRunner {
   absl::Status Prepare(Runtime& rt, const jobs::JobInfo& info, bool with_state);
   absl::Status Checkpoint(Runtime& rt, const std::map<std::string, double>& extra);
   absl::Status Evaluate(Runtime& rt, double* metric, double* loss);
+  // Data parallelism (job_runner_dp.h; see 3. and "JobView" above).
+  absl::Status LoadTimeLut();
+  void SaveTimeLut();
+  // Profiling from the time LUT: true when it handled the job (queued it,
+  // or failed it when its data does not load).
+  bool ProfileFromLut(Runtime& rt, const jobs::JobInfo& info);
+  void OfferIterTimes(Runtime& rt, double min_time_s, int devices, ymir::JobView* v);
+  // Submits the next wave, micro-batches k, k+1, ..; records them in rt.
+  absl::Status SubmitWave(Runtime& rt, int64_t k);
+  void RecordWave(Runtime& rt, double ms);
   void FailJob(uint64_t id, const std::string& reason);
   std::string DeploymentFor(const jobs::JobSpec& spec, absl::Status* error);
 
@@ -318,6 +375,7 @@ class JobRunner {
   SteadyClock own_clock_;
   const Clock* clock_;
   std::unique_ptr<Gains> gains_;
+  std::unique_ptr<DpState> dp_;
   std::map<uint64_t, std::unique_ptr<Runtime>> runtimes_;
   std::map<uint64_t, uint64_t> temporal_source_;  // target job -> source job
   // Keyed by (smaller id, larger id).

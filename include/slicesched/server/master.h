@@ -197,6 +197,11 @@ struct TrainStepArgs {
   std::vector<uint32_t> devices;
   int32_t priority = 0;
   std::string label;
+  // -1: accumulated when it ends (one stream). >= 0: the job's global
+  // micro-batch number; micro-batches of one iteration may then run
+  // concurrently and are accumulated in this order (llama_kernels.h).
+  // Single-job steps only: InvalidArgument together with `partners`.
+  int64_t micro_index = -1;
 };
 
 struct GenerateArgs {

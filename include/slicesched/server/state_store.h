@@ -10,6 +10,9 @@
 //                 human-readable message and the current plan as JSON
 //   job_events    a per-job append-only log: (job id, seq) with seq = 1, 2, ...
 //                 without gaps, time, kind, details as JSON text
+//   decoupled_pairs (schema 3) pairs of jobs the planner must never pair
+//                 again (the job runner's stop-loss decoupled them), stored in
+//                 the same transaction as the decoupling event
 //
 // The database runs in WAL mode (readers never block the writer) with a busy
 // timeout, so `slicectl` or a second StateStore may read while the daemon
@@ -91,6 +94,15 @@ struct JobChange {
   JobUpdate update;
   std::string event_kind;
   std::string details_json = "{}";
+  // Also records (job_id, never_pair_with) in decoupled_pairs (schema 3).
+  std::optional<uint64_t> never_pair_with;
+};
+
+// A pair the planner must never pair again (job_a < job_b).
+struct DecoupledPair {
+  uint64_t job_a = 0;
+  uint64_t job_b = 0;
+  int64_t time_unix_ms = 0;
 };
 
 struct JobEvent {
@@ -117,7 +129,7 @@ class StateStore {
     int busy_timeout_ms = 5000;
   };
 
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   static constexpr std::string_view kFileName = "sliced.db";
 
   // Opens (creating the directory and the database when missing) and
@@ -175,6 +187,10 @@ class StateStore {
                                           std::string_view details_json = "{}");
   // Events of a job with seq > after_seq, ascending seq.
   absl::StatusOr<std::vector<JobEvent>> ListJobEvents(uint64_t job_id, uint64_t after_seq = 0);
+
+  // --- Pairs never to be paired again (JobChange::never_pair_with) -----------
+  // Every stored pair, ascending (job_a, job_b).
+  absl::StatusOr<std::vector<DecoupledPair>> ListDecoupledPairs();
 
  private:
   class Statement;

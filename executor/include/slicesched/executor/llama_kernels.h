@@ -38,6 +38,20 @@
 // The iterations of one job must run one after another (each forward reads
 // the adapters as the previous optimizer left them).
 //
+// Data parallelism: the micro-batches of ONE iteration may run concurrently
+// (on different devices) when each request names its micro_index, the job's
+// global micro-batch number (step * accumulation + accumulated at the time
+// it was submitted). Their optimizer_step ops then park each gradient (and
+// loss) in LlamaTrainJob::pending and fold the parked ones into the state in
+// micro_index order, starting at the next index the state expects, each
+// AccumulateGradients and AdamWStep exactly as one sequential micro-batch
+// stream would do them: the result is bit-identical to sequential
+// accumulation whatever order the micro-batches finish in. An index the
+// state already accumulated, or one already parked, fails the op. The caller
+// must submit the next iteration's micro-batches only after the previous
+// iteration's optimizer step (they read the stepped adapters). A joint
+// request (below) cannot carry a micro_index: its optimizer_step fails.
+//
 // Spatial joint training (train_ops.h, "Spatial joint training"): a request
 // with `partners` trains T = 1 + partners.size() jobs in one instance on a
 // mixed batch (batch.row_task indexes the slots {job, partners...}); the
@@ -65,7 +79,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,16 +138,36 @@ struct LlamaTrainJob {
   TaskState state ABSL_GUARDED_BY(mu);
   int64_t accumulation = 1;                        // micro-batches per AdamW step
   std::vector<double> losses ABSL_GUARDED_BY(mu);  // per micro-batch, in order
+  // Data parallelism (see the header comment): gradients of micro-batches
+  // that finished before an earlier-numbered one, by micro_index.
+  struct Parked {
+    TaskAdapters grads;
+    std::optional<double> loss;
+  };
+  std::map<int64_t, Parked> pending ABSL_GUARDED_BY(mu);
 };
 
 // What the kernels need to know about one training instance.
 struct LlamaTrainRequest {
   std::shared_ptr<LlamaTrainJob> job;
   TrainBatch batch;  // one task: row_task empty; joint: row_task over {job, partners...}
+  // -1: accumulate on arrival (one micro-batch stream per job). >= 0: the
+  // job's global micro-batch number, accumulated in this order (see above);
+  // single-job requests only (must be -1 when `partners` is non-empty).
+  int64_t micro_index = -1;
   // Spatial joint training: the other jobs (slots 1..), distinct from `job`
   // and from each other. Empty: a plain single-job step.
   std::vector<std::shared_ptr<LlamaTrainJob>> partners;
 };
+
+// The optimizer_step's accumulation for a request with micro_index >= 0:
+// parks `grads` / `loss` under `micro_index` and folds every parked entry
+// that is next in order into job.state (AdamWStep after each
+// job.accumulation-th), appending their losses. FailedPrecondition naming
+// the indices when micro_index was already accumulated or is already parked.
+// Exposed for tests; requires job.mu.
+absl::Status AccumulateInOrder(LlamaTrainJob& job, int64_t micro_index, TaskAdapters grads,
+                               std::optional<double> loss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
 
 // Called by the sample op with the token ids it produced ([B, 1] int64).
 using LlamaTokenSink = std::function<void(InstanceId instance, const Tensor& tokens)>;
