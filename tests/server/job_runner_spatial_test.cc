@@ -9,12 +9,9 @@
 // executors and JobManager; a ManualClock for planning; no sleeps.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -30,6 +27,7 @@
 #include "slicesched/server/config.h"
 #include "slicesched/server/job_runner.h"
 #include "slicesched/server/master.h"
+#include "job_runner_fixture.h"
 
 namespace slicesched {
 namespace {
@@ -91,30 +89,11 @@ TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
   return m;
 }
 
-class JobRunnerSpatialTest : public ::testing::Test {
+class JobRunnerSpatialTest : public JobRunnerFixture {
  protected:
   virtual int Devices() const { return 1; }
   void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = StrCat(::testing::TempDir(), "/sliced_spatial_", ::getpid(), "_", counter++);
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    auto c = ParseSlicedConfig(
-        YAML::Load(StrCat("cluster:\n"
-                          "  devices: [{name: cpu, count: ",
-                          Devices(), ", type: cpu, memory: 256MiB, backend: cpu}]\n"
-                          "deployments:\n"
-                          "  - {name: tiny-ft, model: tiny, weights: {seed: 5}, role: offline, partitions: [single]}\n"
-                          "listen: {unix_socket: ",
-                          dir_, "/s.sock}\nstate_dir: ", dir_, "/state\n")),
-        "<test>");
-    ASSERT_TRUE(c.ok()) << c.status();
-    config_ = *c;
-    MasterOptions mo;
-    mo.estimator_save_interval = Duration::Seconds(3600);
-    auto m = Master::Start(*c, mo);
-    ASSERT_TRUE(m.ok()) << m.status();
-    master_ = *std::move(m);
+    StartMaster("spatial", Devices());
     const std::string gains = StrCat(dir_, "/gains.csv");
     {
       std::ofstream out(gains);
@@ -125,29 +104,6 @@ class JobRunnerSpatialTest : public ::testing::Test {
     OpenJobs();
     NewRunner();
   }
-  void OpenJobs() {
-    jobs_.reset();
-    auto j = jobs::JobManager::Open(config_.state_dir, {});
-    ASSERT_TRUE(j.ok()) << j.status();
-    jobs_ = *std::move(j);
-  }
-  void NewRunner() {
-    if (runner_) runner_->Stop();
-    runner_.reset();
-    JobRunnerOptions o;
-    o.planner = planner_;
-    o.state_dir = config_.state_dir;
-    o.clock = &clock_;
-    auto r = JobRunner::Create(master_.get(), jobs_.get(), o);
-    ASSERT_TRUE(r.ok()) << r.status();
-    runner_ = *std::move(r);
-  }
-  void TearDown() override {
-    if (runner_) runner_->Stop();
-    runner_.reset();
-    jobs_.reset();
-    if (master_) master_->Shutdown();
-  }
   // Job seeds: a = 1, b = 2 (different initial adapters and heads).
   static std::string Spec(const std::string& name, const std::string& task, const std::string& stop) {
     return StrCat("name: ", name, "\nbackbone: tiny\ntrust_domain: lab\n",
@@ -155,39 +111,11 @@ class JobRunnerSpatialTest : public ::testing::Test {
                   "hyperparameters: {learning_rate: 0.01, batch_size: 8, seed: ", name == "a" ? 1 : 2, "}\n",
                   "stop: {", stop, "}\n");
   }
-  uint64_t Submit(const std::string& yaml) {
-    auto r = jobs_->Submit(yaml, "", false);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? r->job_id : 0;
-  }
-  template <typename F>
-  bool TickUntil(F done, int max_ticks = 20000) {
-    for (int i = 0; i < max_ticks; ++i) {
-      absl::Status s = runner_->Tick();
-      EXPECT_TRUE(s.ok()) << s;
-      if (!s.ok()) return false;
-      if (done()) return true;
-      runner_->WaitForProgress(absl::Seconds(2));
-    }
-    return false;
-  }
-  jobs::JobInfo Job(uint64_t id) { return *jobs_->Get(id); }
-  std::vector<JobEvent> Events(uint64_t id) { return *jobs_->Events(id); }
   bool AnyEventWith(uint64_t id, const std::string& kind, const std::string& part) {
     for (const JobEvent& e : Events(id)) {
       if (e.kind == kind && e.details_json.find(part) != std::string::npos) return true;
     }
     return false;
-  }
-  void ProfileAndPlan(std::initializer_list<uint64_t> ids) {
-    ASSERT_TRUE(TickUntil([&] {
-      for (uint64_t id : ids) {
-        const jobs::JobState s = Job(id).state;
-        if (s == jobs::JobState::kSubmitted || s == jobs::JobState::kProfiling) return false;
-      }
-      return true;
-    }));
-    ASSERT_TRUE(runner_->Tick().ok());
   }
   // The fresh state the runner gives a job of Spec() (Prepare's path).
   TaskState Fresh(const LlamaDims& dims, uint64_t seed) {
@@ -204,14 +132,6 @@ class JobRunnerSpatialTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : TaskState{};
   }
-
-  std::string dir_;
-  SlicedConfig config_;
-  PlannerConfig planner_;
-  ManualClock clock_;
-  std::unique_ptr<Master> master_;
-  std::unique_ptr<jobs::JobManager> jobs_;
-  std::unique_ptr<JobRunner> runner_;
 };
 
 // A (3 iterations) + B (4 iterations), both fresh: three joint steps, then A

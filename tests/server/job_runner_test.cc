@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -25,19 +24,12 @@
 #include "slicesched/server/job_runner.h"
 #include "slicesched/server/master.h"
 #include "slicesched/ymir/time_lut.h"
+#include "job_runner_fixture.h"
 
 namespace slicesched {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string UniqueDir(const std::string& name) {
-  static std::atomic<int> counter{0};
-  std::string dir = StrCat(::testing::TempDir(), "/sliced_runner_", name, "_", ::getpid(), "_", counter++);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 std::string SyntheticJob(const std::string& name, const std::string& task, const std::string& extra = "",
                          int examples = 80, int max_epochs = 2) {
@@ -51,73 +43,13 @@ std::string SyntheticJob(const std::string& name, const std::string& task, const
                 max_epochs, "}\n", extra);
 }
 
-class JobRunnerTest : public ::testing::Test {
+class JobRunnerTest : public JobRunnerFixture {
  protected:
   void StartDaemon(int devices, PlannerConfig planner = {}) {
-    dir_ = UniqueDir("t");
-    auto c = ParseSlicedConfig(
-        YAML::Load(StrCat("cluster:\n"
-                          "  devices: [{name: cpu, count: ",
-                          devices,
-                          ", type: cpu, memory: 256MiB, backend: cpu}]\n"
-                          "deployments:\n"
-                          "  - {name: tiny-ft, model: tiny, weights: {seed: 5}, role: offline, partitions: [single]}\n"
-                          "listen: {unix_socket: ", dir_, "/s.sock}\n"
-                          "state_dir: ",
-                          dir_, "/state\n")),
-        "<test>");
-    ASSERT_TRUE(c.ok()) << c.status();
-    config_ = *c;
-    MasterOptions mo;
-    mo.estimator_save_interval = Duration::Seconds(3600);
-    auto m = Master::Start(*c, mo);
-    ASSERT_TRUE(m.ok()) << m.status();
-    master_ = *std::move(m);
+    StartMaster("t", devices);
     planner_ = planner;
     OpenJobs();
   }
-  void OpenJobs() {
-    jobs_.reset();
-    auto j = jobs::JobManager::Open(config_.state_dir, {});
-    ASSERT_TRUE(j.ok()) << j.status();
-    jobs_ = *std::move(j);
-  }
-  void NewRunner() {
-    if (runner_) runner_->Stop();
-    runner_.reset();
-    JobRunnerOptions o;
-    o.planner = planner_;
-    o.state_dir = config_.state_dir;
-    o.clock = &clock_;
-    auto r = JobRunner::Create(master_.get(), jobs_.get(), o);
-    ASSERT_TRUE(r.ok()) << r.status();
-    runner_ = *std::move(r);
-  }
-  void TearDown() override {
-    if (runner_) runner_->Stop();
-    runner_.reset();
-    jobs_.reset();
-    if (master_) master_->Shutdown();
-  }
-  uint64_t Submit(const std::string& yaml) {
-    auto r = jobs_->Submit(yaml, "", false);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? r->job_id : 0;
-  }
-  // Ticks until `done` holds (at most `max_ticks` passes).
-  template <typename F>
-  bool TickUntil(F done, int max_ticks = 20000) {
-    for (int i = 0; i < max_ticks; ++i) {
-      absl::Status s = runner_->Tick();
-      EXPECT_TRUE(s.ok()) << s;
-      if (!s.ok()) return false;
-      if (done()) return true;
-      runner_->WaitForProgress(absl::Seconds(2));
-    }
-    return false;
-  }
-  jobs::JobInfo Job(uint64_t id) { return *jobs_->Get(id); }
-  std::vector<JobEvent> Events(uint64_t id) { return *jobs_->Events(id); }
   const JobEvent* FindEvent(uint64_t id, const std::string& kind, std::vector<JobEvent>* keep) {
     *keep = Events(id);
     for (const JobEvent& e : *keep) {
@@ -139,26 +71,6 @@ class JobRunnerTest : public ::testing::Test {
     for (const JobEvent& e : Events(id)) out.push_back(e.kind);
     return out;
   }
-  // Ticks until no job of `ids` is submitted or profiling any more, then
-  // once more: the planning round their queueing requested.
-  void ProfileAndPlan(std::initializer_list<uint64_t> ids) {
-    ASSERT_TRUE(TickUntil([&] {
-      for (uint64_t id : ids) {
-        const jobs::JobState s = Job(id).state;
-        if (s == jobs::JobState::kSubmitted || s == jobs::JobState::kProfiling) return false;
-      }
-      return true;
-    }));
-    ASSERT_TRUE(runner_->Tick().ok());
-  }
-
-  std::string dir_;
-  SlicedConfig config_;
-  PlannerConfig planner_;
-  ManualClock clock_;
-  std::unique_ptr<Master> master_;
-  std::unique_ptr<jobs::JobManager> jobs_;
-  std::unique_ptr<JobRunner> runner_;
 };
 
 // A job on the synthetic generator runs its micro-batches through the
@@ -707,7 +619,7 @@ TEST_F(JobRunnerTest, DataParallelJobOnTwoDevicesEndsBitIdenticalToOneStream) {
 // iterations are folded back into the LUT file.
 TEST_F(JobRunnerTest, ProfilingReadsTheTimeLutAndMeasuredIterationsGoBackIntoIt) {
   PlannerConfig p;
-  p.time_lut_path = StrCat(UniqueDir("lut"), "/lut.csv");
+  p.time_lut_path = StrCat(UniqueRunnerTestDir("lut"), "/lut.csv");
   p.profile_from_lut = true;
   {
     ymir::TimeLut lut;

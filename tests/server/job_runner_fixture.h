@@ -1,0 +1,124 @@
+// The fixture shared by the job runner's tests (job_runner_test.cc,
+// job_runner_spatial_test.cc): a real Master with LibTorch CPU executors on
+// `devices` CPU devices (one offline deployment "tiny-ft", preset tiny,
+// weights seed 5, partition single), a real JobManager on the state
+// directory, and a JobRunner on a ManualClock. The runner waits on instance
+// records (condition waits), never sleeps.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slicesched/common/clock.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/jobs/job_manager.h"
+#include "slicesched/server/config.h"
+#include "slicesched/server/job_runner.h"
+#include "slicesched/server/master.h"
+
+namespace slicesched {
+
+// A fresh, empty directory under the test temporary directory.
+inline std::string UniqueRunnerTestDir(const std::string& name) {
+  static std::atomic<int> counter{0};
+  std::string dir = StrCat(::testing::TempDir(), "/sliced_runner_", name, "_", ::getpid(), "_", counter++);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+class JobRunnerFixture : public ::testing::Test {
+ protected:
+  // Starts the master on a new directory (dir_); no JobManager or runner yet.
+  void StartMaster(const std::string& name, int devices) {
+    dir_ = UniqueRunnerTestDir(name);
+    auto c = ParseSlicedConfig(
+        YAML::Load(StrCat("cluster:\n"
+                          "  devices: [{name: cpu, count: ",
+                          devices,
+                          ", type: cpu, memory: 256MiB, backend: cpu}]\n"
+                          "deployments:\n"
+                          "  - {name: tiny-ft, model: tiny, weights: {seed: 5}, role: offline, partitions: [single]}\n"
+                          "listen: {unix_socket: ",
+                          dir_, "/s.sock}\nstate_dir: ", dir_, "/state\n")),
+        "<test>");
+    ASSERT_TRUE(c.ok()) << c.status();
+    config_ = *c;
+    MasterOptions mo;
+    mo.estimator_save_interval = Duration::Seconds(3600);
+    auto m = Master::Start(*c, mo);
+    ASSERT_TRUE(m.ok()) << m.status();
+    master_ = *std::move(m);
+  }
+  void OpenJobs() {
+    jobs_.reset();
+    auto j = jobs::JobManager::Open(config_.state_dir, {});
+    ASSERT_TRUE(j.ok()) << j.status();
+    jobs_ = *std::move(j);
+  }
+  void NewRunner() {
+    if (runner_) runner_->Stop();
+    runner_.reset();
+    JobRunnerOptions o;
+    o.planner = planner_;
+    o.state_dir = config_.state_dir;
+    o.clock = &clock_;
+    auto r = JobRunner::Create(master_.get(), jobs_.get(), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    runner_ = *std::move(r);
+  }
+  void TearDown() override {
+    if (runner_) runner_->Stop();
+    runner_.reset();
+    jobs_.reset();
+    if (master_) master_->Shutdown();
+  }
+  uint64_t Submit(const std::string& yaml) {
+    auto r = jobs_->Submit(yaml, "", false);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->job_id : 0;
+  }
+  // Ticks until `done` holds (at most `max_ticks` passes).
+  template <typename F>
+  bool TickUntil(F done, int max_ticks = 20000) {
+    for (int i = 0; i < max_ticks; ++i) {
+      absl::Status s = runner_->Tick();
+      EXPECT_TRUE(s.ok()) << s;
+      if (!s.ok()) return false;
+      if (done()) return true;
+      runner_->WaitForProgress(absl::Seconds(2));
+    }
+    return false;
+  }
+  jobs::JobInfo Job(uint64_t id) { return *jobs_->Get(id); }
+  std::vector<JobEvent> Events(uint64_t id) { return *jobs_->Events(id); }
+  // Ticks until no job of `ids` is submitted or profiling any more, then
+  // once more: the planning round their queueing requested.
+  void ProfileAndPlan(std::initializer_list<uint64_t> ids) {
+    ASSERT_TRUE(TickUntil([&] {
+      for (uint64_t id : ids) {
+        const jobs::JobState s = Job(id).state;
+        if (s == jobs::JobState::kSubmitted || s == jobs::JobState::kProfiling) return false;
+      }
+      return true;
+    }));
+    ASSERT_TRUE(runner_->Tick().ok());
+  }
+
+  std::string dir_;
+  SlicedConfig config_;
+  PlannerConfig planner_;
+  ManualClock clock_;
+  std::unique_ptr<Master> master_;
+  std::unique_ptr<jobs::JobManager> jobs_;
+  std::unique_ptr<JobRunner> runner_;
+};
+
+}  // namespace slicesched
