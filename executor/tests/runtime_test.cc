@@ -303,6 +303,10 @@ TEST(ExecutorSetTest, ChainsAndDiamondsComplete) {
 // times. The owner here takes exactly 50 us (of the manual clock) to react
 // to each event, and a chain alternating between two devices has one
 // operator or transfer in flight at a time, so every gap is exactly 50 us.
+// The owner waits for completions only (WaitForFinish): woken by a start, it
+// would advance the shared clock while the kernel runs (the kernels advance
+// it too), and could then drain that kernel's finish at the advanced time
+// and start the transfer at the instant the producer ended (a 0 gap).
 TEST(ExecutorSetTest, FeedbackCarriesTheHandoffGapsOfEachHop) {
   Rig r(2);
   r.Start();
@@ -310,7 +314,7 @@ TEST(ExecutorSetTest, FeedbackCarriesTheHandoffGapsOfEachHop) {
   r.Place(inst, {0, 1, 0, 1});
   ASSERT_TRUE(r.exec->Dispatch(r.clock.Now()).ok());
   while (r.g.num_instances() > 0) {
-    ASSERT_TRUE(r.exec->WaitForCompletion(absl::Seconds(60)));
+    ASSERT_TRUE(r.exec->WaitForFinish(absl::Seconds(60)));
     r.clock.Advance(Duration::Micros(50));
     ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
   }
