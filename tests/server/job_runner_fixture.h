@@ -18,6 +18,7 @@
 
 #include "slicesched/common/clock.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/executor/train_ops.h"
 #include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/job_runner.h"
@@ -32,6 +33,26 @@ inline std::string UniqueRunnerTestDir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// Bit-exact equality of two jobs' adapters (every named tensor, shape and
+// value) and of two whole training states (step, accumulation, parameters,
+// AdamW moments, accumulated gradients while any are held).
+inline bool BitEqual(const executor::TaskAdapters& a, const executor::TaskAdapters& b) {
+  const auto na = a.NamedTensors(), nb = b.NamedTensors();
+  if (na.size() != nb.size()) return false;
+  for (size_t i = 0; i < na.size(); ++i) {
+    if (na[i].first != nb[i].first || na[i].second.shape() != nb[i].second.shape() ||
+        na[i].second.ToFloat() != nb[i].second.ToFloat()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+inline bool BitEqual(const executor::TaskState& a, const executor::TaskState& b) {
+  return a.step == b.step && a.accumulated == b.accumulated && BitEqual(a.params, b.params) &&
+         BitEqual(a.m, b.m) && BitEqual(a.v, b.v) && (a.accumulated == 0 || BitEqual(a.grad_sum, b.grad_sum));
 }
 
 class JobRunnerFixture : public ::testing::Test {

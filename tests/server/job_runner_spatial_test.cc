@@ -37,23 +37,6 @@ using executor::TaskState;
 using executor::TrainBatch;
 using ::testing::HasSubstr;
 
-bool BitEqual(const TaskAdapters& a, const TaskAdapters& b) {
-  const auto na = a.NamedTensors(), nb = b.NamedTensors();
-  if (na.size() != nb.size()) return false;
-  for (size_t i = 0; i < na.size(); ++i) {
-    if (na[i].first != nb[i].first || na[i].second.shape() != nb[i].second.shape() ||
-        na[i].second.ToFloat() != nb[i].second.ToFloat()) {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool BitEqual(const TaskState& a, const TaskState& b) {
-  return a.step == b.step && a.accumulated == b.accumulated && BitEqual(a.params, b.params) &&
-         BitEqual(a.m, b.m) && BitEqual(a.v, b.v) && (a.accumulated == 0 || BitEqual(a.grad_sum, b.grad_sum));
-}
-
 bool SameLora(const TaskAdapters& a, const TaskAdapters& b) {
   for (size_t l = 0; l < a.layers.size(); ++l) {
     const executor::LoraLayer &x = a.layers[l], &y = b.layers[l];

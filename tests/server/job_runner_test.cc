@@ -554,18 +554,6 @@ TEST_F(JobRunnerPairingTest, PairDecoupledBeforeARestartIsNeverPairedAgain) {
 // (gpus.max 2), the other 1. The planner gives the first both devices, its
 // iterations run as waves of 2 concurrent micro-batches, one per device;
 // the state it ends with is bit-identical to the one-stream job's.
-bool BitEqualAdapters(const executor::TaskAdapters& a, const executor::TaskAdapters& b) {
-  const auto na = a.NamedTensors(), nb = b.NamedTensors();
-  if (na.size() != nb.size()) return false;
-  for (size_t i = 0; i < na.size(); ++i) {
-    if (na[i].first != nb[i].first || na[i].second.shape() != nb[i].second.shape() ||
-        na[i].second.ToFloat() != nb[i].second.ToFloat()) {
-      return false;
-    }
-  }
-  return true;
-}
-
 TEST_F(JobRunnerTest, DataParallelJobOnTwoDevicesEndsBitIdenticalToOneStream) {
   StartDaemon(2);
   NewRunner();
@@ -608,9 +596,9 @@ TEST_F(JobRunnerTest, DataParallelJobOnTwoDevicesEndsBitIdenticalToOneStream) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->step, 8);
   EXPECT_EQ(b->step, 8);
-  EXPECT_TRUE(BitEqualAdapters(a->params, b->params));
-  EXPECT_TRUE(BitEqualAdapters(a->m, b->m));
-  EXPECT_TRUE(BitEqualAdapters(a->v, b->v));
+  EXPECT_TRUE(BitEqual(a->params, b->params));
+  EXPECT_TRUE(BitEqual(a->m, b->m));
+  EXPECT_TRUE(BitEqual(a->v, b->v));
   EXPECT_EQ(Job(dp).last_loss, Job(one).last_loss);
 }
 
