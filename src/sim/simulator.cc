@@ -105,7 +105,9 @@ class EventQueue {
     return heap_.front();
   }
 
-  void Push(const Event& e) {
+  // Inlined into its callers: called once per event, its out-of-line
+  // prologue and epilogue cost a fifth of its work.
+  [[gnu::always_inline]] void Push(const Event& e) {
     if (hole_) {
       hole_ = false;
       SiftDown(e, heap_.size());
@@ -451,12 +453,13 @@ class Engine {
       now_ = e.time();
       const uint32_t node = e.node();
       // The next event is most likely one of the root's children: fetch
-      // their records while this one is processed.
+      // their records while this one is processed. (info_ has num_compute_
+      // + 1 records: a transfer's index fetches the last one, harmlessly.)
       for (size_t c = 1; c <= 2; ++c) {
         if (const Event* next = events_.child(c)) {
           const uint32_t nn = next->node();
           __builtin_prefetch(&node_[nn]);
-          if (nn < num_compute_) __builtin_prefetch(&info_[nn]);
+          __builtin_prefetch(&info_[std::min(nn, num_compute_)]);
         }
       }
       if (node < m_.num_compute) {
@@ -466,6 +469,7 @@ class Engine {
       }
     }
     result_.end_ns = now_;
+    result_.simulated_ops = simulated_ops_;
     Collect();
   }
 
@@ -660,18 +664,22 @@ class Engine {
   }
 
   // Tensor t became present on device d: wake its consumers there.
+  // The arrays in locals: the loop calls Dispatch, after which members
+  // would be loaded again (the run never moves these arrays).
   void Arrived(uint32_t t, uint16_t d) {
-    const TensorRun& tr = tensor_[t];
-    for (uint32_t k = tr.cons_begin, end = tensor_[t + 1].cons_begin; k < end; ++k) {
-      const Model::Consumer& cons = tcons_[k];
-      NodeRun& r = node_[cons.node];
+    const TensorRun* const tensor = tensor_;
+    const Model::Consumer* const tcons = tcons_;
+    NodeRun* const node = node_;
+    for (uint32_t k = tensor[t].cons_begin, end = tensor[t + 1].cons_begin; k < end; ++k) {
+      const Model::Consumer cons = tcons[k];
+      NodeRun& r = node[cons.node];
       // A consumer reading t more than once has one entry per input, so it
       // is woken once its last input that reads t is counted.
       if (r.st != kWaiting || r.dev != d) continue;
       if (--r.wait <= 0) QueueCompute(cons.node, cons.priority, now_, true);
     }
-    for (uint32_t x = tr.first_transfer; x != kNone; x = Xfer(x).next) {
-      NodeRun& r = node_[x];
+    for (uint32_t x = tensor[t].first_transfer; x != kNone; x = Xfer(x).next) {
+      NodeRun& r = node[x];
       if (r.st == kWaiting && r.dev == d && --r.wait <= 0) MakeReady(x, now_, true);
     }
   }
@@ -701,7 +709,7 @@ class Engine {
     r.st = kDone;
     end_[n] = now_;
     running_[d] = kNone;
-    ++result_.simulated_ops;
+    ++simulated_ops_;
     mem_[d] -= info.workspace;
     if (--unfinished_[info.instance] == 0) inst_end_.emplace_back(info.instance, now_);
     if (stop_when_batch_done_ && in_batch_[n]) --batch_left_;
@@ -743,7 +751,7 @@ class Engine {
     }
     r.st = kDone;
     end_[x] = now_;
-    ++result_.simulated_ops;
+    ++simulated_ops_;
     Arrived(xr.tensor, xr.dst);
     Consume(xr.tensor);
     Settle();
@@ -795,6 +803,9 @@ class Engine {
   int64_t now_ = 0;
   int64_t horizon_end_ = 0;
   uint32_t seq_ = 0;  // see Event
+  // Completions so far, copied to result_.simulated_ops at the end (one
+  // load less per event than through the result reference).
+  int64_t simulated_ops_ = 0;
   bool stop_when_batch_done_ = false;
   bool arbitrated_ = false;  // see Arbitrate
   uint32_t fresh_ = 0;       // requests queued by this event, at pending_'s end (see Settle)
@@ -899,50 +910,76 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   s.peak = s.mem;
   m.init_busy.assign(nd, 0);
 
-  // Tensors. Their records are written by the node loop below, each with
-  // its producer (tensors are numbered in producer order), in one store:
-  // first the copies and the number of (distinct consecutive) compute
-  // consumers of each tensor, which that store needs.
+  // Tensors. Their records are written by the compute-node loop below, each
+  // with its producer (tensors are numbered in producer order), in one
+  // store: first the copies and the number of compute consumers of each
+  // tensor (one per input that reads it), which that store needs.
+  // The loops below index raw pointers, not the vectors: the compiler cannot
+  // keep a vector's data pointer in a register across the stores to other
+  // vectors of the same element type.
+  const uint32_t* const inputs = snap.inputs.data();
+  const GmgSnapshot::Tensor* const tensors = snap.tensors.data();
+  const GmgSnapshot::Node* const nodes = snap.nodes.data();
   m.initial_copy.assign(nt, 0);
+  uint8_t* const initial_copy = m.initial_copy.data();
   for (const GmgSnapshot::Copy& c : snap.copies) {
-    if (snap.nodes[snap.tensors[c.tensor].node].state == static_cast<uint8_t>(NodeState::kDone)) {
-      m.initial_copy[c.tensor] = 1;
-    }
+    if (nodes[tensors[c.tensor].node].state == static_cast<uint8_t>(NodeState::kDone)) initial_copy[c.tensor] = 1;
   }
-  m.tcons_fill.assign(nt, 0);
-  for (uint32_t k = 0, end = nc < snap.input_offsets.size() ? snap.input_offsets[nc] : 0; k < end; ++k) {
-    m.tcons_fill[snap.inputs[k]]++;
-  }
-  s.tensor.resize(nt + 1);
-  // Writes tensor t's record; its consumers get the next range of tcons
-  // (tcons_fill turns from the count into the fill cursor).
-  uint32_t cons_total = 0;
-  auto init_tensor = [&](uint32_t t, uint16_t dev, bool produced) {
-    const GmgSnapshot::Tensor& ts = snap.tensors[t];
-    const bool keep = ts.retained || ts.update_of >= 0;
-    const uint32_t begin = cons_total;
-    cons_total += m.tcons_fill[t];
-    m.tcons_fill[t] = begin;
-    s.tensor[t] = {ts.bytes, ts.pending_consumers, kNone, begin, dev, ts.freed != 0 || keep, produced};
-  };
   // Where the compute nodes' inputs and outputs end (the offsets are empty
   // in an empty snapshot). The snapshot puts no tensor past the compute
   // nodes' outputs, but one there would still get a record.
   const uint32_t inputs_end = nc < snap.input_offsets.size() ? snap.input_offsets[nc] : 0;
   const uint32_t outputs_end = nc < snap.tensor_offsets.size() ? snap.tensor_offsets[nc] : 0;
+  m.tcons_fill.assign(nt, 0);
+  uint32_t* const fill = m.tcons_fill.data();
+  for (uint32_t k = 0; k < inputs_end; ++k) fill[inputs[k]]++;
+  s.tensor.resize(nt + 1);
+  TensorRun* const tensor = s.tensor.data();
+  // Writes tensor t's record; its consumers get the next range of tcons
+  // (fill turns from the count into the fill cursor). Returns its bytes.
+  uint32_t cons_total = 0;
+  auto init_tensor = [&](uint32_t t, uint16_t dev, bool produced) {
+    const GmgSnapshot::Tensor& ts = tensors[t];
+    const bool keep = ts.retained || ts.update_of >= 0;
+    const uint32_t begin = cons_total;
+    cons_total += fill[t];
+    fill[t] = begin;
+    tensor[t] = {ts.bytes, ts.pending_consumers, kNone, begin, dev, ts.freed != 0 || keep, produced};
+    return ts.bytes;
+  };
   for (uint32_t t = outputs_end; t < nt; ++t) init_tensor(t, kNoDevice, false);
 
-  // Nodes: placement, state, durations, initial wait counts.
+  // Compute consumers of each tensor (CSR by counting sort, in the ranges
+  // init_tensor assigns; ascending consumer order within each), one entry
+  // per input: filled by the node loop as it meets each input, since a
+  // GMG snapshot lists a tensor's producer before its consumers (the
+  // tensor's range is then assigned). A consumer listed before the producer
+  // of one of its inputs (`forward`) makes the loop stop filling; the
+  // ranges are then filled again in one pass afterwards.
+  m.tcons.resize(inputs_end);
+  Model::Consumer* const tcons = m.tcons.data();
+  bool forward = false;
+
+  // Compute nodes: placement, state, durations, initial wait counts.
   m.info.resize(size_t{nc} + 1);
-  m.info[nc] = NodeInfo{0, 0, 0, 0, inputs_end, outputs_end};
-  m.ids_ordered = true;
-  uint64_t prev_id = 0;
+  NodeInfo* const info = m.info.data();
+  info[nc] = NodeInfo{0, 0, 0, 0, inputs_end, outputs_end};
   s.node.resize(nn);
+  NodeRun* const node_run = s.node.data();
   s.xfer.resize(nn - nc);
   s.unfinished.assign(snap.instances.size(), 0);
+  int32_t* const unfinished = s.unfinished.data();
   m.init_start.resize(nn);
+  int64_t* const init_start = m.init_start.data();
   m.init_events.clear();
   m.init_ready.clear();
+  const uint32_t* const input_offsets = snap.input_offsets.data();
+  const uint32_t* const tensor_offsets = snap.tensor_offsets.data();
+  const uint32_t* const attr_offsets = snap.attr_offsets.data();
+  const int64_t* const attrs_data = snap.attrs.data();
+  const double* const device_factor = m.device_factor.data();
+  bool ids_ordered = true;
+  uint64_t prev_id = 0;
   uint32_t cached_type = kNone, cached_tpl = kNone, cached_inst = kNone;
   uint16_t cached_dev = kNoDevice;
   struct OpModel {
@@ -957,51 +994,47 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     std::vector<OpModel> ops;
   };
   std::vector<TplModels> tpl_models;
-  const std::vector<OpModel>* models = nullptr;  // of (cached_type, cached_tpl)
-  for (uint32_t n = 0; n < nn; ++n) {
-    const GmgSnapshot::Node& node = snap.nodes[n];
-    const NodeState state = static_cast<NodeState>(node.state);
+  const OpModel* models = nullptr;  // of (cached_type, cached_tpl)
+  uint32_t num_models = 0;
+  for (uint32_t n = 0; n < nc; ++n) {
+    const GmgSnapshot::Node& node = nodes[n];
     // The record is assembled in locals and stored once: reading back
     // fields just written piecewise would stall on store forwarding.
     SimState st;
-    switch (state) {
+    switch (static_cast<NodeState>(node.state)) {
       case NodeState::kUnscheduled: st = kUnplaced; break;
       case NodeState::kIssued: st = kWaiting; break;
       case NodeState::kRunning: st = kRunning; break;
       default: st = kDone; break;  // failed/cancelled never appear live
     }
     const uint16_t dev = node.device;
-    int64_t dur = 0;
+    init_start[n] = st == kRunning || st == kDone ? node.start_ns : -1;
+    ids_ordered &= n == 0 || node.id > prev_id;
+    prev_id = node.id;
+    const uint32_t in_begin = input_offsets[n], in_end = input_offsets[n + 1];
+    const uint32_t out_begin = tensor_offsets[n], out_end = tensor_offsets[n + 1];
+    int64_t alloc = node.workspace_bytes;
+    for (uint32_t t = out_begin; t < out_end; ++t) alloc += init_tensor(t, dev, st == kDone);
+    info[n] = NodeInfo{alloc, node.workspace_bytes, node.instance, node.priority, in_begin, out_begin};
+    unfinished[node.instance] += st != kDone;
+    // Inputs: this node's consumer entries, and (waiting) its wait count.
     int32_t wait = 0;
-    m.init_start[n] = st == kRunning || st == kDone ? node.start_ns : -1;
-    const uint32_t in_begin = snap.input_offsets[n], in_end = snap.input_offsets[n + 1];
-    if (n >= nc) {
-      const uint32_t t = snap.inputs[in_begin];
-      TransferRun& x = s.xfer[n - nc];
-      x = {node.id, t, s.tensor[t].first_transfer, node.priority, node.dst_device};
-      s.tensor[t].first_transfer = n;
-      dur = static_cast<int64_t>(
-          ctx.transfers().PredictLinkNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
-      if (st == kWaiting && !m.InitialCopy(t, node.device)) wait = 1;
-    } else {
-      if (n > 0 && node.id <= prev_id) m.ids_ordered = false;
-      prev_id = node.id;
-      int64_t alloc = node.workspace_bytes;
-      const uint32_t out_begin = snap.tensor_offsets[n], out_end = snap.tensor_offsets[n + 1];
-      for (uint32_t t = out_begin; t < out_end; ++t) {
-        init_tensor(t, dev, st == kDone);
-        alloc += snap.tensors[t].bytes;
-      }
-      m.info[n] = NodeInfo{alloc, node.workspace_bytes, node.instance, node.priority, in_begin, out_begin};
-      s.unfinished[node.instance] += st != kDone;
+    for (uint32_t k = in_begin; k < in_end; ++k) {
+      const uint32_t t = inputs[k];
+      // t's range is assigned once its producer (an earlier node, t below
+      // this node's outputs) or the loop before this one wrote its record.
+      forward |= t >= out_begin && t < outputs_end;
+      if (!forward) tcons[fill[t]++] = {n, node.priority};
+      if (st == kWaiting) wait += !(initial_copy[t] && m.InitialCopy(t, dev));
     }
-    if (n < nc && st != kUnplaced) {
+    int64_t dur = 0;
+    if (st != kUnplaced) {
       // An instance's nodes are consecutive and mostly on one or two
       // devices: look the keys up again only when either changes.
-      if (node.instance != cached_inst || node.device != cached_dev) {
+      if (node.instance != cached_inst || dev != cached_dev) {
         cached_inst = node.instance;
-        cached_dev = node.device;
-        const uint32_t type = snap.devices[node.device].type;
+        cached_dev = dev;
+        const uint32_t type = snap.devices[dev].type;
         const uint32_t tpl = snap.instances[node.instance].template_id;
         if (type != cached_type || tpl != cached_tpl) {
           cached_type = type;
@@ -1021,50 +1054,69 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
               }
             }
           }
-          models = &tpl_models[i].ops;
+          models = tpl_models[i].ops.data();
+          num_models = static_cast<uint32_t>(tpl_models[i].ops.size());
         }
       }
-      const std::span<const int64_t> attrs(snap.attrs.data() + snap.attr_offsets[n],
-                                           snap.attr_offsets[n + 1] - snap.attr_offsets[n]);
+      const std::span<const int64_t> attrs(attrs_data + attr_offsets[n], attr_offsets[n + 1] - attr_offsets[n]);
       const uint32_t op = static_cast<uint32_t>(node.op_index);
       double ns;
-      if (op < models->size() && (*models)[op].basis != nullptr) {
+      if (op < num_models && models[op].basis != nullptr) {
         // OpEstimator::PredictNs, inlined (same arithmetic).
-        const OpModel& om = (*models)[op];
+        const OpModel& om = models[op];
         const double t = om.basis->Dot(om.coeffs, attrs);
         ns = t > 0 ? t : 0.0;
       } else {
-        ns = ctx.ops().PredictNs(op < models->size() ? (*models)[op].key : -1, attrs);
+        ns = ctx.ops().PredictNs(op < num_models ? models[op].key : -1, attrs);
       }
-      dur = static_cast<int64_t>(ns * m.device_factor[node.device]);
-      if (st == kWaiting) {
-        for (uint32_t k = in_begin; k < in_end; ++k) wait += !m.InitialCopy(snap.inputs[k], node.device);
-      }
+      dur = static_cast<int64_t>(ns * device_factor[dev]);
     }
-    s.node[n] = NodeRun{dur, wait, dev, st, n < nc ? node.priority_class : uint8_t{0}};
+    node_run[n] = NodeRun{dur, wait, dev, st, node.priority_class};
     if (st == kRunning) {
-      if (n >= nc) {
-        m.init_busy[dev] = 1;
-        m.init_busy[node.dst_device] = 1;
-      }
       m.init_events.push_back({std::max(m.now, node.start_ns + dur), n});
     } else if (st == kWaiting && wait == 0) {
       m.init_ready.push_back({n, InitialReadyAt(node.ready_ns, m.now)});
     }
   }
+  m.ids_ordered = ids_ordered;
+  tensor[nt] = {0, 0, kNone, cons_total, kNoDevice, true, false};  // ends the last range
 
-  s.tensor[nt] = {0, 0, kNone, cons_total, kNoDevice, true, false};  // ends the last range
-
-  // Compute consumers of each tensor (CSR by counting sort, in ranges
-  // init_tensor assigned; ascending consumer order within each).
-  {
-    std::vector<uint32_t>& fill = m.tcons_fill;
-    m.tcons.resize(cons_total);
+  if (forward) {
+    // Fill every range again, in consumer order.
+    for (uint32_t t = 0; t < nt; ++t) fill[t] = tensor[t].cons_begin;
     for (uint32_t n = 0; n < nc; ++n) {
-      const int32_t priority = m.info[n].priority;
-      for (uint32_t k = m.info[n].in_begin, end = m.info[n + 1].in_begin; k < end; ++k) {
-        m.tcons[fill[snap.inputs[k]]++] = {n, priority};
+      const int32_t priority = info[n].priority;
+      for (uint32_t k = info[n].in_begin, end = info[n + 1].in_begin; k < end; ++k) {
+        tcons[fill[inputs[k]]++] = {n, priority};
       }
+    }
+  }
+
+  // Transfers (after every compute node: they link into the tensor records).
+  for (uint32_t n = nc; n < nn; ++n) {
+    const GmgSnapshot::Node& node = nodes[n];
+    SimState st;
+    switch (static_cast<NodeState>(node.state)) {
+      case NodeState::kUnscheduled: st = kUnplaced; break;
+      case NodeState::kIssued: st = kWaiting; break;
+      case NodeState::kRunning: st = kRunning; break;
+      default: st = kDone; break;
+    }
+    const uint16_t dev = node.device;
+    init_start[n] = st == kRunning || st == kDone ? node.start_ns : -1;
+    const uint32_t t = inputs[input_offsets[n]];
+    s.xfer[n - nc] = {node.id, t, tensor[t].first_transfer, node.priority, node.dst_device};
+    tensor[t].first_transfer = n;
+    const int64_t dur = static_cast<int64_t>(
+        ctx.transfers().PredictLinkNs(DeviceId(node.device), DeviceId(node.dst_device), node.transfer_bytes));
+    const int32_t wait = st == kWaiting && !m.InitialCopy(t, dev) ? 1 : 0;
+    node_run[n] = NodeRun{dur, wait, dev, st, uint8_t{0}};
+    if (st == kRunning) {
+      m.init_busy[dev] = 1;
+      m.init_busy[node.dst_device] = 1;
+      m.init_events.push_back({std::max(m.now, node.start_ns + dur), n});
+    } else if (st == kWaiting && wait == 0) {
+      m.init_ready.push_back({n, InitialReadyAt(node.ready_ns, m.now)});
     }
   }
 

@@ -264,6 +264,80 @@ TEST_F(SimTest, TiebreakIsTheNodeIdWhateverTheIndexOrder) {
 
 // An operator reading one tensor through two inputs waits for both: it
 // starts once the single transfer of that tensor has arrived.
+// The same snapshot with its compute nodes in another order (`order[k]` is
+// the old index of new node k; no transfers, copies or checkpoints): each
+// node moves with its inputs, outputs and attributes, tensors follow their
+// producers.
+GmgSnapshot PermuteComputeNodes(const GmgSnapshot& s, const std::vector<uint32_t>& order) {
+  GmgSnapshot p = s;
+  std::vector<uint32_t> new_index(order.size()), new_tensor(s.tensors.size());
+  for (uint32_t k = 0; k < order.size(); ++k) new_index[order[k]] = k;
+  p.nodes.clear();
+  p.tensors.clear();
+  p.attrs.clear();
+  p.inputs.clear();
+  p.tensor_offsets = {0};
+  p.attr_offsets = {0};
+  p.input_offsets = {0};
+  for (uint32_t old : order) {
+    p.nodes.push_back(s.nodes[old]);
+    for (uint32_t t = s.tensor_offsets[old]; t < s.tensor_offsets[old + 1]; ++t) {
+      new_tensor[t] = static_cast<uint32_t>(p.tensors.size());
+      p.tensors.push_back(s.tensors[t]);
+      p.tensors.back().node = new_index[old];
+    }
+    p.tensor_offsets.push_back(static_cast<uint32_t>(p.tensors.size()));
+    p.attrs.insert(p.attrs.end(), s.attrs.begin() + s.attr_offsets[old], s.attrs.begin() + s.attr_offsets[old + 1]);
+    p.attr_offsets.push_back(static_cast<uint32_t>(p.attrs.size()));
+  }
+  for (uint32_t old : order) {
+    for (uint32_t k = s.input_offsets[old]; k < s.input_offsets[old + 1]; ++k) {
+      p.inputs.push_back(new_tensor[s.inputs[k]]);
+    }
+    p.input_offsets.push_back(static_cast<uint32_t>(p.inputs.size()));
+  }
+  return p;
+}
+
+// Construction does not assume that producers come before their consumers
+// in the snapshot's node order (a GMG snapshot's order, which it fills the
+// consumer lists by): listed consumer first, the result is the same. Two
+// consumers of one output become ready together, so the order of its
+// consumer list (and with it the event sequence) is exercised too.
+TEST_F(SimTest, ConsumersListedBeforeTheirProducer) {
+  SetUpCluster(2);
+  TemplateId t = Register("fan", {{"a", {}, 100, 1}, {"b", {"a"}, 100, 2}, {"c", {"a"}, 100, 3},
+                                  {"d", {"b", "c"}, 100, 1}});
+  InstanceId i = New(t);
+  IssueOn(i, "a", 0);
+  IssueOn(i, "b", 0);
+  IssueOn(i, "c", 0);
+  IssueOn(i, "d", 0);
+  InstanceId j = New(t);
+  for (const char* op : {"a", "b", "c", "d"}) IssueOn(j, op, 1);
+  GmgSnapshot snap;
+  const SimResult want = RunAt(T(0), &snap);
+  ASSERT_EQ(snap.num_compute_nodes, 8u);
+  // Every consumer before its producers: d, b, c, a of each instance (b
+  // stays before c: a finish wakes its consumers in index order, and the
+  // first one woken on an idle device starts at once).
+  const std::vector<uint32_t> order = {3, 1, 2, 0, 7, 5, 6, 4};
+  const GmgSnapshot perm = PermuteComputeNodes(snap, order);
+  auto sim = Simulator::Create(perm, *ctx_);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  const SimResult got = sim->Run();
+  for (uint32_t k = 0; k < order.size(); ++k) {
+    EXPECT_EQ(got.node_start_ns[k], want.node_start_ns[order[k]]) << "node " << order[k];
+    EXPECT_EQ(got.node_end_ns[k], want.node_end_ns[order[k]]) << "node " << order[k];
+  }
+  EXPECT_EQ(got.instance_end_ns, want.instance_end_ns);
+  EXPECT_EQ(got.peak_bytes, want.peak_bytes);
+  EXPECT_EQ(got.final_bytes, want.final_bytes);
+  // a 0..1 ms, b 1..3, c 3..6, d 6..7 on each device.
+  EXPECT_EQ(want.node_end_ns[Index(snap, N(i, "d"))], 7 * kMs);
+  EXPECT_EQ(want.node_end_ns[Index(snap, N(i, "c"))], 6 * kMs);
+}
+
 TEST_F(SimTest, OperatorReadingATensorTwice) {
   SetUpCluster(2);
   TemplateId t = Register("twice", {{"a", {}, 2 * kMs, 3}, {"b", {"a", "a"}, 10, 1}, {"c", {"a"}, 10, 1}});
