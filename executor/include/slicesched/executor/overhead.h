@@ -1,7 +1,8 @@
 // The scheduling-overhead experiment (paper Table 1): N prefills of context
 // length 1 on the tiny Llama, executed
 //   (a) directly: Embedding -> FusedLayers per group -> LmHead -> Sample,
-//       called in a loop on the calling thread;
+//       called in a loop on a thread of its own (like the device thread;
+//       OverheadOptions::direct_on_main: on the calling thread);
 //   (b) scheduled: each prefill instantiated in a GMG, placed by the
 //       SliceScheduler (one CPU device, so the template's "single" partition
 //       is its only candidate: the fast path without what-if simulation) and
