@@ -119,7 +119,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--wake-batch K] [--poll-us U] [--only direct|scheduled] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--direct-on-main] [--wake-batch K] [--poll-us U] [--only direct|scheduled] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -321,7 +321,7 @@ int Overhead(const std::vector<std::string>& args) {
   bool json = false;
   int64_t repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed), window = o.window,
           wake_batch = o.wake_batch;
-  bool pin = o.pin;
+  bool pin = o.pin, direct_on_main = o.direct_on_main;
   if (int rc = Flags("overhead")
                    .Switch("--json", &json)
                    .Text("--model", &o.model)
@@ -330,6 +330,7 @@ int Overhead(const std::vector<std::string>& args) {
                    .Int("--window", &window)
                    .Int("--block", &o.block)
                    .Switch("--pin", &pin)
+                   .Switch("--direct-on-main", &direct_on_main)
                    .Text("--only", &o.only)
                    .Int("--poll-us", &o.poll_us)
                    .Int("--wake-batch", &wake_batch)
@@ -341,6 +342,7 @@ int Overhead(const std::vector<std::string>& args) {
   o.window = static_cast<int>(window);
   o.wake_batch = static_cast<int>(std::clamp<int64_t>(wake_batch, -1, 1 << 20));
   o.pin = pin;
+  o.direct_on_main = direct_on_main;
   o.seed = static_cast<uint64_t>(seed);
   auto r = slicesched::RunOverhead(o);
   if (!r.ok()) return Failed("overhead", r.status());

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <iterator>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -36,6 +37,7 @@ ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunn
     const Bytes cap = d < options.capacities.size() ? options.capacities[d] : spec.memory;
     pools_.push_back(std::make_unique<DevicePool>(spec.id, spec.name, cap));
   }
+  buried_.resize(n);
   {
     absl::MutexLock l(&mu_);
     devices_.resize(n);
@@ -64,6 +66,8 @@ ExecutorSet::~ExecutorSet() {
   for (DeviceState& s : devices_) {
     s.items.clear();
     s.finished.clear();
+    s.graveyard.clear();
+    s.graveyard_bytes = 0;
   }
 }
 
@@ -194,11 +198,24 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   // unlock re-evaluates the owner's wait condition.
   auto can_go = [this, di]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const DeviceState& s = devices_[di];
-    return shutdown_ || s.stopped || (!paused_ && !s.ready.empty());
+    return shutdown_ || s.stopped || (!paused_ && !s.ready.empty()) ||
+           s.graveyard_bytes >= kGraveyardWakeBytes;
   };
   auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
   std::vector<Held> outs;
   std::vector<Buffer> out_buffers;
+  std::vector<std::shared_ptr<void>> dead;  // payloads handed back: freed here, unlocked
+  auto collect_dead = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    DeviceState& s = devices_[di];
+    if (s.graveyard.empty()) return;
+    if (dead.empty()) {
+      dead.swap(s.graveyard);
+    } else {
+      std::move(s.graveyard.begin(), s.graveyard.end(), std::back_inserter(dead));
+      s.graveyard.clear();
+    }
+    s.graveyard_bytes = 0;
+  };
   mu_.Lock();
   for (;;) {
     WorkItem w;
@@ -206,11 +223,19 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     outs.clear();
     {
       mu_.Await(absl::Condition(&can_go));
+      collect_dead();
       if (shutdown_) {
         mu_.Unlock();
         return;
       }
       DeviceState& s = devices_[di];
+      if (!s.stopped && (paused_ || s.ready.empty())) {
+        // Woken only to free what was handed back.
+        mu_.Unlock();
+        dead.clear();
+        mu_.Lock();
+        continue;
+      }
       if (s.stopped) {
         // Fail everything still queued or pending here (producers first),
         // then exit.
@@ -273,6 +298,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       Post(Event{Event::Kind::kStarted, w.node, d, Timestamp(), "", {}});
     }
     mu_.Unlock();
+    dead.clear();  // frees what the owner handed back, on this thread
 
     // The kernel runs without the lock.
     out_buffers.clear();
@@ -815,21 +841,57 @@ void ExecutorSet::CancelInstanceWork(InstanceId inst_id) {
   }
 }
 
+void ExecutorSet::Bury(Held& h) {
+  if (h.buffer.payload == nullptr) return;
+  const size_t d = h.buffer.device.value();
+  if (d >= buried_.size()) {
+    h.buffer.payload.reset();
+    return;
+  }
+  buried_[d].bytes += h.buffer.bytes.count();
+  buried_[d].payloads.push_back(std::move(h.buffer.payload));
+  any_buried_ = true;
+}
+
+void ExecutorSet::FlushBuried() {
+  if (!any_buried_) return;
+  any_buried_ = false;
+  std::vector<std::shared_ptr<void>> orphans;  // of exited devices: freed here
+  {
+    absl::MutexLock l(&mu_);
+    for (size_t d = 0; d < buried_.size(); ++d) {
+      Buried& b = buried_[d];
+      if (b.payloads.empty()) continue;
+      DeviceState& s = devices_[d];
+      std::vector<std::shared_ptr<void>>& to = s.exited || shutdown_ ? orphans : s.graveyard;
+      std::move(b.payloads.begin(), b.payloads.end(), std::back_inserter(to));
+      if (&to == &s.graveyard) s.graveyard_bytes += b.bytes;
+      b.payloads.clear();
+      b.bytes = 0;
+    }
+  }
+}
+
 void ExecutorSet::ReconcileTensor(const TensorKey& key) {
   auto it = tensors_.find(key);
   if (it == tensors_.end()) return;
+  auto drop_all = [&] {
+    for (auto& [device, held] : it->second) Bury(held);
+    tensors_.erase(it);
+  };
   const OpNode* n = gmg_->FindNode(NodeId(key.first));
   if (n == nullptr || static_cast<size_t>(key.second) >= n->outputs.size()) {
-    tensors_.erase(it);
+    drop_all();
     return;
   }
   const TensorState& t = n->outputs[key.second];
   if (t.freed || !t.allocated) {
-    tensors_.erase(it);
+    drop_all();
     return;
   }
   for (auto c = it->second.begin(); c != it->second.end();) {
     if (std::find(t.copies.begin(), t.copies.end(), DeviceId(c->first)) == t.copies.end()) {
+      Bury(c->second);
       c = it->second.erase(c);
     } else {
       ++c;
@@ -843,11 +905,13 @@ void ExecutorSet::Reconcile() {
   touched_.clear();
   for (auto it = checkpoints_.begin(); it != checkpoints_.end();) {
     if (gmg_->FindCheckpoint(CheckpointId(it->first)) == nullptr) {
+      for (Held& h : it->second) Bury(h);
       it = checkpoints_.erase(it);
     } else {
       ++it;
     }
   }
+  FlushBuried();
   for (auto it = inst_cancel_.begin(); it != inst_cancel_.end();) {
     const Instance* inst = gmg_->FindInstance(InstanceId(it->first));
     if (inst == nullptr || inst->state == InstanceState::kDone ||

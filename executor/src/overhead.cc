@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -46,13 +48,13 @@ std::string OverheadResult::ToJson() const {
       "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"poll_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
-      "\"only\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
+      "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, poll_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
-      only.empty() ? "both" : only, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
+      only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread", direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
       placement, pinning, model);
 }
 
@@ -187,6 +189,54 @@ absl::StatusOr<int64_t> DirectPrefill(const LlamaWeights& w, const Tensor& token
   if (v.size() != 1) return absl::InternalError("direct prefill: no token sampled");
   return v[0];
 }
+
+// A thread of its own for the direct loop, so that the two paths run their
+// operators alike: each on a thread that does nothing else (the executor's
+// device thread; this one), with one intra-op thread, glibc's per-thread
+// arena and thread cache, and the same pinning. (On the master's thread the
+// direct loop would use the main arena, the thread that also instantiates
+// and frees everything else.) Run() executes `f` there and returns when it
+// is done; the caller times nothing, `f` times itself.
+class DirectThread {
+ public:
+  DirectThread() : thread_([this] { Loop(); }) {}
+  ~DirectThread() {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  void Run(std::function<void()> f) {
+    absl::MutexLock l(&mu_);
+    job_ = std::move(f);
+    const uint64_t ticket = ++posted_;
+    auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ == ticket; };
+    mu_.Await(absl::Condition(&done));
+  }
+
+ private:
+  void Loop() {
+    executor::SetIntraOpThreadsForThisThread(1);
+    absl::MutexLock l(&mu_);
+    for (;;) {
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || posted_ != finished_; };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+      std::function<void()> f = std::move(job_);
+      mu_.Unlock();
+      f();
+      mu_.Lock();
+      ++finished_;
+    }
+  }
+
+  absl::Mutex mu_;
+  std::function<void()> job_ ABSL_GUARDED_BY(mu_);
+  uint64_t posted_ ABSL_GUARDED_BY(mu_) = 0, finished_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 // (b) The master's path: GMG + SliceScheduler + ExecutorSet on one device.
 class ScheduledRig {
@@ -418,12 +468,60 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   }
   std::vector<int64_t> direct_tokens(prompts.size()), sched_tokens(prompts.size());
 
-  pin_to(true);
-  for (int i = 0; i < o.warmup; ++i) {
-    const Tensor& p = prompts[static_cast<size_t>(i) % prompts.size()];
-    SLICESCHED_RETURN_IF_ERROR(DirectPrefill(*w, p).status());
+  // The direct loop runs on a thread of its own (DirectThread), pinned like
+  // the device thread; `o.direct_on_main` keeps it on this thread (the
+  // previous harness). Runs prompts [b, b + n) (index modulo the prompt
+  // count), storing the tokens when `tokens`; `ts`: times the loop.
+  struct DirectTimes {
+    double wall_s = 0, cpu_s = 0;
+    ThreadSched sched;
+  };
+  std::unique_ptr<DirectThread> direct_thread;
+  if (!o.direct_on_main) {
+    direct_thread = std::make_unique<DirectThread>();
+    if (device_cpu >= 0) {
+      direct_thread->Run([&] {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(device_cpu, &set);
+        (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+      });
+    }
   }
+  auto run_direct_loop = [&](size_t b, size_t n, bool store, DirectTimes* ts) -> absl::Status {
+    absl::Status st;
+    auto loop = [&] {
+      const pid_t tid = CurrentTid();
+      const ThreadSched s0 = ts != nullptr ? ReadThreadSched(tid) : ThreadSched{};
+      const auto t0 = std::chrono::steady_clock::now();
+      const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+      for (size_t i = b; i < b + n; ++i) {
+        const size_t k = i % prompts.size();
+        absl::StatusOr<int64_t> t = DirectPrefill(*w, prompts[k]);
+        if (!t.ok()) {
+          st = t.status();
+          return;
+        }
+        if (store) direct_tokens[k] = *t;
+      }
+      if (ts != nullptr) {
+        ts->wall_s += Seconds(std::chrono::steady_clock::now() - t0);
+        ts->cpu_s += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+        ts->sched = Plus(ts->sched, Minus(ReadThreadSched(tid), s0));
+      }
+    };
+    if (direct_thread != nullptr) {
+      direct_thread->Run(loop);
+    } else {
+      pin_to(true);
+      loop();
+      pin_to(false);
+    }
+    return st;
+  };
+
   pin_to(false);
+  SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, static_cast<size_t>(std::max(o.warmup, 0)), false, nullptr));
   if (o.warmup > 0) {
     const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
     SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, poll, o.wake_batch,
@@ -440,16 +538,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.only = o.only;
   r.poll_us = o.poll_us;
   r.wake_batch = o.wake_batch;
+  r.direct_on_main = o.direct_on_main;
   r.tokens_match = true;
   const bool run_direct = o.only != "scheduled", run_sched = o.only != "direct";
   // With one path timed, the other one's tokens come from one untimed run.
-  if (!run_direct) {
-    pin_to(true);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      SLICESCHED_ASSIGN_OR_RETURN(direct_tokens[i], DirectPrefill(*w, prompts[i]));
-    }
-    pin_to(false);
-  }
+  if (!run_direct) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, prompts.size(), true, nullptr));
   if (!run_sched) {
     SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, poll, o.wake_batch, sched_tokens));
     SLICESCHED_RETURN_IF_ERROR(rig->Settle());
@@ -464,17 +557,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     for (size_t b = 0; b < prompts.size(); b += block) {
       const size_t n = std::min(block, prompts.size() - b);
       if (run_direct) {
-        pin_to(true);
-        const ThreadSched s0 = ReadThreadSched(main_tid);
-        const auto t0 = std::chrono::steady_clock::now();
-        const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-        for (size_t i = b; i < b + n; ++i) {
-          SLICESCHED_ASSIGN_OR_RETURN(direct_tokens[i], DirectPrefill(*w, prompts[i]));
-        }
-        direct_s += Seconds(std::chrono::steady_clock::now() - t0);
-        direct_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-        direct_t = Plus(direct_t, Minus(ReadThreadSched(main_tid), s0));
-        pin_to(false);
+        DirectTimes ts;
+        SLICESCHED_RETURN_IF_ERROR(run_direct_loop(b, n, true, &ts));
+        direct_s += ts.wall_s;
+        direct_c += ts.cpu_s;
+        direct_t = Plus(direct_t, ts.sched);
       }
       if (run_sched) {
         const ThreadSched m0 = ReadThreadSched(main_tid), d0 = rig->DeviceSched();
@@ -523,7 +610,12 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     r.pinning = o.pin ? "not pinned (fewer than 2 CPUs allowed)" : "not pinned";
   }
   if (!r.tokens_match) {
-    return absl::InternalError("overhead: the scheduled prefills sampled other tokens than the direct ones");
+    size_t i = 0;
+    while (i < direct_tokens.size() && direct_tokens[i] == sched_tokens[i]) ++i;
+    return absl::InternalError(
+        StrCat("overhead: the scheduled prefills sampled other tokens than the direct ones (first at prompt ", i,
+               ": direct ", i < direct_tokens.size() ? direct_tokens[i] : -1, ", scheduled ",
+               i < sched_tokens.size() ? sched_tokens[i] : -1, ")"));
   }
   return r;
 }

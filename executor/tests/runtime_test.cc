@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "slicesched/comm/comm_graph.h"
 #include "slicesched/common/clock.h"
@@ -700,6 +701,78 @@ TEST(ExecutorSetTest, BatchedAndPollingWaitsReturnForPendingCompletions) {
   EXPECT_EQ(r.exec->completed_ops(), 16);
   EXPECT_EQ(r.exec->stored_tensors(), 0u);
   EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
+// Payloads the owner no longer needs are freed on the thread of the device
+// that produced them (as the direct loop frees its own tensors), not on the
+// owner's thread: a busy device frees them before its next operator, an idle
+// one once kGraveyardWakeBytes have piled up, and whatever is left when the
+// executors stop is freed then (nothing leaks).
+TEST(ExecutorSetTest, DroppedPayloadsAreFreedOnTheirDeviceThread) {
+  Watchdog watchdog(absl::Minutes(2));
+  struct Tracker {
+    absl::Mutex mu;
+    std::vector<std::thread::id> freed_on ABSL_GUARDED_BY(mu);
+    int created ABSL_GUARDED_BY(mu) = 0;
+    std::thread::id device;
+  };
+  struct Payload {
+    Payload(Tracker* tr, absl::Notification* n) : t(tr), on_free(n) {}
+    Payload(const Payload&) = delete;
+    Tracker* t;
+    absl::Notification* on_free;
+    ~Payload() {
+      absl::MutexLock l(&t->mu);
+      t->freed_on.push_back(std::this_thread::get_id());
+      if (on_free != nullptr && !on_free->HasBeenNotified()) on_free->Notify();
+    }
+  };
+  Tracker tracker;
+  absl::Notification big_freed;
+  Rig r(1, Bytes::GiB(4));
+  const TemplateId one = *r.g.RegisterTemplate(Chain(1));
+  r.Start();
+  r.kernels.SetHook([&](const KernelCall& c) {
+    const bool big = c.outputs[0].bytes.count() >= ExecutorSet::kGraveyardWakeBytes;
+    {
+      absl::MutexLock l(&tracker.mu);
+      tracker.device = std::this_thread::get_id();
+      ++tracker.created;
+    }
+    c.outputs[0].kind = kHostBytesPayload + 100;  // opaque to the executors
+    c.outputs[0].payload = std::make_shared<Payload>(&tracker, big ? &big_freed : nullptr);
+  });
+  auto freed = [&] {
+    absl::MutexLock l(&tracker.mu);
+    return tracker.freed_on;
+  };
+  // A chain of 4, then another: the first chain's payloads are handed back
+  // when the owner frees them and freed by the device before it runs the
+  // second chain.
+  r.Place(r.New(r.chain, 16), {0});
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_TRUE(freed().empty()) << "freed by the owner";
+  r.Place(r.New(r.chain, 16), {0});
+  ASSERT_TRUE(r.Run().ok());
+  std::vector<std::thread::id> f = freed();
+  EXPECT_EQ(f.size(), 4u);
+  for (std::thread::id id : f) EXPECT_EQ(id, tracker.device);
+  // An idle device frees a big payload without being given more work.
+  r.Place(r.New(one, ExecutorSet::kGraveyardWakeBytes / 4), {0});
+  ASSERT_TRUE(r.Run().ok());
+  ASSERT_TRUE(big_freed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  f = freed();
+  EXPECT_EQ(f.size(), 9u);  // the second chain's four went with it
+  for (std::thread::id id : f) EXPECT_EQ(id, tracker.device);
+  // Handed back but not yet freed: freed when the executors stop.
+  r.Place(r.New(r.chain, 16), {0});
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(freed().size(), 9u);
+  r.exec.reset();
+  absl::MutexLock l(&tracker.mu);
+  EXPECT_EQ(tracker.created, 13);
+  EXPECT_EQ(tracker.freed_on.size(), 13u);
+  EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
 }
 
 // A dependent handed over after its producer finished on the device, but

@@ -112,6 +112,11 @@ struct ExecutorOptions {
 
 class ExecutorSet final : public ExecutionBackend {
  public:
+  // An idle device thread wakes to free the payloads handed back to it (see
+  // DeviceState::graveyard) once this many bytes have piled up; a busy one
+  // frees them before its next operator.
+  static constexpr int64_t kGraveyardWakeBytes = int64_t{64} << 20;
+
   // `gmg`, `clock`, `kernels` and `transfers` must outlive the set. Starts
   // one thread per device of the GMG's accelerator set.
   ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunner* kernels,
@@ -274,6 +279,15 @@ class ExecutorSet final : public ExecutionBackend {
     absl::flat_hash_map<uint64_t, uint32_t> pending;               // node -> item
     absl::flat_hash_map<uint64_t, std::vector<NodeId>> waiters;    // producer -> pending
     absl::flat_hash_map<uint64_t, LocalDone> finished;             // by node
+    // Payloads of this device's buffers the owner no longer needs, handed
+    // back so that the device thread, not the owner, drops the last
+    // reference (and frees the memory) before its next operator: the direct
+    // loop frees its tensors on its own thread and reuses that memory, hot in
+    // its cache and its allocator's thread cache; freed by the owner it would
+    // cross cores both ways, every operator. An idle device frees them when
+    // kGraveyardWakeBytes have piled up (or on exit).
+    std::vector<std::shared_ptr<void>> graveyard;
+    int64_t graveyard_bytes = 0;
     NodeId running;
     bool stopped = false;
     bool exited = false;
@@ -312,6 +326,11 @@ class ExecutorSet final : public ExecutionBackend {
   void Reconcile();
   void ReconcileTensor(const TensorKey& key);
   void Touch(NodeId producer, int output) { touched_.insert({producer.value(), output}); }
+  // Owner side: queue `h`'s payload for its device's thread (released there);
+  // the Allocation stays with `h` (released by the caller, as before).
+  void Bury(Held& h);
+  // Hands what Bury() collected to the device threads (one lock round trip).
+  void FlushBuried();
 
   GlobalMappingGraph* gmg_;
   const Clock* clock_;
@@ -328,6 +347,12 @@ class ExecutorSet final : public ExecutionBackend {
   absl::btree_map<TensorKey, absl::btree_map<uint16_t, Held>> tensors_;
   absl::btree_map<uint64_t, std::vector<Held>> checkpoints_;  // by CheckpointId
   absl::btree_set<TensorKey> touched_;
+  struct Buried {
+    std::vector<std::shared_ptr<void>> payloads;
+    int64_t bytes = 0;
+  };
+  std::vector<Buried> buried_;  // by device; owner-only, emptied by FlushBuried()
+  bool any_buried_ = false;
   absl::flat_hash_map<uint64_t, bool> start_overlapped_;      // running node -> overlapped
   // By device: the end of its last applied operator, and of its last
   // transfer (either end), for Feedback::handoff.

@@ -1,7 +1,8 @@
 // The scheduling-overhead experiment (paper Table 1): N prefills of context
 // length 1 on the tiny Llama, executed
 //   (a) directly: Embedding -> FusedLayers per group -> LmHead -> Sample,
-//       called in a loop on the calling thread;
+//       called in a loop on a thread of its own (like the device thread;
+//       OverheadOptions::direct_on_main: on the calling thread);
 //   (b) scheduled: each prefill instantiated in a GMG, placed by the
 //       SliceScheduler (one CPU device, so the template's "single" partition
 //       is its only candidate: the fast path without what-if simulation) and
@@ -58,6 +59,10 @@ struct OverheadOptions {
   // (or the device ran out of work; ExecutorSet::WaitForFinishBatch). 1:
   // woken for every prefill (the protocol before). Ignored when poll_us > 0.
   int wake_batch = 1;
+  // The direct loop runs on a thread of its own by default, like the
+  // device thread (see overhead.cc: DirectThread); true: on the calling
+  // thread, which is also the master's (the harness before).
+  bool direct_on_main = false;
   uint64_t seed = 1;    // weights
   int warmup = 20;      // untimed prefills of each kind first
   std::string model = "tiny";  // a Llama preset: tiny, small, llama3-8b
@@ -105,6 +110,7 @@ struct OverheadResult {
   // show how much work each path did.
   double direct_cpu_s = 0, device_cpu_s = 0, master_cpu_s = 0;
   std::string only;  // OverheadOptions::only
+  bool direct_on_main = false;  // OverheadOptions::direct_on_main
   // The scheduler's view of the direct loop's thread, of the device thread
   // and of the master thread (see ThreadSched).
   ThreadSched direct_thread, device_thread, master_thread;
