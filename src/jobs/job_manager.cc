@@ -609,6 +609,15 @@ absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::NeverPairedA
   return out;
 }
 
+absl::Status JobManager::RecordNormalEvaluation(uint64_t id, std::string_view run_key, int64_t step,
+                                                double metric) {
+  return store_->AddNormalRunPoint(id, run_key, step, metric);
+}
+
+absl::Status JobManager::ForgetNormalRun(uint64_t id) { return store_->DeleteNormalRun(id); }
+
+absl::StatusOr<std::vector<StoredNormalRun>> JobManager::NormalRuns() { return store_->ListNormalRuns(); }
+
 absl::StatusOr<JobInfo> JobManager::Complete(uint64_t id, const CompletionReport& report) {
   if (report.actual_gain.has_value() && !std::isfinite(*report.actual_gain)) {
     return absl::InvalidArgumentError("Complete: actual_gain is not a finite number");

@@ -378,6 +378,14 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(Master* master, job
   auto never = r->jobs_->NeverPairedAgain();
   if (!never.ok()) return Annotate(never.status(), "reading the decoupled pairs");
   r->decoupled_pairs_ = *std::move(never);
+  // So do the normal runs the stop-loss compares pairing members with.
+  auto runs = r->jobs_->NormalRuns();
+  if (!runs.ok()) return Annotate(runs.status(), "reading the normal runs");
+  for (StoredNormalRun& stored : *runs) {
+    NormalRun& run = r->normal_runs_[stored.job_id];
+    run.key = std::move(stored.run_key);
+    run.points = std::move(stored.points);
+  }
   return r;
 }
 
@@ -704,11 +712,14 @@ void JobRunner::ObservePairing(Runtime& rt, const jobs::JobInfo& info, double me
   const double signed_metric = jobs::HigherIsBetter(rt.spec.stop.metric) ? -metric : metric;
   const double epochs =
       static_cast<double>(rt.step() - pw.start_step[m]) / static_cast<double>(rt.iterations_per_epoch());
-  bool from_curve = false;
-  const double reference = StopLossReference(rt, pw.policy.mode() == ymir::PairingMode::kSpatial, pw.start_metric[m],
-                                             rt.step(), &from_curve);
+  // Both kinds of member (a spatial member, a temporal target) are compared
+  // with the measured normal curve of their task where there is one.
+  uint64_t curve_job = 0;
+  const double reference = StopLossReference(rt, pw.start_metric[m], rt.step(), &curve_job);
   (*extra)["stop_loss_reference"] = jobs::HigherIsBetter(rt.spec.stop.metric) ? -reference : reference;
-  (*extra)["stop_loss_normal_curve"] = from_curve ? 1 : 0;
+  (*extra)["stop_loss_normal_curve"] = curve_job != 0 ? 1 : 0;
+  (*extra)["stop_loss_start_metric"] = jobs::HigherIsBetter(rt.spec.stop.metric) ? -pw.start_metric[m] : pw.start_metric[m];
+  if (curve_job != 0) (*extra)["stop_loss_normal_run_job"] = static_cast<double>(curve_job);
   auto v = pw.policy.Observe(m, epochs, signed_metric, reference);
   if (!v.ok()) {
     spdlog::warn("job {}: stop-loss: {}", rt.id, v.status().ToString());
@@ -728,7 +739,10 @@ void JobRunner::ObservePairing(Runtime& rt, const jobs::JobInfo& info, double me
              " did not improve ",
              jobs::StopMetricName(rt.spec.stop.metric), " within ", ymir::StopLossOptions{}.window_epochs,
              " epochs (", pw.policy.reason(), "; member ", m, " is job ", rt.id,
-             jobs::HigherIsBetter(rt.spec.stop.metric) ? ", metric negated" : "", ")");
+             jobs::HigherIsBetter(rt.spec.stop.metric) ? ", metric negated" : "", "; reference: ",
+             curve_job != 0 ? StrCat("the normal run of job ", curve_job, " at step ", rt.step())
+                            : StrCat("its metric at the pairing's start, step ", pw.start_step[m]),
+             ")");
   auto d = jobs_->Decouple(rt.id, reason, {}, /*never_pair_again=*/true);
   if (!d.ok()) {
     spdlog::warn("job {}: decouple: {}", rt.id, d.status().ToString());
@@ -833,6 +847,9 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
         e.temporal_gain_ab = has_t ? tg : -1.0;
         e.spatial_gain = has_s ? sg : -1.0;
         e.spatial_iter_time_factor = 1.0;
+        // A spatial pair's joint micro-batches run as one stream (no data
+        // parallelism): priced from the one-stream times, at gpus.min.
+        e.spatial_single_stream = true;
         pairs.push_back(e);
         by_pair[{a.id, b.id}] = e;
       }
@@ -1475,7 +1492,10 @@ bool JobRunner::MicroBatchOf(uint64_t job_id, int64_t k, executor::TrainBatch* o
 }
 
 void JobRunner::DecoupleSpatial(uint64_t a, uint64_t b, const std::string& reason) {
-  auto d = jobs_->Decouple(a, reason);
+  // Stored like the stop-loss's decouplings (decoupled_pairs, in the same
+  // transaction), so a restarted runner does not plan and split the pair
+  // again.
+  auto d = jobs_->Decouple(a, reason, {}, /*never_pair_again=*/true);
   if (!d.ok()) {
     spdlog::warn("job {}: decouple: {}", a, d.status().ToString());
     return;
@@ -1603,7 +1623,7 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     return absl::OkStatus();
   }
   for (Runtime* r : {&a, &b}) {
-    normal_runs_[r->id].normal = false;  // trained jointly: no normal run
+    NotANormalRun(r->id);  // trained jointly
     // One joint stream, no data parallelism: a wave of one micro-batch that
     // is no measurement of a GPU count (joint timings stay out of the time
     // LUT and measured_iter_s; RecordWave still takes it as the job's
@@ -1644,24 +1664,41 @@ void JobRunner::RecordEvaluation(const Runtime& rt, const jobs::JobInfo& info, i
     auto partner = jobs_->Get(info.plan.partner);
     target |= partner.ok() && partner->state == jobs::JobState::kCompleted;
   }
-  if (info.plan.mode == jobs::RunMode::kSpatial || target) run.normal = false;
-  if (!run.normal) {
-    run.points.clear();
-    return;
-  }
+  if (info.plan.mode == jobs::RunMode::kSpatial || target) NotANormalRun(rt.id);
+  // A job resumed from a checkpoint (after a restart) continues a normal run
+  // only when the store had that run: a checkpoint alone does not say how
+  // the job trained before (a decoupled pairing member, a temporal target).
+  if (run.points.empty() && rt.resumed_from_checkpoint) NotANormalRun(rt.id);
+  if (!run.normal) return;
   if (!run.points.empty() && run.points.back().first >= step) return;  // re-evaluated after a pause
   run.points.emplace_back(step, metric);
+  // Stored, so that a restarted daemon still has the curve.
+  if (absl::Status s = jobs_->RecordNormalEvaluation(rt.id, run.key, step, metric); !s.ok()) {
+    spdlog::warn("job {}: storing its normal run's evaluation at step {}: {}", rt.id, step, s.ToString());
+  }
 }
 
-double JobRunner::StopLossReference(const Runtime& rt, bool spatial, double start, int64_t step,
-                                    bool* from_curve) const {
-  *from_curve = false;
-  if (!spatial) return start;
+void JobRunner::NotANormalRun(uint64_t id) {
+  NormalRun& run = normal_runs_[id];
+  if (!run.normal) return;
+  run.normal = false;
+  run.points.clear();
+  if (absl::Status s = jobs_->ForgetNormalRun(id); !s.ok()) {
+    spdlog::warn("job {}: forgetting its stored normal run: {}", id, s.ToString());
+  }
+}
+
+double JobRunner::StopLossReference(const Runtime& rt, double start, int64_t step, uint64_t* curve_job) const {
+  *curve_job = 0;
   const std::string key = NormalRunKey(rt);
   const NormalRun* best = nullptr;
+  uint64_t best_id = 0;
   for (const auto& [id, run] : normal_runs_) {
     if (id == rt.id || !run.normal || run.key != key || run.points.empty()) continue;
-    if (best == nullptr || run.points.back().first > best->points.back().first) best = &run;
+    if (best == nullptr || run.points.back().first > best->points.back().first) {
+      best = &run;
+      best_id = id;
+    }
   }
   if (best == nullptr) return start;
   spatial::MetricKind kind = spatial::MetricKind::kLoss;
@@ -1669,7 +1706,7 @@ double JobRunner::StopLossReference(const Runtime& rt, bool spatial, double star
   if (rt.spec.stop.metric == jobs::StopMetric::kPerplexity) kind = spatial::MetricKind::kPerplexity;
   const std::optional<double> r = spatial::NormalReference(best->points, step, kind);
   if (!r.has_value()) return start;
-  *from_curve = true;
+  *curve_job = best_id;
   return jobs::HigherIsBetter(rt.spec.stop.metric) ? -*r : *r;
 }
 

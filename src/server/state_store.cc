@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -77,6 +78,22 @@ CREATE TABLE decoupled_pairs (
   job_b        INTEGER NOT NULL,
   time_unix_ms INTEGER NOT NULL,
   PRIMARY KEY (job_a, job_b)
+) WITHOUT ROWID;
+)sql",
+    // 3 -> 4: the job runner's normal runs (jobs that trained alone from a
+    // fresh state): the run's key (task and training setup) and its
+    // evaluations, the stop-loss's normal curve across restarts.
+    R"sql(
+CREATE TABLE normal_runs (
+  job_id          INTEGER PRIMARY KEY NOT NULL,
+  run_key         TEXT NOT NULL,
+  updated_unix_ms INTEGER NOT NULL
+);
+CREATE TABLE normal_run_points (
+  job_id INTEGER NOT NULL,
+  step   INTEGER NOT NULL,
+  metric REAL NOT NULL,
+  PRIMARY KEY (job_id, step)
 ) WITHOUT ROWID;
 )sql",
 };
@@ -685,6 +702,7 @@ absl::Status StateStore::DeleteJob(uint64_t id) {
     SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
     SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(id)).Run());
   }
+  SLICESCHED_RETURN_IF_ERROR(DeleteNormalRunLocked(id));
   return txn.Commit();
 }
 
@@ -728,6 +746,84 @@ absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListDecoupledPairs() {
     SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
     out.push_back(DecoupledPair{static_cast<uint64_t>(st.Int(0)), static_cast<uint64_t>(st.Int(1)), st.Int(2)});
+  }
+  return out;
+}
+
+absl::Status StateStore::AddNormalRunPoint(uint64_t job_id, std::string_view run_key, int64_t step, double metric) {
+  if (run_key.empty()) return absl::InvalidArgumentError(StrCat("normal run of job ", job_id, ": empty run key"));
+  if (step < 0 || !std::isfinite(metric)) {
+    return absl::InvalidArgumentError(StrCat("normal run of job ", job_id, ": step ", step, ", metric ", metric,
+                                             " (the step must be >= 0 and the metric finite)"));
+  }
+  absl::MutexLock lock(&mu_);
+  const int64_t now = Now();
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  SLICESCHED_ASSIGN_OR_RETURN(bool exists, JobExists(job_id));
+  if (!exists) return absl::NotFoundError(StrCat("no fine-tuning job with id ", job_id));
+  {
+    constexpr std::string_view kSql = "SELECT run_key FROM normal_runs WHERE job_id = ?1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    st.Bind(1, static_cast<int64_t>(job_id));
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (row && st.Text(0) != run_key) {
+      return absl::FailedPreconditionError(StrCat("normal run of job ", job_id, ": stored with key '", st.Text(0),
+                                                  "', not '", run_key, "'"));
+    }
+  }
+  {
+    constexpr std::string_view kSql =
+        "INSERT INTO normal_runs (job_id, run_key, updated_unix_ms) VALUES (?1, ?2, ?3) "
+        "ON CONFLICT(job_id) DO UPDATE SET updated_unix_ms = excluded.updated_unix_ms";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(job_id)).Bind(2, run_key).Bind(3, now).Run());
+  }
+  {
+    constexpr std::string_view kSql =
+        "INSERT OR REPLACE INTO normal_run_points (job_id, step, metric) VALUES (?1, ?2, ?3)";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(job_id)).Bind(2, step).Bind(3, metric).Run());
+  }
+  return txn.Commit();
+}
+
+absl::Status StateStore::DeleteNormalRunLocked(uint64_t job_id) {
+  for (std::string_view sql : {std::string_view("DELETE FROM normal_run_points WHERE job_id = ?1"),
+                               std::string_view("DELETE FROM normal_runs WHERE job_id = ?1")}) {
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, sql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(job_id)).Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::DeleteNormalRun(uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  SLICESCHED_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(this));
+  SLICESCHED_RETURN_IF_ERROR(DeleteNormalRunLocked(job_id));
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<StoredNormalRun>> StateStore::ListNormalRuns() {
+  absl::MutexLock lock(&mu_);
+  std::vector<StoredNormalRun> out;
+  {
+    constexpr std::string_view kSql = "SELECT job_id, run_key FROM normal_runs ORDER BY job_id";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    while (true) {
+      SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      out.push_back(StoredNormalRun{static_cast<uint64_t>(st.Int(0)), st.Text(1), {}});
+    }
+  }
+  constexpr std::string_view kSql = "SELECT step, metric FROM normal_run_points WHERE job_id = ?1 ORDER BY step";
+  for (StoredNormalRun& run : out) {
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    st.Bind(1, static_cast<int64_t>(run.job_id));
+    while (true) {
+      SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+      if (!row) break;
+      run.points.emplace_back(st.Int(0), st.Double(1));
+    }
   }
   return out;
 }

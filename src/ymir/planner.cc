@@ -66,6 +66,7 @@ struct MergedPair {
   double temporal_ab = 0, temporal_ba = 0;
   double spatial_gain_sum = 0, spatial_factor_sum = 0;
   int spatial_count = 0;
+  bool spatial_single_stream = false;
 };
 
 // One stretch of work of a candidate: `iters` iterations at `t` seconds each
@@ -186,6 +187,7 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
     }
     m.spatial_gain_sum += p.spatial_gain;
     m.spatial_factor_sum += p.spatial_iter_time_factor;
+    m.spatial_single_stream |= p.spatial_single_stream;
     ++m.spatial_count;
   }
 
@@ -240,12 +242,20 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
         add(Mode::kTemporal, m.b, m.a, TB, TB + (1 - m.temporal_ba) * TA,
             temporal(B, A, tb, ta, m.temporal_ba));
       }
-      if (spatial_ok && m.spatial_count > 0) {
+      // A single-stream pair runs its joint iterations at its members'
+      // one-stream speed (their times at gpus.min) whatever g is, so it is
+      // offered only the smallest count both allow.
+      if (spatial_ok && m.spatial_count > 0 && (!m.spatial_single_stream || g == lo)) {
         double gain = m.spatial_gain_sum / m.spatial_count;
         double factor = m.spatial_factor_sum / m.spatial_count;
         double iters = (1 - gain) * (A.remaining_iterations + B.remaining_iterations);
-        double joint = iters * factor * std::max(ta, tb);
-        double end = PhaseFinish({{iters, factor * std::max(ta, tb), factor * pair_ref}},
+        double t_joint = std::max(ta, tb);
+        if (m.spatial_single_stream) {
+          const double one_a = IterTime(A, A.min_gpus), one_b = IterTime(B, B.min_gpus);
+          if (one_a > 0 && one_b > 0) t_joint = std::max(one_a, one_b);
+        }
+        double joint = iters * factor * t_joint;
+        double end = PhaseFinish({{iters, factor * t_joint, factor * pair_ref}},
                                  std::max(Stall(A, g), Stall(B, g)), H)[0];
         add(Mode::kSpatial, m.a, m.b, joint, joint, {end, end});
       }

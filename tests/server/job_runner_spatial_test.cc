@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,13 @@ TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
   return m;
 }
 
+// The numeric field `name` of an event's details (NaN when absent).
+double Detail(const JobEvent& e, const std::string& name) {
+  const std::string key = StrCat("\"", name, "\":");
+  const size_t at = e.details_json.find(key);
+  return at == std::string::npos ? NAN : std::stod(e.details_json.substr(at + key.size()));
+}
+
 class JobRunnerSpatialTest : public JobRunnerFixture {
  protected:
   virtual int Devices() const { return 1; }
@@ -107,6 +115,53 @@ class JobRunnerSpatialTest : public JobRunnerFixture {
     auto s = TaskState::Init(dims, executor::LoraConfig{8, 16}, 2, seed, adamw);
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
+  }
+  // The stop-loss reference of a spatial pairing (see the tests below).
+  void ReferenceIsTheNormalRun(bool restart) {
+    const std::string setup = "metric: loss, target: 0.0001, max_epochs: 3";
+    const uint64_t n = Submit(Spec("n", "fa-major", setup));
+    ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(n).state); }));
+    ASSERT_EQ(Job(n).state, jobs::JobState::kCompleted) << Job(n).message;
+    std::map<int64_t, double> normal;  // iteration -> eval loss of the normal run
+    for (const JobEvent& e : Events(n)) {
+      const double it = Detail(e, "iterations_done"), m = Detail(e, "metric");
+      if (e.kind == "progress" && !std::isnan(it) && !std::isnan(m)) normal[static_cast<int64_t>(it)] = m;
+    }
+    ASSERT_TRUE(normal.contains(8)) << "normal run evaluated at each epoch end";
+    if (restart) {
+      runner_->Stop();
+      runner_.reset();
+      OpenJobs();
+      NewRunner();
+    }
+
+    const uint64_t a = Submit(Spec("a", "fa-major", setup));
+    const uint64_t b = Submit(Spec("b", "fa-inv", setup));
+    ProfileAndPlan({a, b});
+    ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+    auto first_reference = [&](uint64_t id) -> const JobEvent* {
+      static std::vector<JobEvent> keep[2];
+      std::vector<JobEvent>& ev = keep[id == a ? 0 : 1];
+      ev = Events(id);
+      for (const JobEvent& e : ev) {
+        if (e.kind == "progress" && !std::isnan(Detail(e, "stop_loss_reference"))) return &e;
+      }
+      return nullptr;
+    };
+    ASSERT_TRUE(TickUntil([&] {
+      return (first_reference(a) != nullptr && first_reference(b) != nullptr) ||
+             Job(a).plan.mode != jobs::RunMode::kSpatial;
+    }));
+    const JobEvent* ra = first_reference(a);
+    const JobEvent* rb = first_reference(b);
+    ASSERT_NE(ra, nullptr);
+    ASSERT_NE(rb, nullptr);
+    EXPECT_EQ(Detail(*ra, "stop_loss_normal_curve"), 1);
+    EXPECT_EQ(Detail(*ra, "stop_loss_normal_run_job"), static_cast<double>(n));
+    const auto step = static_cast<int64_t>(Detail(*ra, "iterations_done"));
+    ASSERT_TRUE(normal.contains(step)) << step;
+    EXPECT_NEAR(Detail(*ra, "stop_loss_reference"), normal[step], 1e-9 + 1e-6 * normal[step]);
+    EXPECT_EQ(Detail(*rb, "stop_loss_normal_curve"), 0);
   }
   TaskState Checkpoint(uint64_t id, const LlamaDims& dims) {
     const std::string path = Job(id).checkpoint_path;
@@ -279,56 +334,58 @@ TEST_F(JobRunnerSpatialTest, JobHoldingACompleteIterationTakesItsStepAloneFirst)
   EXPECT_EQ(runner_->stats().steps_done, static_cast<uint64_t>(5 - (s + 1)));
 }
 
-// The numeric field `name` of an event's details (NaN when absent).
-double Detail(const JobEvent& e, const std::string& name) {
-  const std::string key = StrCat("\"", name, "\":");
-  const size_t at = e.details_json.find(key);
-  return at == std::string::npos ? NAN : std::stod(e.details_json.substr(at + key.size()));
-}
 
 // The stop-loss reference of a spatial pairing: a member whose task has a
 // measured normal run in this runner (job n: the same task and setup, alone
 // from fresh, other seed) is judged against that run's metric at the same
 // step (here exactly its evaluation at the same iteration); a member
 // without one (another task) against its metric at the pairing's start.
+// `restart`: the daemon restarts (a new JobManager on the same state
+// database, a new runner) between the normal run and the pair.
 TEST_F(JobRunnerSpatialTest, StopLossReferenceIsAMeasuredNormalRunOfTheSameTask) {
-  const std::string setup = "metric: loss, target: 0.0001, max_epochs: 3";
-  const uint64_t n = Submit(Spec("n", "fa-major", setup));
-  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(n).state); }));
-  ASSERT_EQ(Job(n).state, jobs::JobState::kCompleted) << Job(n).message;
-  std::map<int64_t, double> normal;  // iteration -> eval loss of the normal run
-  for (const JobEvent& e : Events(n)) {
-    const double it = Detail(e, "iterations_done"), m = Detail(e, "metric");
-    if (e.kind == "progress" && !std::isnan(it) && !std::isnan(m)) normal[static_cast<int64_t>(it)] = m;
-  }
-  ASSERT_TRUE(normal.contains(8)) << "normal run evaluated at each epoch end";
+  ReferenceIsTheNormalRun(/*restart=*/false);
+}
 
+// The normal runs are stored (schema 4): a restarted runner still judges
+// the member against the curve measured before the restart.
+TEST_F(JobRunnerSpatialTest, StopLossReferenceIsTheNormalRunMeasuredBeforeARestart) {
+  ReferenceIsTheNormalRun(/*restart=*/true);
+}
+
+// A spatial pair split at its start (DecoupleSpatial: here the two jobs'
+// LoRA ranks differ, so one shared adapter is impossible) is stored like a
+// stop-loss decoupling: after a restart, while both jobs are still fresh
+// (the planner would pair them again), the new runner runs each alone and
+// never plans, nor splits, that pair again.
+TEST_F(JobRunnerSpatialTest, PairSplitAtItsStartIsNotPairedAgainAfterARestart) {
+  const std::string setup = "metric: accuracy, target: 0.999, max_epochs: 1";
   const uint64_t a = Submit(Spec("a", "fa-major", setup));
-  const uint64_t b = Submit(Spec("b", "fa-inv", setup));
+  std::string yb = Spec("b", "fa-inv", setup);
+  yb.replace(yb.find("batch_size: 8"), 13, "batch_size: 8, lora_rank: 4");
+  const uint64_t b = Submit(yb);
   ProfileAndPlan({a, b});
-  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
-  auto first_reference = [&](uint64_t id) -> const JobEvent* {
-    static std::vector<JobEvent> keep[2];
-    std::vector<JobEvent>& ev = keep[id == a ? 0 : 1];
-    ev = Events(id);
-    for (const JobEvent& e : ev) {
-      if (e.kind == "progress" && !std::isnan(Detail(e, "stop_loss_reference"))) return &e;
+  ASSERT_TRUE(TickUntil([&] { return AnyEventWith(b, "decoupled", "spatial joint training not possible"); }, 50));
+  EXPECT_TRUE(AnyEventWith(b, "decoupled", "one shared adapter needs one LoRA config"));
+  EXPECT_TRUE(AnyEventWith(b, "decoupled", "\"never_pair_again\":true"));
+  EXPECT_EQ(*jobs_->NeverPairedAgain(), (std::set<std::pair<uint64_t, uint64_t>>{{a, b}}));
+  for (uint64_t id : {a, b}) ASSERT_EQ(runner_->TrainingPosition(id), (std::pair<int64_t, int64_t>{0, 0}));
+  // The restart, before either job trained: both are fresh again.
+  runner_->Stop();
+  runner_.reset();
+  OpenJobs();
+  NewRunner();
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  for (uint64_t id : {a, b}) {
+    EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+    int spatial_runs = 0, splits = 0;
+    for (const JobEvent& e : Events(id)) {
+      spatial_runs += (e.kind == "running" || e.kind == "replanned") &&
+                      e.details_json.find("\"mode\":\"spatial\"") != std::string::npos;
+      splits += e.kind == "decoupled" && e.details_json.find("spatial joint training not possible") != std::string::npos;
     }
-    return nullptr;
-  };
-  ASSERT_TRUE(TickUntil([&] {
-    return (first_reference(a) != nullptr && first_reference(b) != nullptr) ||
-           Job(a).plan.mode != jobs::RunMode::kSpatial;
-  }));
-  const JobEvent* ra = first_reference(a);
-  const JobEvent* rb = first_reference(b);
-  ASSERT_NE(ra, nullptr);
-  ASSERT_NE(rb, nullptr);
-  EXPECT_EQ(Detail(*ra, "stop_loss_normal_curve"), 1);
-  const auto step = static_cast<int64_t>(Detail(*ra, "iterations_done"));
-  ASSERT_TRUE(normal.contains(step)) << step;
-  EXPECT_NEAR(Detail(*ra, "stop_loss_reference"), normal[step], 1e-9 + 1e-6 * normal[step]);
-  EXPECT_EQ(Detail(*rb, "stop_loss_normal_curve"), 0);
+    EXPECT_EQ(spatial_runs, 1) << "job " << id << " was paired again after the restart";
+    EXPECT_EQ(splits, 1) << "job " << id;
+  }
 }
 
 class JobRunnerSpatialTwoDevicesTest : public JobRunnerSpatialTest {

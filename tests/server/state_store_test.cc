@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sqlite3.h>
@@ -366,6 +368,47 @@ TEST(StateStoreTest, ApplyJobChangesIsAllOrNothing) {
   EXPECT_EQ(s.ListJobEvents(*a)->size(), 2u);
 }
 
+// Normal runs (schema 4): points per job under one key, exact doubles,
+// kept across a reopen, removed with their job; bad input is refused with
+// the reason and stores nothing.
+TEST(StateStoreTest, NormalRunsRoundTripAndSurviveReopen) {
+  const std::string dir = FreshDir("normal_runs");
+  uint64_t a = 0, b = 0;
+  {
+    auto s = StateStore::Open(dir);
+    ASSERT_TRUE(s.ok()) << s.status();
+    a = *(*s)->CreateJob("name: a\n", "t", "running");
+    b = *(*s)->CreateJob("name: b\n", "t", "running");
+    ASSERT_TRUE((*s)->AddNormalRunPoint(a, "dep|fa-inv|64+16|loss", 8, 0.1 + 0.2).ok());
+    ASSERT_TRUE((*s)->AddNormalRunPoint(a, "dep|fa-inv|64+16|loss", 16, 0.25).ok());
+    ASSERT_TRUE((*s)->AddNormalRunPoint(a, "dep|fa-inv|64+16|loss", 16, 0.125).ok());  // replaces step 16
+    ASSERT_TRUE((*s)->AddNormalRunPoint(b, "other", 4, 1.5).ok());
+    const absl::Status other_key = (*s)->AddNormalRunPoint(a, "other", 24, 0.1);
+    EXPECT_EQ(other_key.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(other_key.message()), HasSubstr("stored with key 'dep|fa-inv|64+16|loss'"));
+    EXPECT_EQ((*s)->AddNormalRunPoint(99, "k", 1, 0.5).code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ((*s)->AddNormalRunPoint(a, "", 1, 0.5).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*s)->AddNormalRunPoint(a, "dep|fa-inv|64+16|loss", -1, 0.5).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*s)->AddNormalRunPoint(a, "dep|fa-inv|64+16|loss", 32, NAN).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  auto s = StateStore::Open(dir);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto runs = (*s)->ListNormalRuns();
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 2u);
+  EXPECT_EQ((*runs)[0].job_id, a);
+  EXPECT_EQ((*runs)[0].run_key, "dep|fa-inv|64+16|loss");
+  EXPECT_EQ((*runs)[0].points, (std::vector<std::pair<int64_t, double>>{{8, 0.1 + 0.2}, {16, 0.125}}));
+  EXPECT_EQ((*runs)[1].job_id, b);
+  EXPECT_EQ((*runs)[1].points, (std::vector<std::pair<int64_t, double>>{{4, 1.5}}));
+  ASSERT_TRUE((*s)->DeleteNormalRun(b).ok());
+  ASSERT_TRUE((*s)->DeleteNormalRun(b).ok());  // none stored: no error
+  ASSERT_TRUE((*s)->DeleteJob(a).ok());        // takes its run along
+  EXPECT_TRUE((*s)->ListNormalRuns()->empty());
+}
+
 // A database written by the schema-1 binary is migrated in place: its jobs
 // and events stay, the new columns get their defaults.
 TEST(StateStoreTest, MigratesSchemaOneDatabases) {
@@ -405,6 +448,10 @@ TEST(StateStoreTest, MigratesSchemaOneDatabases) {
   auto seq = (*store)->AppendJobEvent(1, "recovered");
   ASSERT_TRUE(seq.ok()) << seq.status();
   EXPECT_EQ(*seq, 2u);
+  // The later schemas' tables exist.
+  EXPECT_TRUE((*store)->ListDecoupledPairs()->empty());
+  EXPECT_TRUE((*store)->AddNormalRunPoint(1, "k", 8, 0.5).ok());
+  EXPECT_EQ((*store)->ListNormalRuns()->size(), 1u);
 }
 
 }  // namespace

@@ -299,6 +299,82 @@ TEST(YmirPlannerTest, TranWtComputationAndPruning) {
   EXPECT_EQ(r->candidates, 3);  // two normal + one temporal
 }
 
+// A spatial pair whose joint iterations run as one stream (the daemon's
+// joint training) is offered only the smallest GPU count both jobs allow,
+// priced from the one-stream times; without the flag it is offered every
+// count both allow, priced from the data-parallel times t(g).
+TEST(YmirPlannerTest, SingleStreamSpatialPairIsPricedAndSizedAsOneStream) {
+  Instance inst;
+  inst.cluster = {4, 4};
+  inst.jobs.push_back(MakeJob(1, 100, 1.0, 4, 100, 0));  // t(1) = 1, t(2) = 2^-0.85, t(4) = 4^-0.85
+  inst.jobs.push_back(MakeJob(2, 80, 2.0, 4, 160, 0));   // t(1) = 2
+  PairEstimate p;
+  p.a = 1;
+  p.b = 2;
+  p.temporal_gain_ab = -1;  // no temporal candidate (pruned)
+  p.spatial_gain = 0.7;
+  p.spatial_iter_time_factor = 1.1;  // TranWt = 360 t / (2 x 54 x 1.1 x 2 t) > 1 at every g
+  inst.pairs.push_back(p);
+  PlannerOptions opt;
+  opt.min_tran_wt = 0;  // keep every pair candidate, to see them all
+  auto spatial_of = [&](const CandidateSet& set) {
+    std::map<int, const Candidate*> out;  // gpus -> candidate
+    for (const Candidate& c : set.candidates) {
+      if (c.mode == Mode::kSpatial) out[c.gpus] = &c;
+    }
+    return out;
+  };
+  const double iters = 0.3 * (100 + 80);
+  auto data_parallel = GenerateCandidates(inst.jobs, inst.pairs, inst.cluster, opt);
+  ASSERT_TRUE(data_parallel.ok()) << data_parallel.status();
+  auto dp = spatial_of(*data_parallel);
+  ASSERT_EQ(dp.size(), 3u);  // g = 1, 2, 4
+  EXPECT_NEAR(dp.at(4)->jct_s[0], iters * 1.1 * 2.0 / std::pow(4, 0.85), 1e-9);
+
+  inst.pairs[0].spatial_single_stream = true;
+  auto one = GenerateCandidates(inst.jobs, inst.pairs, inst.cluster, opt);
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto ss = spatial_of(*one);
+  ASSERT_EQ(ss.size(), 1u);
+  ASSERT_TRUE(ss.contains(1));
+  EXPECT_NEAR(ss.at(1)->jct_s[0], iters * 1.1 * 2.0, 1e-9);  // the slower member's one-stream time
+  EXPECT_NEAR(ss.at(1)->jct_s[1], iters * 1.1 * 2.0, 1e-9);
+  // Normal candidates are unchanged.
+  EXPECT_EQ(one->candidates.size() - ss.size(), data_parallel->candidates.size() - dp.size());
+
+  // Both jobs need 2 GPUs at least: the pair is offered 2, at the t(2)
+  // each job reports for its minimum (its one-stream time there).
+  Instance two = inst;
+  for (JobView& j : two.jobs) {
+    j.min_gpus = 2;
+    j.iter_time_s[1] = 0;
+  }
+  auto at_two = GenerateCandidates(two.jobs, two.pairs, two.cluster, opt);
+  ASSERT_TRUE(at_two.ok()) << at_two.status();
+  auto s2 = spatial_of(*at_two);
+  ASSERT_EQ(s2.size(), 1u);
+  ASSERT_TRUE(s2.contains(2));
+  EXPECT_NEAR(s2.at(2)->jct_s[0], iters * 1.1 * 2.0 / std::pow(2, 0.85), 1e-9);
+
+  // Through the ILP: with a large transfer bonus the pair is chosen, on one
+  // GPU (the data-parallel pricing would give it all four).
+  opt.lambda = 100;
+  inst.pairs[0].spatial_single_stream = false;
+  auto r_dp = Plan(inst.jobs, inst.pairs, inst.cluster, opt);
+  ASSERT_TRUE(r_dp.ok()) << r_dp.status();
+  inst.pairs[0].spatial_single_stream = true;
+  auto r_one = Plan(inst.jobs, inst.pairs, inst.cluster, opt);
+  ASSERT_TRUE(r_one.ok()) << r_one.status();
+  auto spatial_gpus = [](const PlanResult& r) {
+    for (const Assignment& a : r.assignments) {
+      if (a.mode == Mode::kSpatial) return a.gpus;
+    }
+    return -1;
+  };
+  EXPECT_EQ(spatial_gpus(*r_dp), 4);
+  EXPECT_EQ(spatial_gpus(*r_one), 1);
+}
+
 TEST(YmirPlannerTest, PackingUsesFewestNodes) {
   ClusterView c{16, 4};
   auto p = PackOntoNodes({2, 4, 2, 4, 1, 1, 2}, c);

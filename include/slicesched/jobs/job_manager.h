@@ -199,6 +199,14 @@ class JobManager {
                                    bool never_pair_again = false);
   // The pairs decoupled with never_pair_again, as (smaller id, larger id).
   absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> NeverPairedAgain();
+  // The job runner's normal runs (StateStore normal_runs, schema 4): an
+  // evaluation (step, metric) of a job that trains normally, under the
+  // run's key (task and setup); forgetting a job's run (it turned out not to
+  // be normal); every stored run. They survive restarts, so the stop-loss
+  // keeps its normal curves. NotFound for an unknown job.
+  absl::Status RecordNormalEvaluation(uint64_t id, std::string_view run_key, int64_t step, double metric);
+  absl::Status ForgetNormalRun(uint64_t id);
+  absl::StatusOr<std::vector<StoredNormalRun>> NormalRuns();
   absl::StatusOr<JobInfo> Complete(uint64_t id, const CompletionReport& report);
   absl::StatusOr<JobInfo> Fail(uint64_t id, std::string_view reason);
   // Progress and the latest checkpoint (the resume point after a restart).

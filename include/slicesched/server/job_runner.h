@@ -134,29 +134,43 @@
 // evaluated on its state at that moment (its step then is its pairing start;
 // for B: A's transferred adapters at step 0). The reference each later
 // evaluation is compared with:
-//   * a member of a spatial pair, when this runner has a measured normal
-//     run of the same task: the job's expected normal curve, i.e. the
-//     evaluations of another job that trained normally (alone from a fresh
-//     state, never a transfer target, never joint) with the same
-//     deployment, task, data size, metric, learning rate, batch size,
-//     grad_accumulation and LoRA rank/alpha (seeds may differ; the longest
-//     such run): its metric at the member's step (both start fresh, so the
-//     member's step is its steps of training), linearly interpolated
-//     between its evaluations, and beyond its last evaluation the iteration
-//     estimator's extrapolation (ymir/iteration_estimator.h FitLossCurve of
-//     the run's points) for a loss or perplexity metric;
-//   * otherwise (no such run in this runner's lifetime; accuracy past the
-//     run's last evaluation; a temporal target) the fallback of the policy:
-//     the metric the job had when the pairing began must have improved by
-//     the end of the window. (The 3 profiling micro-batches are no normal
-//     curve: single micro-batch losses of a fresh head vary by 2x, e.g.
-//     1.25, 0.65, 1.19.)
+//   * a member of a spatial pair or the target of a temporal pair, when this
+//     runner has a measured normal run of the same task: the job's expected
+//     normal curve, i.e. the evaluations of another job that trained
+//     normally (alone from a fresh state, never a transfer target, never
+//     joint) with the same deployment, task, data size, metric, learning
+//     rate, batch size, grad_accumulation and LoRA rank/alpha (seeds may
+//     differ; the longest such run): its metric at the member's step (a
+//     spatial member starts fresh, a temporal target from its source's
+//     adapters with its own step count 0, so the member's step is its own
+//     steps of training), linearly interpolated between its evaluations,
+//     and beyond its last evaluation the iteration estimator's
+//     extrapolation (ymir/iteration_estimator.h FitLossCurve of the run's
+//     points) for a loss or perplexity metric. A temporal target that
+//     starts better than a fresh job (its source's adapters) but then
+//     improves slower than normal training is caught this way. The normal
+//     runs' evaluations are stored (JobManager::RecordNormalEvaluation,
+//     the state database's normal_runs, schema 4) and read back at Create,
+//     so a restarted runner keeps its curves; a job resumed from a
+//     checkpoint extends its stored run, and one without a stored run
+//     (its earlier training is unknown: it may have been paired) starts
+//     none;
+//   * otherwise (no such run; accuracy past the run's last evaluation) the
+//     fallback of the policy: the metric the job had when the pairing began
+//     must have improved by the end of the window. (The 3 profiling
+//     micro-batches are no normal curve: single micro-batch losses of a
+//     fresh head vary by 2x, e.g. 1.25, 0.65, 1.19.)
 // Every later evaluation of a member is observed with epochs = (step - start
 // step) / iterations per epoch; the metric is passed sign-flipped for
 // higher-is-better metrics (accuracy), so the policy's lower-is-better
 // comparison means "better than the reference". The evaluation's progress
-// event carries "stop_loss_reference" (in the metric's own sign) and
-// "stop_loss_normal_curve" (1: from the curve, 0: the fallback).
+// event carries "stop_loss_reference" (in the metric's own sign),
+// "stop_loss_start_metric" (the member's metric at the pairing's start),
+// "stop_loss_normal_curve" (1: from the curve, 0: the fallback) and, with a
+// curve, "stop_loss_normal_run_job" (the job whose normal run it is); a
+// decoupling's reason names the reference too ("reference: the normal run
+// of job N at step S" / "reference: its metric at the pairing's start, step
+// S").
 // On kDecouple the runner calls JobManager::Decouple(member, "stop-loss:
 // ...") (event "decoupled" with the reason; a spatial partner is decoupled in
 // the same transaction, reason "partner job N was decoupled: stop-loss:
@@ -181,7 +195,9 @@
 //     progress; the runner checks), on one deployment with one LoRA config;
 //     then ShareLora gives B A's initial adapter (B's head stays its own).
 //     Otherwise the pair is decoupled (reason "spatial joint training not
-//     possible: ...") and each job runs alone.
+//     possible: ...") and each job runs alone; the split is stored with
+//     never_pair_again like a stop-loss decoupling, so a restarted runner
+//     does not plan and split the same pair again.
 //   * A joint micro-batch mixes the next micro-batch of each job that still
 //     accumulates this iteration (rows of A, then rows of B, left-padded to
 //     the longer row; row_task = slot), so each job consumes its own data
@@ -196,9 +212,11 @@
 //   * No data parallelism for joint steps: the pair runs ONE stream, one
 //     joint micro-batch in flight at a time (a wave of one, no micro_index:
 //     the kernels reject a joint request carrying one) on the pair's whole
-//     device set, whatever number of devices the plan gives the pair. (The
-//     planner prices a pair on g devices from its members' data-parallel
-//     times t(g); the joint stream does not get faster with g.)
+//     device set. The planner knows it (PairEstimate::spatial_single_stream):
+//     it offers a spatial pair only the larger of the two gpus.min and
+//     prices its joint iterations from the members' one-stream times (their
+//     times at gpus.min), never from data-parallel times t(g) the joint
+//     stream would not reach.
 //   * Evaluation, completion and checkpoints stay per job (each with its own
 //     head and TaskState). Progress, loss and iteration times are per job
 //     (stats().steps_done counts a joint micro-batch once per member); a
@@ -349,18 +367,25 @@ class JobRunner {
   // member with the larger id, once both are ready; the pairing starts with
   // ShareLora (both fresh, else decoupled). Errors of one job fail the jobs.
   absl::Status DriveSpatial(Runtime& rt, const jobs::JobInfo& info);
-  // Decouples a spatial pair that cannot train jointly (JobManager::Decouple;
-  // never re-paired by this runner).
+  // Decouples a spatial pair that cannot train jointly (JobManager::Decouple
+  // with never_pair_again: never re-paired, by this runner or after a
+  // restart).
   void DecoupleSpatial(uint64_t a, uint64_t b, const std::string& reason);
-  // The stop-loss reference of an evaluation of a pairing member at its
-  // optimizer step `step` (lower-is-better, like `start`, the metric at the
-  // pairing's start): for a spatial member, the expected normal metric from
-  // a measured normal run of the same task where one exists, else `start`.
-  // `*from_curve` tells which.
-  double StopLossReference(const Runtime& rt, bool spatial, double start, int64_t step, bool* from_curve) const;
+  // The stop-loss reference of an evaluation of a pairing member (a spatial
+  // member or a temporal target) at its optimizer step `step`
+  // (lower-is-better, like `start`, the metric at the pairing's start): the
+  // expected normal metric from a measured normal run of the same task where
+  // one exists, else `start`. `*curve_job` is the normal run's job (0: the
+  // fallback `start`).
+  double StopLossReference(const Runtime& rt, double start, int64_t step, uint64_t* curve_job) const;
   // Every evaluation of a job that trains normally (alone from a fresh
   // state, never the target of a transfer, never joint) joins its run.
+  // The points go to the state store too (JobManager::RecordNormalEvaluation)
+  // and Create reads them back, so the curves survive a restart.
   void RecordEvaluation(const Runtime& rt, const jobs::JobInfo& info, int64_t step, double metric);
+  // The job trained jointly or from another job's adapters: its evaluations
+  // are no normal run (forgotten here and in the store).
+  void NotANormalRun(uint64_t id);
   struct NormalRun {
     std::string key;  // the task and training setup (NormalRunKey in job_runner.cc)
     bool normal = true;

@@ -11,8 +11,13 @@
 //   job_events    a per-job append-only log: (job id, seq) with seq = 1, 2, ...
 //                 without gaps, time, kind, details as JSON text
 //   decoupled_pairs (schema 3) pairs of jobs the planner must never pair
-//                 again (the job runner's stop-loss decoupled them), stored in
-//                 the same transaction as the decoupling event
+//                 again (the job runner's stop-loss decoupled them, or a
+//                 spatial pair could not start jointly), stored in the same
+//                 transaction as the decoupling event
+//   normal_runs, normal_run_points (schema 4) the job runner's normal runs:
+//                 job id -> the run's key (task and training setup, opaque
+//                 here) and its evaluations (step -> metric), the stop-loss's
+//                 normal curve after a restart; removed with their job
 //
 // The database runs in WAL mode (readers never block the writer) with a busy
 // timeout, so `slicectl` or a second StateStore may read while the daemon
@@ -37,6 +42,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -105,6 +111,13 @@ struct DecoupledPair {
   int64_t time_unix_ms = 0;
 };
 
+// A job's normal run (schema 4): its key and evaluations, ascending step.
+struct StoredNormalRun {
+  uint64_t job_id = 0;
+  std::string run_key;
+  std::vector<std::pair<int64_t, double>> points;  // (step, metric)
+};
+
 struct JobEvent {
   uint64_t job_id = 0;
   uint64_t seq = 0;  // 1-based, no gaps per job
@@ -129,7 +142,7 @@ class StateStore {
     int busy_timeout_ms = 5000;
   };
 
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   static constexpr std::string_view kFileName = "sliced.db";
 
   // Opens (creating the directory and the database when missing) and
@@ -192,6 +205,17 @@ class StateStore {
   // Every stored pair, ascending (job_a, job_b).
   absl::StatusOr<std::vector<DecoupledPair>> ListDecoupledPairs();
 
+  // --- Normal runs (schema 4; the job runner's stop-loss curves) -------------
+  // Records (step, metric) of the job's normal run `run_key` (replacing a
+  // point at the same step). NotFound for an unknown job; FailedPrecondition
+  // when the job's run is stored under another key; InvalidArgument for an
+  // empty key, a negative step or a metric that is not finite.
+  absl::Status AddNormalRunPoint(uint64_t job_id, std::string_view run_key, int64_t step, double metric);
+  // Forgets the job's normal run (none stored: no change, no error).
+  absl::Status DeleteNormalRun(uint64_t job_id);
+  // Every stored run, ascending job id, points by ascending step.
+  absl::StatusOr<std::vector<StoredNormalRun>> ListNormalRuns();
+
  private:
   class Statement;
   class Transaction;
@@ -206,6 +230,7 @@ class StateStore {
                                              std::string_view details_json)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateJson(std::string_view json) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteNormalRunLocked(uint64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t Now() const;
 
   // Constant after construction.

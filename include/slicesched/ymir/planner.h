@@ -23,7 +23,14 @@
 //                progress). The joint run needs (1 - spatial_gain)(R_A + R_B)
 //                joint iterations, each taking
 //                spatial_iter_time_factor * max(t_A(g), t_B(g)) seconds; both
-//                jobs finish together: JCT_A = JCT_B = that product.
+//                jobs finish together: JCT_A = JCT_B = that product. A pair
+//                whose joint iterations run as ONE stream
+//                (PairEstimate::spatial_single_stream) does not get faster
+//                with g: it is offered only g = max(min_gpus_A, min_gpus_B)
+//                and each joint iteration takes spatial_iter_time_factor *
+//                max(t_A(min_gpus_A), t_B(min_gpus_B)) (the one-stream
+//                times), so it is never priced as if data parallelism sped
+//                it up, nor given devices it would leave idle.
 //    where R is remaining_iterations and g ranges over the GPU counts allowed
 //    for both jobs of a pair.
 //
@@ -145,12 +152,18 @@ struct JobView {
 //                     given, the gains and factors are averaged.
 //   spatial_iter_time_factor: one joint iteration on g GPUs takes this factor
 //                     times max(t_A(g), t_B(g)) seconds (>= 1 typically).
+//   spatial_single_stream: the joint iterations run as one stream (no data
+//                     parallelism): the spatial candidate is offered at the
+//                     smallest GPU count both jobs allow only, priced from
+//                     the members' one-stream times (see "spatial" above).
+//                     Either of (a,b), (b,a) setting it sets it for the pair.
 struct PairEstimate {
   uint64_t a = 0;
   uint64_t b = 0;
   double temporal_gain_ab = 0;
   double spatial_gain = 0;
   double spatial_iter_time_factor = 1;
+  bool spatial_single_stream = false;
 };
 
 struct ClusterView {
