@@ -144,7 +144,8 @@ int Usage(FILE* to) {
                "                        pretrain the tiny backbone on the synthetic language (merged\n"
                "                        LoRA rounds) and write it as safetensors (needs LibTorch)\n"
                "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
-               "         [--warmup-steps W] [--head zero|random] [--tasks NAME[:CLASSES],...]\n"
+               "         [--warmup-steps W] [--head zero|random] [--spatial-step mean|sum]\n"
+               "         [--tasks NAME[:CLASSES],...]\n"
                "         [--eval-every N] [--max-steps-factor F]\n"
                "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
                "         [--iter-prefix-fraction F] [--iter-quadratic] [--stop-loss-epoch-steps N]\n"
@@ -610,6 +611,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string head = o.zero_head ? "zero" : "random", tasks;
   std::string envelope = o.iter_fit.envelope == slicesched::ymir::Envelope::kIsotonic ? "isotonic" : "min";
   std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
+  std::string spatial_step = o.spatial_rule == slicesched::executor::JointStepRule::kSum ? "sum" : "mean";
   if (int rc = Flags("ymir-estimators")
                    .Text("--backbone", &backbone)
                    .Int("--backbone-seed", &backbone_seed)
@@ -618,6 +620,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Num("--learning-rate", &o.learning_rate)
                    .Int("--warmup-steps", &o.lr_warmup_steps)
                    .Text("--head", &head)
+                   .Text("--spatial-step", &spatial_step)
                    .Text("--tasks", &tasks)
                    .Int("--eval-every", &o.eval_every)
                    .Int("--max-steps-factor", &o.max_steps_factor)
@@ -641,6 +644,13 @@ int YmirEstimators(const std::vector<std::string>& args) {
     return 2;
   }
   o.zero_head = head == "zero";
+  if (spatial_step != "mean" && spatial_step != "sum") {
+    std::fprintf(stderr, "slicesim ymir-estimators: --spatial-step must be mean or sum, got '%s'\n",
+                 spatial_step.c_str());
+    return 2;
+  }
+  o.spatial_rule = spatial_step == "sum" ? slicesched::executor::JointStepRule::kSum
+                                         : slicesched::executor::JointStepRule::kMean;
   if (envelope != "min" && envelope != "isotonic") {
     std::fprintf(stderr, "slicesim ymir-estimators: --iter-envelope must be min or isotonic, got '%s'\n",
                  envelope.c_str());

@@ -507,7 +507,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
               AccumulateJointMicroBatch(base, both, MakeBatch(rows, row_task)).status());
           schedule(sa);
           schedule(sb);
-          SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both));
+          SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both, o.spatial_rule));
           rep.train_steps += 2;
           if (!eval_at(step, 0)) continue;
           SLICESCHED_ASSIGN_OR_RETURN(la, EvalLoss(base, sa.params, data[a]));
@@ -701,11 +701,11 @@ std::string YmirEstimatorReport::ToJson() const {
     }
     j += absl::StrFormat(
         "  \"setup\": {\"seed\": %d, \"tasks\": [%s], \"repeats\": %d, \"learning_rate\": %g, "
-        "\"lr_warmup_steps\": %d, \"head\": \"%s\", \"normal_steps\": %d, \"max_steps\": %d, "
+        "\"lr_warmup_steps\": %d, \"head\": \"%s\", \"spatial_step\": \"%s\", \"normal_steps\": %d, \"max_steps\": %d, "
         "\"eval_every\": %d, \"eval_examples\": %d, \"probe_steps\": %d, \"iter_fit\": {\"envelope\": "
         "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}},\n",
         o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
-        o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
+        o.spatial_rule == JointStepRule::kSum ? "sum" : "mean", o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
         o.iter_fit.envelope == ymir::Envelope::kIsotonic ? "isotonic" : "min",
         o.iter_fit.time_shift ? "true" : "false", o.iter_fit.recency_half_life,
         o.iter_fit.quadratic ? "true" : "false");

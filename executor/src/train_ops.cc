@@ -631,7 +631,7 @@ absl::StatusOr<std::vector<double>> AccumulateJointMicroBatch(const LlamaWeights
   return g.loss;
 }
 
-absl::Status JointAdamWStep(std::span<TaskState* const> tasks) {
+absl::Status JointAdamWStep(std::span<TaskState* const> tasks, JointStepRule rule) {
   constexpr std::string_view kOp = "JointAdamWStep";
   if (tasks.empty()) return absl::InvalidArgumentError(StrCat(kOp, ": no tasks"));
   for (size_t t = 0; t < tasks.size(); ++t) {
@@ -670,7 +670,14 @@ absl::Status JointAdamWStep(std::span<TaskState* const> tasks) {
       for (const TaskState& s : stepped) {
         values.push_back(Access::Unwrap(*internal::AdapterTensors(s.params)[i]));
       }
-      mean[i] = Access::Wrap(at::stack(values, 0).mean(0));
+      if (rule == JointStepRule::kMean) {
+        mean[i] = Access::Wrap(at::stack(values, 0).mean(0));
+      } else {
+        // shared + sum_t (stepped_t - shared) = sum_t stepped_t - (n - 1) shared.
+        const at::Tensor start = Access::Unwrap(*shared[i]);
+        mean[i] = Access::Wrap(at::stack(values, 0).sum(0) -
+                               start * static_cast<double>(values.size() - 1));
+      }
     }
   } catch (...) {
     return internal::CurrentExceptionToStatus(kOp);

@@ -457,6 +457,75 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   EXPECT_GT(alone.params.layers[0].q_b.MaxAbsDiff(partner.params.layers[0].q_b), 0.0);
 }
 
+// The kSum joint rule: the shared adapter moves by the SUM of the tasks' solo
+// steps from the same state (each task's own full AdamW update), heads and
+// moments are each task's solo ones, and the rule differs from kMean.
+// Decoupling stays lossless (each TaskState continues alone exactly as a
+// copy of it would).
+TEST(TrainOpsTest, JointSumRuleAddsEveryTasksSoloStep) {
+  auto w = TinyWeights();
+  const int64_t V = Tiny().vocab;
+  TaskState a = NewTask(2, 91), b = NewTask(3, 92);
+  TaskState* both[] = {&a, &b};
+  ASSERT_TRUE(ShareLora(both).ok());
+  const TrainBatch ba = ClassBatch(3, 6, 2, V, 93), bb = ClassBatch(2, 6, 3, V, 94);
+  const TrainBatch mixed = Mix(ba, bb);
+  // A first joint step so that the adapter's B factors are non-zero (a
+  // zero-B LoRA gives a zero gradient to the A factors).
+  ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
+  ASSERT_TRUE(JointAdamWStep(both, JointStepRule::kSum).ok());
+  const TaskState start_a = a;
+  TaskState solo_a = a, solo_b = b, mean_a = a, mean_b = b;
+  ASSERT_TRUE(AccumulateMicroBatch(*w, solo_a, ba).ok());
+  ASSERT_TRUE(AdamWStep(solo_a).ok());
+  ASSERT_TRUE(AccumulateMicroBatch(*w, solo_b, bb).ok());
+  ASSERT_TRUE(AdamWStep(solo_b).ok());
+  ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
+  ASSERT_TRUE(JointAdamWStep(both, JointStepRule::kSum).ok());
+  TaskState* means[] = {&mean_a, &mean_b};
+  ASSERT_TRUE(AccumulateJointMicroBatch(*w, means, mixed).ok());
+  ASSERT_TRUE(JointAdamWStep(means, JointStepRule::kMean).ok());
+  EXPECT_TRUE(BitEqual(TaskAdapters{a.params.lora, a.params.layers, Tensor()},
+                       TaskAdapters{b.params.lora, b.params.layers, Tensor()}))
+      << "the tasks still share one adapter";
+  double worst = 0, scale = 0, mean_gap = 0;
+  for (size_t l = 0; l < a.params.layers.size(); ++l) {
+    for (auto field : {&LoraLayer::q_a, &LoraLayer::q_b, &LoraLayer::v_a, &LoraLayer::v_b}) {
+      const auto j = (a.params.layers[l].*field).ToFloat();
+      const auto s0 = (start_a.params.layers[l].*field).ToFloat();
+      const auto sa = (solo_a.params.layers[l].*field).ToFloat();
+      const auto sb = (solo_b.params.layers[l].*field).ToFloat();
+      const auto jm = (mean_a.params.layers[l].*field).ToFloat();
+      for (size_t i = 0; i < j.size(); ++i) {
+        const double expect = double(s0[i]) + (double(sa[i]) - double(s0[i])) +
+                              (double(sb[i]) - double(s0[i]));
+        worst = std::max(worst, std::fabs(double(j[i]) - expect));
+        scale = std::max(scale, std::fabs(double(sa[i]) - double(s0[i])));
+        mean_gap = std::max(mean_gap, std::fabs(double(j[i]) - double(jm[i])));
+      }
+    }
+  }
+  ASSERT_GT(scale, 1e-4) << "the solo steps move the adapter";
+  EXPECT_LE(worst, 1e-6);
+  EXPECT_GT(mean_gap, 0.1 * scale) << "kSum is not kMean";
+  EXPECT_LE(MaxDiff(a.m, solo_a.m).first, 1e-5 * MaxDiff(a.m, solo_a.m).second);
+  EXPECT_LE(a.params.head.MaxAbsDiff(solo_a.params.head), 1e-6);
+  EXPECT_LE(b.params.head.MaxAbsDiff(solo_b.params.head), 1e-6);
+  EXPECT_EQ(a.step, 2);
+  EXPECT_EQ(b.step, 2);
+  // Decoupled A continues exactly like an isolated copy of its state.
+  TaskState isolated = a;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(AccumulateMicroBatch(*w, a, ba).ok());
+    ASSERT_TRUE(AdamWStep(a).ok());
+    ASSERT_TRUE(AccumulateMicroBatch(*w, b, bb).ok());
+    ASSERT_TRUE(AdamWStep(b).ok());
+    ASSERT_TRUE(AccumulateMicroBatch(*w, isolated, ba).ok());
+    ASSERT_TRUE(AdamWStep(isolated).ok());
+  }
+  EXPECT_TRUE(BitEqual(a, isolated));
+}
+
 // The stop-loss policy (ymir/stop_loss.h) driving a real spatial pairing:
 // joint steps until the policy decouples, then each task continues alone
 // and holds bit-exactly what it would hold with no partner at all (a copy of

@@ -35,7 +35,7 @@
 // does: censored). Temporal A -> B: B's probe init with A's
 // trained LoRA (TransferLora after A's normal run); spatial A + B: both from
 // the probe init with one shared LoRA (ShareLora, AccumulateJointMicroBatch,
-// JointAdamWStep), each step a batch of each task. A run stops when its
+// JointAdamWStep with `spatial_rule`), each step a batch of each task. A run stops when its
 // target(s) are reached or after max_steps = max_steps_factor x normal_steps.
 //   gain(B | mode, A) = Steps(normal B) / Steps(transfer B) - 1
 // (> 0: B reaches normal training's target sooner; < 0: later). A spatial run
@@ -95,6 +95,7 @@
 
 #include "absl/status/statusor.h"
 #include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/train_ops.h"
 #include "slicesched/synth/tasks.h"
 #include "slicesched/ymir/iteration_estimator.h"
 
@@ -134,6 +135,12 @@ struct YmirExperimentOptions {
   // the same either way. A temporal B gets a fresh head of the same kind
   // (the head is never transferred: B's label space is its own).
   bool zero_head = false;
+  // How a spatial pair's joint step combines the two tasks' AdamW steps of
+  // the shared adapter (train_ops.h, JointStepRule): kMean halves each
+  // task's own step (a pair can then at best match a task alone: the spatial
+  // gains come out almost all negative); kSum applies both tasks' full steps
+  // (multi-task training on the summed loss, one optimizer per task).
+  JointStepRule spatial_rule = JointStepRule::kMean;
   int64_t normal_steps = 40;
   int64_t max_steps_factor = 2;
   int64_t eval_every = 4;
