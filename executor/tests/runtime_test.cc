@@ -746,28 +746,41 @@ TEST(ExecutorSetTest, DroppedPayloadsAreFreedOnTheirDeviceThread) {
     absl::MutexLock l(&tracker.mu);
     return tracker.freed_on;
   };
-  // A chain of 4, then another: the first chain's payloads are handed back
-  // when the owner frees them and freed by the device before it runs the
-  // second chain.
-  r.Place(r.New(r.chain, 16), {0});
-  ASSERT_TRUE(r.Run().ok());
-  EXPECT_TRUE(freed().empty()) << "freed by the owner";
+  auto all_on_device = [&](const std::vector<std::thread::id>& f) {
+    for (std::thread::id id : f) EXPECT_EQ(id, tracker.device) << "freed off the device thread";
+  };
+  // A chain of 4, then another. The chain runs on the device without the
+  // owner, so how many of a chain's intermediates the owner has applied (and
+  // handed back) while the device is still inside that chain depends on
+  // timing: the counts below are ranges where that race exists, exact where it
+  // does not. What never varies: every payload is freed on the device thread.
   r.Place(r.New(r.chain, 16), {0});
   ASSERT_TRUE(r.Run().ok());
   std::vector<std::thread::id> f = freed();
-  EXPECT_EQ(f.size(), 4u);
-  for (std::thread::id id : f) EXPECT_EQ(id, tracker.device);
-  // An idle device frees a big payload without being given more work.
+  EXPECT_LE(f.size(), 3u) << "the chain's output lives until its instance is done";
+  all_on_device(f);
+  // Everything the first chain left is freed before the second chain's first
+  // operator runs.
+  r.Place(r.New(r.chain, 16), {0});
+  ASSERT_TRUE(r.Run().ok());
+  f = freed();
+  EXPECT_GE(f.size(), 4u);
+  EXPECT_LE(f.size(), 7u);
+  all_on_device(f);
+  // An idle device frees a big payload without being given more work, and
+  // with it everything handed back before.
   r.Place(r.New(one, ExecutorSet::kGraveyardWakeBytes / 4), {0});
   ASSERT_TRUE(r.Run().ok());
   ASSERT_TRUE(big_freed.WaitForNotificationWithTimeout(absl::Seconds(30)));
   f = freed();
-  EXPECT_EQ(f.size(), 9u);  // the second chain's four went with it
-  for (std::thread::id id : f) EXPECT_EQ(id, tracker.device);
-  // Handed back but not yet freed: freed when the executors stop.
+  EXPECT_EQ(f.size(), 9u);
+  all_on_device(f);
+  // Handed back but not all freed yet (the last output at least waits for the
+  // next operator or a big enough pile): the rest is freed when the executors
+  // stop.
   r.Place(r.New(r.chain, 16), {0});
   ASSERT_TRUE(r.Run().ok());
-  EXPECT_EQ(freed().size(), 9u);
+  EXPECT_LE(freed().size(), 12u);
   r.exec.reset();
   absl::MutexLock l(&tracker.mu);
   EXPECT_EQ(tracker.created, 13);
