@@ -266,6 +266,12 @@ struct Simulator::Model {
   };
   std::vector<Consumer> tcons;
   std::vector<uint32_t> tcons_fill;  // Rebuild's scratch: counts, then cursors
+  // Rebuild's scratch: the distinct templates of the snapshot's instances
+  // (in order of first use) and each instance's index among them.
+  std::vector<uint32_t> templates_seen;
+  std::vector<uint32_t> instance_slot;
+  std::vector<uint32_t> model_index;  // see Rebuild
+  std::vector<int64_t> out_bytes;     // see Rebuild
 
   // Where a run starts: per node its predicted start as far as the snapshot
   // knows (-1 unless running or done), the completion events of running
@@ -378,6 +384,9 @@ class Engine {
     now_ = m.now;
     // Read once per run, not per transfer: no learned gap, no lookups.
     handoff_ = m.ctx->transfers().handoff_gaps_observed();
+    overlap_factor_ = m.overlap_factor;
+    slow_overlap_ = m.overlap_factor != 1.0;
+    transfer_overlap_factor_ = m.transfer_overlap_factor;
     Bind();
   }
 
@@ -462,7 +471,7 @@ class Engine {
           __builtin_prefetch(&info_[std::min(nn, num_compute_)]);
         }
       }
-      if (node < m_.num_compute) {
+      if (node < num_compute_) {
         FinishCompute(node);
       } else {
         FinishTransfer(node);
@@ -479,6 +488,10 @@ class Engine {
   // then its data). Rebound whenever a vector may have grown.
   void Bind() {
     num_compute_ = m_.num_compute;
+    ready_q_ = ready_.data();
+    busy_p_ = busy_.data();
+    start_p_ = start_.data();
+    end_p_ = end_.data();
     node_ = s_.node.data();
     xfer_ = s_.xfer.data();
     tensor_ = s_.tensor.data();
@@ -527,11 +540,14 @@ class Engine {
   void Push(int64_t time, uint32_t node) { events_.Push(Event::Make(time, seq_++, node)); }
 
   void Alloc(uint16_t d, int64_t bytes) {
-    int64_t& mem = mem_[d];
-    mem += bytes;
-    if (mem > peak_[d]) {
-      peak_[d] = mem;
-      if (mem > capacity_[d] && !result_.oom) {
+    const int64_t mem = mem_[d] + bytes;
+    mem_[d] = mem;
+    const int64_t peak = peak_[d];
+    peak_[d] = mem > peak ? mem : peak;
+    // OOM: a new peak above the capacity. One branch, rarely taken (a branch
+    // on a new peak alone mispredicted often).
+    if ((mem > peak) & (mem > capacity_[d])) [[unlikely]] {
+      if (!result_.oom) {
         result_.oom = true;
         result_.oom_device = d;
         result_.oom_at_ns = now_;
@@ -544,12 +560,12 @@ class Engine {
     NodeRun& r = node_[n];
     r.st = kQueued;
     const uint64_t tiebreak = tiebreak_ == nullptr ? n : tiebreak_[n];
-    ready_[r.dev].Push(DisciplineKey{r.cls, priority, ready_at, tiebreak}, n);
+    ready_q_[r.dev].Push(DisciplineKey{r.cls, priority, ready_at, tiebreak}, n);
     if (dispatch && running_[r.dev] == kNone) Dispatch(r.dev);
   }
 
   void MakeReady(uint32_t n, int64_t ready_at, bool dispatch) {
-    if (n < m_.num_compute) {
+    if (n < num_compute_) {
       QueueCompute(n, info_[n].priority, ready_at, dispatch);
     } else {
       NodeRun& r = node_[n];
@@ -583,9 +599,9 @@ class Engine {
     granted_.clear();
     if (fresh == 1) {
       const TransferRequest& q = pending_.back();
-      if (busy_[q.src] || busy_[q.dst]) return;
-      busy_[q.src] = 1;
-      busy_[q.dst] = 1;
+      if (busy_p_[q.src] | busy_p_[q.dst]) return;
+      busy_p_[q.src] = 1;
+      busy_p_[q.dst] = 1;
       granted_.push_back(q.id);
       pending_.pop_back();
     } else {
@@ -598,12 +614,13 @@ class Engine {
   // (running[d] == kNone); callers check that inline, since most wake-ups
   // find the device busy.
   void Dispatch(uint16_t d) {
-    if (ready_[d].empty()) return;
-    const uint32_t n = ready_[d].Pop();
+    ReadyQueue& q = ready_q_[d];
+    if (q.empty()) return;
+    const uint32_t n = q.Pop();
     NodeRun& r = node_[n];
     running_[d] = n;
     r.st = kRunning;
-    start_[n] = now_;
+    start_p_[n] = now_;
     const NodeInfo& info = info_[n];
     // The finish of n reads its output and input records, and the record
     // after its own (where its ranges end; usually also its consumer, the
@@ -617,10 +634,13 @@ class Engine {
     // And the next node's outputs, which follow n's: a short operator's
     // finish comes too soon after its start for a fetch begun then.
     __builtin_prefetch(&tensor_[info.out_begin] + 2);
-    __builtin_prefetch(&end_[n], 1);  // written at the finish
+    __builtin_prefetch(&end_p_[n], 1);  // written at the finish
     Alloc(d, info.alloc_bytes);
     int64_t dur = r.dur;
-    if (busy_[d]) dur = static_cast<int64_t>(static_cast<double>(dur) * m_.overlap_factor);
+    // A factor of exactly 1 changes nothing (a duration is an integer that
+    // came from a double, so the conversion back and forth is exact): skip
+    // the test of the transfer slot, which mispredicts.
+    if (slow_overlap_ && busy_p_[d]) dur = static_cast<int64_t>(static_cast<double>(dur) * overlap_factor_);
     Push(now_ + dur, n);
   }
 
@@ -636,9 +656,9 @@ class Engine {
       // One request: the rule grants it iff both ends are free (what
       // ArbitrateTransfers decides, without the sort check and the copy).
       const TransferRequest& q = pending_.front();
-      if (busy_[q.src] || busy_[q.dst]) return;
-      busy_[q.src] = 1;
-      busy_[q.dst] = 1;
+      if (busy_p_[q.src] | busy_p_[q.dst]) return;
+      busy_p_[q.src] = 1;
+      busy_p_[q.dst] = 1;
       granted_.push_back(q.id);
       pending_.clear();
     } else {
@@ -653,11 +673,11 @@ class Engine {
       NodeRun& r = node_[x];
       const TransferRun& xr = Xfer(x);
       r.st = kRunning;
-      start_[x] = now_;
+      start_p_[x] = now_;
       Alloc(xr.dst, tensor_[xr.tensor].bytes);
       int64_t dur = r.dur;
       if (running_[r.dev] != kNone || running_[xr.dst] != kNone) {
-        dur = static_cast<int64_t>(static_cast<double>(dur) * m_.transfer_overlap_factor);
+        dur = static_cast<int64_t>(static_cast<double>(dur) * transfer_overlap_factor_);
       }
       Push(now_ + dur, x);
     }
@@ -707,7 +727,7 @@ class Engine {
     const NodeInfo& info = info_[n];
     const uint16_t d = r.dev;
     r.st = kDone;
-    end_[n] = now_;
+    end_p_[n] = now_;
     running_[d] = kNone;
     ++simulated_ops_;
     mem_[d] -= info.workspace;
@@ -719,7 +739,7 @@ class Engine {
       __builtin_prefetch(&tcons_[tr.cons_begin]);  // Arrived reads it below
       tr.produced = true;
       tr.dev = d;
-      if (tr.pending == 0 && !tr.released) Free(t);
+      if ((tr.pending == 0) & !tr.released) Free(t);
     }
     for (uint32_t k = info.in_begin, in_end = info_[n + 1].in_begin; k < in_end; ++k) Consume(inputs_[k]);
     for (uint32_t t = out_begin; t < out_end; ++t) Arrived(t, d);
@@ -734,8 +754,8 @@ class Engine {
       // The link time is over: the ends are free. The bytes reach the
       // consumer after the master's learned hand-off gaps (launch + delivery,
       // TransferEstimator), which hold no transfer slot.
-      busy_[r.dev] = 0;
-      busy_[xr.dst] = 0;
+      busy_p_[r.dev] = 0;
+      busy_p_[xr.dst] = 0;
       arbitrated_ = false;  // requests blocked on these slots may now go
       if (handoff_) {
         const TransferEstimator& te = m_.ctx->transfers();
@@ -750,7 +770,7 @@ class Engine {
       }
     }
     r.st = kDone;
-    end_[x] = now_;
+    end_p_[x] = now_;
     ++simulated_ops_;
     Arrived(xr.tensor, xr.dst);
     Consume(xr.tensor);
@@ -788,6 +808,16 @@ class Engine {
   std::vector<int64_t>& start_;  // result_.node_start_ns
   std::vector<int64_t>& end_;    // result_.node_end_ns
   uint32_t num_compute_ = 0;  // m_.num_compute
+  // The same for the scratch's and the result's vectors, which the
+  // engine holds by reference (an access through them is two dependent
+  // loads): the ready queues, the transfer slots, the start and end times.
+  ReadyQueue* ready_q_ = nullptr;
+  uint8_t* busy_p_ = nullptr;
+  int64_t* start_p_ = nullptr;
+  int64_t* end_p_ = nullptr;
+  double overlap_factor_ = 1.0;           // m_.overlap_factor
+  bool slow_overlap_ = false;             // overlap_factor_ != 1
+  double transfer_overlap_factor_ = 1.0;  // m_.transfer_overlap_factor
   NodeRun* node_ = nullptr;
   TransferRun* xfer_ = nullptr;
   TensorRun* tensor_ = nullptr;
@@ -871,18 +901,34 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   const size_t nt = snap.tensors.size();
   Model::State& s = m.init;
 
-  // Instances mostly share a few templates: look each up once per run of
-  // equal ids.
-  bool checked = false;
-  uint32_t known_template = 0;
-  for (const GmgSnapshot::Instance& inst : snap.instances) {
-    if (checked && inst.template_id == known_template) continue;
-    checked = true;
-    known_template = inst.template_id;
-    if (ctx.templates().Find(TemplateId(inst.template_id)) == nullptr) {
-      return absl::FailedPreconditionError(StrCat("snapshot instance ", inst.id, " uses template ",
-                                                  inst.template_id, " unknown to the registry"));
+  // Instances share a few templates: give each distinct template a dense
+  // slot (looked up in the registry once, at its first instance), so that
+  // the node loop finds a node's estimator models by (slot, device type)
+  // in a table, with no data-dependent branch (instances of different
+  // templates interleave: a cache of the last one mispredicted often).
+  // Small ids map directly; larger ones are searched among the few seen.
+  constexpr uint32_t kDirectTemplates = 64;
+  uint32_t slot_of_template[kDirectTemplates];
+  std::fill(std::begin(slot_of_template), std::end(slot_of_template), kNone);
+  m.templates_seen.clear();
+  m.instance_slot.resize(snap.instances.size());
+  for (size_t i = 0; i < snap.instances.size(); ++i) {
+    const GmgSnapshot::Instance& inst = snap.instances[i];
+    const uint32_t tid = inst.template_id;
+    uint32_t slot = tid < kDirectTemplates ? slot_of_template[tid] : kNone;
+    if (slot == kNone) {
+      slot = 0;
+      while (slot < m.templates_seen.size() && m.templates_seen[slot] != tid) ++slot;
+      if (slot == m.templates_seen.size()) {
+        if (ctx.templates().Find(TemplateId(tid)) == nullptr) {
+          return absl::FailedPreconditionError(
+              StrCat("snapshot instance ", inst.id, " uses template ", tid, " unknown to the registry"));
+        }
+        m.templates_seen.push_back(tid);
+      }
+      if (tid < kDirectTemplates) slot_of_template[tid] = slot;
     }
+    m.instance_slot[i] = slot;
   }
 
   m.consumed = false;  // every part of the initial state is rewritten below
@@ -910,10 +956,9 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   s.peak = s.mem;
   m.init_busy.assign(nd, 0);
 
-  // Tensors. Their records are written by the compute-node loop below, each
-  // with its producer (tensors are numbered in producer order), in one
-  // store: first the copies and the number of compute consumers of each
-  // tensor (one per input that reads it), which that store needs.
+  // Tensors. Each record is written in one store, below: first the copies
+  // and the number of compute consumers of each tensor (one per input that
+  // reads it), which that store needs.
   // The loops below index raw pointers, not the vectors: the compiler cannot
   // keep a vector's data pointer in a register across the stores to other
   // vectors of the same element type.
@@ -940,25 +985,42 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   uint32_t cons_total = 0;
   auto init_tensor = [&](uint32_t t, uint16_t dev, bool produced) {
     const GmgSnapshot::Tensor& ts = tensors[t];
-    const bool keep = ts.retained || ts.update_of >= 0;
+    // Bitwise, not short-circuit: which flags are set varies from tensor to
+    // tensor, and a branch on them mispredicts.
+    const bool released = (ts.freed != 0) | (ts.retained != 0) | (ts.update_of >= 0);
     const uint32_t begin = cons_total;
     cons_total += fill[t];
     fill[t] = begin;
-    tensor[t] = {ts.bytes, ts.pending_consumers, kNone, begin, dev, ts.freed != 0 || keep, produced};
+    tensor[t] = {ts.bytes, ts.pending_consumers, kNone, begin, dev, released, produced};
     return ts.bytes;
   };
+  // Every compute node's outputs, in one flat loop rather than a loop per
+  // node over its one or two outputs (whose exit mispredicted at most
+  // nodes): a record takes its producer's device and state (the producer
+  // of tensor t is tensors[t].node), and out_bytes[t] sums the bytes of the
+  // tensors before t, so that the node loop reads the bytes of a node's
+  // outputs [out_begin, out_end) as a difference.
+  m.out_bytes.resize(size_t{outputs_end} + 1);
+  int64_t* const out_bytes = m.out_bytes.data();
+  int64_t bytes_sum = 0;
+  for (uint32_t t = 0; t < outputs_end; ++t) {
+    const GmgSnapshot::Node& producer = nodes[tensors[t].node];
+    out_bytes[t] = bytes_sum;
+    // Done, or failed/cancelled (which never appear live): see the node
+    // loop's states.
+    const bool produced = producer.state >= static_cast<uint8_t>(NodeState::kDone);
+    bytes_sum += init_tensor(t, producer.device, produced);
+  }
+  out_bytes[outputs_end] = bytes_sum;
   for (uint32_t t = outputs_end; t < nt; ++t) init_tensor(t, kNoDevice, false);
 
   // Compute consumers of each tensor (CSR by counting sort, in the ranges
-  // init_tensor assigns; ascending consumer order within each), one entry
-  // per input: filled by the node loop as it meets each input, since a
-  // GMG snapshot lists a tensor's producer before its consumers (the
-  // tensor's range is then assigned). A consumer listed before the producer
-  // of one of its inputs (`forward`) makes the loop stop filling; the
-  // ranges are then filled again in one pass afterwards.
+  // init_tensor assigned above; ascending consumer order within each), one
+  // entry per input, filled by the node loop as it meets each input. Every
+  // range is assigned before that loop, so the order in which the snapshot
+  // lists producers and consumers does not matter.
   m.tcons.resize(inputs_end);
   Model::Consumer* const tcons = m.tcons.data();
-  bool forward = false;
 
   // Compute nodes: placement, state, durations, initial wait counts.
   m.info.resize(size_t{nc} + 1);
@@ -980,8 +1042,6 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   const double* const device_factor = m.device_factor.data();
   bool ids_ordered = true;
   uint64_t prev_id = 0;
-  uint32_t cached_type = kNone, cached_tpl = kNone, cached_inst = kNone;
-  uint16_t cached_dev = kNoDevice;
   struct OpModel {
     int key;
     const FeatureBasis* basis;  // nullptr: unknown key, PredictNs's default
@@ -994,8 +1054,13 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     std::vector<OpModel> ops;
   };
   std::vector<TplModels> tpl_models;
-  const OpModel* models = nullptr;  // of (cached_type, cached_tpl)
-  uint32_t num_models = 0;
+  // Per (template slot, device type): its index in tpl_models, + 1 (0: not
+  // yet looked up).
+  const size_t num_types = snap.device_types.size();
+  m.model_index.assign(m.templates_seen.size() * num_types, 0);
+  uint32_t* const model_index = m.model_index.data();
+  const uint32_t* const instance_slot = m.instance_slot.data();
+  const GmgSnapshot::Device* const devices = snap.devices.data();
   for (uint32_t n = 0; n < nc; ++n) {
     const GmgSnapshot::Node& node = nodes[n];
     // The record is assembled in locals and stored once: reading back
@@ -1013,51 +1078,42 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     prev_id = node.id;
     const uint32_t in_begin = input_offsets[n], in_end = input_offsets[n + 1];
     const uint32_t out_begin = tensor_offsets[n], out_end = tensor_offsets[n + 1];
-    int64_t alloc = node.workspace_bytes;
-    for (uint32_t t = out_begin; t < out_end; ++t) alloc += init_tensor(t, dev, st == kDone);
+    const int64_t alloc = node.workspace_bytes + (out_bytes[out_end] - out_bytes[out_begin]);
     info[n] = NodeInfo{alloc, node.workspace_bytes, node.instance, node.priority, in_begin, out_begin};
     unfinished[node.instance] += st != kDone;
     // Inputs: this node's consumer entries, and (waiting) its wait count.
     int32_t wait = 0;
     for (uint32_t k = in_begin; k < in_end; ++k) {
       const uint32_t t = inputs[k];
-      // t's range is assigned once its producer (an earlier node, t below
-      // this node's outputs) or the loop before this one wrote its record.
-      forward |= t >= out_begin && t < outputs_end;
-      if (!forward) tcons[fill[t]++] = {n, node.priority};
+      tcons[fill[t]++] = {n, node.priority};
       if (st == kWaiting) wait += !(initial_copy[t] && m.InitialCopy(t, dev));
     }
     int64_t dur = 0;
     if (st != kUnplaced) {
-      // An instance's nodes are consecutive and mostly on one or two
-      // devices: look the keys up again only when either changes.
-      if (node.instance != cached_inst || dev != cached_dev) {
-        cached_inst = node.instance;
-        cached_dev = dev;
-        const uint32_t type = snap.devices[dev].type;
-        const uint32_t tpl = snap.instances[node.instance].template_id;
-        if (type != cached_type || tpl != cached_tpl) {
-          cached_type = type;
-          cached_tpl = tpl;
-          size_t i = 0;
-          while (i < tpl_models.size() && (tpl_models[i].type != type || tpl_models[i].tpl != tpl)) ++i;
-          if (i == tpl_models.size()) {
-            tpl_models.push_back({type, tpl, ctx.OpKeys(snap.device_types[type], tpl), {}});
-            // OpKeys may have registered keys, which moves the estimator's
-            // models: fetch every cached pointer again.
-            for (TplModels& tm : tpl_models) {
-              tm.ops.resize(tm.keys.size());
-              for (size_t op = 0; op < tm.keys.size(); ++op) {
-                OpModel& om = tm.ops[op];
-                om.key = tm.keys[op];
-                if (!ctx.ops().LinearModel(om.key, &om.basis, &om.coeffs)) om.basis = nullptr;
-              }
+      const uint32_t type = devices[dev].type;
+      uint32_t& index = model_index[instance_slot[node.instance] * num_types + type];
+      if (index == 0) {
+        const uint32_t tpl = m.templates_seen[instance_slot[node.instance]];
+        size_t i = 0;
+        while (i < tpl_models.size() && (tpl_models[i].type != type || tpl_models[i].tpl != tpl)) ++i;
+        if (i == tpl_models.size()) {
+          tpl_models.push_back({type, tpl, ctx.OpKeys(snap.device_types[type], tpl), {}});
+          // OpKeys may have registered keys, which moves the estimator's
+          // models: fetch every cached pointer again.
+          for (TplModels& tm : tpl_models) {
+            tm.ops.resize(tm.keys.size());
+            for (size_t op = 0; op < tm.keys.size(); ++op) {
+              OpModel& om = tm.ops[op];
+              om.key = tm.keys[op];
+              if (!ctx.ops().LinearModel(om.key, &om.basis, &om.coeffs)) om.basis = nullptr;
             }
           }
-          models = tpl_models[i].ops.data();
-          num_models = static_cast<uint32_t>(tpl_models[i].ops.size());
         }
+        index = static_cast<uint32_t>(i) + 1;
       }
+      const TplModels& tm = tpl_models[index - 1];
+      const OpModel* const models = tm.ops.data();
+      const uint32_t num_models = static_cast<uint32_t>(tm.ops.size());
       const std::span<const int64_t> attrs(attrs_data + attr_offsets[n], attr_offsets[n + 1] - attr_offsets[n]);
       const uint32_t op = static_cast<uint32_t>(node.op_index);
       double ns;
@@ -1080,17 +1136,6 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   }
   m.ids_ordered = ids_ordered;
   tensor[nt] = {0, 0, kNone, cons_total, kNoDevice, true, false};  // ends the last range
-
-  if (forward) {
-    // Fill every range again, in consumer order.
-    for (uint32_t t = 0; t < nt; ++t) fill[t] = tensor[t].cons_begin;
-    for (uint32_t n = 0; n < nc; ++n) {
-      const int32_t priority = info[n].priority;
-      for (uint32_t k = info[n].in_begin, end = info[n + 1].in_begin; k < end; ++k) {
-        tcons[fill[inputs[k]]++] = {n, priority};
-      }
-    }
-  }
 
   // Transfers (after every compute node: they link into the tensor records).
   for (uint32_t n = nc; n < nn; ++n) {

@@ -376,6 +376,71 @@ TEST_F(SimTest, UnknownTemplateIsAnError) {
   EXPECT_THAT(sim.status().message(), HasSubstr("template 999 unknown"));
 }
 
+// Each node's duration comes from the estimator of its own (device type,
+// template, op), with instances of several templates interleaved over two
+// device types, and template ids both below and above the ones the
+// construction maps directly (it keeps a table per template and type).
+TEST_F(SimTest, DurationsFollowEachNodesTemplateAndDeviceType) {
+  std::vector<DeviceSpec> devs(3);
+  for (int d = 0; d < 3; ++d) {
+    devs[d].name = "d" + std::to_string(d);
+    devs[d].type = d == 1 ? "fast" : "slow";
+    devs[d].memory = Bytes::GiB(1);
+  }
+  g_ = std::make_unique<GlobalMappingGraph>(*AcceleratorSet::Create(devs, LinkSpec{1e9, Duration::Zero()}));
+  transfers_ = std::make_unique<TransferEstimator>(g_->accelerators());
+  ctx_ = std::make_unique<SimContext>(&g_->templates(), &ops_, transfers_.get());
+  // Three templates of two ops; pad the registry so that the last one's id
+  // is past 64.
+  auto make = [&](const std::string& name) {
+    TemplateBuilder b(name);
+    b.Op("a", OpKind::kGeneric).Inputs({});
+    b.Output("out", DType::kU8, {"8"});
+    b.Op("b", OpKind::kGeneric).Inputs({"a"});
+    b.Output("out", DType::kU8, {"8"});
+    return *g_->RegisterTemplate(*b.Build());
+  };
+  std::vector<TemplateId> tpls{make("t0"), make("t1")};
+  for (int k = 0; k < 70; ++k) make("pad" + std::to_string(k));
+  tpls.push_back(make("t2"));
+  ASSERT_GE(tpls[2].value(), 64u);
+  // Duration (ns) of (type, template k, op): distinct for every triple.
+  auto ns = [](const std::string& type, int k, int op) { return (type == "fast" ? 1000 : 2000) + 100 * k + 10 * op; };
+  for (const char* type : {"slow", "fast"}) {
+    for (int k = 0; k < 3; ++k) {
+      for (int op = 0; op < 2; ++op) {
+        ASSERT_TRUE(ops_.SetPrior(ctx_->OpKey(type, tpls[k].value(), op), std::vector<double>{double(ns(type, k, op))}).ok());
+      }
+    }
+  }
+  // Twelve instances cycling through the templates; op a and op b of an
+  // instance on different devices for some.
+  struct Placed {
+    InstanceId inst;
+    int k, dev_a, dev_b;
+  };
+  std::vector<Placed> placed;
+  for (int j = 0; j < 12; ++j) {
+    const int k = (j * 2) % 3;
+    InstanceId i = New(tpls[k]);
+    const int da = j % 3, db = (j / 3) % 2 == 0 ? da : (da + 1) % 3;
+    IssueOn(i, "a", da);
+    IssueOn(i, "b", db);
+    if (db != da) {
+      ASSERT_TRUE(g_->IssueTransfer(N(i, "a"), 0, DeviceId(db), N(i, "b"), 0, T(0)).ok());
+    }
+    placed.push_back({i, k, da, db});
+  }
+  GmgSnapshot snap = g_->Snapshot(T(0));
+  auto sim = Simulator::Create(snap, *ctx_);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  auto type = [](int d) { return std::string(d == 1 ? "fast" : "slow"); };
+  for (const Placed& p : placed) {
+    EXPECT_EQ(sim->duration_ns(Index(snap, N(p.inst, "a"))), ns(type(p.dev_a), p.k, 0));
+    EXPECT_EQ(sim->duration_ns(Index(snap, N(p.inst, "b"))), ns(type(p.dev_b), p.k, 1));
+  }
+}
+
 TEST_F(SimTest, TransferHeldBackByArbitration) {
   SetUpCluster(3);
   // a on d0 feeds b on d1 and c on d2: two transfers out of d0 at once.
