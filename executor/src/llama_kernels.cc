@@ -365,7 +365,7 @@ absl::Status LlamaKernelRunner::RunTrainForward(const KernelCall& call) {
   const std::vector<const TaskAdapters*> slots = SlotPointers(params);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<GroupForwardResult> f =
-      TrainGroupForward(*weights_, group, slots, req->batch.row_task, *hidden);
+      TrainGroupForward(*weights_, group, slots, req->batch.row_task, *hidden, req->batch.row_pad);
   if (!f.ok()) return Annotate(f.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(f->hidden_out));
   call.outputs[1].kind = kGroupTapePayload;
@@ -383,7 +383,8 @@ absl::Status LlamaKernelRunner::RunTrainLoss(const KernelCall& call) {
   const std::vector<const TaskAdapters*> slots = SlotPointers(params);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<HeadLossResult> r =
-      TrainHeadLoss(*weights_, slots, req->batch.row_task, *hidden, req->batch.labels);
+      TrainHeadLoss(*weights_, slots, req->batch.row_task, *hidden, req->batch.labels,
+                    req->batch.row_pad);
   if (!r.ok()) return Annotate(r.status(), Label(call));
   std::vector<float> loss;
   for (double l : r->loss) loss.push_back(static_cast<float>(l));

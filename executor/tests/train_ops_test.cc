@@ -457,6 +457,122 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   EXPECT_GT(alone.params.layers[0].q_b.MaxAbsDiff(partner.params.layers[0].q_b), 0.0);
 }
 
+// Rows of two lengths in one joint micro-batch (train_ops.h "Padding"): B's
+// next-token rows (S = 5) left-padded to A's classification rows (S = 9),
+// row_pad = 4. Each task's loss and gradient (shared LoRA and own head) from
+// the mixed batch equal those of its rows run alone, unpadded, within 1e-5 of
+// the gradient's magnitude (f32; the differently shaped matmuls round
+// differently). Labels at pad positions are ignored whatever they hold. The
+// same batch without row_pad (pad keys visible, RoPE shifted) gives B a loss
+// and gradient that differ by far more: the tolerance would catch a missing
+// mask. An all-zero row_pad is bit-identical to none.
+TEST(TrainOpsTest, PaddedRowsInAJointBatchComputeWhatTheyComputeAlone) {
+  auto w = TinyWeights();
+  const int64_t V = Tiny().vocab;
+  TaskState a = NewTask(2, 71), b = NewTask(V, 72);
+  RandomizeB(a.params, 700);
+  TaskState* both[] = {&a, &b};
+  ASSERT_TRUE(ShareLora(both).ok());
+  const TrainBatch ba = ClassBatch(3, 9, 2, V, 73);
+  TrainBatch bb;
+  bb.tokens = Tensor::FromInt64(RandomTokens(2 * 5, V, 74), {2, 5});
+  bb.labels = *NextTokenLabels(bb.tokens);
+  // The mixed batch: B's rows get 4 leading pad positions (token 0).
+  TrainBatch mixed;
+  {
+    std::vector<int64_t> ids = ba.tokens.ToInt64(), lab = ba.labels.ToInt64();
+    const auto ib = bb.tokens.ToInt64(), lb = bb.labels.ToInt64();
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t j = 0; j < 9; ++j) {
+        ids.push_back(j < 4 ? 0 : ib[static_cast<size_t>(r * 5 + j - 4)]);
+        lab.push_back(j < 4 ? -1 : lb[static_cast<size_t>(r * 5 + j - 4)]);
+      }
+    }
+    mixed.tokens = Tensor::FromInt64(ids, {5, 9});
+    mixed.labels = Tensor::FromInt64(lab, {5, 9});
+    mixed.row_task = {0, 0, 0, 1, 1};
+    mixed.row_pad = {0, 0, 0, 4, 4};
+  }
+  const TaskAdapters* pa[] = {&a.params};
+  const TaskAdapters* pb[] = {&b.params};
+  const TaskAdapters* pab[] = {&a.params, &b.params};
+  auto alone_a = ComputeGradients(*w, pa, ba);
+  auto alone_b = ComputeGradients(*w, pb, bb);
+  ASSERT_TRUE(alone_a.ok()) << alone_a.status();
+  ASSERT_TRUE(alone_b.ok()) << alone_b.status();
+  ASSERT_EQ(alone_b->counted[0], 2 * 4);
+  for (GradientPath path : {GradientPath::kPipelined, GradientPath::kOneShot}) {
+    auto joint = ComputeGradients(*w, pab, mixed, path);
+    ASSERT_TRUE(joint.ok()) << joint.status();
+    EXPECT_EQ(joint->counted[0], alone_a->counted[0]);
+    EXPECT_EQ(joint->counted[1], alone_b->counted[0]);
+    EXPECT_NEAR(joint->loss[0], alone_a->loss[0], 1e-5 * alone_a->loss[0]);
+    EXPECT_NEAR(joint->loss[1], alone_b->loss[0], 1e-5 * alone_b->loss[0]);
+    const auto [da, ma] = MaxDiff(joint->grads[0], alone_a->grads[0]);
+    const auto [db, mb] = MaxDiff(joint->grads[1], alone_b->grads[0]);
+    EXPECT_GT(mb, 0.0);
+    EXPECT_LE(da, 1e-5 * ma) << "task A's gradient";
+    EXPECT_LE(db, 1e-5 * mb) << "task B's gradient (padded rows)";
+    std::printf("[ numerics ] padded joint vs alone: A max|dg| %.3g (max|g| %.3g), B max|dg| %.3g "
+                "(max|g| %.3g), B loss %.9g vs %.9g\n",
+                da, ma, db, mb, joint->loss[1], alone_b->loss[0]);
+  }
+  // Labels at pad positions are ignored.
+  {
+    TrainBatch junk = mixed;
+    std::vector<int64_t> lab = junk.labels.ToInt64();
+    for (int64_t r = 3; r < 5; ++r) {
+      for (int64_t j = 0; j < 4; ++j) lab[static_cast<size_t>(r * 9 + j)] = 1;
+    }
+    junk.labels = Tensor::FromInt64(lab, {5, 9});
+    auto masked = ComputeGradients(*w, pab, mixed);
+    auto with_junk = ComputeGradients(*w, pab, junk);
+    ASSERT_TRUE(masked.ok() && with_junk.ok());
+    EXPECT_EQ(with_junk->counted[1], alone_b->counted[0]);
+    EXPECT_EQ(with_junk->loss, masked->loss);
+    EXPECT_TRUE(BitEqual(with_junk->grads[1], masked->grads[1]));
+  }
+  // Without the mask the padded rows compute something else.
+  {
+    TrainBatch unmasked = mixed;
+    unmasked.row_pad.clear();
+    auto joint = ComputeGradients(*w, pab, unmasked);
+    ASSERT_TRUE(joint.ok()) << joint.status();
+    const auto [db, mb] = MaxDiff(joint->grads[1], alone_b->grads[0]);
+    EXPECT_GT(db, 1e-3 * mb) << "the test cannot see a missing mask";
+    std::printf("[ numerics ] without row_pad: B max|dg| %.3g (max|g| %.3g), B loss %.9g vs %.9g\n", db,
+                mb, joint->loss[1], alone_b->loss[0]);
+    EXPECT_GT(std::fabs(joint->loss[1] - alone_b->loss[0]), 1e-4 * alone_b->loss[0]);
+  }
+  // All-zero row_pad: exactly the unmasked computation.
+  {
+    TrainBatch zero = ba;
+    zero.row_pad = {0, 0, 0};
+    auto z = ComputeGradients(*w, pa, zero);
+    ASSERT_TRUE(z.ok()) << z.status();
+    EXPECT_EQ(z->loss, alone_a->loss);
+    EXPECT_TRUE(BitEqual(z->grads[0], alone_a->grads[0]));
+  }
+  // The joint micro-batch accumulates each task's own gradient.
+  TaskState ja = a, jb = b, sa = a, sb = b;
+  TaskState* joint_states[] = {&ja, &jb};
+  auto losses = AccumulateJointMicroBatch(*w, joint_states, mixed);
+  ASSERT_TRUE(losses.ok()) << losses.status();
+  ASSERT_TRUE(AccumulateMicroBatch(*w, sb, bb).ok());
+  EXPECT_LE(MaxDiff(jb.grad_sum, sb.grad_sum).first, 1e-5 * MaxDiff(jb.grad_sum, sb.grad_sum).second);
+  // Bad row_pad.
+  TrainBatch bad = mixed;
+  bad.row_pad = {0, 4};
+  auto e1 = ComputeGradients(*w, pab, bad);
+  EXPECT_EQ(e1.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e1.status().message().find("row_pad has 2 entries for a batch of 5 rows"), std::string::npos)
+      << e1.status();
+  bad.row_pad = {0, 0, 0, 9, 4};
+  auto e2 = ComputeGradients(*w, pab, bad);
+  EXPECT_EQ(e2.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(e2.status().message().find("row 3 has 9 pad positions"), std::string::npos) << e2.status();
+}
+
 // The kSum joint rule: the shared adapter moves by the SUM of the tasks' solo
 // steps from the same state (each task's own full AdamW update), heads and
 // moments are each task's solo ones, and the rule differs from kMean.

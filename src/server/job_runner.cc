@@ -252,8 +252,10 @@ TrainBatch BuildBatch(const std::vector<const synth::Example*>& rows, bool next_
   size_t len = 0;
   for (const synth::Example* e : rows) len = std::max(len, e->tokens.size());
   std::vector<int64_t> tokens, labels;
+  TrainBatch b;
   for (const synth::Example* e : rows) {
     const size_t pad = len - e->tokens.size();
+    b.row_pad.push_back(static_cast<int64_t>(pad));
     for (size_t j = 0; j < len; ++j) tokens.push_back(j < pad ? 0 : e->tokens[j - pad]);
     for (size_t j = 0; j < len; ++j) {
       if (next_token) {
@@ -264,7 +266,6 @@ TrainBatch BuildBatch(const std::vector<const synth::Example*>& rows, bool next_
     }
   }
   const std::vector<int64_t> shape = {static_cast<int64_t>(rows.size()), static_cast<int64_t>(len)};
-  TrainBatch b;
   b.tokens = Tensor::FromInt64(tokens, shape);
   b.labels = Tensor::FromInt64(labels, shape);
   return b;
@@ -278,10 +279,10 @@ absl::StatusOr<EvalResult> EvaluateOn(const LlamaWeights& base, const executor::
   const executor::TaskAdapters* tasks[] = {&params};
   SLICESCHED_ASSIGN_OR_RETURN(Tensor hidden, executor::Embedding(base, b.tokens));
   for (int64_t g = 0; g < base.num_groups(); ++g) {
-    SLICESCHED_ASSIGN_OR_RETURN(executor::GroupForwardResult f, executor::TrainGroupForward(base, g, tasks, {}, hidden));
+    SLICESCHED_ASSIGN_OR_RETURN(executor::GroupForwardResult f, executor::TrainGroupForward(base, g, tasks, {}, hidden, b.row_pad));
     hidden = f.hidden_out;
   }
-  SLICESCHED_ASSIGN_OR_RETURN(executor::HeadLossResult h, executor::TrainHeadLoss(base, tasks, {}, hidden, b.labels));
+  SLICESCHED_ASSIGN_OR_RETURN(executor::HeadLossResult h, executor::TrainHeadLoss(base, tasks, {}, hidden, b.labels, b.row_pad));
   EvalResult out;
   out.loss = h.loss[0];
   // Accuracy: argmax of head(final_norm(h)) at the labelled positions.

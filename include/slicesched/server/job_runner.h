@@ -202,9 +202,13 @@
 //     accumulates this iteration (rows of A, then rows of B, left-padded to
 //     the longer row; row_task = slot), so each job consumes its own data
 //     in its own order exactly as alone, and its micro-batch index stays
-//     step x grad_accumulation + accumulated. (The operators have no
-//     attention mask: when the two jobs' rows differ in length, the shorter
-//     job's rows see more leading padding than in its own micro-batch.) The kernels accumulate each
+//     step x grad_accumulation + accumulated. Every row carries its
+//     leading pad count (TrainBatch::row_pad, in a job's own micro-batch
+//     too): the operators mask pad keys, start each row's RoPE positions at
+//     its first real token and ignore labels at pad positions
+//     (train_ops.h "Padding"), so when the two jobs' rows differ in length
+//     each row still computes what it computes in its job's own micro-batch
+//     (up to float rounding). The kernels accumulate each
 //     job's gradient (of its own rows' loss) into its own TaskState and take
 //     one JointAdamWStep when both have their grad_accumulation micro-batches:
 //     both step counts advance together. It is submitted in the pass of B,

@@ -33,6 +33,20 @@
 // every task its own gradient, even when two slots hold the same (shared)
 // adapter values: this is what keeps spatial joint training decomposable.
 //
+// Padding. Rows of different lengths share a batch left-padded to the
+// longest one; TrainBatch::row_pad says how many leading positions of each
+// row are padding (0 <= pad < S). A padded row computes what it would
+// unpadded: its real tokens never attend to its pad positions (a key-padding
+// mask on top of the causal one), they take RoPE positions 0, 1, .. from
+// their first real token, and the loss ignores the pad positions (their
+// labels count as -1 whatever they hold). Pad positions themselves attend
+// only to pad positions; nothing depends on their outputs, so they give no
+// gradient. A batch whose row_pad is empty or all zero runs exactly the
+// unmasked computation (bit-identical to no row_pad). This makes a spatial
+// pair's mixed micro-batch (rows of two jobs of different lengths) give each
+// job the loss and gradients of its own rows alone, up to float rounding of
+// the differently shaped matmuls.
+//
 // Pipeline split. TrainGroupForward(g) takes hidden states in and returns
 // hidden states out plus a GroupTape that keeps what the backward needs;
 // TrainHeadLoss runs the head, the loss and the head's backward and returns
@@ -147,6 +161,9 @@ struct TrainBatch {
   // Per row, the index of its task in the call's task list; empty = every
   // row belongs to task 0.
   std::vector<int64_t> row_task;
+  // Per row, its number of leading pad positions (a row left-padded to the
+  // batch's longest row); empty = no padding. See "Padding" above.
+  std::vector<int64_t> row_pad;
 };
 
 // --- Per-group operators (the pipeline split) ------------------------------
@@ -164,11 +181,13 @@ struct GroupForwardResult {
 // The training forward of fused group `group` on hidden [B, S, hidden]
 // (positions 0..S-1, causal, no KV cache). `tasks` are the adapter slots
 // (row_task indexes them; every TaskAdapters must fit `base`'s dims, and all
-// must have the same LoRA config, rank and alpha).
+// must have the same LoRA config, rank and alpha). `row_pad`: the rows'
+// leading pad positions (empty: none; see "Padding").
 absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, int64_t group,
                                                      std::span<const TaskAdapters* const> tasks,
                                                      std::span<const int64_t> row_task,
-                                                     const Tensor& hidden);
+                                                     const Tensor& hidden,
+                                                     std::span<const int64_t> row_pad = {});
 
 struct GroupBackwardResult {
   Tensor d_hidden_in;  // [B, S, hidden], model dtype
@@ -188,11 +207,13 @@ struct HeadLossResult {
 };
 
 // Final norm, each row's task head and the loss, with the head's backward:
-// hidden [B, S, hidden] is the output of the last group.
+// hidden [B, S, hidden] is the output of the last group. Labels at a row's
+// pad positions (`row_pad`, empty: none) are ignored.
 absl::StatusOr<HeadLossResult> TrainHeadLoss(const LlamaWeights& base,
                                              std::span<const TaskAdapters* const> tasks,
                                              std::span<const int64_t> row_task,
-                                             const Tensor& hidden, const Tensor& labels);
+                                             const Tensor& hidden, const Tensor& labels,
+                                             std::span<const int64_t> row_pad = {});
 
 // --- Whole-step composition ------------------------------------------------
 
