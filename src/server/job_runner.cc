@@ -154,6 +154,9 @@ struct JobRunner::Runtime {
   // records of streams 1.. of the wave in flight (stream 0's is `inflight`).
   std::vector<std::shared_ptr<InstanceRecord>> wave;
   int wave_size = 1;   // micro-batches of the wave in flight
+  // The joint micro-batch in flight carries none of this job's rows (it
+  // completed its iteration's micro-batches and waits for its partner's).
+  bool joint_without_rows = false;
   int wave_gpus = 0;   // devices of the plan it was submitted on
   std::chrono::steady_clock::time_point iteration_since;
   int iteration_gpus = 0;  // devices of every wave of the iteration so far; 0 = mixed / not seen from its start
@@ -1056,7 +1059,9 @@ absl::Status JobRunner::Drive(Timestamp now) {
         ++it;
         continue;
       }
-      stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
+      // Per job: a joint micro-batch without this job's rows is none of its.
+      if (!rt.joint_without_rows) stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
+      rt.joint_without_rows = false;
       const double ms = MsSince(rt.inflight_since);
       RecordWave(rt, ms);
       {
@@ -1625,6 +1630,7 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
   }
   for (Runtime* r : {&a, &b}) {
     NotANormalRun(r->id);  // trained jointly
+    r->joint_without_rows = std::find(slots.begin(), slots.end(), r == &a ? 0 : 1) == slots.end();
     // One joint stream, no data parallelism: a wave of one micro-batch that
     // is no measurement of a GPU count (joint timings stay out of the time
     // LUT and measured_iter_s; RecordWave still takes it as the job's

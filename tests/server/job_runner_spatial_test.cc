@@ -335,6 +335,30 @@ TEST_F(JobRunnerSpatialTest, JobHoldingACompleteIterationTakesItsStepAloneFirst)
 }
 
 
+// stats().steps_done counts micro-batches per job: a joint micro-batch
+// counts once for each member whose rows it carries. A (grad_accumulation 1)
+// + B (grad_accumulation 2): each joint iteration is one micro-batch of both
+// jobs' rows, then one of B's rows only (A waits with its iteration
+// complete), i.e. 1 + 2 = 3 micro-batches of the two jobs, not 4. Two
+// iterations, then both reach their limit: 6.
+TEST_F(JobRunnerSpatialTest, StepsDoneCountsOnlyTheMembersWhoseRowsAJointMicroBatchCarries) {
+  const std::string setup = "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 2";
+  const uint64_t a = Submit(Spec("a", "fa-major", setup));
+  std::string yb = Spec("b", "fa-inv", setup);
+  yb.replace(yb.find("batch_size: 8"), 13, "batch_size: 8, grad_accumulation: 2");
+  const uint64_t b = Submit(yb);
+  ProfileAndPlan({a, b});
+  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  ASSERT_EQ(runner_->stats().steps_done, 0u);
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
+  for (uint64_t id : {a, b}) {
+    EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+    EXPECT_EQ(Job(id).iterations_done, 2) << "job " << id;
+    EXPECT_FALSE(AnyEventWith(id, "decoupled", "stop-loss")) << "job " << id;
+  }
+  EXPECT_EQ(runner_->stats().steps_done, 2u * 1 + 2u * 2);
+}
+
 // The stop-loss reference of a spatial pairing: a member whose task has a
 // measured normal run in this runner (job n: the same task and setup, alone
 // from fresh, other seed) is judged against that run's metric at the same

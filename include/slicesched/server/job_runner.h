@@ -223,7 +223,9 @@
 //     stream would not reach.
 //   * Evaluation, completion and checkpoints stay per job (each with its own
 //     head and TaskState). Progress, loss and iteration times are per job
-//     (stats().steps_done counts a joint micro-batch once per member); a
+//     (stats().steps_done counts a joint micro-batch once per member whose
+//     rows it carries: a member that completed its iteration's micro-batches
+//     and waits for its partner's is not counted); a
 //     joint micro-batch's time is each member's one-stream micro-batch time
 //     but never a measurement of a GPU count (time LUT, measured_iter_s).
 //   * Decoupling (stop-loss, a re-plan, a partner pausing, completing,
@@ -286,7 +288,8 @@ struct JobRunnerOptions {
 
 struct JobRunnerStats {
   uint64_t plans = 0;          // planning rounds solved
-  uint64_t steps_done = 0;     // micro-batches finished per job (not counting profiling)
+  uint64_t steps_done = 0;     // micro-batches finished per job (not counting profiling; a joint
+                               // micro-batch once per member whose rows it carries)
   uint64_t profile_steps = 0;  // profiling micro-batches finished
   uint64_t steps_failed = 0;
   double last_solve_s = 0;
