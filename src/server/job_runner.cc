@@ -218,6 +218,34 @@ absl::StatusOr<bool> StepHeldIteration(JobRunner::Runtime& rt) {
 
 std::pair<uint64_t, uint64_t> PairKey(uint64_t a, uint64_t b) { return {std::min(a, b), std::max(a, b)}; }
 
+// Why two jobs' states cannot continue one joint training ("" when they
+// can): the same step of the pairing and one shared adapter (bit-identical
+// LoRA factors, one LoRA config). Each member's head, moments and
+// accumulated micro-batches are its own and may differ.
+std::string JointResumeProblem(uint64_t ida, const executor::TaskState& a, uint64_t idb,
+                               const executor::TaskState& b) {
+  if (a.step != b.step) {
+    return StrCat("their checkpoints are at different steps of the pairing (job ", ida, " at step ", a.step,
+                  ", job ", idb, " at step ", b.step, ")");
+  }
+  if (a.params.lora.rank != b.params.lora.rank || a.params.lora.alpha != b.params.lora.alpha ||
+      a.params.layers.size() != b.params.layers.size()) {
+    return StrCat("their checkpoints hold different LoRA configs (rank ", a.params.lora.rank, " / ",
+                  b.params.lora.rank, ")");
+  }
+  for (size_t l = 0; l < a.params.layers.size(); ++l) {
+    const executor::LoraLayer &x = a.params.layers[l], &y = b.params.layers[l];
+    for (const auto& [p, q] : {std::pair{&x.q_a, &y.q_a}, std::pair{&x.q_b, &y.q_b}, std::pair{&x.v_a, &y.v_a},
+                               std::pair{&x.v_b, &y.v_b}}) {
+      if (p->shape() != q->shape() || p->MaxAbsDiff(*q) != 0) {
+        return StrCat("their checkpoints (both at step ", a.step, ") hold different shared adapters (layer ", l,
+                      " differs)");
+      }
+    }
+  }
+  return "";
+}
+
 // Rows [k*B, (k+1)*B) of the epoch-shuffled walk over `train`, left-padded
 // with token 0 to the batch's longest row.
 TrainBatch MicroBatch(JobRunner::Runtime& rt, int64_t k);
@@ -784,6 +812,93 @@ absl::Status JobRunner::ApplyPlan(uint64_t id, const jobs::RunPlan& plan, Timest
   return absl::OkStatus();
 }
 
+std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::JobInfo>& listed) {
+  std::map<uint64_t, const jobs::JobInfo*> info;
+  for (const jobs::JobInfo& j : listed) info[j.id] = &j;
+  std::map<uint64_t, uint64_t> out;
+  // Pairs training jointly now: they may stay spatial.
+  for (const auto& [a, b] : joint_started_) {
+    auto ia = info.find(a), ib = info.find(b);
+    if (ia == info.end() || ib == info.end()) continue;
+    const jobs::RunPlan &pa = ia->second->plan, &pb = ib->second->plan;
+    if (ia->second->state != jobs::JobState::kRunning || ib->second->state != jobs::JobState::kRunning ||
+        pa.mode != jobs::RunMode::kSpatial || pa.partner != b || pb.mode != jobs::RunMode::kSpatial ||
+        pb.partner != a) {
+      continue;
+    }
+    out[a] = b;
+    out[b] = a;
+  }
+  // Pairs that were training jointly when the daemon stopped (the store's
+  // joint pairs, neither member running yet): resumable when both
+  // checkpoints are at the same step of the pairing with one shared adapter.
+  const std::set<std::pair<uint64_t, uint64_t>> previous = std::move(joint_resumable_);
+  joint_resumable_.clear();
+  auto stored = jobs_->JointPairs();
+  if (!stored.ok()) {
+    spdlog::warn("reading the joint pairs: {}", stored.status().ToString());
+    return out;
+  }
+  for (const auto& key : *stored) {
+    const auto [a, b] = key;
+    if (joint_started_.contains(key)) continue;  // running (above), or decoupled in this process
+    auto ia = info.find(a), ib = info.find(b);
+    std::string why;
+    if (ia == info.end() || ib == info.end()) {
+      why = StrCat("job ", ia == info.end() ? a : b, " is no longer queued, paused or running");
+    } else if (ia->second->state == jobs::JobState::kRunning || ib->second->state == jobs::JobState::kRunning) {
+      const jobs::RunPlan &pa = ia->second->plan, &pb = ib->second->plan;
+      const bool a_with_b = ia->second->state == jobs::JobState::kRunning && pa.mode == jobs::RunMode::kSpatial &&
+                            pa.partner == b;
+      const bool b_with_a = ib->second->state == jobs::JobState::kRunning && pb.mode == jobs::RunMode::kSpatial &&
+                            pb.partner == a;
+      if (a_with_b && b_with_a) {
+        // Resumed by an earlier round, its first joint micro-batch not
+        // taken yet: still resumable, and kept spatial.
+        if (previous.contains(key)) {
+          joint_resumable_.insert(key);
+          out[a] = b;
+          out[b] = a;
+        }
+        continue;
+      }
+      const uint64_t apart = ia->second->state == jobs::JobState::kRunning && !a_with_b ? a : b;
+      why = StrCat("the planner runs job ", apart, " without its partner");
+    }
+    const executor::TaskState* st[2] = {nullptr, nullptr};
+    for (int i = 0; i < 2 && why.empty(); ++i) {
+      const jobs::JobInfo& j = *(i == 0 ? ia : ib)->second;
+      Runtime& rt = RuntimeFor(j);
+      if (absl::Status s = Prepare(rt, j, /*with_state=*/true); !s.ok()) {
+        why = StrCat("job ", j.id, "'s state does not load: ", s.message());
+        break;
+      }
+      st[i] = &rt.job->state;
+    }
+    if (why.empty()) {
+      const bool fresh = st[0]->step == 0 && st[0]->accumulated == 0 && st[1]->step == 0 && st[1]->accumulated == 0;
+      if (fresh) {
+        why = "both jobs start from scratch (no checkpoint of their joint training); as fresh jobs they may be "
+              "paired again";
+      } else {
+        why = JointResumeProblem(a, *st[0], b, *st[1]);
+      }
+    }
+    if (!why.empty()) {
+      spdlog::info("jobs {} + {}: joint training not resumed: {}", a, b, why);
+      if (absl::Status s = jobs_->EndJointTraining(a, b, StrCat("joint training not resumed after a restart: ", why));
+          !s.ok()) {
+        spdlog::warn("jobs {} + {}: recording the end of their joint training: {}", a, b, s.ToString());
+      }
+      continue;
+    }
+    joint_resumable_.insert(key);
+    out[a] = b;
+    out[b] = a;
+  }
+  return out;
+}
+
 absl::Status JobRunner::PlanRound(Timestamp now) {
   const auto t0 = std::chrono::steady_clock::now();
   SLICESCHED_ASSIGN_OR_RETURN(
@@ -796,6 +911,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
   for (const auto& [id, rt] : runtimes_) {
     if (rt->iter_time_s > 0 && !rt->deployment.empty()) deployment_time[rt->deployment] = rt->iter_time_s;
   }
+  std::map<uint64_t, uint64_t> joint_partner = JointPartners(page.jobs);
   std::vector<ymir::JobView> views;
   std::map<uint64_t, std::string> task_of;
   int demand = 0;
@@ -814,6 +930,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
     v.trust_domain = j.spec.trust_domain;
     v.allow_sharing = j.spec.allow_sharing;
     v.has_progress = j.iterations_done > 0 || rt.step() > 0 || rt.micro_index() > 0;
+    if (auto jp = joint_partner.find(j.id); jp != joint_partner.end()) v.joint_partner = jp->second;
     v.min_gpus = j.spec.min_gpus;
     int64_t limit = j.iterations_target;
     if (rt.data_ready) limit = rt.iteration_limit();
@@ -1555,31 +1672,51 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
                    ha.lora_alpha, ", job ", b.id, " rank ", hb.lora_rank, " alpha ", hb.lora_alpha);
     }
     absl::Status shared = absl::OkStatus();
+    int64_t resumed_step = -1;  // >= 0: a stored joint pair resumes at this step
     if (why.empty()) {
       // Address order, as the optimizer kernel locks several jobs.
       executor::LlamaTrainJob* first = std::min(a.job.get(), b.job.get());
       executor::LlamaTrainJob* second = std::max(a.job.get(), b.job.get());
       absl::MutexLock l1(&first->mu);
       absl::MutexLock l2(&second->mu);
-      for (const Runtime* r : {&a, &b}) {
-        const executor::TaskState& st = r->job->state;
-        if (why.empty() && (st.step > 0 || st.accumulated > 0)) {
-          why = StrCat("job ", r->id, " already has progress (", st.step, " steps, ", st.accumulated,
-                       " micro-batches accumulated); only fresh jobs train jointly");
+      const executor::TaskState &sa = a.job->state, &sb = b.job->state;
+      const bool fresh = sa.step == 0 && sa.accumulated == 0 && sb.step == 0 && sb.accumulated == 0;
+      if (!fresh && joint_resumable_.contains(key)) {
+        // A joint pair resumed after a restart from both members' checkpoints
+        // (checked when planned; checked again on the states it trains).
+        why = JointResumeProblem(a.id, sa, b.id, sb);
+        if (why.empty()) resumed_step = sa.step;
+      } else {
+        for (const Runtime* r : {&a, &b}) {
+          const executor::TaskState& st = r->job->state;
+          if (why.empty() && (st.step > 0 || st.accumulated > 0)) {
+            why = StrCat("job ", r->id, " already has progress (", st.step, " steps, ", st.accumulated,
+                         " micro-batches accumulated); only fresh jobs train jointly");
+          }
         }
-      }
-      if (why.empty()) {
-        executor::TaskState* both[] = {&a.job->state, &b.job->state};
-        shared = executor::ShareLora(both);
+        if (why.empty()) {
+          executor::TaskState* both[] = {&a.job->state, &b.job->state};
+          shared = executor::ShareLora(both);
+        }
       }
     }
     if (!shared.ok()) why = StrCat("sharing the adapter failed: ", shared.message());
     if (!why.empty()) {
+      joint_resumable_.erase(key);
       DecoupleSpatial(b.id, a.id, StrCat("spatial joint training not possible: ", why));
       return absl::OkStatus();
     }
     joint_started_.insert(key);
-    spdlog::info("jobs {} + {}: spatial joint training starts (shared adapter of job {})", a.id, b.id, a.id);
+    joint_resumable_.erase(key);
+    // Stored (the store's joint pairs), so a restart can resume the pair.
+    SLICESCHED_RETURN_IF_ERROR(jobs_->StartJointTraining(a.id, b.id, std::max<int64_t>(resumed_step, 0),
+                                                         /*resumed=*/resumed_step >= 0));
+    if (resumed_step >= 0) {
+      spdlog::info("jobs {} + {}: spatial joint training resumes at step {} from both checkpoints", a.id, b.id,
+                   resumed_step);
+    } else {
+      spdlog::info("jobs {} + {}: spatial joint training starts (shared adapter of job {})", a.id, b.id, a.id);
+    }
   }
   // The rows of each job still accumulating this iteration.
   std::vector<TrainBatch> own;

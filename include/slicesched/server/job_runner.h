@@ -238,8 +238,22 @@
 //     grad_accumulation, was still accumulating: the joint step waited)
 //     first takes that AdamW step alone, then continues with the next
 //     iteration; so does one resumed from a checkpoint taken in that state.
-//   * A restart: each member resumes from its own checkpoint, alone (it has
-//     progress, so the planner does not pair it spatially again).
+//   * Persistence and restarts. The pair's first joint micro-batch records
+//     it (JobManager::StartJointTraining: event "joint_training", the state
+//     database's joint_pairs, schema 5) until it is decoupled. While it
+//     trains jointly both members' JobViews name each other
+//     (ymir::JobView::joint_partner), so the planner may keep it spatial
+//     despite its progress. After a restart both come back queued with the
+//     pair still stored; the next planning round loads both checkpoints
+//     (JointPartners): at the same step with bit-identical LoRA factors
+//     (one shared adapter) the pair is offered as spatial again and, when
+//     planned so, resumes joint training without ShareLora (event
+//     "joint_training", "resumed": true; each member's accumulated
+//     micro-batches are its own). Otherwise (different steps or adapters, a
+//     member gone, both fresh, a checkpoint that does not load, or the
+//     planner running a member without its partner) the stored pair is
+//     removed with event "joint_not_resumed" and the reason on both jobs,
+//     and each member resumes alone from its own checkpoint.
 //
 // Backbone: a job's `backbone` names a deployment, or a preset; a preset
 // runs on the first deployment of that preset (offline role preferred).
@@ -399,6 +413,16 @@ class JobRunner {
     std::vector<std::pair<int64_t, double>> points;  // (step, metric), increasing steps
   };
   std::set<std::pair<uint64_t, uint64_t>> joint_started_;  // ShareLora done (key as pair_watch_)
+  // Stored joint pairs (JobManager::JointPairs) whose members' checkpoints
+  // can continue the joint training (JointPartners, each planning round).
+  std::set<std::pair<uint64_t, uint64_t>> joint_resumable_;
+  // Per listed job, the job it trains jointly with or may resume joint
+  // training with (ymir::JobView::joint_partner): pairs training jointly
+  // now, and stored joint pairs whose members are both queued or paused with
+  // consistent checkpoints (the same step, one shared adapter). A stored
+  // pair that cannot resume is removed (JobManager::EndJointTraining, event
+  // "joint_not_resumed" with the reason) and its members resume alone.
+  std::map<uint64_t, uint64_t> JointPartners(const std::vector<jobs::JobInfo>& listed);
   std::map<uint64_t, NormalRun> normal_runs_;              // per job
 
   Master* const master_;
