@@ -554,7 +554,7 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
     for (size_t t = 0; t < T; ++t) full &= next[t].accumulated >= std::max<int64_t>(1, jobs[t]->accumulation);
     if (full) {
       if (T == 1) {
-        if (absl::Status s = AdamWStep(next[0]); !s.ok()) return Annotate(s, Label(call));
+        if (absl::Status s = OptimizerStep(next[0]); !s.ok()) return Annotate(s, Label(call));
       } else {
         std::vector<TaskState*> ptrs;
         for (TaskState& s : next) ptrs.push_back(&s);
@@ -593,7 +593,7 @@ absl::Status AccumulateInOrder(LlamaTrainJob& job, int64_t micro_index, TaskAdap
     SLICESCHED_RETURN_IF_ERROR(AccumulateGradients(job.state, it->second.grads));
     if (it->second.loss.has_value()) job.losses.push_back(*it->second.loss);
     job.pending.erase(it);
-    if (job.state.accumulated >= per_step) SLICESCHED_RETURN_IF_ERROR(AdamWStep(job.state));
+    if (job.state.accumulated >= per_step) SLICESCHED_RETURN_IF_ERROR(OptimizerStep(job.state));
     next = job.state.step * per_step + job.state.accumulated;
   }
   return absl::OkStatus();

@@ -657,6 +657,56 @@ absl::Status AdamWStep(TaskState& state) {
   return absl::OkStatus();
 }
 
+absl::Status SgdStep(TaskState& state) {
+  constexpr std::string_view kOp = "SgdStep";
+  if (state.accumulated < 1) {
+    return absl::FailedPreconditionError(
+        StrCat(kOp, ": no gradients accumulated since step ", state.step));
+  }
+  const double lr = state.adamw.lr, wd = state.adamw.weight_decay, mu = state.momentum;
+  if (!std::isfinite(lr) || lr < 0.0) {
+    return absl::InvalidArgumentError(StrCat(kOp, ": lr must be >= 0, got ", lr));
+  }
+  if (!std::isfinite(wd) || wd < 0.0) {
+    return absl::InvalidArgumentError(StrCat(kOp, ": weight_decay must be >= 0, got ", wd));
+  }
+  if (!std::isfinite(mu) || mu < 0.0 || mu >= 1.0) {
+    return absl::InvalidArgumentError(StrCat(kOp, ": momentum must be in [0, 1), got ", mu));
+  }
+  TaskState next = state;
+  try {
+    c10::InferenceMode guard;
+    std::vector<Tensor*> p = internal::AdapterTensors(next.params);
+    std::vector<Tensor*> m = internal::AdapterTensors(next.m);
+    std::vector<Tensor*> gs = internal::AdapterTensors(next.grad_sum);
+    if (m.size() != p.size() || gs.size() != p.size()) {
+      return absl::InvalidArgumentError(StrCat(kOp, ": optimizer state does not match the parameters"));
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+      const at::Tensor param = Access::Unwrap(*p[i]);
+      const at::Tensor g = Access::Unwrap(*gs[i]) / static_cast<double>(state.accumulated) + param * wd;
+      const at::Tensor m2 = Access::Unwrap(*m[i]) * mu + g;
+      const at::Tensor p2 = param - m2 * lr;
+      if (p2.sizes() != param.sizes()) {
+        return absl::InvalidArgumentError(StrCat(kOp, ": optimizer state does not match the parameters"));
+      }
+      *p[i] = Access::Wrap(p2);
+      *m[i] = Access::Wrap(m2);
+      *gs[i] = Access::Wrap(at::zeros_like(g));
+    }
+  } catch (...) {
+    return internal::CurrentExceptionToStatus(kOp);
+  }
+  next.step = state.step + 1;
+  next.accumulated = 0;
+  state = std::move(next);
+  return absl::OkStatus();
+}
+
+absl::Status OptimizerStep(TaskState& state) {
+  return state.optimizer == OptimizerKind::kSgd ? SgdStep(state) : AdamWStep(state);
+}
+
 absl::StatusOr<double> AccumulateMicroBatch(const LlamaWeights& base, TaskState& state,
                                             const TrainBatch& batch) {
   const TaskAdapters* slots[] = {&state.params};
@@ -714,7 +764,7 @@ absl::Status JointAdamWStep(std::span<TaskState* const> tasks, JointStepRule rul
   std::vector<TaskState> stepped;
   for (TaskState* t : tasks) {
     stepped.push_back(*t);
-    SLICESCHED_RETURN_IF_ERROR(AdamWStep(stepped.back()));
+    SLICESCHED_RETURN_IF_ERROR(OptimizerStep(stepped.back()));
   }
   std::vector<Tensor> mean(num_lora);
   try {

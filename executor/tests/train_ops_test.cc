@@ -573,6 +573,117 @@ TEST(TrainOpsTest, PaddedRowsInAJointBatchComputeWhatTheyComputeAlone) {
   EXPECT_NE(e2.status().message().find("row 3 has 9 pad positions"), std::string::npos) << e2.status();
 }
 
+// SGD with momentum (OptimizerKind::kSgd): two steps, each on two
+// accumulated micro-batch gradients, against a plain loop in double over the
+// tensors' values (g = mean + wd p; m = momentum m + g; p -= lr m), within
+// 1e-6 of the values' magnitude (f32 arithmetic). OptimizerStep dispatches
+// on the state (AdamW gives other values), the momentum buffer is m (v stays
+// zero), checkpoints keep the optimizer and momentum, a joint step of two
+// SGD tasks is the mean of their solo SGD steps, and a bad momentum is an
+// error naming it.
+TEST(TrainOpsTest, SgdStepMatchesAPlainMomentumReference) {
+  auto w = TinyWeights();
+  const int64_t V = Tiny().vocab;
+  TaskState s = NewTask(2, 81, 0.05);  // lr 0.05, weight_decay 0.01
+  RandomizeB(s.params, 800);
+  s.optimizer = OptimizerKind::kSgd;
+  s.momentum = 0.9;
+  const double lr = 0.05, wd = 0.01, mu = 0.9;
+  std::vector<std::vector<double>> p, m;
+  for (const auto& [name, t] : s.params.NamedTensors()) {
+    const std::vector<float> f = t.ToFloat();
+    p.emplace_back(f.begin(), f.end());
+    m.emplace_back(f.size(), 0.0);
+  }
+  TaskState adamw_copy;
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::vector<double>> gsum(p.size());
+    for (int k = 0; k < 2; ++k) {
+      const TrainBatch b = ClassBatch(3, 6, 2, V, 90 + 2 * step + k);
+      const TaskAdapters* slot[] = {&s.params};
+      auto g = ComputeGradients(*w, slot, b);
+      ASSERT_TRUE(g.ok()) << g.status();
+      ASSERT_TRUE(AccumulateGradients(s, g->grads[0]).ok());
+      const auto named = g->grads[0].NamedTensors();
+      for (size_t i = 0; i < named.size(); ++i) {
+        const std::vector<float> f = named[i].second.ToFloat();
+        gsum[i].resize(f.size(), 0.0);
+        for (size_t j = 0; j < f.size(); ++j) gsum[i][j] += f[j];
+      }
+    }
+    if (step == 1) {
+      adamw_copy = s;
+      adamw_copy.optimizer = OptimizerKind::kAdamW;
+    }
+    ASSERT_TRUE(OptimizerStep(s).ok());
+    for (size_t i = 0; i < p.size(); ++i) {
+      for (size_t j = 0; j < p[i].size(); ++j) {
+        const double g = gsum[i][j] / 2.0 + wd * p[i][j];
+        m[i][j] = mu * m[i][j] + g;
+        p[i][j] -= lr * m[i][j];
+      }
+    }
+    double worst_p = 0, worst_m = 0, mag_p = 0, mag_m = 0;
+    const auto np = s.params.NamedTensors(), nm = s.m.NamedTensors(), nv = s.v.NamedTensors();
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::vector<float> fp = np[i].second.ToFloat(), fm = nm[i].second.ToFloat();
+      for (size_t j = 0; j < p[i].size(); ++j) {
+        worst_p = std::max(worst_p, std::fabs(fp[j] - p[i][j]));
+        worst_m = std::max(worst_m, std::fabs(fm[j] - m[i][j]));
+        mag_p = std::max(mag_p, std::fabs(p[i][j]));
+        mag_m = std::max(mag_m, std::fabs(m[i][j]));
+      }
+      for (float f : nv[i].second.ToFloat()) ASSERT_EQ(f, 0.0f) << "SGD leaves v at zero";
+    }
+    EXPECT_GT(mag_m, 0.0);
+    EXPECT_LE(worst_p, 1e-6 * mag_p) << "step " << step;
+    EXPECT_LE(worst_m, 1e-6 * mag_m) << "step " << step;
+    EXPECT_EQ(s.step, step + 1);
+    EXPECT_EQ(s.accumulated, 0);
+  }
+  ASSERT_TRUE(OptimizerStep(adamw_copy).ok());
+  EXPECT_GT(MaxDiff(adamw_copy.params, s.params).first, 1e-4) << "OptimizerStep ignored the optimizer kind";
+  // Checkpoints keep the optimizer and its momentum.
+  s.momentum = 0.75;
+  const std::string path = TempPath("sgd");
+  ASSERT_TRUE(SaveTaskCheckpoint(path, s).ok());
+  auto back = LoadTaskCheckpoint(path, Tiny());
+  std::filesystem::remove(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->optimizer, OptimizerKind::kSgd);
+  EXPECT_EQ(back->momentum, 0.75);
+  EXPECT_TRUE(BitEqual(*back, s));
+  // A joint step of two SGD tasks: the mean of their solo SGD steps.
+  TaskState x = NewTask(2, 83, 0.05), y = NewTask(3, 84, 0.05);
+  for (TaskState* t : {&x, &y}) t->optimizer = OptimizerKind::kSgd;
+  TaskState* both[] = {&x, &y};
+  ASSERT_TRUE(ShareLora(both).ok());
+  const TrainBatch mixed = Mix(ClassBatch(3, 6, 2, V, 85), ClassBatch(2, 6, 3, V, 86));
+  ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
+  TaskState sx = x, sy = y;
+  ASSERT_TRUE(SgdStep(sx).ok());
+  ASSERT_TRUE(SgdStep(sy).ok());
+  ASSERT_TRUE(JointAdamWStep(both).ok());
+  EXPECT_LE(x.params.head.MaxAbsDiff(sx.params.head), 0.0);
+  double worst = 0;
+  for (size_t l = 0; l < x.params.layers.size(); ++l) {
+    const auto jx = x.params.layers[l].q_b.ToFloat(), ax = sx.params.layers[l].q_b.ToFloat(),
+               ay = sy.params.layers[l].q_b.ToFloat();
+    for (size_t i = 0; i < jx.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(jx[i]) - 0.5 * (double(ax[i]) + double(ay[i]))));
+    }
+  }
+  EXPECT_LE(worst, 1e-7);
+  // Bad momentum.
+  TaskState bad = x;
+  ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
+  bad = x;
+  bad.momentum = 1.0;
+  const absl::Status e = SgdStep(bad);
+  EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.message().find("momentum must be in [0, 1), got 1"), std::string::npos) << e;
+}
+
 // The kSum joint rule: the shared adapter moves by the SUM of the tasks' solo
 // steps from the same state (each task's own full AdamW update), heads and
 // moments are each task's solo ones, and the rule differs from kMean.

@@ -212,7 +212,7 @@ bool IsEvalPoint(const JobRunner::Runtime& rt, int64_t step, int64_t eval_every_
 absl::StatusOr<bool> StepHeldIteration(JobRunner::Runtime& rt) {
   absl::MutexLock l(&rt.job->mu);
   if (!rt.job->pending.empty() || rt.job->state.accumulated < rt.micro_per_iteration()) return false;
-  SLICESCHED_RETURN_IF_ERROR(executor::AdamWStep(rt.job->state));
+  SLICESCHED_RETURN_IF_ERROR(executor::OptimizerStep(rt.job->state));
   return true;
 }
 
@@ -509,11 +509,6 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
   }
   if (with_state && rt.job == nullptr) {
     const jobs::Hyperparameters& hp = rt.spec.hyperparameters;
-    if (hp.optimizer != jobs::Optimizer::kAdamW) {
-      return absl::UnimplementedError(
-          "hyperparameters.optimizer: the train template's optimizer operator implements AdamW only; sgd jobs "
-          "cannot run in this version");
-    }
     const auto t0 = std::chrono::steady_clock::now();
     auto job = std::make_shared<LlamaTrainJob>();
     job->accumulation = rt.micro_per_iteration();
@@ -531,7 +526,10 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
       SLICESCHED_ASSIGN_OR_RETURN(state, TaskState::Init(rt.weights->dims(),
                                                          executor::LoraConfig{hp.lora_rank, hp.lora_alpha},
                                                          rt.head_outputs, hp.seed));
-      state.adamw = adamw;
+      state.adamw = adamw;  // lr (and weight decay) of either optimizer
+      state.optimizer = hp.optimizer == jobs::Optimizer::kSgd ? executor::OptimizerKind::kSgd
+                                                              : executor::OptimizerKind::kAdamW;
+      state.momentum = hp.momentum;
       // Temporal transfer: B starts from its source's trained adapters.
       auto src = temporal_source_.find(rt.id);
       if (src != temporal_source_.end()) {

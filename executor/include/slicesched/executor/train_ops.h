@@ -130,12 +130,20 @@ struct AdamWOptions {
   absl::Status Validate() const;
 };
 
+// The optimizer of a task's steps (OptimizerStep).
+enum class OptimizerKind : uint8_t {
+  kAdamW,  // AdamWStep (the default)
+  kSgd,    // SgdStep: SGD with momentum, lr and weight_decay from `adamw`
+};
+
 // Everything a task's training needs to resume exactly: its parameters, its
-// own AdamW moments and step count, and the gradients accumulated since the
-// last step.
+// own optimizer state (AdamW moments, or the SGD momentum buffer in `m`) and
+// step count, and the gradients accumulated since the last step.
 struct TaskState {
   TaskAdapters params;
-  AdamWOptions adamw;
+  AdamWOptions adamw;  // lr and weight_decay serve SGD too
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  double momentum = 0.9;  // SGD's momentum, in [0, 1)
   int64_t step = 0;         // optimizer steps taken
   TaskAdapters m;           // first moments
   TaskAdapters v;           // second moments
@@ -245,6 +253,19 @@ absl::Status AccumulateGradients(TaskState& state, const TaskAdapters& grad);
 //   p = p (1 - lr wd) - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 absl::Status AdamWStep(TaskState& state);
 
+// One SGD-with-momentum step (PyTorch's torch.optim.SGD, dampening 0,
+// coupled weight decay) on the mean of the accumulated gradients, for every
+// adapter tensor and the head; clears the accumulation. The momentum buffer
+// is state.m (v stays zero); lr and weight_decay are state.adamw's:
+//   g = grad_sum / n + wd p;  m = momentum m + g;  p = p - lr m
+// (m starts at zero, so the first step's buffer is g, as in PyTorch).
+// FailedPrecondition when nothing was accumulated; InvalidArgument for a
+// momentum outside [0, 1) or a negative / non-finite lr or weight_decay.
+absl::Status SgdStep(TaskState& state);
+
+// The task's own optimizer step: AdamWStep or SgdStep by state.optimizer.
+absl::Status OptimizerStep(TaskState& state);
+
 // Convenience: ComputeGradients on a single-task batch, AccumulateGradients;
 // returns the loss. (AdamWStep is separate: call it every N micro-batches.)
 absl::StatusOr<double> AccumulateMicroBatch(const LlamaWeights& base, TaskState& state,
@@ -258,7 +279,8 @@ absl::StatusOr<double> AccumulateMicroBatch(const LlamaWeights& base, TaskState&
 // each keeps its own head, moments, step count and accumulated gradients.
 // A joint step is defined as:
 //
-//   for each task t: an AdamW step of t's state (shared LoRA + own head) on
+//   for each task t: t's own optimizer step (OptimizerStep: AdamW, or SGD
+//                    with momentum) of t's state (shared LoRA + own head) on
 //                    t's own accumulated gradients with t's own moments;
 //   shared LoRA    = the element-wise mean over tasks of the stepped LoRA.
 //
@@ -312,7 +334,9 @@ absl::Status TransferLora(const TaskState& from, TaskState& to);
 // Writes the whole TaskState (parameters, moments, accumulated gradients as
 // f32 tensors under "params.*", "m.*", "v.*", "grad_sum.*"; step,
 // accumulated, LoRA config and AdamW options as exact metadata) to a
-// safetensors file. Restoring gives a bit-identical state.
+// safetensors file; the optimizer kind and SGD momentum too ("optimizer",
+// "sgd_momentum"; a file without them is an AdamW state). Restoring gives a
+// bit-identical state.
 absl::Status SaveTaskCheckpoint(const std::string& path, const TaskState& state);
 absl::StatusOr<TaskState> LoadTaskCheckpoint(const std::string& path, const LlamaDims& dims);
 
