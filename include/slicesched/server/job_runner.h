@@ -49,7 +49,8 @@
 //      planner.mode = elastic gives the planner no pair estimates: the same
 //      ILP as a plain elastic scheduler (no transfer).
 //   3. Execution. An iteration is grad_accumulation micro-batches of
-//      batch_size rows (one AdamW step); each micro-batch is a
+//      batch_size rows (one optimizer step: AdamW, or SGD with momentum for
+//      hyperparameters.optimizer: sgd); each micro-batch is a
 //      Master::SubmitTrainStep in the offline class, so online serving keeps
 //      priority, bounded to devices of the job's plan
 //      (InstanceSpec::allowed_devices), so the planner's GPU set bounds where
@@ -82,7 +83,7 @@
 //      = 1 (recorded, the target was not reached).
 //   5. Checkpoints: every planner.checkpoint_interval and whenever the job
 //      leaves running (preempt, pause, shutdown), the whole TaskState
-//      (adapters, AdamW moments, step count, accumulated gradients) goes to
+//      (adapters, optimizer moments, step count, accumulated gradients) goes to
 //      STATE_DIR/jobs/<id>/checkpoint.safetensors (written to a temporary
 //      file and renamed), then ReportProgress records it. A job that runs
 //      again after a restart (JobManager requeues it with its
@@ -187,7 +188,7 @@
 // What is executed for pairs: temporal pairs as described (A, then B from
 // A's adapters). A spatial pair A + B (A the smaller id) trains jointly
 // (train_ops.h, "Spatial joint training"): one shared LoRA adapter, a head
-// per job, each job its own AdamW state, as one micro-batch stream of
+// per job, each job its own optimizer state, as one micro-batch stream of
 // low-priority "<deployment>/train" instances with two task slots (T = 2;
 // llama_kernels.h) on the pair's devices:
 //   * Start: before the pair's first micro-batch both jobs must be fresh (no
@@ -236,7 +237,7 @@
 //     count). A job that holds a complete iteration then (it finished its
 //     grad_accumulation micro-batches while the partner, with a larger
 //     grad_accumulation, was still accumulating: the joint step waited)
-//     first takes that AdamW step alone, then continues with the next
+//     first takes that optimizer step alone, then continues with the next
 //     iteration; so does one resumed from a checkpoint taken in that state.
 //   * Persistence and restarts. The pair's first joint micro-batch records
 //     it (JobManager::StartJointTraining: event "joint_training", the state
