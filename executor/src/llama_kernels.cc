@@ -365,7 +365,7 @@ absl::Status LlamaKernelRunner::RunTrainForward(const KernelCall& call) {
   const std::vector<const TaskAdapters*> slots = SlotPointers(params);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<GroupForwardResult> f =
-      TrainGroupForward(*weights_, group, slots, req->batch.row_task, *hidden);
+      TrainGroupForward(*weights_, group, slots, req->batch.row_task, *hidden, req->batch.row_pad);
   if (!f.ok()) return Annotate(f.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(f->hidden_out));
   call.outputs[1].kind = kGroupTapePayload;
@@ -383,7 +383,8 @@ absl::Status LlamaKernelRunner::RunTrainLoss(const KernelCall& call) {
   const std::vector<const TaskAdapters*> slots = SlotPointers(params);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<HeadLossResult> r =
-      TrainHeadLoss(*weights_, slots, req->batch.row_task, *hidden, req->batch.labels);
+      TrainHeadLoss(*weights_, slots, req->batch.row_task, *hidden, req->batch.labels,
+                    req->batch.row_pad);
   if (!r.ok()) return Annotate(r.status(), Label(call));
   std::vector<float> loss;
   for (double l : r->loss) loss.push_back(static_cast<float>(l));
@@ -553,7 +554,7 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
     for (size_t t = 0; t < T; ++t) full &= next[t].accumulated >= std::max<int64_t>(1, jobs[t]->accumulation);
     if (full) {
       if (T == 1) {
-        if (absl::Status s = AdamWStep(next[0]); !s.ok()) return Annotate(s, Label(call));
+        if (absl::Status s = OptimizerStep(next[0]); !s.ok()) return Annotate(s, Label(call));
       } else {
         std::vector<TaskState*> ptrs;
         for (TaskState& s : next) ptrs.push_back(&s);
@@ -592,7 +593,7 @@ absl::Status AccumulateInOrder(LlamaTrainJob& job, int64_t micro_index, TaskAdap
     SLICESCHED_RETURN_IF_ERROR(AccumulateGradients(job.state, it->second.grads));
     if (it->second.loss.has_value()) job.losses.push_back(*it->second.loss);
     job.pending.erase(it);
-    if (job.state.accumulated >= per_step) SLICESCHED_RETURN_IF_ERROR(AdamWStep(job.state));
+    if (job.state.accumulated >= per_step) SLICESCHED_RETURN_IF_ERROR(OptimizerStep(job.state));
     next = job.state.step * per_step + job.state.accumulated;
   }
   return absl::OkStatus();

@@ -28,6 +28,19 @@ inline std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions,
   return {emb.cos().to(at::kFloat), emb.sin().to(at::kFloat)};
 }
 
+// Per-row positions int64 [B, S] -> cos/sin [B, 1, S, hd] (broadcast over
+// the heads of x [B, heads, S, hd]); the same values as RopeTables for the
+// same position.
+inline std::pair<at::Tensor, at::Tensor> RopeTablesPerRow(const at::Tensor& positions,
+                                                          int64_t head_dim, double theta) {
+  const at::Tensor exponents =
+      at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble)) / static_cast<double>(head_dim);
+  const at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();             // [hd/2]
+  const at::Tensor angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq;   // [B, S, hd/2]
+  const at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(1);              // [B, 1, S, hd]
+  return {emb.cos().to(at::kFloat), emb.sin().to(at::kFloat)};
+}
+
 inline at::Tensor RotateHalf(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);

@@ -17,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "llama_math.h"
@@ -111,6 +112,29 @@ absl::StatusOr<std::vector<int64_t>> RowTasks(std::string_view op,
   return std::vector<int64_t>(row_task.begin(), row_task.end());
 }
 
+// row_pad -> the rows' leading pad counts, each in [0, S); empty when
+// row_pad is empty or all zero (the unmasked computation).
+absl::StatusOr<std::vector<int64_t>> RowPads(std::string_view op, std::span<const int64_t> row_pad,
+                                             int64_t batch, int64_t seq) {
+  if (row_pad.empty()) return std::vector<int64_t>();
+  if (static_cast<int64_t>(row_pad.size()) != batch) {
+    return absl::InvalidArgumentError(
+        StrCat(op, ": row_pad has ", row_pad.size(), " entries for a batch of ", batch, " rows"));
+  }
+  bool any = false;
+  for (size_t b = 0; b < row_pad.size(); ++b) {
+    if (row_pad[b] < 0 || row_pad[b] >= seq) {
+      return absl::OutOfRangeError(StrCat(op, ": row ", b, " has ", row_pad[b],
+                                          " pad positions, expected [0, ", seq,
+                                          ") for rows of length ", seq,
+                                          " (a row needs one real token)"));
+    }
+    any = any || row_pad[b] > 0;
+  }
+  if (!any) return std::vector<int64_t>();
+  return std::vector<int64_t>(row_pad.begin(), row_pad.end());
+}
+
 at::Tensor IndexTensor(const std::vector<int64_t>& v) {
   return at::tensor(at::ArrayRef<int64_t>(v), at::TensorOptions().dtype(at::kLong));
 }
@@ -185,18 +209,39 @@ SlotLeaves MakeLeaves(std::span<const TaskAdapters* const> tasks, int64_t first_
   return out;
 }
 
+// [B, S] true at each row's pad positions (pads: RowPads, non-empty).
+at::Tensor PadPositions(const std::vector<int64_t>& pads, int64_t S) {
+  const at::Tensor pos = at::arange(0, S, at::TensorOptions().dtype(at::kLong));
+  return pos.unsqueeze(0) < IndexTensor(pads).unsqueeze(1);
+}
+
 // Decoder layers group*F .. group*F+F-1 on x [B, S, hidden] with per-row
-// LoRA factors (leaves[slot][l], rows: int64 [B] slot of each row).
+// LoRA factors (leaves[slot][l], rows: int64 [B] slot of each row). `pads`
+// (RowPads; empty: none): the key-padding mask and per-row RoPE positions
+// of train_ops.h "Padding".
 at::Tensor GroupGraph(const LlamaWeights& base, int64_t group, const SlotLeaves& leaves,
-                      size_t leaf_offset, const at::Tensor& rows, double scaling, at::Tensor x) {
+                      size_t leaf_offset, const at::Tensor& rows, double scaling, at::Tensor x,
+                      const std::vector<int64_t>& pads) {
   const LlamaDims& d = base.dims();
   const int64_t B = x.size(0), S = x.size(1);
   const int64_t H = d.heads, KVH = d.kv_heads, HD = d.head_dim(), F = d.fusion;
   const double eps = base.options().rms_eps;
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
   const at::Tensor pos = at::arange(0, S, long_opts);
-  const at::Tensor masked = pos.unsqueeze(0) > pos.unsqueeze(1);  // [S, S]: key after query
-  const auto [rope_cos, rope_sin] = internal::RopeTables(pos, HD, base.options().rope_theta);
+  at::Tensor masked = pos.unsqueeze(0) > pos.unsqueeze(1);  // [S, S]: key after query
+  at::Tensor rope_cos, rope_sin;
+  if (pads.empty()) {
+    std::tie(rope_cos, rope_sin) = internal::RopeTables(pos, HD, base.options().rope_theta);
+  } else {
+    // A real query never sees a pad key: [B, 1, S(query), S(key)].
+    const at::Tensor is_pad = PadPositions(pads, S);  // [B, S]
+    masked = (masked.unsqueeze(0) | (is_pad.unsqueeze(1) & is_pad.logical_not().unsqueeze(2)))
+                 .unsqueeze(1);
+    // Real tokens at positions 0, 1, .. from the row's first real token.
+    const at::Tensor row_pos = at::clamp_min(pos.unsqueeze(0) - IndexTensor(pads).unsqueeze(1), 0);
+    std::tie(rope_cos, rope_sin) =
+        internal::RopeTablesPerRow(row_pos, HD, base.options().rope_theta);
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(HD));
   for (int64_t l = 0; l < F; ++l) {
     const LlamaLayerWeights& lw = base.layer(group * F + l);
@@ -244,8 +289,9 @@ struct HeadGraphResult {
 
 HeadGraphResult HeadGraph(const LlamaWeights& base, const std::vector<at::Tensor>& heads,
                           const std::vector<int64_t>& rows, const at::Tensor& x,
-                          const at::Tensor& labels) {
+                          at::Tensor labels, const std::vector<int64_t>& pads) {
   HeadGraphResult r;
+  if (!pads.empty()) labels = labels.masked_fill(PadPositions(pads, labels.size(1)), -1);
   const at::Tensor h = internal::RmsNorm(x, P(base.norm()), base.options().rms_eps).to(at::kFloat);
   for (size_t t = 0; t < heads.size(); ++t) {
     std::vector<int64_t> mine;
@@ -338,7 +384,8 @@ absl::StatusOr<TaskAdapters> TaskAdapters::ZerosLike(const TaskAdapters& like) {
 absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, int64_t group,
                                                      std::span<const TaskAdapters* const> tasks,
                                                      std::span<const int64_t> row_task,
-                                                     const Tensor& hidden) {
+                                                     const Tensor& hidden,
+                                                     std::span<const int64_t> row_pad) {
   const LlamaDims& d = base.dims();
   const std::string op = StrCat("TrainGroupForward(model '", d.name, "', group ", group, ")");
   if (group < 0 || group >= d.num_groups()) {
@@ -348,6 +395,8 @@ absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, i
   SLICESCHED_RETURN_IF_ERROR(CheckSlots(op, d, tasks));
   SLICESCHED_ASSIGN_OR_RETURN(const std::vector<int64_t> rows,
                               RowTasks(op, row_task, hidden.shape()[0], tasks.size()));
+  SLICESCHED_ASSIGN_OR_RETURN(const std::vector<int64_t> pads,
+                              RowPads(op, row_pad, hidden.shape()[0], hidden.shape()[1]));
   try {
     TrainingModeGuard guard;
     auto tape = std::make_shared<GroupTape>();
@@ -355,7 +404,7 @@ absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, i
     tape->input = P(hidden).detach().requires_grad_(true);
     tape->leaves = MakeLeaves(tasks, group * d.fusion, d.fusion);
     tape->output = GroupGraph(base, group, tape->leaves, 0, IndexTensor(rows),
-                              tasks[0]->lora.scaling(), tape->input);
+                              tasks[0]->lora.scaling(), tape->input, pads);
     GroupForwardResult r;
     r.hidden_out = Access::Wrap(tape->output.detach());
     r.tape = std::move(tape);
@@ -406,7 +455,8 @@ absl::StatusOr<GroupBackwardResult> TrainGroupBackward(GroupTape& tape,
 absl::StatusOr<HeadLossResult> TrainHeadLoss(const LlamaWeights& base,
                                              std::span<const TaskAdapters* const> tasks,
                                              std::span<const int64_t> row_task,
-                                             const Tensor& hidden, const Tensor& labels) {
+                                             const Tensor& hidden, const Tensor& labels,
+                                             std::span<const int64_t> row_pad) {
   const LlamaDims& d = base.dims();
   const std::string op = StrCat("TrainHeadLoss(model '", d.name, "')");
   SLICESCHED_RETURN_IF_ERROR(CheckHidden(op, "hidden", d, hidden));
@@ -415,12 +465,13 @@ absl::StatusOr<HeadLossResult> TrainHeadLoss(const LlamaWeights& base,
   SLICESCHED_ASSIGN_OR_RETURN(const std::vector<int64_t> rows,
                               RowTasks(op, row_task, B, tasks.size()));
   SLICESCHED_RETURN_IF_ERROR(CheckLabels(op, labels, B, S, rows, tasks));
+  SLICESCHED_ASSIGN_OR_RETURN(const std::vector<int64_t> pads, RowPads(op, row_pad, B, S));
   try {
     TrainingModeGuard guard;
     const at::Tensor x = P(hidden).detach().requires_grad_(true);
     std::vector<at::Tensor> heads;
     for (const TaskAdapters* t : tasks) heads.push_back(Leaf(t->head));
-    const HeadGraphResult g = HeadGraph(base, heads, rows, x, Access::Unwrap(labels));
+    const HeadGraphResult g = HeadGraph(base, heads, rows, x, Access::Unwrap(labels), pads);
     const at::Tensor total = TotalLoss(g.loss);
     if (total.defined()) {
       std::vector<at::Tensor> inputs = {x};
@@ -452,6 +503,7 @@ absl::StatusOr<TaskGradients> ComputeGradients(const LlamaWeights& base,
   SLICESCHED_ASSIGN_OR_RETURN(const std::vector<int64_t> rows,
                               RowTasks(op, batch.row_task, B, tasks.size()));
   SLICESCHED_RETURN_IF_ERROR(CheckLabels(op, batch.labels, B, S, rows, tasks));
+  SLICESCHED_ASSIGN_OR_RETURN(const std::vector<int64_t> pads, RowPads(op, batch.row_pad, B, S));
   SLICESCHED_ASSIGN_OR_RETURN(const Tensor embedded, Embedding(base, batch.tokens));
 
   TaskGradients out;
@@ -465,12 +517,13 @@ absl::StatusOr<TaskGradients> ComputeGradients(const LlamaWeights& base,
     std::vector<std::shared_ptr<GroupTape>> tapes;
     Tensor h = embedded;
     for (int64_t g = 0; g < d.num_groups(); ++g) {
-      SLICESCHED_ASSIGN_OR_RETURN(GroupForwardResult f, TrainGroupForward(base, g, tasks, rows, h));
+      SLICESCHED_ASSIGN_OR_RETURN(GroupForwardResult f,
+                                  TrainGroupForward(base, g, tasks, rows, h, pads));
       h = std::move(f.hidden_out);
       tapes.push_back(std::move(f.tape));
     }
     SLICESCHED_ASSIGN_OR_RETURN(HeadLossResult head,
-                                TrainHeadLoss(base, tasks, rows, h, batch.labels));
+                                TrainHeadLoss(base, tasks, rows, h, batch.labels, pads));
     out.loss = head.loss;
     out.counted = head.counted;
     for (size_t t = 0; t < tasks.size(); ++t) out.grads[t].head = head.d_head[t];
@@ -498,9 +551,10 @@ absl::StatusOr<TaskGradients> ComputeGradients(const LlamaWeights& base,
     at::Tensor x = P(embedded);
     for (int64_t g = 0; g < d.num_groups(); ++g) {
       x = GroupGraph(base, g, leaves, static_cast<size_t>(g * d.fusion), row_index,
-                     tasks[0]->lora.scaling(), x);
+                     tasks[0]->lora.scaling(), x, pads);
     }
-    const HeadGraphResult hg = HeadGraph(base, heads, rows, x, Access::Unwrap(batch.labels));
+    const HeadGraphResult hg =
+        HeadGraph(base, heads, rows, x, Access::Unwrap(batch.labels), pads);
     const at::Tensor total = TotalLoss(hg.loss);
     if (total.defined()) {
       std::vector<at::Tensor> inputs = heads;
@@ -603,6 +657,56 @@ absl::Status AdamWStep(TaskState& state) {
   return absl::OkStatus();
 }
 
+absl::Status SgdStep(TaskState& state) {
+  constexpr std::string_view kOp = "SgdStep";
+  if (state.accumulated < 1) {
+    return absl::FailedPreconditionError(
+        StrCat(kOp, ": no gradients accumulated since step ", state.step));
+  }
+  const double lr = state.adamw.lr, wd = state.adamw.weight_decay, mu = state.momentum;
+  if (!std::isfinite(lr) || lr < 0.0) {
+    return absl::InvalidArgumentError(StrCat(kOp, ": lr must be >= 0, got ", lr));
+  }
+  if (!std::isfinite(wd) || wd < 0.0) {
+    return absl::InvalidArgumentError(StrCat(kOp, ": weight_decay must be >= 0, got ", wd));
+  }
+  if (!std::isfinite(mu) || mu < 0.0 || mu >= 1.0) {
+    return absl::InvalidArgumentError(StrCat(kOp, ": momentum must be in [0, 1), got ", mu));
+  }
+  TaskState next = state;
+  try {
+    c10::InferenceMode guard;
+    std::vector<Tensor*> p = internal::AdapterTensors(next.params);
+    std::vector<Tensor*> m = internal::AdapterTensors(next.m);
+    std::vector<Tensor*> gs = internal::AdapterTensors(next.grad_sum);
+    if (m.size() != p.size() || gs.size() != p.size()) {
+      return absl::InvalidArgumentError(StrCat(kOp, ": optimizer state does not match the parameters"));
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+      const at::Tensor param = Access::Unwrap(*p[i]);
+      const at::Tensor g = Access::Unwrap(*gs[i]) / static_cast<double>(state.accumulated) + param * wd;
+      const at::Tensor m2 = Access::Unwrap(*m[i]) * mu + g;
+      const at::Tensor p2 = param - m2 * lr;
+      if (p2.sizes() != param.sizes()) {
+        return absl::InvalidArgumentError(StrCat(kOp, ": optimizer state does not match the parameters"));
+      }
+      *p[i] = Access::Wrap(p2);
+      *m[i] = Access::Wrap(m2);
+      *gs[i] = Access::Wrap(at::zeros_like(g));
+    }
+  } catch (...) {
+    return internal::CurrentExceptionToStatus(kOp);
+  }
+  next.step = state.step + 1;
+  next.accumulated = 0;
+  state = std::move(next);
+  return absl::OkStatus();
+}
+
+absl::Status OptimizerStep(TaskState& state) {
+  return state.optimizer == OptimizerKind::kSgd ? SgdStep(state) : AdamWStep(state);
+}
+
 absl::StatusOr<double> AccumulateMicroBatch(const LlamaWeights& base, TaskState& state,
                                             const TrainBatch& batch) {
   const TaskAdapters* slots[] = {&state.params};
@@ -660,7 +764,7 @@ absl::Status JointAdamWStep(std::span<TaskState* const> tasks, JointStepRule rul
   std::vector<TaskState> stepped;
   for (TaskState* t : tasks) {
     stepped.push_back(*t);
-    SLICESCHED_RETURN_IF_ERROR(AdamWStep(stepped.back()));
+    SLICESCHED_RETURN_IF_ERROR(OptimizerStep(stepped.back()));
   }
   std::vector<Tensor> mean(num_lora);
   try {

@@ -308,6 +308,8 @@ absl::Status SaveTaskCheckpoint(const std::string& path, const TaskState& state)
       {"adamw_beta2", ExactDouble(state.adamw.beta2)},
       {"adamw_eps", ExactDouble(state.adamw.eps)},
       {"adamw_weight_decay", ExactDouble(state.adamw.weight_decay)},
+      {"optimizer", state.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw"},
+      {"sgd_momentum", ExactDouble(state.momentum)},
       {"step", std::to_string(state.step)},
       {"accumulated", std::to_string(state.accumulated)},
   };
@@ -352,6 +354,18 @@ absl::StatusOr<TaskState> LoadTaskCheckpoint(const std::string& path, const Llam
   SLICESCHED_ASSIGN_OR_RETURN(s.adamw.beta2, get_double("adamw_beta2"));
   SLICESCHED_ASSIGN_OR_RETURN(s.adamw.eps, get_double("adamw_eps"));
   SLICESCHED_ASSIGN_OR_RETURN(s.adamw.weight_decay, get_double("adamw_weight_decay"));
+  // Optional (files written before SGD existed are AdamW states).
+  if (auto it = meta.find("optimizer"); it != meta.end()) {
+    if (it->second == "sgd") {
+      s.optimizer = OptimizerKind::kSgd;
+    } else if (it->second != "adamw") {
+      return absl::InvalidArgumentError(
+          StrCat("checkpoint ", path, ": metadata 'optimizer' is '", it->second, "', expected adamw or sgd"));
+    }
+  }
+  if (meta.contains("sgd_momentum")) {
+    SLICESCHED_ASSIGN_OR_RETURN(s.momentum, get_double("sgd_momentum"));
+  }
   SLICESCHED_ASSIGN_OR_RETURN(s.step, get_int("step"));
   SLICESCHED_ASSIGN_OR_RETURN(s.accumulated, get_int("accumulated"));
   SLICESCHED_RETURN_IF_ERROR(s.params.lora.Validate());

@@ -457,6 +457,233 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   EXPECT_GT(alone.params.layers[0].q_b.MaxAbsDiff(partner.params.layers[0].q_b), 0.0);
 }
 
+// Rows of two lengths in one joint micro-batch (train_ops.h "Padding"): B's
+// next-token rows (S = 5) left-padded to A's classification rows (S = 9),
+// row_pad = 4. Each task's loss and gradient (shared LoRA and own head) from
+// the mixed batch equal those of its rows run alone, unpadded, within 1e-5 of
+// the gradient's magnitude (f32; the differently shaped matmuls round
+// differently). Labels at pad positions are ignored whatever they hold. The
+// same batch without row_pad (pad keys visible, RoPE shifted) gives B a loss
+// and gradient that differ by far more: the tolerance would catch a missing
+// mask. An all-zero row_pad is bit-identical to none.
+TEST(TrainOpsTest, PaddedRowsInAJointBatchComputeWhatTheyComputeAlone) {
+  auto w = TinyWeights();
+  const int64_t V = Tiny().vocab;
+  TaskState a = NewTask(2, 71), b = NewTask(V, 72);
+  RandomizeB(a.params, 700);
+  TaskState* both[] = {&a, &b};
+  ASSERT_TRUE(ShareLora(both).ok());
+  const TrainBatch ba = ClassBatch(3, 9, 2, V, 73);
+  TrainBatch bb;
+  bb.tokens = Tensor::FromInt64(RandomTokens(2 * 5, V, 74), {2, 5});
+  bb.labels = *NextTokenLabels(bb.tokens);
+  // The mixed batch: B's rows get 4 leading pad positions (token 0).
+  TrainBatch mixed;
+  {
+    std::vector<int64_t> ids = ba.tokens.ToInt64(), lab = ba.labels.ToInt64();
+    const auto ib = bb.tokens.ToInt64(), lb = bb.labels.ToInt64();
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t j = 0; j < 9; ++j) {
+        ids.push_back(j < 4 ? 0 : ib[static_cast<size_t>(r * 5 + j - 4)]);
+        lab.push_back(j < 4 ? -1 : lb[static_cast<size_t>(r * 5 + j - 4)]);
+      }
+    }
+    mixed.tokens = Tensor::FromInt64(ids, {5, 9});
+    mixed.labels = Tensor::FromInt64(lab, {5, 9});
+    mixed.row_task = {0, 0, 0, 1, 1};
+    mixed.row_pad = {0, 0, 0, 4, 4};
+  }
+  const TaskAdapters* pa[] = {&a.params};
+  const TaskAdapters* pb[] = {&b.params};
+  const TaskAdapters* pab[] = {&a.params, &b.params};
+  auto alone_a = ComputeGradients(*w, pa, ba);
+  auto alone_b = ComputeGradients(*w, pb, bb);
+  ASSERT_TRUE(alone_a.ok()) << alone_a.status();
+  ASSERT_TRUE(alone_b.ok()) << alone_b.status();
+  ASSERT_EQ(alone_b->counted[0], 2 * 4);
+  for (GradientPath path : {GradientPath::kPipelined, GradientPath::kOneShot}) {
+    auto joint = ComputeGradients(*w, pab, mixed, path);
+    ASSERT_TRUE(joint.ok()) << joint.status();
+    EXPECT_EQ(joint->counted[0], alone_a->counted[0]);
+    EXPECT_EQ(joint->counted[1], alone_b->counted[0]);
+    EXPECT_NEAR(joint->loss[0], alone_a->loss[0], 1e-5 * alone_a->loss[0]);
+    EXPECT_NEAR(joint->loss[1], alone_b->loss[0], 1e-5 * alone_b->loss[0]);
+    const auto [da, ma] = MaxDiff(joint->grads[0], alone_a->grads[0]);
+    const auto [db, mb] = MaxDiff(joint->grads[1], alone_b->grads[0]);
+    EXPECT_GT(mb, 0.0);
+    EXPECT_LE(da, 1e-5 * ma) << "task A's gradient";
+    EXPECT_LE(db, 1e-5 * mb) << "task B's gradient (padded rows)";
+    std::printf("[ numerics ] padded joint vs alone: A max|dg| %.3g (max|g| %.3g), B max|dg| %.3g "
+                "(max|g| %.3g), B loss %.9g vs %.9g\n",
+                da, ma, db, mb, joint->loss[1], alone_b->loss[0]);
+  }
+  // Labels at pad positions are ignored.
+  {
+    TrainBatch junk = mixed;
+    std::vector<int64_t> lab = junk.labels.ToInt64();
+    for (int64_t r = 3; r < 5; ++r) {
+      for (int64_t j = 0; j < 4; ++j) lab[static_cast<size_t>(r * 9 + j)] = 1;
+    }
+    junk.labels = Tensor::FromInt64(lab, {5, 9});
+    auto masked = ComputeGradients(*w, pab, mixed);
+    auto with_junk = ComputeGradients(*w, pab, junk);
+    ASSERT_TRUE(masked.ok() && with_junk.ok());
+    EXPECT_EQ(with_junk->counted[1], alone_b->counted[0]);
+    EXPECT_EQ(with_junk->loss, masked->loss);
+    EXPECT_TRUE(BitEqual(with_junk->grads[1], masked->grads[1]));
+  }
+  // Without the mask the padded rows compute something else.
+  {
+    TrainBatch unmasked = mixed;
+    unmasked.row_pad.clear();
+    auto joint = ComputeGradients(*w, pab, unmasked);
+    ASSERT_TRUE(joint.ok()) << joint.status();
+    const auto [db, mb] = MaxDiff(joint->grads[1], alone_b->grads[0]);
+    EXPECT_GT(db, 1e-3 * mb) << "the test cannot see a missing mask";
+    std::printf("[ numerics ] without row_pad: B max|dg| %.3g (max|g| %.3g), B loss %.9g vs %.9g\n", db,
+                mb, joint->loss[1], alone_b->loss[0]);
+    EXPECT_GT(std::fabs(joint->loss[1] - alone_b->loss[0]), 1e-4 * alone_b->loss[0]);
+  }
+  // All-zero row_pad: exactly the unmasked computation.
+  {
+    TrainBatch zero = ba;
+    zero.row_pad = {0, 0, 0};
+    auto z = ComputeGradients(*w, pa, zero);
+    ASSERT_TRUE(z.ok()) << z.status();
+    EXPECT_EQ(z->loss, alone_a->loss);
+    EXPECT_TRUE(BitEqual(z->grads[0], alone_a->grads[0]));
+  }
+  // The joint micro-batch accumulates each task's own gradient.
+  TaskState ja = a, jb = b, sa = a, sb = b;
+  TaskState* joint_states[] = {&ja, &jb};
+  auto losses = AccumulateJointMicroBatch(*w, joint_states, mixed);
+  ASSERT_TRUE(losses.ok()) << losses.status();
+  ASSERT_TRUE(AccumulateMicroBatch(*w, sb, bb).ok());
+  EXPECT_LE(MaxDiff(jb.grad_sum, sb.grad_sum).first, 1e-5 * MaxDiff(jb.grad_sum, sb.grad_sum).second);
+  // Bad row_pad.
+  TrainBatch bad = mixed;
+  bad.row_pad = {0, 4};
+  auto e1 = ComputeGradients(*w, pab, bad);
+  EXPECT_EQ(e1.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e1.status().message().find("row_pad has 2 entries for a batch of 5 rows"), std::string::npos)
+      << e1.status();
+  bad.row_pad = {0, 0, 0, 9, 4};
+  auto e2 = ComputeGradients(*w, pab, bad);
+  EXPECT_EQ(e2.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(e2.status().message().find("row 3 has 9 pad positions"), std::string::npos) << e2.status();
+}
+
+// SGD with momentum (OptimizerKind::kSgd): two steps, each on two
+// accumulated micro-batch gradients, against a plain loop in double over the
+// tensors' values (g = mean + wd p; m = momentum m + g; p -= lr m), within
+// 1e-6 of the values' magnitude (f32 arithmetic). OptimizerStep dispatches
+// on the state (AdamW gives other values), the momentum buffer is m (v stays
+// zero), checkpoints keep the optimizer and momentum, a joint step of two
+// SGD tasks is the mean of their solo SGD steps, and a bad momentum is an
+// error naming it.
+TEST(TrainOpsTest, SgdStepMatchesAPlainMomentumReference) {
+  auto w = TinyWeights();
+  const int64_t V = Tiny().vocab;
+  TaskState s = NewTask(2, 81, 0.05);  // lr 0.05, weight_decay 0.01
+  RandomizeB(s.params, 800);
+  s.optimizer = OptimizerKind::kSgd;
+  s.momentum = 0.9;
+  const double lr = 0.05, wd = 0.01, mu = 0.9;
+  std::vector<std::vector<double>> p, m;
+  for (const auto& [name, t] : s.params.NamedTensors()) {
+    const std::vector<float> f = t.ToFloat();
+    p.emplace_back(f.begin(), f.end());
+    m.emplace_back(f.size(), 0.0);
+  }
+  TaskState adamw_copy;
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::vector<double>> gsum(p.size());
+    for (int k = 0; k < 2; ++k) {
+      const TrainBatch b = ClassBatch(3, 6, 2, V, 90 + 2 * step + k);
+      const TaskAdapters* slot[] = {&s.params};
+      auto g = ComputeGradients(*w, slot, b);
+      ASSERT_TRUE(g.ok()) << g.status();
+      ASSERT_TRUE(AccumulateGradients(s, g->grads[0]).ok());
+      const auto named = g->grads[0].NamedTensors();
+      for (size_t i = 0; i < named.size(); ++i) {
+        const std::vector<float> f = named[i].second.ToFloat();
+        gsum[i].resize(f.size(), 0.0);
+        for (size_t j = 0; j < f.size(); ++j) gsum[i][j] += f[j];
+      }
+    }
+    if (step == 1) {
+      adamw_copy = s;
+      adamw_copy.optimizer = OptimizerKind::kAdamW;
+    }
+    ASSERT_TRUE(OptimizerStep(s).ok());
+    for (size_t i = 0; i < p.size(); ++i) {
+      for (size_t j = 0; j < p[i].size(); ++j) {
+        const double g = gsum[i][j] / 2.0 + wd * p[i][j];
+        m[i][j] = mu * m[i][j] + g;
+        p[i][j] -= lr * m[i][j];
+      }
+    }
+    double worst_p = 0, worst_m = 0, mag_p = 0, mag_m = 0;
+    const auto np = s.params.NamedTensors(), nm = s.m.NamedTensors(), nv = s.v.NamedTensors();
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::vector<float> fp = np[i].second.ToFloat(), fm = nm[i].second.ToFloat();
+      for (size_t j = 0; j < p[i].size(); ++j) {
+        worst_p = std::max(worst_p, std::fabs(fp[j] - p[i][j]));
+        worst_m = std::max(worst_m, std::fabs(fm[j] - m[i][j]));
+        mag_p = std::max(mag_p, std::fabs(p[i][j]));
+        mag_m = std::max(mag_m, std::fabs(m[i][j]));
+      }
+      for (float f : nv[i].second.ToFloat()) ASSERT_EQ(f, 0.0f) << "SGD leaves v at zero";
+    }
+    EXPECT_GT(mag_m, 0.0);
+    EXPECT_LE(worst_p, 1e-6 * mag_p) << "step " << step;
+    EXPECT_LE(worst_m, 1e-6 * mag_m) << "step " << step;
+    EXPECT_EQ(s.step, step + 1);
+    EXPECT_EQ(s.accumulated, 0);
+  }
+  ASSERT_TRUE(OptimizerStep(adamw_copy).ok());
+  EXPECT_GT(MaxDiff(adamw_copy.params, s.params).first, 1e-4) << "OptimizerStep ignored the optimizer kind";
+  // Checkpoints keep the optimizer and its momentum.
+  s.momentum = 0.75;
+  const std::string path = TempPath("sgd");
+  ASSERT_TRUE(SaveTaskCheckpoint(path, s).ok());
+  auto back = LoadTaskCheckpoint(path, Tiny());
+  std::filesystem::remove(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->optimizer, OptimizerKind::kSgd);
+  EXPECT_EQ(back->momentum, 0.75);
+  EXPECT_TRUE(BitEqual(*back, s));
+  // A joint step of two SGD tasks: the mean of their solo SGD steps.
+  TaskState x = NewTask(2, 83, 0.05), y = NewTask(3, 84, 0.05);
+  for (TaskState* t : {&x, &y}) t->optimizer = OptimizerKind::kSgd;
+  TaskState* both[] = {&x, &y};
+  ASSERT_TRUE(ShareLora(both).ok());
+  const TrainBatch mixed = Mix(ClassBatch(3, 6, 2, V, 85), ClassBatch(2, 6, 3, V, 86));
+  ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
+  TaskState sx = x, sy = y;
+  ASSERT_TRUE(SgdStep(sx).ok());
+  ASSERT_TRUE(SgdStep(sy).ok());
+  ASSERT_TRUE(JointAdamWStep(both).ok());
+  EXPECT_LE(x.params.head.MaxAbsDiff(sx.params.head), 0.0);
+  double worst = 0;
+  for (size_t l = 0; l < x.params.layers.size(); ++l) {
+    const auto jx = x.params.layers[l].q_b.ToFloat(), ax = sx.params.layers[l].q_b.ToFloat(),
+               ay = sy.params.layers[l].q_b.ToFloat();
+    for (size_t i = 0; i < jx.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(jx[i]) - 0.5 * (double(ax[i]) + double(ay[i]))));
+    }
+  }
+  EXPECT_LE(worst, 1e-7);
+  // Bad momentum.
+  TaskState bad = x;
+  ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
+  bad = x;
+  bad.momentum = 1.0;
+  const absl::Status e = SgdStep(bad);
+  EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.message().find("momentum must be in [0, 1), got 1"), std::string::npos) << e;
+}
+
 // The kSum joint rule: the shared adapter moves by the SUM of the tasks' solo
 // steps from the same state (each task's own full AdamW update), heads and
 // moments are each task's solo ones, and the rule differs from kMean.

@@ -108,6 +108,8 @@ struct JobManager::Pending {
   std::string kind;
   std::string details;
   std::optional<uint64_t> never_pair_with;  // JobChange::never_pair_with
+  std::optional<uint64_t> joint_with;       // JobChange::joint_with
+  std::optional<uint64_t> end_joint_with;   // JobChange::end_joint_with
 };
 
 std::string_view JobStateName(JobState s) {
@@ -284,6 +286,7 @@ void JobManager::DecouplePartners(const JobInfo& before, const JobInfo& after, s
       continue;
     }
     Pending p{other, "decoupled", ""};
+    if (other.plan.mode == RunMode::kSpatial) p.end_joint_with = before.id;  // no longer one joint pair
     p.after.plan.mode = RunMode::kAlone;
     p.after.plan.partner = 0;
     p.after.plan.predicted_gain.reset();
@@ -308,6 +311,8 @@ absl::StatusOr<JobInfo> JobManager::Commit(std::vector<Pending> changes) {
     c.event_kind = p.kind;
     c.details_json = p.details;
     c.never_pair_with = p.never_pair_with;
+    c.joint_with = p.joint_with;
+    c.end_joint_with = p.end_joint_with;
     rows.push_back(std::move(c));
   }
   SLICESCHED_RETURN_IF_ERROR(store_->ApplyJobChanges(rows).status());
@@ -597,9 +602,52 @@ absl::StatusOr<JobInfo> JobManager::Decouple(uint64_t id, std::string_view reaso
     d.Add("never_pair_again", true);
     changes.back().never_pair_with = job->plan.partner;
   }
+  if (job->plan.mode == RunMode::kSpatial) changes.back().end_joint_with = job->plan.partner;
   changes.back().details = d.str();
   DecouplePartners(*job, after, StrCat("was decoupled: ", reason), &changes);
   return Commit(std::move(changes));
+}
+
+absl::Status JobManager::StartJointTraining(uint64_t a, uint64_t b, int64_t step, bool resumed) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Pending> changes;
+  for (auto [id, partner] : {std::pair{a, b}, std::pair{b, a}}) {
+    SLICESCHED_ASSIGN_OR_RETURN(JobInfo * job, FindOrNotFound(id));
+    if (job->state != JobState::kRunning || job->plan.mode != RunMode::kSpatial || job->plan.partner != partner) {
+      return absl::FailedPreconditionError(StrCat("job ", id, ": cannot start joint training with job ", partner,
+                                                  ": it is not running spatially with it (", JobStateName(job->state),
+                                                  ", ", RunModeName(job->plan.mode), " with job ", job->plan.partner,
+                                                  ")"));
+    }
+    JsonObject d;
+    d.Add("partner", partner).Add("step", step).Add("resumed", resumed);
+    changes.push_back(Pending{*job, "joint_training", d.str()});
+  }
+  changes.front().joint_with = b;
+  return Commit(std::move(changes)).status();
+}
+
+absl::Status JobManager::EndJointTraining(uint64_t a, uint64_t b, std::string_view reason) {
+  SLICESCHED_RETURN_IF_ERROR(CheckReason(reason, "EndJointTraining"));
+  absl::MutexLock lock(&mu_);
+  std::vector<Pending> changes;
+  for (auto [id, partner] : {std::pair{a, b}, std::pair{b, a}}) {
+    JobInfo* job = Find(id);
+    if (job == nullptr) continue;
+    JsonObject d;
+    d.Add("partner", partner).Add("reason", reason);
+    changes.push_back(Pending{*job, "joint_not_resumed", d.str()});
+    changes.back().end_joint_with = partner;
+  }
+  if (changes.empty()) return absl::OkStatus();  // both gone (DeleteJob removed the pair)
+  return Commit(std::move(changes)).status();
+}
+
+absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::JointPairs() {
+  SLICESCHED_ASSIGN_OR_RETURN(std::vector<DecoupledPair> rows, store_->ListJointPairs());
+  std::set<std::pair<uint64_t, uint64_t>> out;
+  for (const DecoupledPair& p : rows) out.emplace(p.job_a, p.job_b);
+  return out;
 }
 
 absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::NeverPairedAgain() {

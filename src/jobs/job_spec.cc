@@ -1,6 +1,7 @@
 #include "slicesched/jobs/job_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -187,7 +188,8 @@ void ParseHyperparameters(const ConfigReader& r, Hyperparameters* h) {
   ConfigReader hp = r.RequiredChild("hyperparameters");
   if (!hp.present()) return;
   hp.RejectUnknownKeys(
-      {"learning_rate", "batch_size", "grad_accumulation", "lora_rank", "lora_alpha", "optimizer", "seed"});
+      {"learning_rate", "batch_size", "grad_accumulation", "lora_rank", "lora_alpha", "optimizer", "momentum",
+       "seed"});
   if (auto lr = RequiredValue<double>(hp, "learning_rate")) {
     h->learning_rate = *lr;
     hp.CheckPositive("learning_rate", h->learning_rate);
@@ -209,6 +211,12 @@ void ParseHyperparameters(const ConfigReader& r, Hyperparameters* h) {
     h->optimizer = Optimizer::kSgd;
   } else {
     hp.Check(false, "optimizer", StrCat("must be adamw or sgd, got '", opt, "'"));
+  }
+  if (hp.Has("momentum")) {
+    h->momentum = hp.Optional<double>("momentum", h->momentum);
+    hp.Check(opt != "adamw", "momentum", "only applies to optimizer sgd (AdamW has no momentum setting)");
+    hp.Check(std::isfinite(h->momentum) && h->momentum >= 0 && h->momentum < 1, "momentum",
+             StrCat("must be in [0, 1), got ", h->momentum));
   }
   const int64_t seed = hp.Optional<int64_t>("seed", 0);
   hp.Check(seed >= 0, "seed", StrCat("must not be negative, got ", seed));

@@ -154,6 +154,9 @@ struct JobRunner::Runtime {
   // records of streams 1.. of the wave in flight (stream 0's is `inflight`).
   std::vector<std::shared_ptr<InstanceRecord>> wave;
   int wave_size = 1;   // micro-batches of the wave in flight
+  // The joint micro-batch in flight carries none of this job's rows (it
+  // completed its iteration's micro-batches and waits for its partner's).
+  bool joint_without_rows = false;
   int wave_gpus = 0;   // devices of the plan it was submitted on
   std::chrono::steady_clock::time_point iteration_since;
   int iteration_gpus = 0;  // devices of every wave of the iteration so far; 0 = mixed / not seen from its start
@@ -209,11 +212,39 @@ bool IsEvalPoint(const JobRunner::Runtime& rt, int64_t step, int64_t eval_every_
 absl::StatusOr<bool> StepHeldIteration(JobRunner::Runtime& rt) {
   absl::MutexLock l(&rt.job->mu);
   if (!rt.job->pending.empty() || rt.job->state.accumulated < rt.micro_per_iteration()) return false;
-  SLICESCHED_RETURN_IF_ERROR(executor::AdamWStep(rt.job->state));
+  SLICESCHED_RETURN_IF_ERROR(executor::OptimizerStep(rt.job->state));
   return true;
 }
 
 std::pair<uint64_t, uint64_t> PairKey(uint64_t a, uint64_t b) { return {std::min(a, b), std::max(a, b)}; }
+
+// Why two jobs' states cannot continue one joint training ("" when they
+// can): the same step of the pairing and one shared adapter (bit-identical
+// LoRA factors, one LoRA config). Each member's head, moments and
+// accumulated micro-batches are its own and may differ.
+std::string JointResumeProblem(uint64_t ida, const executor::TaskState& a, uint64_t idb,
+                               const executor::TaskState& b) {
+  if (a.step != b.step) {
+    return StrCat("their checkpoints are at different steps of the pairing (job ", ida, " at step ", a.step,
+                  ", job ", idb, " at step ", b.step, ")");
+  }
+  if (a.params.lora.rank != b.params.lora.rank || a.params.lora.alpha != b.params.lora.alpha ||
+      a.params.layers.size() != b.params.layers.size()) {
+    return StrCat("their checkpoints hold different LoRA configs (rank ", a.params.lora.rank, " / ",
+                  b.params.lora.rank, ")");
+  }
+  for (size_t l = 0; l < a.params.layers.size(); ++l) {
+    const executor::LoraLayer &x = a.params.layers[l], &y = b.params.layers[l];
+    for (const auto& [p, q] : {std::pair{&x.q_a, &y.q_a}, std::pair{&x.q_b, &y.q_b}, std::pair{&x.v_a, &y.v_a},
+                               std::pair{&x.v_b, &y.v_b}}) {
+      if (p->shape() != q->shape() || p->MaxAbsDiff(*q) != 0) {
+        return StrCat("their checkpoints (both at step ", a.step, ") hold different shared adapters (layer ", l,
+                      " differs)");
+      }
+    }
+  }
+  return "";
+}
 
 // Rows [k*B, (k+1)*B) of the epoch-shuffled walk over `train`, left-padded
 // with token 0 to the batch's longest row.
@@ -252,8 +283,10 @@ TrainBatch BuildBatch(const std::vector<const synth::Example*>& rows, bool next_
   size_t len = 0;
   for (const synth::Example* e : rows) len = std::max(len, e->tokens.size());
   std::vector<int64_t> tokens, labels;
+  TrainBatch b;
   for (const synth::Example* e : rows) {
     const size_t pad = len - e->tokens.size();
+    b.row_pad.push_back(static_cast<int64_t>(pad));
     for (size_t j = 0; j < len; ++j) tokens.push_back(j < pad ? 0 : e->tokens[j - pad]);
     for (size_t j = 0; j < len; ++j) {
       if (next_token) {
@@ -264,7 +297,6 @@ TrainBatch BuildBatch(const std::vector<const synth::Example*>& rows, bool next_
     }
   }
   const std::vector<int64_t> shape = {static_cast<int64_t>(rows.size()), static_cast<int64_t>(len)};
-  TrainBatch b;
   b.tokens = Tensor::FromInt64(tokens, shape);
   b.labels = Tensor::FromInt64(labels, shape);
   return b;
@@ -278,10 +310,10 @@ absl::StatusOr<EvalResult> EvaluateOn(const LlamaWeights& base, const executor::
   const executor::TaskAdapters* tasks[] = {&params};
   SLICESCHED_ASSIGN_OR_RETURN(Tensor hidden, executor::Embedding(base, b.tokens));
   for (int64_t g = 0; g < base.num_groups(); ++g) {
-    SLICESCHED_ASSIGN_OR_RETURN(executor::GroupForwardResult f, executor::TrainGroupForward(base, g, tasks, {}, hidden));
+    SLICESCHED_ASSIGN_OR_RETURN(executor::GroupForwardResult f, executor::TrainGroupForward(base, g, tasks, {}, hidden, b.row_pad));
     hidden = f.hidden_out;
   }
-  SLICESCHED_ASSIGN_OR_RETURN(executor::HeadLossResult h, executor::TrainHeadLoss(base, tasks, {}, hidden, b.labels));
+  SLICESCHED_ASSIGN_OR_RETURN(executor::HeadLossResult h, executor::TrainHeadLoss(base, tasks, {}, hidden, b.labels, b.row_pad));
   EvalResult out;
   out.loss = h.loss[0];
   // Accuracy: argmax of head(final_norm(h)) at the labelled positions.
@@ -477,11 +509,6 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
   }
   if (with_state && rt.job == nullptr) {
     const jobs::Hyperparameters& hp = rt.spec.hyperparameters;
-    if (hp.optimizer != jobs::Optimizer::kAdamW) {
-      return absl::UnimplementedError(
-          "hyperparameters.optimizer: the train template's optimizer operator implements AdamW only; sgd jobs "
-          "cannot run in this version");
-    }
     const auto t0 = std::chrono::steady_clock::now();
     auto job = std::make_shared<LlamaTrainJob>();
     job->accumulation = rt.micro_per_iteration();
@@ -499,7 +526,10 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
       SLICESCHED_ASSIGN_OR_RETURN(state, TaskState::Init(rt.weights->dims(),
                                                          executor::LoraConfig{hp.lora_rank, hp.lora_alpha},
                                                          rt.head_outputs, hp.seed));
-      state.adamw = adamw;
+      state.adamw = adamw;  // lr (and weight decay) of either optimizer
+      state.optimizer = hp.optimizer == jobs::Optimizer::kSgd ? executor::OptimizerKind::kSgd
+                                                              : executor::OptimizerKind::kAdamW;
+      state.momentum = hp.momentum;
       // Temporal transfer: B starts from its source's trained adapters.
       auto src = temporal_source_.find(rt.id);
       if (src != temporal_source_.end()) {
@@ -780,6 +810,93 @@ absl::Status JobRunner::ApplyPlan(uint64_t id, const jobs::RunPlan& plan, Timest
   return absl::OkStatus();
 }
 
+std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::JobInfo>& listed) {
+  std::map<uint64_t, const jobs::JobInfo*> info;
+  for (const jobs::JobInfo& j : listed) info[j.id] = &j;
+  std::map<uint64_t, uint64_t> out;
+  // Pairs training jointly now: they may stay spatial.
+  for (const auto& [a, b] : joint_started_) {
+    auto ia = info.find(a), ib = info.find(b);
+    if (ia == info.end() || ib == info.end()) continue;
+    const jobs::RunPlan &pa = ia->second->plan, &pb = ib->second->plan;
+    if (ia->second->state != jobs::JobState::kRunning || ib->second->state != jobs::JobState::kRunning ||
+        pa.mode != jobs::RunMode::kSpatial || pa.partner != b || pb.mode != jobs::RunMode::kSpatial ||
+        pb.partner != a) {
+      continue;
+    }
+    out[a] = b;
+    out[b] = a;
+  }
+  // Pairs that were training jointly when the daemon stopped (the store's
+  // joint pairs, neither member running yet): resumable when both
+  // checkpoints are at the same step of the pairing with one shared adapter.
+  const std::set<std::pair<uint64_t, uint64_t>> previous = std::move(joint_resumable_);
+  joint_resumable_.clear();
+  auto stored = jobs_->JointPairs();
+  if (!stored.ok()) {
+    spdlog::warn("reading the joint pairs: {}", stored.status().ToString());
+    return out;
+  }
+  for (const auto& key : *stored) {
+    const auto [a, b] = key;
+    if (joint_started_.contains(key)) continue;  // running (above), or decoupled in this process
+    auto ia = info.find(a), ib = info.find(b);
+    std::string why;
+    if (ia == info.end() || ib == info.end()) {
+      why = StrCat("job ", ia == info.end() ? a : b, " is no longer queued, paused or running");
+    } else if (ia->second->state == jobs::JobState::kRunning || ib->second->state == jobs::JobState::kRunning) {
+      const jobs::RunPlan &pa = ia->second->plan, &pb = ib->second->plan;
+      const bool a_with_b = ia->second->state == jobs::JobState::kRunning && pa.mode == jobs::RunMode::kSpatial &&
+                            pa.partner == b;
+      const bool b_with_a = ib->second->state == jobs::JobState::kRunning && pb.mode == jobs::RunMode::kSpatial &&
+                            pb.partner == a;
+      if (a_with_b && b_with_a) {
+        // Resumed by an earlier round, its first joint micro-batch not
+        // taken yet: still resumable, and kept spatial.
+        if (previous.contains(key)) {
+          joint_resumable_.insert(key);
+          out[a] = b;
+          out[b] = a;
+        }
+        continue;
+      }
+      const uint64_t apart = ia->second->state == jobs::JobState::kRunning && !a_with_b ? a : b;
+      why = StrCat("the planner runs job ", apart, " without its partner");
+    }
+    const executor::TaskState* st[2] = {nullptr, nullptr};
+    for (int i = 0; i < 2 && why.empty(); ++i) {
+      const jobs::JobInfo& j = *(i == 0 ? ia : ib)->second;
+      Runtime& rt = RuntimeFor(j);
+      if (absl::Status s = Prepare(rt, j, /*with_state=*/true); !s.ok()) {
+        why = StrCat("job ", j.id, "'s state does not load: ", s.message());
+        break;
+      }
+      st[i] = &rt.job->state;
+    }
+    if (why.empty()) {
+      const bool fresh = st[0]->step == 0 && st[0]->accumulated == 0 && st[1]->step == 0 && st[1]->accumulated == 0;
+      if (fresh) {
+        why = "both jobs start from scratch (no checkpoint of their joint training); as fresh jobs they may be "
+              "paired again";
+      } else {
+        why = JointResumeProblem(a, *st[0], b, *st[1]);
+      }
+    }
+    if (!why.empty()) {
+      spdlog::info("jobs {} + {}: joint training not resumed: {}", a, b, why);
+      if (absl::Status s = jobs_->EndJointTraining(a, b, StrCat("joint training not resumed after a restart: ", why));
+          !s.ok()) {
+        spdlog::warn("jobs {} + {}: recording the end of their joint training: {}", a, b, s.ToString());
+      }
+      continue;
+    }
+    joint_resumable_.insert(key);
+    out[a] = b;
+    out[b] = a;
+  }
+  return out;
+}
+
 absl::Status JobRunner::PlanRound(Timestamp now) {
   const auto t0 = std::chrono::steady_clock::now();
   SLICESCHED_ASSIGN_OR_RETURN(
@@ -792,6 +909,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
   for (const auto& [id, rt] : runtimes_) {
     if (rt->iter_time_s > 0 && !rt->deployment.empty()) deployment_time[rt->deployment] = rt->iter_time_s;
   }
+  std::map<uint64_t, uint64_t> joint_partner = JointPartners(page.jobs);
   std::vector<ymir::JobView> views;
   std::map<uint64_t, std::string> task_of;
   int demand = 0;
@@ -810,6 +928,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
     v.trust_domain = j.spec.trust_domain;
     v.allow_sharing = j.spec.allow_sharing;
     v.has_progress = j.iterations_done > 0 || rt.step() > 0 || rt.micro_index() > 0;
+    if (auto jp = joint_partner.find(j.id); jp != joint_partner.end()) v.joint_partner = jp->second;
     v.min_gpus = j.spec.min_gpus;
     int64_t limit = j.iterations_target;
     if (rt.data_ready) limit = rt.iteration_limit();
@@ -1055,7 +1174,9 @@ absl::Status JobRunner::Drive(Timestamp now) {
         ++it;
         continue;
       }
-      stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
+      // Per job: a joint micro-batch without this job's rows is none of its.
+      if (!rt.joint_without_rows) stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
+      rt.joint_without_rows = false;
       const double ms = MsSince(rt.inflight_since);
       RecordWave(rt, ms);
       {
@@ -1549,31 +1670,51 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
                    ha.lora_alpha, ", job ", b.id, " rank ", hb.lora_rank, " alpha ", hb.lora_alpha);
     }
     absl::Status shared = absl::OkStatus();
+    int64_t resumed_step = -1;  // >= 0: a stored joint pair resumes at this step
     if (why.empty()) {
       // Address order, as the optimizer kernel locks several jobs.
       executor::LlamaTrainJob* first = std::min(a.job.get(), b.job.get());
       executor::LlamaTrainJob* second = std::max(a.job.get(), b.job.get());
       absl::MutexLock l1(&first->mu);
       absl::MutexLock l2(&second->mu);
-      for (const Runtime* r : {&a, &b}) {
-        const executor::TaskState& st = r->job->state;
-        if (why.empty() && (st.step > 0 || st.accumulated > 0)) {
-          why = StrCat("job ", r->id, " already has progress (", st.step, " steps, ", st.accumulated,
-                       " micro-batches accumulated); only fresh jobs train jointly");
+      const executor::TaskState &sa = a.job->state, &sb = b.job->state;
+      const bool fresh = sa.step == 0 && sa.accumulated == 0 && sb.step == 0 && sb.accumulated == 0;
+      if (!fresh && joint_resumable_.contains(key)) {
+        // A joint pair resumed after a restart from both members' checkpoints
+        // (checked when planned; checked again on the states it trains).
+        why = JointResumeProblem(a.id, sa, b.id, sb);
+        if (why.empty()) resumed_step = sa.step;
+      } else {
+        for (const Runtime* r : {&a, &b}) {
+          const executor::TaskState& st = r->job->state;
+          if (why.empty() && (st.step > 0 || st.accumulated > 0)) {
+            why = StrCat("job ", r->id, " already has progress (", st.step, " steps, ", st.accumulated,
+                         " micro-batches accumulated); only fresh jobs train jointly");
+          }
         }
-      }
-      if (why.empty()) {
-        executor::TaskState* both[] = {&a.job->state, &b.job->state};
-        shared = executor::ShareLora(both);
+        if (why.empty()) {
+          executor::TaskState* both[] = {&a.job->state, &b.job->state};
+          shared = executor::ShareLora(both);
+        }
       }
     }
     if (!shared.ok()) why = StrCat("sharing the adapter failed: ", shared.message());
     if (!why.empty()) {
+      joint_resumable_.erase(key);
       DecoupleSpatial(b.id, a.id, StrCat("spatial joint training not possible: ", why));
       return absl::OkStatus();
     }
     joint_started_.insert(key);
-    spdlog::info("jobs {} + {}: spatial joint training starts (shared adapter of job {})", a.id, b.id, a.id);
+    joint_resumable_.erase(key);
+    // Stored (the store's joint pairs), so a restart can resume the pair.
+    SLICESCHED_RETURN_IF_ERROR(jobs_->StartJointTraining(a.id, b.id, std::max<int64_t>(resumed_step, 0),
+                                                         /*resumed=*/resumed_step >= 0));
+    if (resumed_step >= 0) {
+      spdlog::info("jobs {} + {}: spatial joint training resumes at step {} from both checkpoints", a.id, b.id,
+                   resumed_step);
+    } else {
+      spdlog::info("jobs {} + {}: spatial joint training starts (shared adapter of job {})", a.id, b.id, a.id);
+    }
   }
   // The rows of each job still accumulating this iteration.
   std::vector<TrainBatch> own;
@@ -1624,6 +1765,7 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
   }
   for (Runtime* r : {&a, &b}) {
     NotANormalRun(r->id);  // trained jointly
+    r->joint_without_rows = std::find(slots.begin(), slots.end(), r == &a ? 0 : 1) == slots.end();
     // One joint stream, no data parallelism: a wave of one micro-batch that
     // is no measurement of a GPU count (joint timings stay out of the time
     // LUT and measured_iter_s; RecordWave still takes it as the job's

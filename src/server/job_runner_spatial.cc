@@ -23,6 +23,11 @@ absl::StatusOr<TrainBatch> MixMicroBatches(std::span<const JointPart> parts) {
           StrCat("MixMicroBatches: part ", p, " (slot ", parts[p].slot,
                  ") needs tokens and labels of one shape [B, S]"));
     }
+    if (!b->row_pad.empty() && static_cast<int64_t>(b->row_pad.size()) != b->tokens.shape()[0]) {
+      return absl::InvalidArgumentError(StrCat("MixMicroBatches: part ", p, " (slot ", parts[p].slot,
+                                               ") has ", b->row_pad.size(), " row_pad entries for ",
+                                               b->tokens.shape()[0], " rows"));
+    }
     len = std::max(len, b->tokens.shape()[1]);
   }
   std::vector<int64_t> tokens, labels;
@@ -38,6 +43,8 @@ absl::StatusOr<TrainBatch> MixMicroBatches(std::span<const JointPart> parts) {
       tokens.insert(tokens.end(), t.begin() + r * s, t.begin() + (r + 1) * s);
       labels.insert(labels.end(), l.begin() + r * s, l.begin() + (r + 1) * s);
       out.row_task.push_back(part.slot);
+      const int64_t own_pad = part.batch->row_pad.empty() ? 0 : part.batch->row_pad[static_cast<size_t>(r)];
+      out.row_pad.push_back(len - s + own_pad);
     }
   }
   const std::vector<int64_t> shape = {static_cast<int64_t>(out.row_task.size()), len};

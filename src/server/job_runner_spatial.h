@@ -23,8 +23,10 @@ struct JointPart {
 };
 
 // The rows of `parts`, in order, as one mixed batch: every row left-padded
-// to the longest row of all parts (token 0, label -1: padding carries no
-// loss, as in a single job's micro-batch), row_task = its part's slot.
+// to the longest row of all parts (token 0, label -1), row_task = its part's
+// slot, row_pad = its leading pad positions (the added ones plus its own
+// row_pad), so the training operators mask them (train_ops.h "Padding") and
+// each row computes what it computes in its job's own micro-batch.
 // InvalidArgument when there is no part, a batch is missing or malformed
 // (tokens and labels int64 [B, S] of the same shape).
 absl::StatusOr<executor::TrainBatch> MixMicroBatches(std::span<const JointPart> parts);

@@ -96,6 +96,16 @@ CREATE TABLE normal_run_points (
   PRIMARY KEY (job_id, step)
 ) WITHOUT ROWID;
 )sql",
+    // 4 -> 5: spatial pairs training jointly (job_a < job_b), so that a
+    // restarted job runner can resume them jointly.
+    R"sql(
+CREATE TABLE joint_pairs (
+  job_a        INTEGER NOT NULL,
+  job_b        INTEGER NOT NULL,
+  time_unix_ms INTEGER NOT NULL,
+  PRIMARY KEY (job_a, job_b)
+) WITHOUT ROWID;
+)sql",
 };
 static_assert(static_cast<int>(std::size(kMigrations)) == StateStore::kSchemaVersion);
 
@@ -682,6 +692,17 @@ absl::StatusOr<std::vector<uint64_t>> StateStore::ApplyJobChanges(const std::vec
       const uint64_t a = std::min(c.job_id, *c.never_pair_with), b = std::max(c.job_id, *c.never_pair_with);
       SLICESCHED_RETURN_IF_ERROR(pst.Bind(1, static_cast<int64_t>(a)).Bind(2, static_cast<int64_t>(b)).Bind(3, now).Run());
     }
+    for (const auto& [other, sql] :
+         {std::pair{c.joint_with,
+                    std::string_view("INSERT OR IGNORE INTO joint_pairs (job_a, job_b, time_unix_ms) VALUES (?1, ?2, ?3)")},
+          std::pair{c.end_joint_with, std::string_view("DELETE FROM joint_pairs WHERE job_a = ?1 AND job_b = ?2")}}) {
+      if (!other.has_value()) continue;
+      SLICESCHED_ASSIGN_OR_RETURN(Statement pst, Statement::Prepare(db_, sql, path_));
+      const uint64_t a = std::min(c.job_id, *other), b = std::max(c.job_id, *other);
+      pst.Bind(1, static_cast<int64_t>(a)).Bind(2, static_cast<int64_t>(b));
+      if (sql.starts_with("INSERT")) pst.Bind(3, now);
+      SLICESCHED_RETURN_IF_ERROR(pst.Run());
+    }
   }
   SLICESCHED_RETURN_IF_ERROR(txn.Commit());
   return seqs;
@@ -703,6 +724,11 @@ absl::Status StateStore::DeleteJob(uint64_t id) {
     SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(id)).Run());
   }
   SLICESCHED_RETURN_IF_ERROR(DeleteNormalRunLocked(id));
+  {
+    constexpr std::string_view kSql = "DELETE FROM joint_pairs WHERE job_a = ?1 OR job_b = ?1";
+    SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+    SLICESCHED_RETURN_IF_ERROR(st.Bind(1, static_cast<int64_t>(id)).Run());
+  }
   return txn.Commit();
 }
 
@@ -740,6 +766,19 @@ absl::StatusOr<std::vector<JobEvent>> StateStore::ListJobEvents(uint64_t job_id,
 absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListDecoupledPairs() {
   absl::MutexLock lock(&mu_);
   constexpr std::string_view kSql = "SELECT job_a, job_b, time_unix_ms FROM decoupled_pairs ORDER BY job_a, job_b";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  std::vector<DecoupledPair> out;
+  while (true) {
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(DecoupledPair{static_cast<uint64_t>(st.Int(0)), static_cast<uint64_t>(st.Int(1)), st.Int(2)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListJointPairs() {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql = "SELECT job_a, job_b, time_unix_ms FROM joint_pairs ORDER BY job_a, job_b";
   SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
   std::vector<DecoupledPair> out;
   while (true) {

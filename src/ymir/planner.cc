@@ -194,7 +194,8 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
   for (const auto& [key, m] : merged) {
     const JobView& A = jobs[m.a];
     const JobView& B = jobs[m.b];
-    const bool spatial_ok = !A.has_progress && !B.has_progress;
+    const bool spatial_ok = (!A.has_progress && !B.has_progress) ||
+                            (A.joint_partner == B.id && B.joint_partner == A.id && A.id != 0);
     int lo = std::max(A.min_gpus, B.min_gpus);
     int hi = std::min({A.max_gpus, B.max_gpus, cluster.gpus});
     for (int g = lo; g <= hi; ++g) {

@@ -314,6 +314,51 @@ TEST_F(JobManagerTest, NeverPairAgainSurvivesARestart) {
   ExpectGaplessLog(b);
 }
 
+// A spatial pair training jointly is stored with its "joint_training"
+// events (both jobs, one transaction) and survives a restart (both jobs
+// requeued, the pair still listed); EndJointTraining drops it with a
+// "joint_not_resumed" event on each job. Any decoupling (Decouple, or a
+// member leaving running) drops it too. Only a pair running spatially with
+// each other can start joint training.
+TEST_F(JobManagerTest, JointPairIsStoredUntilDecoupledAndSurvivesARestart) {
+  const uint64_t a = Queued("a");
+  const uint64_t b = Queued("b");
+  const uint64_t c = Queued("c");
+  const uint64_t d = Queued("d");
+  EXPECT_EQ(manager_->StartJointTraining(a, b, 0, false).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(manager_->Run(a, Paired({0}, RunMode::kSpatial, b, 0.3)).ok());
+  ASSERT_TRUE(manager_->Run(b, Paired({0}, RunMode::kSpatial, a, 0.3)).ok());
+  ASSERT_TRUE(manager_->Run(c, Paired({1}, RunMode::kSpatial, d, 0.3)).ok());
+  ASSERT_TRUE(manager_->Run(d, Paired({1}, RunMode::kSpatial, c, 0.3)).ok());
+  EXPECT_TRUE(manager_->JointPairs()->empty());
+  ASSERT_TRUE(manager_->StartJointTraining(b, a, 0, false).ok());
+  ASSERT_TRUE(manager_->StartJointTraining(c, d, 0, false).ok());
+  EXPECT_THAT(LastDetails(a), HasSubstr(StrCat("\"partner\":", b, ",\"step\":0,\"resumed\":false")));
+  EXPECT_EQ(*manager_->JointPairs(), (std::set<std::pair<uint64_t, uint64_t>>{{a, b}, {c, d}}));
+  // A member leaving running decouples its partner: no longer joint.
+  ASSERT_TRUE(manager_->Pause(d, "operator").ok());
+  EXPECT_EQ(*manager_->JointPairs(), (std::set<std::pair<uint64_t, uint64_t>>{{a, b}}));
+  Open();  // restart: a and b requeued, still a stored joint pair
+  EXPECT_EQ(manager_->Get(a)->state, JobState::kQueued);
+  EXPECT_EQ(*manager_->JointPairs(), (std::set<std::pair<uint64_t, uint64_t>>{{a, b}}));
+  ASSERT_TRUE(manager_->EndJointTraining(a, b, "checkpoints at different steps").ok());
+  EXPECT_TRUE(manager_->JointPairs()->empty());
+  for (uint64_t id : {a, b}) {
+    EXPECT_EQ(Kinds(id).back(), "joint_not_resumed");
+    EXPECT_THAT(LastDetails(id), HasSubstr("\"reason\":\"checkpoints at different steps\""));
+    EXPECT_EQ(manager_->Get(id)->state, JobState::kQueued);
+    ExpectGaplessLog(id);
+  }
+  // Decouple drops a resumed pair.
+  ASSERT_TRUE(manager_->Run(a, Paired({0}, RunMode::kSpatial, b, 0.3)).ok());
+  ASSERT_TRUE(manager_->Run(b, Paired({0}, RunMode::kSpatial, a, 0.3)).ok());
+  ASSERT_TRUE(manager_->StartJointTraining(a, b, 3, true).ok());
+  EXPECT_THAT(LastDetails(b), HasSubstr("\"step\":3,\"resumed\":true"));
+  EXPECT_EQ(manager_->JointPairs()->size(), 1u);
+  ASSERT_TRUE(manager_->Decouple(a, "re-plan").ok());
+  EXPECT_TRUE(manager_->JointPairs()->empty());
+}
+
 TEST_F(JobManagerTest, LeavingRunningDecouplesThePartner) {
   const uint64_t a = Queued("a");
   const uint64_t b = Queued("b");

@@ -93,6 +93,7 @@ TEST(JobSpecTest, ExampleFieldsAreRead) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->spec.pipeline_parallel, 2);
   EXPECT_EQ(b->spec.hyperparameters.optimizer, Optimizer::kSgd);
+  EXPECT_EQ(b->spec.hyperparameters.momentum, 0.8);
   EXPECT_EQ(b->spec.stop.metric, StopMetric::kLoss);
   EXPECT_EQ(b->spec.dataset.synthetic.task, "copy");
   EXPECT_EQ(b->spec.dataset.synthetic.sequence_length, 64);
@@ -163,7 +164,13 @@ TEST(JobSpecTest, EveryFieldReportsItsError) {
        8},
       {"  batch_size: 8", "  batch_size: 8\n  optimizer: adam", "hyperparameters.optimizer: must be adamw or sgd", 8},
       {"  batch_size: 8", "  batch_size: 8\n  seed: -2", "hyperparameters.seed: must not be negative, got -2", 8},
-      {"  batch_size: 8", "  batch_size: 8\n  momentum: 0.9", "hyperparameters: unknown field 'momentum'", 8},
+      {"  batch_size: 8", "  batch_size: 8\n  nesterov: true", "hyperparameters: unknown field 'nesterov'", 8},
+      {"  batch_size: 8", "  batch_size: 8\n  momentum: 0.9",
+       "hyperparameters.momentum: only applies to optimizer sgd", 8},
+      {"  batch_size: 8", "  batch_size: 8\n  optimizer: sgd\n  momentum: 1",
+       "hyperparameters.momentum: must be in [0, 1), got 1", 9},
+      {"  batch_size: 8", "  batch_size: 8\n  optimizer: sgd\n  momentum: -0.5",
+       "hyperparameters.momentum: must be in [0, 1), got -0.5", 9},
       {"  metric: accuracy", "  metric: f1", "stop.metric: must be accuracy, loss or perplexity, got 'f1'", 9},
       {"  target: 0.9", "  target: 1.5", "stop.target: an accuracy target must be in (0, 1], got 1.5", 10},
       {"  metric: accuracy\n  target: 0.9", "  metric: loss\n  target: -1", "stop.target: a loss target must not", 10},

@@ -105,6 +105,54 @@ TEST_F(JobRunnerTest, SyntheticJobRunsToItsEpochLimitAndIsRecordedCensored) {
   EXPECT_TRUE(std::filesystem::exists(j.checkpoint_path));
 }
 
+// optimizer: sgd runs (SGD with momentum, the job's own momentum): the job
+// completes its 5 iterations and its checkpoint is exactly the training
+// operators' SgdStep training on the runner's own micro-batches from the
+// job's fresh state (seed 0, lr 0.01, momentum 0.5), optimizer and momentum
+// included.
+TEST_F(JobRunnerTest, SgdJobTrainsWithMomentumExactlyAsTheOperators) {
+  StartDaemon(1);
+  NewRunner();
+  std::string yaml = SyntheticJob("sgd-a", "parity", "", 80, 2);
+  yaml.replace(yaml.find("batch_size: 8"), 13, "batch_size: 8, optimizer: sgd, momentum: 0.5");
+  yaml.replace(yaml.find("max_epochs: 2"), 13, "max_epochs: 2, max_iterations: 5");
+  const uint64_t id = Submit(yaml);
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(id).first >= 0; }));
+  std::vector<executor::TrainBatch> mb;
+  ASSERT_TRUE(TickUntil([&] {
+    executor::TrainBatch x;
+    return runner_->MicroBatchOf(id, 0, &x);
+  }));
+  for (int k = 0; k < 5; ++k) {
+    executor::TrainBatch x;
+    ASSERT_TRUE(runner_->MicroBatchOf(id, k, &x));
+    mb.push_back(x);
+  }
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(id).state); }));
+  const jobs::JobInfo j = Job(id);
+  ASSERT_EQ(j.state, jobs::JobState::kCompleted) << j.message;
+  EXPECT_EQ(j.iterations_done, 5);
+  auto weights = master_->BackboneWeights("tiny-ft");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const LlamaDims dims = (*weights)->dims();
+  auto got = executor::LoadTaskCheckpoint(j.checkpoint_path, dims);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->optimizer, executor::OptimizerKind::kSgd);
+  EXPECT_EQ(got->momentum, 0.5);
+  executor::SetIntraOpThreadsForThisThread(1);  // as on the device threads
+  executor::AdamWOptions o;
+  o.lr = 0.01;
+  auto direct = executor::TaskState::Init(dims, executor::LoraConfig{8, 16}, 2, 0, o);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  direct->optimizer = executor::OptimizerKind::kSgd;
+  direct->momentum = 0.5;
+  for (int k = 0; k < 5; ++k) {
+    ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, *direct, mb[static_cast<size_t>(k)]).ok());
+    ASSERT_TRUE(executor::SgdStep(*direct).ok());
+  }
+  EXPECT_TRUE(BitEqual(*got, *direct)) << "not SGD with momentum on the job's micro-batches";
+}
+
 // A loss target the first evaluation already meets stops the job there, not
 // censored.
 TEST_F(JobRunnerTest, JobStopsWhenItsTargetMetricIsReached) {

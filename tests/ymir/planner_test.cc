@@ -113,8 +113,10 @@ void CheckPlan(const Instance& inst, const PlanResult& r) {
       EXPECT_EQ(x.backbone, y.backbone);
       EXPECT_GE(a.tran_wt, 1.0);
       if (a.mode == Mode::kSpatial) {
-        EXPECT_FALSE(x.has_progress);
-        EXPECT_FALSE(y.has_progress);
+        // Fresh jobs, or a pair already training jointly.
+        const bool joint = x.joint_partner == y.id && y.joint_partner == x.id;
+        EXPECT_TRUE(joint || !x.has_progress);
+        EXPECT_TRUE(joint || !y.has_progress);
       }
     } else {
       EXPECT_TRUE(a.mode == Mode::kWait || a.mode == Mode::kNormal);
@@ -257,6 +259,44 @@ TEST(YmirPlannerTest, SpatialNeverForJobWithProgress) {
     auto set = GenerateCandidates(p.jobs, p.pairs, p.cluster, opt);
     for (const Candidate& c : set->candidates) EXPECT_NE(c.mode, Mode::kSpatial);
   }
+}
+
+// A pair already training jointly (both members name each other as
+// joint_partner: one shared adapter at the same step) keeps its spatial
+// candidate despite its progress; a one-sided or mismatched joint_partner
+// does not make a job with progress spatially eligible.
+TEST(YmirPlannerTest, SpatialKeptForAPairTrainingJointlyDespiteProgress) {
+  Instance inst = BeneficialPair();
+  inst.pairs[0].temporal_gain_ab = -0.1;
+  PlannerOptions opt;
+  opt.lambda = 10;
+  auto spatial_candidates = [&](const Instance& p) {
+    auto set = GenerateCandidates(p.jobs, p.pairs, p.cluster, opt);
+    EXPECT_TRUE(set.ok());
+    int n = 0;
+    for (const Candidate& c : set->candidates) n += c.mode == Mode::kSpatial;
+    return n;
+  };
+  Instance joint = inst;
+  for (JobView& j : joint.jobs) j.has_progress = true;
+  joint.jobs[0].joint_partner = joint.jobs[1].id;
+  joint.jobs[1].joint_partner = joint.jobs[0].id;
+  EXPECT_GT(spatial_candidates(joint), 0);
+  auto r = Plan(joint.jobs, joint.pairs, joint.cluster, opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(CountPairs(*r), 1);
+  for (const Assignment& a : r->assignments) {
+    if (a.jobs.size() == 2) {
+      EXPECT_EQ(a.mode, Mode::kSpatial);
+    }
+  }
+  CheckPlan(joint, *r);
+  Instance one_sided = joint;
+  one_sided.jobs[1].joint_partner = 0;
+  EXPECT_EQ(spatial_candidates(one_sided), 0);
+  Instance other = joint;
+  other.jobs[1].joint_partner = 99;
+  EXPECT_EQ(spatial_candidates(other), 0);
 }
 
 TEST(YmirPlannerTest, TranWtComputationAndPruning) {

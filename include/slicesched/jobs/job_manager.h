@@ -199,6 +199,22 @@ class JobManager {
                                    bool never_pair_again = false);
   // The pairs decoupled with never_pair_again, as (smaller id, larger id).
   absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> NeverPairedAgain();
+  // Spatial joint training (StateStore joint_pairs, schema 5). The job
+  // runner calls StartJointTraining when a running spatial pair takes its
+  // first joint micro-batch (the shared adapter made, or a stored joint pair
+  // resumed after a restart, `resumed`): event "joint_training" on both
+  // jobs (partner, step, resumed) and the pair stored, in one transaction.
+  // FailedPrecondition unless both run spatially with each other. Every
+  // decoupling of the pair (Decouple, or a member leaving running: the
+  // partner's "decoupled") removes it in its own transaction; a restart
+  // (running -> queued, "recovered") keeps it, so JointPairs lists the pairs
+  // that were training jointly when the daemon stopped. EndJointTraining
+  // removes a stored pair that will not resume, with event
+  // "joint_not_resumed" (reason) on each member that still exists; the jobs'
+  // states are unchanged.
+  absl::Status StartJointTraining(uint64_t a, uint64_t b, int64_t step, bool resumed);
+  absl::Status EndJointTraining(uint64_t a, uint64_t b, std::string_view reason);
+  absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JointPairs();
   // The job runner's normal runs (StateStore normal_runs, schema 4): an
   // evaluation (step, metric) of a job that trains normally, under the
   // run's key (task and setup); forgetting a job's run (it turned out not to

@@ -25,6 +25,7 @@
 //     lora_rank: 8                # >= 1 (default 8)
 //     lora_alpha: 16              # > 0 (default 16)
 //     optimizer: adamw            # adamw | sgd (default adamw)
+//     momentum: 0.9               # sgd only: in [0, 1) (default 0.9)
 //     seed: 0                     # >= 0 (default 0)
 //   stop:
 //     metric: accuracy            # accuracy | loss | perplexity
@@ -108,6 +109,7 @@ struct Hyperparameters {
   int64_t lora_rank = 8;
   double lora_alpha = 16;
   Optimizer optimizer = Optimizer::kAdamW;
+  double momentum = 0.9;  // SGD's momentum (optimizer sgd only)
   uint64_t seed = 0;
 };
 

@@ -49,7 +49,8 @@
 //      planner.mode = elastic gives the planner no pair estimates: the same
 //      ILP as a plain elastic scheduler (no transfer).
 //   3. Execution. An iteration is grad_accumulation micro-batches of
-//      batch_size rows (one AdamW step); each micro-batch is a
+//      batch_size rows (one optimizer step: AdamW, or SGD with momentum for
+//      hyperparameters.optimizer: sgd); each micro-batch is a
 //      Master::SubmitTrainStep in the offline class, so online serving keeps
 //      priority, bounded to devices of the job's plan
 //      (InstanceSpec::allowed_devices), so the planner's GPU set bounds where
@@ -82,7 +83,7 @@
 //      = 1 (recorded, the target was not reached).
 //   5. Checkpoints: every planner.checkpoint_interval and whenever the job
 //      leaves running (preempt, pause, shutdown), the whole TaskState
-//      (adapters, AdamW moments, step count, accumulated gradients) goes to
+//      (adapters, optimizer moments, step count, accumulated gradients) goes to
 //      STATE_DIR/jobs/<id>/checkpoint.safetensors (written to a temporary
 //      file and renamed), then ReportProgress records it. A job that runs
 //      again after a restart (JobManager requeues it with its
@@ -187,7 +188,7 @@
 // What is executed for pairs: temporal pairs as described (A, then B from
 // A's adapters). A spatial pair A + B (A the smaller id) trains jointly
 // (train_ops.h, "Spatial joint training"): one shared LoRA adapter, a head
-// per job, each job its own AdamW state, as one micro-batch stream of
+// per job, each job its own optimizer state, as one micro-batch stream of
 // low-priority "<deployment>/train" instances with two task slots (T = 2;
 // llama_kernels.h) on the pair's devices:
 //   * Start: before the pair's first micro-batch both jobs must be fresh (no
@@ -202,9 +203,13 @@
 //     accumulates this iteration (rows of A, then rows of B, left-padded to
 //     the longer row; row_task = slot), so each job consumes its own data
 //     in its own order exactly as alone, and its micro-batch index stays
-//     step x grad_accumulation + accumulated. (The operators have no
-//     attention mask: when the two jobs' rows differ in length, the shorter
-//     job's rows see more leading padding than in its own micro-batch.) The kernels accumulate each
+//     step x grad_accumulation + accumulated. Every row carries its
+//     leading pad count (TrainBatch::row_pad, in a job's own micro-batch
+//     too): the operators mask pad keys, start each row's RoPE positions at
+//     its first real token and ignore labels at pad positions
+//     (train_ops.h "Padding"), so when the two jobs' rows differ in length
+//     each row still computes what it computes in its job's own micro-batch
+//     (up to float rounding). The kernels accumulate each
 //     job's gradient (of its own rows' loss) into its own TaskState and take
 //     one JointAdamWStep when both have their grad_accumulation micro-batches:
 //     both step counts advance together. It is submitted in the pass of B,
@@ -219,7 +224,9 @@
 //     stream would not reach.
 //   * Evaluation, completion and checkpoints stay per job (each with its own
 //     head and TaskState). Progress, loss and iteration times are per job
-//     (stats().steps_done counts a joint micro-batch once per member); a
+//     (stats().steps_done counts a joint micro-batch once per member whose
+//     rows it carries: a member that completed its iteration's micro-batches
+//     and waits for its partner's is not counted); a
 //     joint micro-batch's time is each member's one-stream micro-batch time
 //     but never a measurement of a GPU count (time LUT, measured_iter_s).
 //   * Decoupling (stop-loss, a re-plan, a partner pausing, completing,
@@ -230,10 +237,24 @@
 //     count). A job that holds a complete iteration then (it finished its
 //     grad_accumulation micro-batches while the partner, with a larger
 //     grad_accumulation, was still accumulating: the joint step waited)
-//     first takes that AdamW step alone, then continues with the next
+//     first takes that optimizer step alone, then continues with the next
 //     iteration; so does one resumed from a checkpoint taken in that state.
-//   * A restart: each member resumes from its own checkpoint, alone (it has
-//     progress, so the planner does not pair it spatially again).
+//   * Persistence and restarts. The pair's first joint micro-batch records
+//     it (JobManager::StartJointTraining: event "joint_training", the state
+//     database's joint_pairs, schema 5) until it is decoupled. While it
+//     trains jointly both members' JobViews name each other
+//     (ymir::JobView::joint_partner), so the planner may keep it spatial
+//     despite its progress. After a restart both come back queued with the
+//     pair still stored; the next planning round loads both checkpoints
+//     (JointPartners): at the same step with bit-identical LoRA factors
+//     (one shared adapter) the pair is offered as spatial again and, when
+//     planned so, resumes joint training without ShareLora (event
+//     "joint_training", "resumed": true; each member's accumulated
+//     micro-batches are its own). Otherwise (different steps or adapters, a
+//     member gone, both fresh, a checkpoint that does not load, or the
+//     planner running a member without its partner) the stored pair is
+//     removed with event "joint_not_resumed" and the reason on both jobs,
+//     and each member resumes alone from its own checkpoint.
 //
 // Backbone: a job's `backbone` names a deployment, or a preset; a preset
 // runs on the first deployment of that preset (offline role preferred).
@@ -282,7 +303,8 @@ struct JobRunnerOptions {
 
 struct JobRunnerStats {
   uint64_t plans = 0;          // planning rounds solved
-  uint64_t steps_done = 0;     // micro-batches finished per job (not counting profiling)
+  uint64_t steps_done = 0;     // micro-batches finished per job (not counting profiling; a joint
+                               // micro-batch once per member whose rows it carries)
   uint64_t profile_steps = 0;  // profiling micro-batches finished
   uint64_t steps_failed = 0;
   double last_solve_s = 0;
@@ -392,6 +414,16 @@ class JobRunner {
     std::vector<std::pair<int64_t, double>> points;  // (step, metric), increasing steps
   };
   std::set<std::pair<uint64_t, uint64_t>> joint_started_;  // ShareLora done (key as pair_watch_)
+  // Stored joint pairs (JobManager::JointPairs) whose members' checkpoints
+  // can continue the joint training (JointPartners, each planning round).
+  std::set<std::pair<uint64_t, uint64_t>> joint_resumable_;
+  // Per listed job, the job it trains jointly with or may resume joint
+  // training with (ymir::JobView::joint_partner): pairs training jointly
+  // now, and stored joint pairs whose members are both queued or paused with
+  // consistent checkpoints (the same step, one shared adapter). A stored
+  // pair that cannot resume is removed (JobManager::EndJointTraining, event
+  // "joint_not_resumed" with the reason) and its members resume alone.
+  std::map<uint64_t, uint64_t> JointPartners(const std::vector<jobs::JobInfo>& listed);
   std::map<uint64_t, NormalRun> normal_runs_;              // per job
 
   Master* const master_;

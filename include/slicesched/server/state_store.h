@@ -18,6 +18,12 @@
 //                 job id -> the run's key (task and training setup, opaque
 //                 here) and its evaluations (step -> metric), the stop-loss's
 //                 normal curve after a restart; removed with their job
+//   joint_pairs   (schema 5) spatial pairs that are training jointly (one
+//                 shared adapter, each member's part in its own checkpoint):
+//                 stored in the transaction of the event that starts (or
+//                 resumes) the joint training and removed in the one that
+//                 decouples the pair, so after a restart the job runner
+//                 knows which queued jobs were one joint pair
 //
 // The database runs in WAL mode (readers never block the writer) with a busy
 // timeout, so `slicectl` or a second StateStore may read while the daemon
@@ -102,6 +108,10 @@ struct JobChange {
   std::string details_json = "{}";
   // Also records (job_id, never_pair_with) in decoupled_pairs (schema 3).
   std::optional<uint64_t> never_pair_with;
+  // Also records (job_id, joint_with) in joint_pairs (schema 5).
+  std::optional<uint64_t> joint_with;
+  // Also removes (job_id, end_joint_with) from joint_pairs (absent: no-op).
+  std::optional<uint64_t> end_joint_with;
 };
 
 // A pair the planner must never pair again (job_a < job_b).
@@ -142,7 +152,7 @@ class StateStore {
     int busy_timeout_ms = 5000;
   };
 
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   static constexpr std::string_view kFileName = "sliced.db";
 
   // Opens (creating the directory and the database when missing) and
@@ -204,6 +214,9 @@ class StateStore {
   // --- Pairs never to be paired again (JobChange::never_pair_with) -----------
   // Every stored pair, ascending (job_a, job_b).
   absl::StatusOr<std::vector<DecoupledPair>> ListDecoupledPairs();
+  // Spatial pairs training jointly (schema 5; JobChange::joint_with), as
+  // (job_a < job_b, time stored), ascending.
+  absl::StatusOr<std::vector<DecoupledPair>> ListJointPairs();
 
   // --- Normal runs (schema 4; the job runner's stop-loss curves) -------------
   // Records (step, metric) of the job's normal run `run_key` (replacing a

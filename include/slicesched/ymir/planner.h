@@ -36,7 +36,9 @@
 //
 //  * Pair eligibility: same backbone, both allow_sharing, same trust_domain
 //    (the tenant alone does not matter); spatial additionally needs
-//    !has_progress on both jobs. Estimates naming unknown jobs, a job with
+//    !has_progress on both jobs, or the two jobs naming each other as
+//    joint_partner (a pair already training jointly: kept, or resumed after
+//    a restart). Estimates naming unknown jobs, a job with
 //    itself, or an ineligible pair are ignored.
 //
 //  * TranWt of a pair candidate on g GPUs = (sum of the two JCTs when both run
@@ -116,6 +118,10 @@ struct JobView {
   // True once the job has trained (its weights diverged from the backbone):
   // it can no longer be merged spatially.
   bool has_progress = false;
+  // The job it is training jointly with (a spatial pair whose members hold
+  // one shared adapter at the same step; 0: none). Such a pair may stay, or
+  // resume, spatial despite its progress: both members must name each other.
+  uint64_t joint_partner = 0;
   int min_gpus = 1;
   int max_gpus = 1;
   double remaining_iterations = 0;

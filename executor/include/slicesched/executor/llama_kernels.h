@@ -32,7 +32,7 @@
 //   train_backward  TrainGroupBackward(tape, d_hidden); outputs d_hidden of
 //                   the group's input and a kLoraGradsPayload
 //   optimizer_step  AccumulateGradients of all groups' and the head's
-//                   gradients into the job, and AdamWStep once the job has
+//                   gradients into the job, and OptimizerStep (AdamW or SGD) once the job has
 //                   accumulated `accumulation` micro-batches; outputs the
 //                   job's step count (int64 [1])
 // The iterations of one job must run one after another (each forward reads
@@ -44,7 +44,7 @@
 // it was submitted). Their optimizer_step ops then park each gradient (and
 // loss) in LlamaTrainJob::pending and fold the parked ones into the state in
 // micro_index order, starting at the next index the state expects, each
-// AccumulateGradients and AdamWStep exactly as one sequential micro-batch
+// AccumulateGradients and OptimizerStep exactly as one sequential micro-batch
 // stream would do them: the result is bit-identical to sequential
 // accumulation whatever order the micro-batches finish in. An index the
 // state already accumulated, or one already parked, fails the op. The caller
@@ -136,7 +136,7 @@ struct LlamaRequest {
 struct LlamaTrainJob {
   absl::Mutex mu;
   TaskState state ABSL_GUARDED_BY(mu);
-  int64_t accumulation = 1;                        // micro-batches per AdamW step
+  int64_t accumulation = 1;                        // micro-batches per optimizer step
   std::vector<double> losses ABSL_GUARDED_BY(mu);  // per micro-batch, in order
   // Data parallelism (see the header comment): gradients of micro-batches
   // that finished before an earlier-numbered one, by micro_index.
@@ -162,7 +162,7 @@ struct LlamaTrainRequest {
 
 // The optimizer_step's accumulation for a request with micro_index >= 0:
 // parks `grads` / `loss` under `micro_index` and folds every parked entry
-// that is next in order into job.state (AdamWStep after each
+// that is next in order into job.state (OptimizerStep after each
 // job.accumulation-th), appending their losses. FailedPrecondition naming
 // the indices when micro_index was already accumulated or is already parked.
 // Exposed for tests; requires job.mu.

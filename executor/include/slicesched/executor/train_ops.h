@@ -33,6 +33,20 @@
 // every task its own gradient, even when two slots hold the same (shared)
 // adapter values: this is what keeps spatial joint training decomposable.
 //
+// Padding. Rows of different lengths share a batch left-padded to the
+// longest one; TrainBatch::row_pad says how many leading positions of each
+// row are padding (0 <= pad < S). A padded row computes what it would
+// unpadded: its real tokens never attend to its pad positions (a key-padding
+// mask on top of the causal one), they take RoPE positions 0, 1, .. from
+// their first real token, and the loss ignores the pad positions (their
+// labels count as -1 whatever they hold). Pad positions themselves attend
+// only to pad positions; nothing depends on their outputs, so they give no
+// gradient. A batch whose row_pad is empty or all zero runs exactly the
+// unmasked computation (bit-identical to no row_pad). This makes a spatial
+// pair's mixed micro-batch (rows of two jobs of different lengths) give each
+// job the loss and gradients of its own rows alone, up to float rounding of
+// the differently shaped matmuls.
+//
 // Pipeline split. TrainGroupForward(g) takes hidden states in and returns
 // hidden states out plus a GroupTape that keeps what the backward needs;
 // TrainHeadLoss runs the head, the loss and the head's backward and returns
@@ -116,12 +130,20 @@ struct AdamWOptions {
   absl::Status Validate() const;
 };
 
+// The optimizer of a task's steps (OptimizerStep).
+enum class OptimizerKind : uint8_t {
+  kAdamW,  // AdamWStep (the default)
+  kSgd,    // SgdStep: SGD with momentum, lr and weight_decay from `adamw`
+};
+
 // Everything a task's training needs to resume exactly: its parameters, its
-// own AdamW moments and step count, and the gradients accumulated since the
-// last step.
+// own optimizer state (AdamW moments, or the SGD momentum buffer in `m`) and
+// step count, and the gradients accumulated since the last step.
 struct TaskState {
   TaskAdapters params;
-  AdamWOptions adamw;
+  AdamWOptions adamw;  // lr and weight_decay serve SGD too
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  double momentum = 0.9;  // SGD's momentum, in [0, 1)
   int64_t step = 0;         // optimizer steps taken
   TaskAdapters m;           // first moments
   TaskAdapters v;           // second moments
@@ -147,6 +169,9 @@ struct TrainBatch {
   // Per row, the index of its task in the call's task list; empty = every
   // row belongs to task 0.
   std::vector<int64_t> row_task;
+  // Per row, its number of leading pad positions (a row left-padded to the
+  // batch's longest row); empty = no padding. See "Padding" above.
+  std::vector<int64_t> row_pad;
 };
 
 // --- Per-group operators (the pipeline split) ------------------------------
@@ -164,11 +189,13 @@ struct GroupForwardResult {
 // The training forward of fused group `group` on hidden [B, S, hidden]
 // (positions 0..S-1, causal, no KV cache). `tasks` are the adapter slots
 // (row_task indexes them; every TaskAdapters must fit `base`'s dims, and all
-// must have the same LoRA config, rank and alpha).
+// must have the same LoRA config, rank and alpha). `row_pad`: the rows'
+// leading pad positions (empty: none; see "Padding").
 absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, int64_t group,
                                                      std::span<const TaskAdapters* const> tasks,
                                                      std::span<const int64_t> row_task,
-                                                     const Tensor& hidden);
+                                                     const Tensor& hidden,
+                                                     std::span<const int64_t> row_pad = {});
 
 struct GroupBackwardResult {
   Tensor d_hidden_in;  // [B, S, hidden], model dtype
@@ -188,11 +215,13 @@ struct HeadLossResult {
 };
 
 // Final norm, each row's task head and the loss, with the head's backward:
-// hidden [B, S, hidden] is the output of the last group.
+// hidden [B, S, hidden] is the output of the last group. Labels at a row's
+// pad positions (`row_pad`, empty: none) are ignored.
 absl::StatusOr<HeadLossResult> TrainHeadLoss(const LlamaWeights& base,
                                              std::span<const TaskAdapters* const> tasks,
                                              std::span<const int64_t> row_task,
-                                             const Tensor& hidden, const Tensor& labels);
+                                             const Tensor& hidden, const Tensor& labels,
+                                             std::span<const int64_t> row_pad = {});
 
 // --- Whole-step composition ------------------------------------------------
 
@@ -224,6 +253,19 @@ absl::Status AccumulateGradients(TaskState& state, const TaskAdapters& grad);
 //   p = p (1 - lr wd) - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 absl::Status AdamWStep(TaskState& state);
 
+// One SGD-with-momentum step (PyTorch's torch.optim.SGD, dampening 0,
+// coupled weight decay) on the mean of the accumulated gradients, for every
+// adapter tensor and the head; clears the accumulation. The momentum buffer
+// is state.m (v stays zero); lr and weight_decay are state.adamw's:
+//   g = grad_sum / n + wd p;  m = momentum m + g;  p = p - lr m
+// (m starts at zero, so the first step's buffer is g, as in PyTorch).
+// FailedPrecondition when nothing was accumulated; InvalidArgument for a
+// momentum outside [0, 1) or a negative / non-finite lr or weight_decay.
+absl::Status SgdStep(TaskState& state);
+
+// The task's own optimizer step: AdamWStep or SgdStep by state.optimizer.
+absl::Status OptimizerStep(TaskState& state);
+
 // Convenience: ComputeGradients on a single-task batch, AccumulateGradients;
 // returns the loss. (AdamWStep is separate: call it every N micro-batches.)
 absl::StatusOr<double> AccumulateMicroBatch(const LlamaWeights& base, TaskState& state,
@@ -237,7 +279,8 @@ absl::StatusOr<double> AccumulateMicroBatch(const LlamaWeights& base, TaskState&
 // each keeps its own head, moments, step count and accumulated gradients.
 // A joint step is defined as:
 //
-//   for each task t: an AdamW step of t's state (shared LoRA + own head) on
+//   for each task t: t's own optimizer step (OptimizerStep: AdamW, or SGD
+//                    with momentum) of t's state (shared LoRA + own head) on
 //                    t's own accumulated gradients with t's own moments;
 //   shared LoRA    = the element-wise mean over tasks of the stepped LoRA.
 //
@@ -291,7 +334,9 @@ absl::Status TransferLora(const TaskState& from, TaskState& to);
 // Writes the whole TaskState (parameters, moments, accumulated gradients as
 // f32 tensors under "params.*", "m.*", "v.*", "grad_sum.*"; step,
 // accumulated, LoRA config and AdamW options as exact metadata) to a
-// safetensors file. Restoring gives a bit-identical state.
+// safetensors file; the optimizer kind and SGD momentum too ("optimizer",
+// "sgd_momentum"; a file without them is an AdamW state). Restoring gives a
+// bit-identical state.
 absl::Status SaveTaskCheckpoint(const std::string& path, const TaskState& state);
 absl::StatusOr<TaskState> LoadTaskCheckpoint(const std::string& path, const LlamaDims& dims);
 
