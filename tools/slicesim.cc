@@ -119,7 +119,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--direct-on-main] [--wake-batch K] [--poll-us U] [--only direct|scheduled] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--direct-on-main] [--wake-batch K] [--poll-us U] [--priorities fcfs|equal] [--only direct|scheduled] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -335,6 +335,7 @@ int Overhead(const std::vector<std::string>& args) {
                    .Text("--only", &o.only)
                    .Int("--poll-us", &o.poll_us)
                    .Int("--wake-batch", &wake_batch)
+                   .Text("--priorities", &o.priorities)
                    .Int("--seed", &seed)
                    .Parse(args)) {
     return rc;
@@ -342,6 +343,12 @@ int Overhead(const std::vector<std::string>& args) {
   o.repetitions = static_cast<int>(repetitions);
   o.window = static_cast<int>(window);
   o.wake_batch = static_cast<int>(std::clamp<int64_t>(wake_batch, -1, 1 << 20));
+  // Not given: the default batch, but never more than the window (so that
+  // `--window 1` alone still means one prefill at a time).
+  const bool wake_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a == "--wake-batch" || a.rfind("--wake-batch=", 0) == 0;
+  });
+  if (!wake_given) o.wake_batch = std::clamp(o.wake_batch, 1, std::max(o.window, 1));
   o.pin = pin;
   o.direct_on_main = direct_on_main;
   o.seed = static_cast<uint64_t>(seed);

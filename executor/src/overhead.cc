@@ -48,13 +48,13 @@ std::string OverheadResult::ToJson() const {
       "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"poll_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
-      "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
+      "\"only\": \"%s\", \"direct_on\": \"%s\", \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, poll_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
-      only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread", direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
+      only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread", priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
       placement, pinning, model);
 }
 
@@ -271,8 +271,10 @@ class ScheduledRig {
   // prefill's operators at hand while the master retires the previous ones;
   // window 1 submits each prefill only after the previous one retired.
   // tokens[i] is prompt i's sampled token.
+  // fcfs: each prefill ranks below the one submitted before it (see
+  // OverheadOptions::priorities); otherwise all rank alike.
   absl::Status RunPrefills(std::span<const Tensor> prompts, int window, absl::Duration poll,
-                           int wake_batch, std::span<int64_t> tokens) {
+                           int wake_batch, bool fcfs, std::span<int64_t> tokens) {
     std::fill(tokens.begin(), tokens.end(), -1);
     size_t next = 0, retired = 0, in_flight = 0;
     while (retired < prompts.size()) {
@@ -280,6 +282,9 @@ class ScheduledRig {
       while (in_flight < static_cast<size_t>(window) && next < prompts.size()) {
         spec_.bindings = {{"B", 1}, {"S", 1}};
         spec_.arrival = clock_.Now();
+        // First come, first served: a lower priority for every later
+        // prefill (the queue discipline runs higher priorities first).
+        spec_.priority = fcfs ? -static_cast<int32_t>(submitted_++ % (int64_t{1} << 31)) : 0;
         SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g_.Instantiate(spec_));
         runner_->SetRequest(id, LlamaRequest{prompts[next], executor::SamplingParams{}});
         {
@@ -397,6 +402,7 @@ class ScheduledRig {
   std::optional<clockid_t> device_clock_ ABSL_GUARDED_BY(mu_);
   pid_t device_tid_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t whatif_runs_ = 0;
+  int64_t submitted_ = 0;  // prefills submitted so far (fcfs priorities)
   std::unique_ptr<ExecutorSet> exec_;  // last: stopped first
 };
 
@@ -413,6 +419,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
                                              "], got ", o.wake_batch));
   }
   const absl::Duration poll = absl::Microseconds(o.poll_us);
+  if (o.priorities != "fcfs" && o.priorities != "equal") {
+    return absl::InvalidArgumentError(
+        StrCat("overhead: --priorities must be 'fcfs' or 'equal', got '", o.priorities, "'"));
+  }
+  const bool fcfs = o.priorities == "fcfs";
   if (o.only != "" && o.only != "direct" && o.only != "scheduled") {
     return absl::InvalidArgumentError(
         StrCat("overhead: --only must be 'direct' or 'scheduled', got '", o.only, "'"));
@@ -524,7 +535,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, static_cast<size_t>(std::max(o.warmup, 0)), false, nullptr));
   if (o.warmup > 0) {
     const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, poll, o.wake_batch,
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, poll, o.wake_batch, fcfs,
                                                 std::span<int64_t>(sched_tokens).first(n)));
   }
   SLICESCHED_RETURN_IF_ERROR(rig->Settle());
@@ -539,12 +550,13 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.poll_us = o.poll_us;
   r.wake_batch = o.wake_batch;
   r.direct_on_main = o.direct_on_main;
+  r.priorities = o.priorities;
   r.tokens_match = true;
   const bool run_direct = o.only != "scheduled", run_sched = o.only != "direct";
   // With one path timed, the other one's tokens come from one untimed run.
   if (!run_direct) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, prompts.size(), true, nullptr));
   if (!run_sched) {
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, poll, o.wake_batch, sched_tokens));
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, poll, o.wake_batch, fcfs, sched_tokens));
     SLICESCHED_RETURN_IF_ERROR(rig->Settle());
   }
   const pid_t main_tid = CurrentTid();
@@ -568,7 +580,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
         const double dev0 = rig->DeviceCpuSeconds();
         const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
         const auto t0 = std::chrono::steady_clock::now();
-        SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, poll, o.wake_batch,
+        SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, poll, o.wake_batch, fcfs,
                                                     std::span<int64_t>(sched_tokens).subspan(b, n)));
         sched_s += Seconds(std::chrono::steady_clock::now() - t0);
         master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;

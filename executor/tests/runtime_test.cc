@@ -372,6 +372,63 @@ TEST(ExecutorSetTest, OnlineRunsBeforeQueuedOffline) {
   EXPECT_LT(on_first, off_first);
 }
 
+// The queue discipline on a device holding several same-device chains (the
+// overhead harness's prefills in flight). With equal priorities it runs
+// operators in the order they became ready: the chains advance in lockstep
+// and finish together, so a master that refills on completion finds the
+// device empty. Ranked first-come first-served (each instance one priority
+// below the one before), the device runs the oldest chain to its end before
+// the next one starts, as a direct loop does.
+TEST(ExecutorSetTest, FirstComeFirstServedPrioritiesRunChainsOneAfterAnother) {
+  for (const bool fcfs : {false, true}) {
+    SCOPED_TRACE(fcfs ? "first come, first served" : "equal priorities");
+    Rig r(1);
+    r.Start();
+    absl::Notification entered, release;
+    std::atomic<bool> first{true};
+    absl::Mutex mu;
+    std::vector<std::pair<InstanceId, int>> order;  // (instance, op) as run
+    r.kernels.SetHook([&](const KernelCall& c) {
+      {
+        absl::MutexLock l(&mu);
+        order.push_back({c.instance, c.op_index});
+      }
+      if (first.exchange(false)) {
+        entered.Notify();
+        release.WaitForNotification();
+      }
+    });
+    // A blocker (ranked first) holds the device while three chains queue.
+    InstanceId blocker = r.New(r.chain, 8, 1);
+    r.Place(blocker, {0});
+    entered.WaitForNotification();
+    std::vector<InstanceId> chains;
+    for (int i = 0; i < 3; ++i) {
+      chains.push_back(r.New(r.chain, 8, fcfs ? -i : 0));
+      r.Place(chains.back(), {0});
+    }
+    release.Notify();
+    ASSERT_TRUE(r.Run().ok());
+    std::vector<std::pair<InstanceId, int>> got, want;
+    {
+      absl::MutexLock l(&mu);
+      for (const auto& e : order) {
+        if (e.first != blocker) got.push_back(e);
+      }
+    }
+    if (fcfs) {
+      for (InstanceId c : chains) {
+        for (int op = 0; op < 4; ++op) want.push_back({c, op});
+      }
+    } else {
+      for (int op = 0; op < 4; ++op) {
+        for (InstanceId c : chains) want.push_back({c, op});
+      }
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
 // (c) Deadlock freedom: thousands of random cross-device transfers with
 // random priorities on 8 devices, a third of the Recv allocations failing.
 TEST(ExecutorSetTest, RandomTransfersWithRecvFailuresAllComplete) {

@@ -139,6 +139,63 @@ TEST(ReadyQueueTest, PopsInRunsBeforeOrderThroughLongRuns) {
   EXPECT_GT(popped, 8000);
 }
 
+// A master that ranks its instances first-come first-served gives every
+// instance a priority of its own (each lower than the one before). The queue
+// still pops in RunsBefore order (the oldest instance's operators first), and
+// holds buckets only for the priorities it has work for, plus at most
+// kKeepBuckets empty ones, not one per priority it ever saw.
+TEST(ReadyQueueTest, FirstComeFirstServedPrioritiesKeepFewBuckets) {
+  std::mt19937_64 rng(11);
+  ReadyQueue q;
+  std::vector<std::pair<DisciplineKey, uint32_t>> ref;
+  int64_t now = 0;
+  uint32_t next_item = 0;
+  int32_t next_priority = 0;
+  size_t most_buckets = 0;
+  int popped = 0;
+  // Up to 4 instances in flight, 5 operators each, as the overhead harness.
+  std::vector<int32_t> live;
+  for (int step = 0; step < 20000; ++step) {
+    if (live.size() < 4 && rng() % 3 == 0) live.push_back(next_priority--);
+    const bool push = ref.empty() || rng() % 2 == 0;
+    if (push && !live.empty()) {
+      DisciplineKey k;
+      k.priority_class = 0;
+      k.priority = live[rng() % live.size()];
+      now += static_cast<int64_t>(rng() % 3);
+      k.ready_ns = now;
+      k.tiebreak = next_item;
+      q.Push(k, next_item);
+      ref.push_back({k, next_item});
+      ++next_item;
+    } else if (!ref.empty()) {
+      auto best = ref.begin();
+      for (auto it = ref.begin(); it != ref.end(); ++it) {
+        if (RunsBefore(it->first, best->first)) best = it;
+      }
+      DisciplineKey got;
+      const uint32_t item = q.Pop(&got);
+      ASSERT_EQ(item, best->second) << "pop " << popped;
+      ASSERT_EQ(got.priority, best->first.priority) << "pop " << popped;
+      ASSERT_EQ(got.ready_ns, best->first.ready_ns) << "pop " << popped;
+      ref.erase(best);
+      ++popped;
+    }
+    // An instance retires once it has no work left (sometimes).
+    if (live.size() >= 2 && rng() % 2 == 0) {
+      const int32_t oldest = live.front();
+      if (std::none_of(ref.begin(), ref.end(), [&](const auto& e) { return e.first.priority == oldest; })) {
+        live.erase(live.begin());
+      }
+    }
+    ASSERT_EQ(q.size(), ref.size());
+    most_buckets = std::max(most_buckets, q.num_buckets());
+  }
+  EXPECT_GT(popped, 8000);
+  EXPECT_LT(next_priority, -300);  // many distinct priorities seen
+  EXPECT_LE(most_buckets, ReadyQueue::kKeepBuckets + 1 + 4);
+}
+
 TEST_F(SimTest, ChainOnOneDevice) {
   SetUpCluster(1);
   TemplateId t = Register("chain", {{"a", {}, 100, 10}, {"b", {"a"}, 100, 20}, {"c", {"b"}, 100, 30}});

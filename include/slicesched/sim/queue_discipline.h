@@ -54,6 +54,10 @@ class ReadyQueue {
   }
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
+  // Buckets held, empty ones included (at most kKeepBuckets empty ones are
+  // kept; see Pop()).
+  size_t num_buckets() const { return buckets_.size(); }
+  static constexpr size_t kKeepBuckets = 8;
 
   void Push(const DisciplineKey& key, uint32_t item) {
     const size_t i = BucketFor(key.priority_class, key.priority);
@@ -72,10 +76,22 @@ class ReadyQueue {
       if (b.head == b.q.size()) continue;
       first_ = i;  // every bucket before i is empty
       if (!b.sorted) SortBucket(b);
+      const uint8_t cls = b.cls;
+      const int32_t prio = b.prio;
       const Entry e = b.q[b.head++];
       if (b.head == b.q.size()) {
-        b.q.clear();
-        b.head = 0;
+        if (buckets_.size() > kKeepBuckets) {
+          // Emptied, with more buckets than a handful: dropped, so a queue
+          // whose priorities keep changing (a master that ranks its
+          // instances first-come first-served) holds only the buckets of
+          // its live priorities instead of one per priority it ever saw.
+          // Bucket i + 1 moves to i: first_ stays valid; hints are checked
+          // guesses, so the stale ones only miss.
+          DropBucket(i);
+        } else {
+          b.q.clear();
+          b.head = 0;
+        }
       } else if (b.head >= kCompactAfter && 2 * b.head >= b.q.size()) {
         // A busy device's bucket rarely empties: drop the popped prefix once
         // it is at least half the vector (moving at most as many entries as
@@ -85,7 +101,7 @@ class ReadyQueue {
         b.head = 0;
       }
       --size_;
-      if (key != nullptr) *key = DisciplineKey{b.cls, b.prio, e.ready_ns, e.tiebreak};
+      if (key != nullptr) *key = DisciplineKey{cls, prio, e.ready_ns, e.tiebreak};
       return e.item;
     }
     return 0;
@@ -111,6 +127,10 @@ class ReadyQueue {
   }
   static bool Before(const Entry& a, const Entry& b) {
     return a.ready_ns != b.ready_ns ? a.ready_ns < b.ready_ns : a.tiebreak < b.tiebreak;
+  }
+  [[gnu::noinline]] void DropBucket(size_t i) {
+    buckets_.erase(buckets_.begin() + static_cast<std::ptrdiff_t>(i));
+    std::fill(std::begin(hint_), std::end(hint_), uint8_t{0xff});
   }
   // Index of the bucket of (cls, prio), created if missing.
   size_t BucketFor(uint8_t cls, int32_t prio) {

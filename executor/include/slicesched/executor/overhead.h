@@ -13,7 +13,10 @@
 //       master retires finished prefills (releasing their KV checkpoints)
 //       and submits more. With window 1 the master submits a prefill only
 //       after the previous one retired, so every hand-off (submit, schedule,
-//       queue, completion, retirement) is on the critical path.
+//       queue, completion, retirement) is on the critical path. The
+//       prefills are ranked first come, first served by default (see
+//       OverheadOptions::priorities), so the device runs them one after the
+//       other, in the direct loop's order.
 // The timed region of (b) runs from the first submission to the last
 // retirement; the device runs the same operators on the same tokens as (a)
 // (the sampled tokens are compared).
@@ -41,7 +44,10 @@ namespace slicesched {
 struct OverheadOptions {
   int64_t prefills = 1000;
   int repetitions = 5;  // alternations of direct and scheduled
-  int window = 4;       // scheduled prefills in flight at once (>= 1)
+  // Scheduled prefills in flight at once (>= 1). 8 with wake_batch 4: the
+  // master refills four at a time while the other four (~2 ms of work) are
+  // still queued on the device, so the device never waits for the master.
+  int window = 8;
   int64_t block = 100;  // prefills per alternation block (>= 1; capped at prefills)
   // With two or more CPUs allowed: the direct loop and the device thread run
   // pinned to the same CPU, the master on the others (its own core, as in
@@ -57,12 +63,24 @@ struct OverheadOptions {
   // The master retires prefills in batches of this many (>= 1, at most
   // `window`): it asks to be woken once that many prefills have finished
   // (or the device ran out of work; ExecutorSet::WaitForFinishBatch). 1:
-  // woken for every prefill (the protocol before). Ignored when poll_us > 0.
-  int wake_batch = 1;
+  // woken for every prefill (the protocol before: window 4, wake_batch 1).
+  // Ignored when poll_us > 0. Batching pays only with "fcfs" priorities:
+  // with equal ones the prefills in flight finish together anyway.
+  int wake_batch = 4;
   // The direct loop runs on a thread of its own by default, like the
   // device thread (see overhead.cc: DirectThread); true: on the calling
   // thread, which is also the master's (the harness before).
   bool direct_on_main = false;
+  // How the master ranks its prefills for the devices' queue discipline:
+  // "fcfs" (first come, first served: each prefill gets a lower priority
+  // than the one submitted before it, so a device runs the oldest prefill's
+  // operators first, one prefill after the other, as the direct loop does),
+  // or "equal" (every prefill the same priority, the harness before: the
+  // discipline then runs the operators in the order they became ready, so
+  // the prefills in flight advance in lockstep, finish within a few
+  // microseconds of each other and the device runs dry until the master
+  // has refilled the window; docs/experiments.md, issue 5, sixth session).
+  std::string priorities = "fcfs";
   uint64_t seed = 1;    // weights
   int warmup = 20;      // untimed prefills of each kind first
   std::string model = "tiny";  // a Llama preset: tiny, small, llama3-8b
@@ -111,6 +129,7 @@ struct OverheadResult {
   double direct_cpu_s = 0, device_cpu_s = 0, master_cpu_s = 0;
   std::string only;  // OverheadOptions::only
   bool direct_on_main = false;  // OverheadOptions::direct_on_main
+  std::string priorities;       // OverheadOptions::priorities
   // The scheduler's view of the direct loop's thread, of the device thread
   // and of the master thread (see ThreadSched).
   ThreadSched direct_thread, device_thread, master_thread;
