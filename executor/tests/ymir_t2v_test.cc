@@ -341,6 +341,7 @@ TEST(Task2Vec, AreaGainAndHeadProbeAreWired) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(w.ok());
   YmirExperimentOptions o = SmallExperiment();
+  o.probe = YmirProbe::kTrained;
   auto steps = RunYmirEstimators(**w, o);
   o.gain_measure = YmirGainMeasure::kArea;
   o.gain_window = 4;
