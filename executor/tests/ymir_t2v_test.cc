@@ -343,6 +343,13 @@ TEST(Task2Vec, AreaGainAndHeadProbeAreWired) {
   YmirExperimentOptions o = SmallExperiment();
   o.probe = YmirProbe::kTrained;
   auto steps = RunYmirEstimators(**w, o);
+  // The probe changes the similarities only: the measured gains (and so a
+  // gains CSV such as configs/ymir/gains_synth.csv) are the same.
+  o.probe = YmirProbe::kHead;
+  auto head = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(head.ok()) << head.status();
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_EQ(head->GainsCsv(), steps->GainsCsv());
   o.gain_measure = YmirGainMeasure::kArea;
   o.gain_window = 4;
   o.probe = YmirProbe::kHead;

@@ -162,8 +162,10 @@ struct YmirTaskSpec {
 
 struct YmirExperimentOptions {
   // The defaults are the documented first setup (docs/experiments.md, "Ymir
-  // estimators"); setups A and B there (zero head, warm-up, other families)
-  // are flags of slicesim ymir-estimators and did not beat it on both seeds.
+  // estimators") with, since the sixth session, the head-only Task2Vec probe
+  // and 256 Fisher examples (the measured gains are unchanged); setups A and
+  // B there (zero head, warm-up, other families) and the area gain are flags
+  // of slicesim ymir-estimators and did not beat it on both seeds.
   // With zero_head, fa-inv is the mirror image of fa-major (the same eval
   // curve to the last digit): use another task (e.g. fa-bins:3) instead.
   std::vector<YmirTaskSpec> tasks = {
