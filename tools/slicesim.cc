@@ -145,6 +145,8 @@ int Usage(FILE* to) {
                "                        LoRA rounds) and write it as safetensors (needs LibTorch)\n"
                "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
                "         [--warmup-steps W] [--head zero|random] [--spatial-step mean|sum]\n"
+               "         [--probe trained|head] [--probe-steps N] [--fisher-examples K]\n"
+               "         [--gain steps|area] [--gain-window W]\n"
                "         [--tasks NAME[:CLASSES],...]\n"
                "         [--eval-every N] [--max-steps-factor F]\n"
                "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
@@ -619,6 +621,8 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string envelope = o.iter_fit.envelope == slicesched::ymir::Envelope::kIsotonic ? "isotonic" : "min";
   std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
   std::string spatial_step = o.spatial_rule == slicesched::executor::JointStepRule::kSum ? "sum" : "mean";
+  std::string probe = o.probe == slicesched::executor::YmirProbe::kHead ? "head" : "trained";
+  std::string gain_measure = o.gain_measure == slicesched::executor::YmirGainMeasure::kArea ? "area" : "steps";
   if (int rc = Flags("ymir-estimators")
                    .Text("--backbone", &backbone)
                    .Int("--backbone-seed", &backbone_seed)
@@ -628,6 +632,11 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Int("--warmup-steps", &o.lr_warmup_steps)
                    .Text("--head", &head)
                    .Text("--spatial-step", &spatial_step)
+                   .Text("--probe", &probe)
+                   .Int("--probe-steps", &o.probe_steps)
+                   .Int("--fisher-examples", &o.fisher_examples)
+                   .Text("--gain", &gain_measure)
+                   .Int("--gain-window", &o.gain_window)
                    .Text("--tasks", &tasks)
                    .Int("--eval-every", &o.eval_every)
                    .Int("--max-steps-factor", &o.max_steps_factor)
@@ -651,6 +660,18 @@ int YmirEstimators(const std::vector<std::string>& args) {
     return 2;
   }
   o.zero_head = head == "zero";
+  if (probe != "trained" && probe != "head") {
+    std::fprintf(stderr, "slicesim ymir-estimators: --probe must be trained or head, got '%s'\n", probe.c_str());
+    return 2;
+  }
+  o.probe = probe == "head" ? slicesched::executor::YmirProbe::kHead : slicesched::executor::YmirProbe::kTrained;
+  if (gain_measure != "steps" && gain_measure != "area") {
+    std::fprintf(stderr, "slicesim ymir-estimators: --gain must be steps or area, got '%s'\n",
+                 gain_measure.c_str());
+    return 2;
+  }
+  o.gain_measure = gain_measure == "area" ? slicesched::executor::YmirGainMeasure::kArea
+                                          : slicesched::executor::YmirGainMeasure::kSteps;
   if (spatial_step != "mean" && spatial_step != "sum") {
     std::fprintf(stderr, "slicesim ymir-estimators: --spatial-step must be mean or sum, got '%s'\n",
                  spatial_step.c_str());

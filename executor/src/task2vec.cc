@@ -141,6 +141,15 @@ absl::Status YmirExperimentOptions::Validate() const {
         ", max_steps_factor ", max_steps_factor, ", repeats ", repeats, ", eval_every ", eval_every,
         ", fisher_examples ", fisher_examples, ", stop_loss_epoch_steps ", stop_loss_epoch_steps));
   }
+  if (gain_measure == YmirGainMeasure::kArea) {
+    const int64_t w = GainWindow();
+    if (w < eval_every || w % eval_every != 0 || w >= max_steps_factor * normal_steps) {
+      return absl::InvalidArgumentError(StrCat(
+          "Ymir experiment: the area gain's window (slicesim --gain-window) must be a positive multiple "
+          "of eval_every (", eval_every, ") below max_steps (", max_steps_factor * normal_steps,
+          "), got ", w));
+    }
+  }
   if (lr_warmup_steps < 0) {
     return absl::InvalidArgumentError(
         StrCat("Ymir experiment: lr_warmup_steps must be >= 0, got ", lr_warmup_steps));
@@ -182,6 +191,38 @@ double SymmetricDistance(const std::vector<double>& a, const std::vector<double>
 double AsymmetricDistance(const std::vector<double>& from, const std::vector<double>& to,
                           const std::vector<double>& trivial, double alpha) {
   return SymmetricDistance(from, to) - alpha * SymmetricDistance(from, trivial);
+}
+
+double AreaEquivalentSpeedup(const std::vector<ymir::LossPoint>& reference,
+                             const std::vector<double>& steps, double transfer_mean,
+                             double min_speedup, double max_speedup, bool* clamped) {
+  if (clamped != nullptr) *clamped = false;
+  if (reference.empty() || steps.empty()) return 1.0;
+  const Curve iso = ymir::IsotonicDecreasing(reference);
+  // The mean of the reference at s t_k: non-increasing in s.
+  auto mean_at = [&](double s) {
+    double m = 0;
+    for (double t : steps) m += LossAt(iso, s * t) / static_cast<double>(steps.size());
+    return m;
+  };
+  if (transfer_mean >= mean_at(min_speedup)) {
+    if (clamped != nullptr) *clamped = true;
+    return min_speedup;
+  }
+  if (transfer_mean <= mean_at(max_speedup)) {
+    if (clamped != nullptr) *clamped = true;
+    return max_speedup;
+  }
+  double lo = std::log(min_speedup), hi = std::log(max_speedup);
+  for (int it = 0; it < 100; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (mean_at(std::exp(mid)) > transfer_mean) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return std::exp(0.5 * (lo + hi));
 }
 
 LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
@@ -286,7 +327,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   // Evaluates every step up to `dense` (normal runs: the estimator's prefixes).
   auto run = [&](TaskState& st, const TaskData& t, int64_t first_step, int64_t last, double stop_at,
                  Curve* c, TaskState* snapshot, ymir::StopLoss* monitor, const Curve* reference,
-                 int64_t* decoupled_at, int64_t dense) -> absl::Status {
+                 int64_t* decoupled_at, int64_t dense, int64_t run_at_least = 0) -> absl::Status {
     if (first_step == 0) {
       SLICESCHED_ASSIGN_OR_RETURN(double l0, EvalLoss(base, st.params, t));
       c->push_back({0, l0});
@@ -307,7 +348,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                                     monitor->Observe(0, epochs(step), l, LossAt(*reference, step)));
         if (v == ymir::StopLossVerdict::kDecouple) *decoupled_at = step;
       }
-      if (on_grid(step) &&
+      if (on_grid(step) && step >= run_at_least &&
           ymir::ShouldStop(static_cast<double>(step), l, stop_at, last) != ymir::StopReason::kContinue)
         break;
     }
@@ -317,6 +358,20 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   // the repeats whose fit never reached the target.
   std::vector<std::vector<double>> pred_normal_sum(fractions.size(), std::vector<double>(n, 0.0));
   std::vector<std::vector<int64_t>> unreachable(fractions.size(), std::vector<int64_t>(n, 0));
+  // The area gain (kArea): per task the sum over repeats of the normal grid
+  // curve continued to max_steps, per pair the sum of the transfer's window
+  // mean, and the window's steps.
+  const bool area = o.gain_measure == YmirGainMeasure::kArea;
+  const int64_t window = area ? o.GainWindow() : 0;
+  std::vector<Curve> normal_ext_sum(n);
+  std::vector<double> pair_window_sum;
+  std::vector<double> window_steps;
+  for (int64_t t = o.eval_every; t <= window; t += o.eval_every) window_steps.push_back(static_cast<double>(t));
+  auto window_mean = [&](const Curve& c) {
+    double m = 0;
+    for (double t : window_steps) m += LossAt(c, t) / static_cast<double>(window_steps.size());
+    return m;
+  };
 
   for (int64_t r = 0; r < o.repeats; ++r) {
     seed = o.seed + 1000 * static_cast<uint64_t>(r);
@@ -344,7 +399,11 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     // Adds one repeat's measurement of a pair (its row is created by repeat 0):
     // B's steps without and with stop-loss, and the step of a decoupling (0: none).
     auto record = [&](const std::string& mode, size_t src, size_t dst, double sim, double steps,
-                      int64_t decoupled_at, double steps_stop_loss) {
+                      int64_t decoupled_at, double steps_stop_loss, const Curve& transfer) {
+      if (area) {
+        if (r == 0) pair_window_sum.push_back(0.0);
+        pair_window_sum[pair_index] += window_mean(transfer);
+      }
       if (r == 0) {
         YmirPair p{.task_a = o.tasks[src].name,
                    .task_b = o.tasks[dst].name,
@@ -403,6 +462,21 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       normal_curve[i] = c;
       if (r == 0) rep.normal_curves.push_back(c);
       trained[i] = st;
+      if (area) {
+        // The area gain's reference: the same run continued to max_steps
+        // (a copy: the temporal source stays the normal_steps state).
+        TaskState more = st;
+        Curve ext = c;
+        SLICESCHED_RETURN_IF_ERROR(run(more, data[i], o.normal_steps, max_steps, -1.0, &ext, nullptr,
+                                       nullptr, nullptr, nullptr, 0));
+        const Curve g = grid(ext);
+        if (r == 0) {
+          normal_ext_sum[i] = g;
+        } else {
+          for (size_t k = 0; k < g.size() && k < normal_ext_sum[i].size(); ++k)
+            normal_ext_sum[i][k].loss += g[k].loss;
+        }
+      }
     }
     if (r == 0) {
       // Task2Vec embeddings: per-example squared gradients of the LoRA factors.
@@ -428,7 +502,24 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         for (int64_t k = 0; k < o.fisher_examples; ++k) {
           rows.push_back(&data[i].train[static_cast<size_t>(k) % data[i].train.size()]);
         }
-        SLICESCHED_ASSIGN_OR_RETURN(emb[i], embed(probe[i].params, rows, false));
+        if (o.probe == YmirProbe::kHead) {
+          // Task2Vec's probe (task2vec.h): the LoRA factors stay at their
+          // init, only the head learns the task.
+          SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[i]));
+          for (int64_t step = 0; step < o.probe_steps; ++step) {
+            const std::vector<LoraLayer> frozen = st.params.layers;
+            SLICESCHED_RETURN_IF_ERROR(
+                AccumulateMicroBatch(base, st, MakeBatch(StepRows(data[i], step, o.batch_size), {}))
+                    .status());
+            schedule(st);
+            SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));
+            st.params.layers = frozen;
+            ++rep.train_steps;
+          }
+          SLICESCHED_ASSIGN_OR_RETURN(emb[i], embed(st.params, rows, false));
+        } else {
+          SLICESCHED_ASSIGN_OR_RETURN(emb[i], embed(probe[i].params, rows, false));
+        }
       }
       // The trivial embedding: the same probe trained on the backbone's own task.
       {
@@ -441,7 +532,9 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         SLICESCHED_ASSIGN_OR_RETURN(TaskState st,
                                     TaskState::Init(dims, lora, dims.vocab, o.seed, adamw));
         st.params.head = base.lm_head();
-        for (int64_t step = 0; step < o.probe_steps; ++step) {
+        // kHead: the pretrained lm head already fits `lm`; LoRA stays at init.
+        const int64_t lm_steps = o.probe == YmirProbe::kHead ? 0 : o.probe_steps;
+        for (int64_t step = 0; step < lm_steps; ++step) {
           std::vector<const synth::Example*> rows;
           for (int64_t b = 0; b < o.batch_size; ++b)
             rows.push_back(&lm[static_cast<size_t>(step * o.batch_size + b)]);
@@ -455,6 +548,23 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         std::vector<const synth::Example*> rows;
         for (int64_t k = 0; k < o.fisher_examples; ++k) rows.push_back(&lm[static_cast<size_t>(k)]);
         SLICESCHED_ASSIGN_OR_RETURN(trivial, embed(st.params, rows, true));
+      }
+      if (o.probe == YmirProbe::kHead) {
+        // Drop the coordinates that are zero in every embedding (task2vec.h).
+        std::vector<size_t> keep;
+        for (size_t k = 0; k < trivial.size(); ++k) {
+          bool nonzero = trivial[k] != 0.0;
+          for (size_t i = 0; i < n && !nonzero; ++i) nonzero = emb[i][k] != 0.0;
+          if (nonzero) keep.push_back(k);
+        }
+        auto squeeze = [&](std::vector<double>& v) {
+          std::vector<double> out;
+          out.reserve(keep.size());
+          for (size_t k : keep) out.push_back(v[k]);
+          v = std::move(out);
+        };
+        for (size_t i = 0; i < n; ++i) squeeze(emb[i]);
+        squeeze(trivial);
       }
     }  // r == 0: embeddings
     auto similarity = [&](size_t a, size_t b) {
@@ -473,9 +583,9 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         Curve c;
         int64_t decoupled_at = 0;
         SLICESCHED_RETURN_IF_ERROR(run(st, data[b], 0, max_steps, target[b], &c, nullptr, &monitor,
-                                       &normal_curve[b], &decoupled_at, 0));
+                                       &normal_curve[b], &decoupled_at, 0, window));
         SLICESCHED_ASSIGN_OR_RETURN(double steps, steps_to(c, target[b]));
-        record("temporal", a, b, similarity(a, b), steps, decoupled_at, steps);
+        record("temporal", a, b, similarity(a, b), steps, decoupled_at, steps, c);
       }
     }
     // Spatial A + B (a < b): one joint run gives both tasks' gains. A spatial
@@ -524,7 +634,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
               alone_a = sa, alone_b = sb, ca_alone = ca, cb_alone = cb;
             }
           }
-          if (reached(ca, target[a]) && reached(cb, target[b])) break;
+          if (step >= window && reached(ca, target[a]) && reached(cb, target[b])) break;
         }
         double stop_loss_steps[2] = {0, 0};  // of a, of b
         for (int side = 0; side < 2; ++side) {
@@ -546,7 +656,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         for (int side = 0; side < 2; ++side) {
           const size_t src = side == 0 ? a : b, dst = side == 0 ? b : a;
           SLICESCHED_ASSIGN_OR_RETURN(double steps, steps_to(side == 0 ? cb : ca, target[dst]));
-          record("spatial", src, dst, s, steps, decoupled_at, stop_loss_steps[side == 0 ? 1 : 0]);
+          record("spatial", src, dst, s, steps, decoupled_at, stop_loss_steps[side == 0 ? 1 : 0],
+                 side == 0 ? cb : ca);
         }
       }
     }
@@ -556,7 +667,16 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   for (size_t k = 0; k < rep.pairs.size(); ++k) {
     YmirPair& p = rep.pairs[k];
     p.steps_normal = rep.normal_steps[pair_dst[k]];
-    p.gain = p.steps_normal / p.steps_transfer - 1.0;
+    p.gain_steps = p.steps_normal / p.steps_transfer - 1.0;
+    p.gain = p.gain_steps;
+    if (area) {
+      Curve ref = normal_ext_sum[pair_dst[k]];
+      for (ymir::LossPoint& pt : ref) pt.loss /= static_cast<double>(o.repeats);
+      const double s = AreaEquivalentSpeedup(
+          ref, window_steps, pair_window_sum[k] / static_cast<double>(o.repeats), 0.1,
+          static_cast<double>(max_steps) / static_cast<double>(window), &p.gain_clamped);
+      p.gain = s - 1.0;
+    }
   }
 
   // Regression per mode, leave-one-out predictions, scores.
@@ -702,10 +822,14 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "  \"setup\": {\"seed\": %d, \"tasks\": [%s], \"repeats\": %d, \"learning_rate\": %g, "
         "\"lr_warmup_steps\": %d, \"head\": \"%s\", \"spatial_step\": \"%s\", \"normal_steps\": %d, \"max_steps\": %d, "
-        "\"eval_every\": %d, \"eval_examples\": %d, \"probe_steps\": %d, \"iter_fit\": {\"envelope\": "
+        "\"eval_every\": %d, \"eval_examples\": %d, \"probe_steps\": %d, \"probe\": \"%s\", "
+        "\"fisher_examples\": %d, \"gain_measure\": \"%s\", \"gain_window\": %d, \"iter_fit\": {\"envelope\": "
         "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}},\n",
         o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
         o.spatial_rule == JointStepRule::kSum ? "sum" : "mean", o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
+        o.probe == YmirProbe::kHead ? "head" : "trained", o.fisher_examples,
+        o.gain_measure == YmirGainMeasure::kArea ? "area" : "steps",
+        o.gain_measure == YmirGainMeasure::kArea ? o.GainWindow() : 0,
         o.iter_fit.envelope == ymir::Envelope::kIsotonic ? "isotonic" : "min",
         o.iter_fit.time_shift ? "true" : "false", o.iter_fit.recency_half_life,
         o.iter_fit.quadratic ? "true" : "false");
@@ -726,7 +850,8 @@ std::string YmirEstimatorReport::ToJson() const {
     j += (k ? ",\n    " : "\n    ") + iter_json(iteration_sweep[k]);
   }
   j += "],\n";
-  // The best pairs by measured steps-to-target speed-up (1 + gain).
+  // The best pairs by measured speed-up (1 + gain; with --gain steps it is
+  // steps_normal / steps_transfer).
   std::vector<size_t> order(pairs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -737,8 +862,7 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "%s{\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"steps_normal\": %.2f, "
         "\"steps_transfer\": %.2f, \"speedup\": %.3f}",
-        k ? ", " : "", p.task_a, p.task_b, p.mode, p.steps_normal, p.steps_transfer,
-        p.steps_normal / p.steps_transfer);
+        k ? ", " : "", p.task_a, p.task_b, p.mode, p.steps_normal, p.steps_transfer, 1.0 + p.gain);
   }
   j += "],\n";
   j += absl::StrFormat(
@@ -795,11 +919,13 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "%s\n    {\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"similarity\": %.4f, "
         "\"steps_normal\": %.2f, "
-        "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"predicted_gain\": %.4f, "
+        "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"gain_steps\": %.4f, "
+        "\"gain_clamped\": %s, \"predicted_gain\": %.4f, "
         "\"predicted_steps_transfer\": %.2f, \"stop_loss_decoupled\": %d, \"stop_loss_step\": %d, "
         "\"steps_transfer_stop_loss\": %.2f}",
         i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.steps_normal, p.steps_transfer,
-        p.censored ? "true" : "false", p.gain, p.predicted_gain, p.predicted_steps_transfer,
+        p.censored ? "true" : "false", p.gain, p.gain_steps, p.gain_clamped ? "true" : "false",
+        p.predicted_gain, p.predicted_steps_transfer,
         p.stop_loss_decoupled, p.stop_loss_step, p.steps_transfer_stop_loss);
   }
   j += absl::StrFormat("],\n  \"train_steps\": %d,\n  \"seconds\": %.1f\n}", train_steps, seconds);

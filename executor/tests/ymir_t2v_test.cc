@@ -307,6 +307,82 @@ TEST(Task2Vec, ZeroHeadStartsUniformAndTheWarmUpRampsTheLearningRate) {
               testing::HasSubstr("lr_warmup_steps must be >= 0, got -1"));
 }
 
+// The area gain inverts a time rescaling of the reference: a transfer curve
+// T(t) = N(s t) gives back s from the window's mean alone.
+TEST(Task2Vec, AreaSpeedupRecoversATimeRescaling) {
+  auto n = [](double t) { return 0.5 + 1.0 / (1.0 + 0.2 * t); };
+  std::vector<ymir::LossPoint> reference;
+  for (int t = 0; t <= 80; ++t) reference.push_back({static_cast<double>(t), n(t)});
+  const std::vector<double> window = {4, 8, 12, 16, 20};
+  for (double s : {0.25, 0.5, 1.0, 2.0, 3.5}) {
+    double mean = 0;
+    for (double t : window) mean += n(s * t) / static_cast<double>(window.size());
+    bool clamped = true;
+    EXPECT_NEAR(AreaEquivalentSpeedup(reference, window, mean, 0.1, 4.0, &clamped), s, 1e-3 * s) << s;
+    EXPECT_FALSE(clamped);
+  }
+  // Bumps of a wandering reference are pooled (isotonic), so the answer
+  // stays the one of the trend: add +-0.02 alternating noise to the reference.
+  std::vector<ymir::LossPoint> noisy = reference;
+  for (size_t k = 0; k < noisy.size(); ++k) noisy[k].loss += (k % 2 == 0 ? 0.02 : -0.02);
+  double mean = 0;
+  for (double t : window) mean += n(2.0 * t) / static_cast<double>(window.size());
+  EXPECT_NEAR(AreaEquivalentSpeedup(noisy, window, mean, 0.1, 4.0, nullptr), 2.0, 0.15);
+  // Beyond the range: clamped at the bounds.
+  bool clamped = false;
+  EXPECT_EQ(AreaEquivalentSpeedup(reference, window, 2.0, 0.1, 4.0, &clamped), 0.1);
+  EXPECT_TRUE(clamped);
+  EXPECT_EQ(AreaEquivalentSpeedup(reference, window, 0.4, 0.1, 4.0, &clamped), 4.0);
+  EXPECT_TRUE(clamped);
+}
+
+// --gain area and --probe head, wired into the experiment.
+TEST(Task2Vec, AreaGainAndHeadProbeAreWired) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  o.probe = YmirProbe::kTrained;
+  auto steps = RunYmirEstimators(**w, o);
+  // The probe changes the similarities only: the measured gains (and so a
+  // gains CSV such as configs/ymir/gains_synth.csv) are the same.
+  o.probe = YmirProbe::kHead;
+  auto head = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(head.ok()) << head.status();
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_EQ(head->GainsCsv(), steps->GainsCsv());
+  o.gain_measure = YmirGainMeasure::kArea;
+  o.gain_window = 4;
+  o.probe = YmirProbe::kHead;
+  auto area = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_TRUE(area.ok()) << area.status();
+  ASSERT_EQ(area->pairs.size(), steps->pairs.size());
+  bool some_differ = false, some_similarity_differs = false;
+  for (size_t k = 0; k < area->pairs.size(); ++k) {
+    const YmirPair &a = area->pairs[k], &s = steps->pairs[k];
+    // The steps gain is still reported beside the area gain.
+    EXPECT_NEAR(a.gain_steps, a.steps_normal / a.steps_transfer - 1.0, 1e-12);
+    EXPECT_NEAR(s.gain, s.gain_steps, 0.0);
+    // Speed-up within [0.1, max_steps / W] = [0.1, 3].
+    EXPECT_GE(a.gain, 0.1 - 1.0 - 1e-12);
+    EXPECT_LE(a.gain, 3.0 - 1.0 + 1e-12);
+    some_differ = some_differ || std::abs(a.gain - a.gain_steps) > 1e-6;
+    EXPECT_TRUE(std::isfinite(a.similarity));
+    some_similarity_differs = some_similarity_differs || a.similarity != s.similarity;
+  }
+  EXPECT_TRUE(some_differ);
+  EXPECT_TRUE(some_similarity_differs);  // the head probe's embeddings are other ones
+  // The area gain does not change the normal runs' targets or steps.
+  EXPECT_EQ(area->normal_steps, steps->normal_steps);
+  EXPECT_EQ(area->normal_target_loss, steps->normal_target_loss);
+  EXPECT_THAT(area->ToJson(), testing::HasSubstr("\"probe\": \"head\", \"fisher_examples\": 4, "
+                                                 "\"gain_measure\": \"area\", \"gain_window\": 4"));
+  o.gain_window = 3;  // not a multiple of eval_every (2)
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("window (slicesim --gain-window) must be a positive multiple of eval_every (2) "
+                                 "below max_steps (12), got 3"));
+}
+
 TEST(Task2Vec, RejectsBadOptions) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(w.ok());
