@@ -610,14 +610,24 @@ absl::Status AccumulateGradients(TaskState& state, const TaskAdapters& grad) {
   return absl::OkStatus();
 }
 
-absl::Status AdamWStep(TaskState& state) {
-  constexpr std::string_view kOp = "AdamWStep";
-  if (state.accumulated < 1) {
-    return absl::FailedPreconditionError(
-        StrCat(kOp, ": no gradients accumulated since step ", state.step));
-  }
-  SLICESCHED_RETURN_IF_ERROR(state.adamw.Validate());
-  const AdamWOptions& o = state.adamw;
+namespace {
+
+// A parameter's new value and optimizer moments (`v` unused by SGD).
+struct StepResult {
+  at::Tensor p, m, v;
+};
+
+absl::Status CheckAccumulated(const TaskState& state, std::string_view op) {
+  if (state.accumulated >= 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(StrCat(op, ": no gradients accumulated since step ", state.step));
+}
+
+// The frame AdamWStep and SgdStep share: walks the adapter tensors with their
+// optimizer state, lets `update(param, mean_gradient, m, v)` compute the new
+// value and moments, zeroes the gradient sums and advances the step. `state`
+// changes only when every tensor was updated.
+template <typename Update>
+absl::Status StepAdapters(TaskState& state, std::string_view op, bool uses_v, Update update) {
   TaskState next = state;
   try {
     c10::InferenceMode guard;
@@ -625,31 +635,23 @@ absl::Status AdamWStep(TaskState& state) {
     std::vector<Tensor*> m = internal::AdapterTensors(next.m);
     std::vector<Tensor*> v = internal::AdapterTensors(next.v);
     std::vector<Tensor*> gs = internal::AdapterTensors(next.grad_sum);
-    if (m.size() != p.size() || v.size() != p.size() || gs.size() != p.size()) {
-      return absl::InvalidArgumentError(
-          StrCat(kOp, ": optimizer state does not match the parameters"));
+    if (m.size() != p.size() || (uses_v && v.size() != p.size()) || gs.size() != p.size()) {
+      return absl::InvalidArgumentError(StrCat(op, ": optimizer state does not match the parameters"));
     }
-    const double t = static_cast<double>(state.step + 1);
-    const double bc1 = 1.0 - std::pow(o.beta1, t);
-    const double bc2 = 1.0 - std::pow(o.beta2, t);
     for (size_t i = 0; i < p.size(); ++i) {
+      const at::Tensor param = Access::Unwrap(*p[i]);
       const at::Tensor g = Access::Unwrap(*gs[i]) / static_cast<double>(state.accumulated);
-      const at::Tensor m2 = Access::Unwrap(*m[i]) * o.beta1 + g * (1.0 - o.beta1);
-      const at::Tensor v2 = Access::Unwrap(*v[i]) * o.beta2 + g * g * (1.0 - o.beta2);
-      const at::Tensor denom = (v2 / bc2).sqrt() + o.eps;
-      const at::Tensor p2 =
-          Access::Unwrap(*p[i]) * (1.0 - o.lr * o.weight_decay) - (m2 / bc1) / denom * o.lr;
-      if (p2.sizes() != Access::Unwrap(*p[i]).sizes()) {
-        return absl::InvalidArgumentError(
-            StrCat(kOp, ": optimizer state does not match the parameters"));
+      const StepResult r = update(param, g, Access::Unwrap(*m[i]), uses_v ? Access::Unwrap(*v[i]) : at::Tensor());
+      if (r.p.sizes() != param.sizes()) {
+        return absl::InvalidArgumentError(StrCat(op, ": optimizer state does not match the parameters"));
       }
-      *p[i] = Access::Wrap(p2);
-      *m[i] = Access::Wrap(m2);
-      *v[i] = Access::Wrap(v2);
+      *p[i] = Access::Wrap(r.p);
+      *m[i] = Access::Wrap(r.m);
+      if (uses_v) *v[i] = Access::Wrap(r.v);
       *gs[i] = Access::Wrap(at::zeros_like(g));
     }
   } catch (...) {
-    return internal::CurrentExceptionToStatus(kOp);
+    return internal::CurrentExceptionToStatus(op);
   }
   next.step = state.step + 1;
   next.accumulated = 0;
@@ -657,12 +659,30 @@ absl::Status AdamWStep(TaskState& state) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status AdamWStep(TaskState& state) {
+  constexpr std::string_view kOp = "AdamWStep";
+  SLICESCHED_RETURN_IF_ERROR(CheckAccumulated(state, kOp));
+  SLICESCHED_RETURN_IF_ERROR(state.adamw.Validate());
+  const AdamWOptions o = state.adamw;
+  const double t = static_cast<double>(state.step + 1);
+  const double bc1 = 1.0 - std::pow(o.beta1, t);
+  const double bc2 = 1.0 - std::pow(o.beta2, t);
+  return StepAdapters(state, kOp, /*uses_v=*/true,
+                      [&](const at::Tensor& param, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v) {
+                        StepResult r;
+                        r.m = m * o.beta1 + g * (1.0 - o.beta1);
+                        r.v = v * o.beta2 + g * g * (1.0 - o.beta2);
+                        const at::Tensor denom = (r.v / bc2).sqrt() + o.eps;
+                        r.p = param * (1.0 - o.lr * o.weight_decay) - (r.m / bc1) / denom * o.lr;
+                        return r;
+                      });
+}
+
 absl::Status SgdStep(TaskState& state) {
   constexpr std::string_view kOp = "SgdStep";
-  if (state.accumulated < 1) {
-    return absl::FailedPreconditionError(
-        StrCat(kOp, ": no gradients accumulated since step ", state.step));
-  }
+  SLICESCHED_RETURN_IF_ERROR(CheckAccumulated(state, kOp));
   const double lr = state.adamw.lr, wd = state.adamw.weight_decay, mu = state.momentum;
   if (!std::isfinite(lr) || lr < 0.0) {
     return absl::InvalidArgumentError(StrCat(kOp, ": lr must be >= 0, got ", lr));
@@ -673,34 +693,14 @@ absl::Status SgdStep(TaskState& state) {
   if (!std::isfinite(mu) || mu < 0.0 || mu >= 1.0) {
     return absl::InvalidArgumentError(StrCat(kOp, ": momentum must be in [0, 1), got ", mu));
   }
-  TaskState next = state;
-  try {
-    c10::InferenceMode guard;
-    std::vector<Tensor*> p = internal::AdapterTensors(next.params);
-    std::vector<Tensor*> m = internal::AdapterTensors(next.m);
-    std::vector<Tensor*> gs = internal::AdapterTensors(next.grad_sum);
-    if (m.size() != p.size() || gs.size() != p.size()) {
-      return absl::InvalidArgumentError(StrCat(kOp, ": optimizer state does not match the parameters"));
-    }
-    for (size_t i = 0; i < p.size(); ++i) {
-      const at::Tensor param = Access::Unwrap(*p[i]);
-      const at::Tensor g = Access::Unwrap(*gs[i]) / static_cast<double>(state.accumulated) + param * wd;
-      const at::Tensor m2 = Access::Unwrap(*m[i]) * mu + g;
-      const at::Tensor p2 = param - m2 * lr;
-      if (p2.sizes() != param.sizes()) {
-        return absl::InvalidArgumentError(StrCat(kOp, ": optimizer state does not match the parameters"));
-      }
-      *p[i] = Access::Wrap(p2);
-      *m[i] = Access::Wrap(m2);
-      *gs[i] = Access::Wrap(at::zeros_like(g));
-    }
-  } catch (...) {
-    return internal::CurrentExceptionToStatus(kOp);
-  }
-  next.step = state.step + 1;
-  next.accumulated = 0;
-  state = std::move(next);
-  return absl::OkStatus();
+  return StepAdapters(state, kOp, /*uses_v=*/false,
+                      [&](const at::Tensor& param, const at::Tensor& g, const at::Tensor& m, const at::Tensor&) {
+                        StepResult r;
+                        const at::Tensor gd = g + param * wd;  // coupled weight decay (PyTorch's SGD)
+                        r.m = m * mu + gd;
+                        r.p = param - r.m * lr;
+                        return r;
+                      });
 }
 
 absl::Status OptimizerStep(TaskState& state) {

@@ -763,10 +763,9 @@ absl::StatusOr<std::vector<JobEvent>> StateStore::ListJobEvents(uint64_t job_id,
   return out;
 }
 
-absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListDecoupledPairs() {
-  absl::MutexLock lock(&mu_);
-  constexpr std::string_view kSql = "SELECT job_a, job_b, time_unix_ms FROM decoupled_pairs ORDER BY job_a, job_b";
-  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListPairsLocked(std::string_view table) {
+  const std::string sql = StrCat("SELECT job_a, job_b, time_unix_ms FROM ", table, " ORDER BY job_a, job_b");
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, sql, path_));
   std::vector<DecoupledPair> out;
   while (true) {
     SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
@@ -776,17 +775,14 @@ absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListDecoupledPairs() {
   return out;
 }
 
+absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListDecoupledPairs() {
+  absl::MutexLock lock(&mu_);
+  return ListPairsLocked("decoupled_pairs");
+}
+
 absl::StatusOr<std::vector<DecoupledPair>> StateStore::ListJointPairs() {
   absl::MutexLock lock(&mu_);
-  constexpr std::string_view kSql = "SELECT job_a, job_b, time_unix_ms FROM joint_pairs ORDER BY job_a, job_b";
-  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
-  std::vector<DecoupledPair> out;
-  while (true) {
-    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    out.push_back(DecoupledPair{static_cast<uint64_t>(st.Int(0)), static_cast<uint64_t>(st.Int(1)), st.Int(2)});
-  }
-  return out;
+  return ListPairsLocked("joint_pairs");
 }
 
 absl::Status StateStore::AddNormalRunPoint(uint64_t job_id, std::string_view run_key, int64_t step, double metric) {

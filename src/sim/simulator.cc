@@ -65,6 +65,17 @@ constexpr uint16_t kNoDevice = 0xffff;
 enum class SimState : uint8_t { kUnplaced = 0, kWaiting = 1, kQueued = 2, kRunning = 3, kDone = 4, kArriving = 5 };
 using enum SimState;
 
+// A snapshot node's state as the run sees it (failed/cancelled nodes never
+// appear live, so anything else is done).
+inline SimState SimStateOf(uint8_t node_state) {
+  switch (static_cast<NodeState>(node_state)) {
+    case NodeState::kUnscheduled: return kUnplaced;
+    case NodeState::kIssued: return kWaiting;
+    case NodeState::kRunning: return kRunning;
+    default: return kDone;
+  }
+}
+
 // 16 bytes, ordered as one 128-bit key: the time (sign bit flipped, so that
 // unsigned order is signed order), then the sequence number (32 bits) and
 // the node (32 bits), so comparing events compares (time, seq); sequence
@@ -1065,13 +1076,7 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
     const GmgSnapshot::Node& node = nodes[n];
     // The record is assembled in locals and stored once: reading back
     // fields just written piecewise would stall on store forwarding.
-    SimState st;
-    switch (static_cast<NodeState>(node.state)) {
-      case NodeState::kUnscheduled: st = kUnplaced; break;
-      case NodeState::kIssued: st = kWaiting; break;
-      case NodeState::kRunning: st = kRunning; break;
-      default: st = kDone; break;  // failed/cancelled never appear live
-    }
+    const SimState st = SimStateOf(node.state);
     const uint16_t dev = node.device;
     init_start[n] = st == kRunning || st == kDone ? node.start_ns : -1;
     ids_ordered &= n == 0 || node.id > prev_id;
@@ -1140,13 +1145,7 @@ absl::Status Simulator::Rebuild(const GmgSnapshot& snap, SimContext& ctx) {
   // Transfers (after every compute node: they link into the tensor records).
   for (uint32_t n = nc; n < nn; ++n) {
     const GmgSnapshot::Node& node = nodes[n];
-    SimState st;
-    switch (static_cast<NodeState>(node.state)) {
-      case NodeState::kUnscheduled: st = kUnplaced; break;
-      case NodeState::kIssued: st = kWaiting; break;
-      case NodeState::kRunning: st = kRunning; break;
-      default: st = kDone; break;
-    }
+    const SimState st = SimStateOf(node.state);
     const uint16_t dev = node.device;
     init_start[n] = st == kRunning || st == kDone ? node.start_ns : -1;
     const uint32_t t = inputs[input_offsets[n]];

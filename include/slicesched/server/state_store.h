@@ -244,6 +244,9 @@ class StateStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateJson(std::string_view json) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DeleteNormalRunLocked(uint64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The (job_a, job_b, time) rows of a pair table (decoupled_pairs, joint_pairs).
+  absl::StatusOr<std::vector<DecoupledPair>> ListPairsLocked(std::string_view table)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t Now() const;
 
   // Constant after construction.
