@@ -204,14 +204,16 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
   std::vector<Held> outs;
   std::vector<Buffer> out_buffers;
-  std::vector<std::shared_ptr<void>> dead;  // payloads handed back: freed here, unlocked
-  auto collect_dead = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Payloads handed back by the owner, taken from the graveyard under the
+  // lock and freed here after unlocking.
+  std::vector<std::shared_ptr<void>> handed_back;
+  auto collect_handed_back = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     DeviceState& s = devices_[di];
     if (s.graveyard.empty()) return;
-    if (dead.empty()) {
-      dead.swap(s.graveyard);
-    } else {
-      std::move(s.graveyard.begin(), s.graveyard.end(), std::back_inserter(dead));
+    if (handed_back.empty()) {
+      handed_back.swap(s.graveyard);
+    } else {  // kept from a pass that skipped its operator with the lock held
+      std::move(s.graveyard.begin(), s.graveyard.end(), std::back_inserter(handed_back));
       s.graveyard.clear();
     }
     s.graveyard_bytes = 0;
@@ -223,7 +225,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     outs.clear();
     {
       mu_.Await(absl::Condition(&can_go));
-      collect_dead();
+      collect_handed_back();
       if (shutdown_) {
         mu_.Unlock();
         return;
@@ -232,7 +234,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       if (!s.stopped && (paused_ || s.ready.empty())) {
         // Woken only to free what was handed back.
         mu_.Unlock();
-        dead.clear();
+        handed_back.clear();
         mu_.Lock();
         continue;
       }
@@ -298,7 +300,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       Post(Event{Event::Kind::kStarted, w.node, d, Timestamp(), "", {}});
     }
     mu_.Unlock();
-    dead.clear();  // frees what the owner handed back, on this thread
+    handed_back.clear();  // frees what the owner handed back, on this thread
 
     // The kernel runs without the lock.
     out_buffers.clear();
@@ -863,9 +865,10 @@ void ExecutorSet::FlushBuried() {
       Buried& b = buried_[d];
       if (b.payloads.empty()) continue;
       DeviceState& s = devices_[d];
-      std::vector<std::shared_ptr<void>>& to = s.exited || shutdown_ ? orphans : s.graveyard;
+      const bool orphaned = s.exited || shutdown_;
+      std::vector<std::shared_ptr<void>>& to = orphaned ? orphans : s.graveyard;
       std::move(b.payloads.begin(), b.payloads.end(), std::back_inserter(to));
-      if (&to == &s.graveyard) s.graveyard_bytes += b.bytes;
+      if (!orphaned) s.graveyard_bytes += b.bytes;
       b.payloads.clear();
       b.bytes = 0;
     }
