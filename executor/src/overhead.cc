@@ -11,21 +11,22 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/common/thread_pool.h"
 #include "slicesched/estimate/estimators.h"
 #include "slicesched/executor/executor.h"
 #include "slicesched/executor/llama_kernels.h"
@@ -196,46 +197,24 @@ absl::StatusOr<int64_t> DirectPrefill(const LlamaWeights& w, const Tensor& token
 // arena and thread cache, and the same pinning. (On the master's thread the
 // direct loop would use the main arena, the thread that also instantiates
 // and frees everything else.) Run() executes `f` there and returns when it
-// is done; the caller times nothing, `f` times itself.
+// is done (on a ThreadPool of one worker); the caller times nothing, `f`
+// times itself.
 class DirectThread {
  public:
-  DirectThread() : thread_([this] { Loop(); }) {}
-  ~DirectThread() {
-    {
-      absl::MutexLock l(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
+  DirectThread() {
+    Run([] { executor::SetIntraOpThreadsForThisThread(1); });
   }
-  void Run(std::function<void()> f) {
-    absl::MutexLock l(&mu_);
-    job_ = std::move(f);
-    const uint64_t ticket = ++posted_;
-    auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ == ticket; };
-    mu_.Await(absl::Condition(&done));
+  void Run(absl::FunctionRef<void()> f) {
+    absl::Notification done;
+    worker_.Schedule([&] {
+      f();
+      done.Notify();
+    });
+    done.WaitForNotification();
   }
 
  private:
-  void Loop() {
-    executor::SetIntraOpThreadsForThisThread(1);
-    absl::MutexLock l(&mu_);
-    for (;;) {
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || posted_ != finished_; };
-      mu_.Await(absl::Condition(&ready));
-      if (stop_) return;
-      std::function<void()> f = std::move(job_);
-      mu_.Unlock();
-      f();
-      mu_.Lock();
-      ++finished_;
-    }
-  }
-
-  absl::Mutex mu_;
-  std::function<void()> job_ ABSL_GUARDED_BY(mu_);
-  uint64_t posted_ ABSL_GUARDED_BY(mu_) = 0, finished_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  ThreadPool worker_{1};
 };
 
 // (b) The master's path: GMG + SliceScheduler + ExecutorSet on one device.
