@@ -617,7 +617,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
               AccumulateJointMicroBatch(base, both, MakeBatch(rows, row_task)).status());
           schedule(sa);
           schedule(sb);
-          SLICESCHED_RETURN_IF_ERROR(JointAdamWStep(both, o.spatial_rule));
+          SLICESCHED_RETURN_IF_ERROR(JointOptimizerStep(both, o.spatial_rule));
           rep.train_steps += 2;
           if (!eval_at(step, 0)) continue;
           SLICESCHED_ASSIGN_OR_RETURN(la, EvalLoss(base, sa.params, data[a]));

@@ -735,8 +735,8 @@ absl::StatusOr<std::vector<double>> AccumulateJointMicroBatch(const LlamaWeights
   return g.loss;
 }
 
-absl::Status JointAdamWStep(std::span<TaskState* const> tasks, JointStepRule rule) {
-  constexpr std::string_view kOp = "JointAdamWStep";
+absl::Status JointOptimizerStep(std::span<TaskState* const> tasks, JointStepRule rule) {
+  constexpr std::string_view kOp = "JointOptimizerStep";
   if (tasks.empty()) return absl::InvalidArgumentError(StrCat(kOp, ": no tasks"));
   for (size_t t = 0; t < tasks.size(); ++t) {
     if (tasks[t] == nullptr)

@@ -298,7 +298,9 @@ absl::Status SaveTaskCheckpoint(const std::string& path, const TaskState& state)
     for (auto& [name, t] : a->NamedTensors()) tensors.emplace_back(prefix + name, t);
   }
   const std::map<std::string, std::string> meta = {
-      {"format", "slicesched-task-state-v1"},
+      // v2 for SGD: a v1 reader ignores the optimizer key and would load the
+      // momentum buffer as AdamW's first moment; refusing the file is right.
+      {"format", state.optimizer == OptimizerKind::kSgd ? "slicesched-task-state-v2" : "slicesched-task-state-v1"},
       {"layers", std::to_string(state.params.layers.size())},
       {"head_outputs", std::to_string(state.params.head_outputs())},
       {"lora_rank", std::to_string(state.params.lora.rank)},
@@ -328,7 +330,7 @@ absl::StatusOr<TaskState> LoadTaskCheckpoint(const std::string& path, const Llam
     return it->second;
   };
   SLICESCHED_ASSIGN_OR_RETURN(std::string format, get("format"));
-  if (format != "slicesched-task-state-v1") {
+  if (format != "slicesched-task-state-v1" && format != "slicesched-task-state-v2") {
     return absl::InvalidArgumentError(
         StrCat("checkpoint ", path, ": unknown format '", format, "'"));
   }

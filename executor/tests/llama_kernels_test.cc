@@ -511,7 +511,7 @@ TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
 // B and NC summed over the two jobs), placed pp2: four mixed micro-batches
 // (gradient accumulation 2: two joint steps) leave each job in exactly the
 // state of the direct operator calls (ShareLora, AccumulateJointMicroBatch,
-// JointAdamWStep): a shared adapter, each its own head, moments and losses.
+// JointOptimizerStep): a shared adapter, each its own head, moments and losses.
 TEST_F(LlamaKernelsTest, Pp2JointTrainingMatchesDirectJointOps) {
   auto tpl = BuildLlamaTrainTemplate(dims_);
   ASSERT_TRUE(tpl.ok()) << tpl.status();
@@ -552,7 +552,7 @@ TEST_F(LlamaKernelsTest, Pp2JointTrainingMatchesDirectJointOps) {
     ASSERT_TRUE(loss.ok()) << loss.status();
     for (int t = 0; t < 2; ++t) direct_losses[t].push_back(static_cast<float>((*loss)[static_cast<size_t>(t)]));
     if (da.accumulated == 2) {
-      ASSERT_TRUE(JointAdamWStep(both).ok());
+      ASSERT_TRUE(JointOptimizerStep(both).ok());
     }
   }
   const TaskState* direct[2] = {&da, &db};

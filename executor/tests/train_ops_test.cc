@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/safetensors.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/ymir/stop_loss.h"
 
@@ -395,7 +396,7 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   const TrainBatch ba = ClassBatch(3, 6, 2, V, 63), bb = ClassBatch(2, 6, 3, V, 64);
   const TrainBatch mixed = Mix(ba, bb);
   ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
-  EXPECT_EQ(JointAdamWStep(both).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(JointOptimizerStep(both).code(), absl::StatusCode::kFailedPrecondition);
   a.grad_sum = a.m;  // drop those gradients (m is still zero)
   b.grad_sum = b.m;
   a.accumulated = b.accumulated = 0;
@@ -409,7 +410,7 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   ASSERT_TRUE(AdamWStep(solo_b).ok());
   auto losses = AccumulateJointMicroBatch(*w, both, mixed);
   ASSERT_TRUE(losses.ok()) << losses.status();
-  ASSERT_TRUE(JointAdamWStep(both).ok());
+  ASSERT_TRUE(JointOptimizerStep(both).ok());
   EXPECT_TRUE(BitEqual(TaskAdapters{a.params.lora, a.params.layers, Tensor()},
                        TaskAdapters{b.params.lora, b.params.layers, Tensor()}))
       << "the tasks still share one adapter";
@@ -432,7 +433,7 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   // Two more joint steps, then decouple.
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
-    ASSERT_TRUE(JointAdamWStep(both).ok());
+    ASSERT_TRUE(JointOptimizerStep(both).ok());
   }
   const std::string path = TempPath("joint_a");
   ASSERT_TRUE(SaveTaskCheckpoint(path, a).ok());
@@ -647,6 +648,12 @@ TEST(TrainOpsTest, SgdStepMatchesAPlainMomentumReference) {
   s.momentum = 0.75;
   const std::string path = TempPath("sgd");
   ASSERT_TRUE(SaveTaskCheckpoint(path, s).ok());
+  {
+    // A format a reader that knows only AdamW (v1) refuses.
+    auto file = SafetensorsFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_EQ(file->metadata().at("format"), "slicesched-task-state-v2");
+  }
   auto back = LoadTaskCheckpoint(path, Tiny());
   std::filesystem::remove(path);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -663,7 +670,7 @@ TEST(TrainOpsTest, SgdStepMatchesAPlainMomentumReference) {
   TaskState sx = x, sy = y;
   ASSERT_TRUE(SgdStep(sx).ok());
   ASSERT_TRUE(SgdStep(sy).ok());
-  ASSERT_TRUE(JointAdamWStep(both).ok());
+  ASSERT_TRUE(JointOptimizerStep(both).ok());
   EXPECT_LE(x.params.head.MaxAbsDiff(sx.params.head), 0.0);
   double worst = 0;
   for (size_t l = 0; l < x.params.layers.size(); ++l) {
@@ -700,7 +707,7 @@ TEST(TrainOpsTest, JointSumRuleAddsEveryTasksSoloStep) {
   // A first joint step so that the adapter's B factors are non-zero (a
   // zero-B LoRA gives a zero gradient to the A factors).
   ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
-  ASSERT_TRUE(JointAdamWStep(both, JointStepRule::kSum).ok());
+  ASSERT_TRUE(JointOptimizerStep(both, JointStepRule::kSum).ok());
   const TaskState start_a = a;
   TaskState solo_a = a, solo_b = b, mean_a = a, mean_b = b;
   ASSERT_TRUE(AccumulateMicroBatch(*w, solo_a, ba).ok());
@@ -708,10 +715,10 @@ TEST(TrainOpsTest, JointSumRuleAddsEveryTasksSoloStep) {
   ASSERT_TRUE(AccumulateMicroBatch(*w, solo_b, bb).ok());
   ASSERT_TRUE(AdamWStep(solo_b).ok());
   ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
-  ASSERT_TRUE(JointAdamWStep(both, JointStepRule::kSum).ok());
+  ASSERT_TRUE(JointOptimizerStep(both, JointStepRule::kSum).ok());
   TaskState* means[] = {&mean_a, &mean_b};
   ASSERT_TRUE(AccumulateJointMicroBatch(*w, means, mixed).ok());
-  ASSERT_TRUE(JointAdamWStep(means, JointStepRule::kMean).ok());
+  ASSERT_TRUE(JointOptimizerStep(means, JointStepRule::kMean).ok());
   EXPECT_TRUE(BitEqual(TaskAdapters{a.params.lora, a.params.layers, Tensor()},
                        TaskAdapters{b.params.lora, b.params.layers, Tensor()}))
       << "the tasks still share one adapter";
@@ -775,7 +782,7 @@ TEST(TrainOpsTest, StopLossDecouplesASpatialPairLosslessly) {
   while (stop->verdict() == ymir::StopLossVerdict::kUndecided && step < 5) {
     auto losses = AccumulateJointMicroBatch(*w, both, mixed);
     ASSERT_TRUE(losses.ok()) << losses.status();
-    ASSERT_TRUE(JointAdamWStep(both).ok());
+    ASSERT_TRUE(JointOptimizerStep(both).ok());
     ++step;
     ASSERT_TRUE(stop->Observe(1, double(step), (*losses)[1], (*losses)[1] + 1.0).ok());
     ASSERT_TRUE(stop->Observe(0, double(step), (*losses)[0], (*losses)[0] - 1.0).ok());

@@ -1294,7 +1294,7 @@ absl::Status JobRunner::Drive(Timestamp now) {
       }
       // Alone (or temporal) from here. A job decoupled from a spatial pair
       // between two joint micro-batches may hold a complete iteration whose
-      // JointAdamWStep waited for the partner (their grad_accumulation
+      // JointOptimizerStep waited for the partner (their grad_accumulation
       // differ; also after a restart from such a checkpoint): it takes that
       // optimizer step alone first, then continues with the next iteration.
       absl::StatusOr<bool> held = StepHeldIteration(rt);
@@ -1594,7 +1594,7 @@ void JobRunner::RecordWave(Runtime& rt, double ms) {
 // both jobs and run as one "<deployment>/train" instance with two task slots
 // (slot 0 = the smaller job id, slot 1 = the other; llama_kernels.h), which
 // accumulates each job's gradients into its own TaskState and takes one
-// JointAdamWStep once both jobs have their own grad_accumulation
+// JointOptimizerStep once both jobs have their own grad_accumulation
 // micro-batches (a job already complete for this iteration sends no rows).
 
 bool JobRunner::CopyTaskState(uint64_t job_id, executor::TaskState* out) const {
@@ -1704,11 +1704,12 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
       DecoupleSpatial(b.id, a.id, StrCat("spatial joint training not possible: ", why));
       return absl::OkStatus();
     }
-    joint_started_.insert(key);
-    joint_resumable_.erase(key);
-    // Stored (the store's joint pairs), so a restart can resume the pair.
+    // Stored (the store's joint pairs), so a restart can resume the pair;
+    // marked started only once stored.
     SLICESCHED_RETURN_IF_ERROR(jobs_->StartJointTraining(a.id, b.id, std::max<int64_t>(resumed_step, 0),
                                                          /*resumed=*/resumed_step >= 0));
+    joint_started_.insert(key);
+    joint_resumable_.erase(key);
     if (resumed_step >= 0) {
       spdlog::info("jobs {} + {}: spatial joint training resumes at step {} from both checkpoints", a.id, b.id,
                    resumed_step);
@@ -1785,12 +1786,13 @@ namespace {
 
 // Jobs whose normal runs are comparable: the same task on the same
 // deployment with the same data size, objective and training setup (the
-// seeds may differ).
+// seeds may differ; SGD and AdamW runs are never compared).
 std::string NormalRunKey(const JobRunner::Runtime& rt) {
   const jobs::Hyperparameters& h = rt.spec.hyperparameters;
   return StrCat(rt.deployment, "|", rt.task_key, "|", rt.train.size(), "+", rt.eval.size(), "|",
                 jobs::StopMetricName(rt.spec.stop.metric), "|", h.learning_rate, "|", h.batch_size, "|",
-                h.grad_accumulation, "|", h.lora_rank, "|", h.lora_alpha);
+                h.grad_accumulation, "|", h.lora_rank, "|", h.lora_alpha, "|", jobs::OptimizerName(h.optimizer),
+                h.optimizer == jobs::Optimizer::kSgd ? StrCat("|", h.momentum) : std::string());
 }
 
 }  // namespace

@@ -224,7 +224,7 @@ TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromIts
   for (int k = 0; k < 3; ++k) {
     auto l = executor::AccumulateJointMicroBatch(**weights, both, Mixed(da[static_cast<size_t>(k)], db[static_cast<size_t>(k)]));
     ASSERT_TRUE(l.ok()) << l.status();
-    ASSERT_TRUE(executor::JointAdamWStep(both).ok());
+    ASSERT_TRUE(executor::JointOptimizerStep(both).ok());
   }
   const TaskState got_a = Checkpoint(a, dims);
   EXPECT_EQ(got_a.step, 3);
@@ -319,7 +319,7 @@ TEST_F(JobRunnerSpatialTest, RestartResumesTheJointPairFromBothCheckpoints) {
   for (size_t i = 0; i < da.size(); ++i) {
     auto l = executor::AccumulateJointMicroBatch(**weights, both, Mixed(da[i], db[i]));
     ASSERT_TRUE(l.ok()) << l.status();
-    ASSERT_TRUE(executor::JointAdamWStep(both).ok());
+    ASSERT_TRUE(executor::JointOptimizerStep(both).ok());
   }
   EXPECT_TRUE(BitEqual(Checkpoint(a, dims), ra)) << "A: not the joint steps from both checkpoints";
   EXPECT_TRUE(BitEqual(Checkpoint(b, dims), rb)) << "B: not the joint steps from both checkpoints";

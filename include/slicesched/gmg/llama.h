@@ -37,7 +37,7 @@
 //     optimizer             accumulates the gradients of all groups and the
 //       (optimizer_step)    head, and steps AdamW every N micro-batches
 //                           (the N is the job's, not the template's; a joint
-//                           step: one JointAdamWStep over the slots)
+//                           step: one JointOptimizerStep over the slots)
 //   The op kinds (and the estimators' features: batch, tokens) are those of
 //   single-task training; a joint step is one instance with B = all rows.
 //   f{g} and b{g} carry the group's weight key, so training shares the

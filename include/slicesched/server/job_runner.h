@@ -211,7 +211,7 @@
 //     each row still computes what it computes in its job's own micro-batch
 //     (up to float rounding). The kernels accumulate each
 //     job's gradient (of its own rows' loss) into its own TaskState and take
-//     one JointAdamWStep when both have their grad_accumulation micro-batches:
+//     one JointOptimizerStep when both have their grad_accumulation micro-batches:
 //     both step counts advance together. It is submitted in the pass of B,
 //     once A's pass has processed the previous step (and its evaluation).
 //   * No data parallelism for joint steps: the pair runs ONE stream, one

@@ -63,7 +63,7 @@
 //   optimizer_step  accumulates each slot's gradients into its own job
 //                   (a slot without rows in the batch accumulates nothing),
 //                   and once every job has accumulated its own
-//                   `accumulation` micro-batches takes one JointAdamWStep
+//                   `accumulation` micro-batches takes one JointOptimizerStep
 //                   over all of them (the jobs must share one LoRA adapter:
 //                   ShareLora); outputs slot 0's step count.
 // Each job keeps its own TaskState throughout, so a job trained jointly is

@@ -44,7 +44,7 @@
 // does: censored). Temporal A -> B: B's probe init with A's
 // trained LoRA (TransferLora after A's normal run); spatial A + B: both from
 // the probe init with one shared LoRA (ShareLora, AccumulateJointMicroBatch,
-// JointAdamWStep with `spatial_rule`), each step a batch of each task. A run stops when its
+// JointOptimizerStep with `spatial_rule`), each step a batch of each task. A run stops when its
 // target(s) are reached or after max_steps = max_steps_factor x normal_steps.
 //   gain(B | mode, A) = Steps(normal B) / Steps(transfer B) - 1
 // (> 0: B reaches normal training's target sooner; < 0: later). A spatial run

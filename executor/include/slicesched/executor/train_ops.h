@@ -308,7 +308,7 @@ absl::StatusOr<std::vector<double>> AccumulateJointMicroBatch(const LlamaWeights
 //          every task's data moves the adapter by 1/n of its solo step, so a
 //          pair at best trains as fast as one task alone (the daemon's rule).
 //   kSum:  shared LoRA = shared + the SUM over tasks of (stepped_t - shared),
-//          i.e. each task applies its own full AdamW update to the shared
+//          i.e. each task applies its own full optimizer update to the shared
 //          adapter, as in multi-task training on the summed loss with an
 //          optimizer per task: a related partner adds a step in the same
 //          direction (faster), an unrelated one a step across it, a
@@ -318,8 +318,8 @@ enum class JointStepRule { kMean, kSum };
 // The joint step above. FailedPrecondition when the tasks' LoRA values differ
 // (they do not share an adapter), a task has nothing accumulated, or the
 // tasks' step counts differ.
-absl::Status JointAdamWStep(std::span<TaskState* const> tasks,
-                            JointStepRule rule = JointStepRule::kMean);
+absl::Status JointOptimizerStep(std::span<TaskState* const> tasks,
+                                JointStepRule rule = JointStepRule::kMean);
 
 // --- Temporal transfer -------------------------------------------------------
 
