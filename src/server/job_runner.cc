@@ -843,7 +843,21 @@ std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::Jo
     auto ia = info.find(a), ib = info.find(b);
     std::string why;
     if (ia == info.end() || ib == info.end()) {
-      why = StrCat("job ", ia == info.end() ? a : b, " is no longer queued, paused or running");
+      // Not in this round's list: gone, or beyond the listed page (a round
+      // lists at most one page of jobs), which keeps the pair stored (not
+      // offered this round).
+      bool unlisted = false;
+      for (const uint64_t id : {a, b}) {
+        if (info.contains(id)) continue;
+        auto j = jobs_->Get(id);
+        if (j.ok() && (j->state == jobs::JobState::kQueued || j->state == jobs::JobState::kPaused ||
+                       j->state == jobs::JobState::kRunning)) {
+          unlisted = true;
+        } else if (why.empty()) {
+          why = StrCat("job ", id, " is no longer queued, paused or running");
+        }
+      }
+      if (why.empty() && unlisted) continue;
     } else if (ia->second->state == jobs::JobState::kRunning || ib->second->state == jobs::JobState::kRunning) {
       const jobs::RunPlan &pa = ia->second->plan, &pb = ib->second->plan;
       const bool a_with_b = ia->second->state == jobs::JobState::kRunning && pa.mode == jobs::RunMode::kSpatial &&

@@ -500,6 +500,47 @@ TEST_F(JobRunnerSpatialTest, PairSplitAtItsStartIsNotPairedAgainAfterARestart) {
   }
 }
 
+// A planning round lists at most one page of jobs (JobManager
+// max_page_size; 1,000 in the daemon, 1 here). A stored joint pair whose
+// member is beyond that page is still queued: the pair stays stored (it is
+// not offered this round) instead of being ended as if the member were
+// gone. A member that really left (cancelled) still ends it, with the
+// reason on both jobs.
+TEST_F(JobRunnerSpatialTest, StoredJointPairWithAMemberBeyondTheListedPageIsKept) {
+  const uint64_t a = Submit(Spec("a", "fa-major", "metric: accuracy, target: 0.999, max_epochs: 2"));
+  const uint64_t b = Submit(Spec("b", "fa-inv", "metric: accuracy, target: 0.999, max_epochs: 2"));
+  ASSERT_LT(a, b);
+  runner_->Stop();
+  runner_.reset();
+  // Training jointly when the daemon stopped (the JobManager's own
+  // transitions; the runner's joint training is tested above).
+  for (uint64_t id : {a, b}) {
+    ASSERT_TRUE(jobs_->StartProfiling(id, {0}).ok());
+    ASSERT_TRUE(jobs_->Queue(id, 16).ok());
+  }
+  for (auto [id, partner] : {std::pair{a, b}, std::pair{b, a}}) {
+    ASSERT_TRUE(jobs_->Run(id, {.devices = {0}, .mode = jobs::RunMode::kSpatial, .partner = partner}).ok());
+  }
+  ASSERT_TRUE(jobs_->StartJointTraining(a, b, 0, false).ok());
+  jobs_options_.max_page_size = 1;
+  OpenJobs();  // the restart: both queued, the pair stored
+  ASSERT_EQ(Job(b).state, jobs::JobState::kQueued);
+  NewRunner();
+  ASSERT_TRUE(runner_->Tick().ok());  // plans the listed page: job a only
+  EXPECT_EQ(runner_->stats().plans, 1u);
+  EXPECT_EQ(*jobs_->JointPairs(), (std::set<std::pair<uint64_t, uint64_t>>{{a, b}}));
+  for (uint64_t id : {a, b}) EXPECT_FALSE(AnyEventWith(id, "joint_not_resumed", "")) << "job " << id;
+
+  ASSERT_TRUE(jobs_->Cancel(b, "operator").ok());
+  runner_->RequestPlan();
+  ASSERT_TRUE(runner_->Tick().ok());
+  EXPECT_TRUE(jobs_->JointPairs()->empty());
+  for (uint64_t id : {a, b}) {
+    EXPECT_TRUE(AnyEventWith(id, "joint_not_resumed", StrCat("job ", b, " is no longer queued, paused or running")))
+        << "job " << id;
+  }
+}
+
 class JobRunnerSpatialTwoDevicesTest : public JobRunnerSpatialTest {
  protected:
   int Devices() const override { return 2; }
