@@ -161,6 +161,7 @@ struct JobRunner::Runtime {
   std::chrono::steady_clock::time_point iteration_since;
   int iteration_gpus = 0;  // devices of every wave of the iteration so far; 0 = mixed / not seen from its start
   double micro_s = 0;      // EMA of seconds per micro-batch running alone
+  int64_t one_stream_samples = 0;  // micro-batch times in micro_s (after profiling)
   std::map<int, double> measured_iter_s;  // devices -> EMA of measured seconds per iteration
   DpShape dp_shape() const {
     return DpShape{.pipeline_parallel = spec.pipeline_parallel,
@@ -1188,11 +1189,14 @@ absl::Status JobRunner::Drive(Timestamp now) {
         ++it;
         continue;
       }
-      // Per job: a joint micro-batch without this job's rows is none of its.
-      if (!rt.joint_without_rows) stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
-      rt.joint_without_rows = false;
+      // Per job: a joint micro-batch without this job's rows is none of its
+      // micro-batches, and its time is no one-stream time of this job.
       const double ms = MsSince(rt.inflight_since);
-      RecordWave(rt, ms);
+      if (!rt.joint_without_rows) {
+        stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
+        RecordWave(rt, ms);
+      }
+      rt.joint_without_rows = false;
       {
         absl::MutexLock l(&rt.job->mu);
         if (!rt.job->losses.empty()) rt.last_loss = rt.job->losses.back();
@@ -1583,6 +1587,7 @@ void JobRunner::RecordWave(Runtime& rt, double ms) {
   const double s = ms / 1000.0;
   if (rt.wave_size == 1) {
     // A micro-batch alone: the one-stream times (the planner's gpus.min).
+    rt.one_stream_samples += 1;
     rt.micro_s = Ema(rt.micro_s, s);
     rt.iter_time_s = Ema(rt.iter_time_s, s * static_cast<double>(rt.micro_per_iteration()));
   } else if (rt.micro_s > 0 && dp_ != nullptr) {
@@ -1617,6 +1622,11 @@ bool JobRunner::CopyTaskState(uint64_t job_id, executor::TaskState* out) const {
   absl::MutexLock l(&it->second->job->mu);
   *out = it->second->job->state;
   return true;
+}
+
+int64_t JobRunner::OneStreamSamples(uint64_t job_id) const {
+  auto it = runtimes_.find(job_id);
+  return it == runtimes_.end() ? -1 : it->second->one_stream_samples;
 }
 
 bool JobRunner::MicroBatchOf(uint64_t job_id, int64_t k, executor::TrainBatch* out) {
@@ -1784,7 +1794,8 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     // One joint stream, no data parallelism: a wave of one micro-batch that
     // is no measurement of a GPU count (joint timings stay out of the time
     // LUT and measured_iter_s; RecordWave still takes it as the job's
-    // one-stream micro-batch time, as before data parallelism).
+    // one-stream micro-batch time, as before data parallelism, when it
+    // carries the job's rows).
     r->wave.clear();
     r->wave_size = 1;
     r->wave_gpus = static_cast<int>(info.plan.devices.size());
@@ -1888,6 +1899,7 @@ void JobRunner::Stop(absl::Duration) {}
 std::pair<int64_t, int64_t> JobRunner::TrainingPosition(uint64_t) const { return {-1, -1}; }
 bool JobRunner::CopyTaskState(uint64_t, executor::TaskState*) const { return false; }
 bool JobRunner::MicroBatchOf(uint64_t, int64_t, executor::TrainBatch*) { return false; }
+int64_t JobRunner::OneStreamSamples(uint64_t) const { return -1; }
 
 #endif  // SLICESCHED_SERVING_WITH_TORCH
 

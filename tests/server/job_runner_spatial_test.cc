@@ -174,6 +174,17 @@ class JobRunnerSpatialTest : public JobRunnerFixture {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : TaskState{};
   }
+  // A (grad_accumulation 1) + B (grad_accumulation 2), 2 iterations each,
+  // profiled and planned as a spatial pair.
+  void PlanPairWithGradAccumulation1And2(uint64_t* a, uint64_t* b) {
+    const std::string setup = "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 2";
+    *a = Submit(Spec("a", "fa-major", setup));
+    std::string yb = Spec("b", "fa-inv", setup);
+    yb.replace(yb.find("batch_size: 8"), 13, "batch_size: 8, grad_accumulation: 2");
+    *b = Submit(yb);
+    ASSERT_NO_FATAL_FAILURE(ProfileAndPlan({*a, *b}));
+    ASSERT_EQ(Job(*a).plan.mode, jobs::RunMode::kSpatial) << Job(*a).message;
+  }
 };
 
 // A (3 iterations) + B (4 iterations), both fresh: three joint steps, then A
@@ -430,13 +441,8 @@ TEST_F(JobRunnerSpatialTest, JobHoldingACompleteIterationTakesItsStepAloneFirst)
 // complete), i.e. 1 + 2 = 3 micro-batches of the two jobs, not 4. Two
 // iterations, then both reach their limit: 6.
 TEST_F(JobRunnerSpatialTest, StepsDoneCountsOnlyTheMembersWhoseRowsAJointMicroBatchCarries) {
-  const std::string setup = "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 2";
-  const uint64_t a = Submit(Spec("a", "fa-major", setup));
-  std::string yb = Spec("b", "fa-inv", setup);
-  yb.replace(yb.find("batch_size: 8"), 13, "batch_size: 8, grad_accumulation: 2");
-  const uint64_t b = Submit(yb);
-  ProfileAndPlan({a, b});
-  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  uint64_t a = 0, b = 0;
+  ASSERT_NO_FATAL_FAILURE(PlanPairWithGradAccumulation1And2(&a, &b));
   ASSERT_EQ(runner_->stats().steps_done, 0u);
   ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
   for (uint64_t id : {a, b}) {
@@ -445,6 +451,26 @@ TEST_F(JobRunnerSpatialTest, StepsDoneCountsOnlyTheMembersWhoseRowsAJointMicroBa
     EXPECT_FALSE(AnyEventWith(id, "decoupled", "stop-loss")) << "job " << id;
   }
   EXPECT_EQ(runner_->stats().steps_done, 2u * 1 + 2u * 2);
+}
+
+// A joint micro-batch's time is the one-stream micro-batch time (the
+// planner's iteration time) of the members whose rows it carries only. A
+// (grad_accumulation 1) + B (grad_accumulation 2): the first iteration is
+// one micro-batch of both jobs' rows, then one of B's rows only, while A
+// waits with its iteration complete; the second iteration starts the
+// same way. Once its first micro-batch is processed (5 per-job
+// micro-batches done), A has two time samples (not three) and B three.
+TEST_F(JobRunnerSpatialTest, JointMicroBatchWithoutAMembersRowsIsNotItsTime) {
+  uint64_t a = 0, b = 0;
+  ASSERT_NO_FATAL_FAILURE(PlanPairWithGradAccumulation1And2(&a, &b));
+  EXPECT_EQ(runner_->OneStreamSamples(a), 0);
+  // Drive counts a micro-batch when it processes its end (A, then B, in one
+  // pass); A processed the third joint micro-batch (4 done) only after the
+  // second, and B processes it in the same pass (5).
+  ASSERT_TRUE(TickUntil([&] { return runner_->stats().steps_done >= 4; }));
+  EXPECT_EQ(runner_->stats().steps_done, 5u);
+  EXPECT_EQ(runner_->OneStreamSamples(a), 2) << "B's micro-batch timed as A's";
+  EXPECT_EQ(runner_->OneStreamSamples(b), 3);
 }
 
 // The stop-loss reference of a spatial pairing: a member whose task has a

@@ -227,8 +227,10 @@
 //     (stats().steps_done counts a joint micro-batch once per member whose
 //     rows it carries: a member that completed its iteration's micro-batches
 //     and waits for its partner's is not counted); a
-//     joint micro-batch's time is each member's one-stream micro-batch time
-//     but never a measurement of a GPU count (time LUT, measured_iter_s).
+//     joint micro-batch's time is the one-stream micro-batch time of each
+//     member whose rows it carries (not of a member waiting for its
+//     partner's) but never a measurement of a GPU count (time LUT,
+//     measured_iter_s).
 //   * Decoupling (stop-loss, a re-plan, a partner pausing, completing,
 //     failing or being cancelled: the JobManager decouples both) stops the
 //     joint steps; each job continues alone (data-parallel again) from
@@ -345,6 +347,10 @@ class JobRunner {
   // step or its part of a joint step trains them); false when the runner
   // holds no loaded data for the job.
   bool MicroBatchOf(uint64_t job_id, int64_t k, executor::TrainBatch* out);
+  // Test hook: how many measured micro-batch times went into the job's
+  // one-stream time (its planner iteration time; profiling not counted);
+  // -1 when the runner holds no runtime for the job.
+  int64_t OneStreamSamples(uint64_t job_id) const;
 
   struct Runtime;  // one job's data, training state and step in flight (job_runner.cc)
 
