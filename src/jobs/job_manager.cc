@@ -304,6 +304,10 @@ void JobManager::DecouplePartners(const JobInfo& before, const JobInfo& after, s
 absl::StatusOr<JobInfo> JobManager::Commit(std::vector<Pending> changes) {
   std::vector<JobChange> rows;
   rows.reserve(changes.size());
+  // A joint pair ends once per transaction, though both of its members'
+  // changes may end it (Decouple and its partner's decoupling;
+  // EndJointTraining).
+  std::set<std::pair<uint64_t, uint64_t>> ended;
   for (const Pending& p : changes) {
     JobChange c;
     c.job_id = p.after.id;
@@ -312,7 +316,10 @@ absl::StatusOr<JobInfo> JobManager::Commit(std::vector<Pending> changes) {
     c.details_json = p.details;
     c.never_pair_with = p.never_pair_with;
     c.joint_with = p.joint_with;
-    c.end_joint_with = p.end_joint_with;
+    if (p.end_joint_with.has_value() &&
+        ended.emplace(std::min(p.after.id, *p.end_joint_with), std::max(p.after.id, *p.end_joint_with)).second) {
+      c.end_joint_with = p.end_joint_with;
+    }
     rows.push_back(std::move(c));
   }
   SLICESCHED_RETURN_IF_ERROR(store_->ApplyJobChanges(rows).status());
