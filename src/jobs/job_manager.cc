@@ -650,18 +650,24 @@ absl::Status JobManager::EndJointTraining(uint64_t a, uint64_t b, std::string_vi
   return Commit(std::move(changes)).status();
 }
 
-absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::JointPairs() {
-  SLICESCHED_ASSIGN_OR_RETURN(std::vector<DecoupledPair> rows, store_->ListJointPairs());
+namespace {
+
+// The (job_a, job_b) of a pair table's rows.
+absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> PairSet(absl::StatusOr<std::vector<DecoupledPair>> rows) {
+  if (!rows.ok()) return rows.status();
   std::set<std::pair<uint64_t, uint64_t>> out;
-  for (const DecoupledPair& p : rows) out.emplace(p.job_a, p.job_b);
+  for (const DecoupledPair& p : *rows) out.emplace(p.job_a, p.job_b);
   return out;
 }
 
+}  // namespace
+
+absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::JointPairs() {
+  return PairSet(store_->ListJointPairs());
+}
+
 absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::NeverPairedAgain() {
-  SLICESCHED_ASSIGN_OR_RETURN(std::vector<DecoupledPair> rows, store_->ListDecoupledPairs());
-  std::set<std::pair<uint64_t, uint64_t>> out;
-  for (const DecoupledPair& p : rows) out.emplace(p.job_a, p.job_b);
-  return out;
+  return PairSet(store_->ListDecoupledPairs());
 }
 
 absl::Status JobManager::RecordNormalEvaluation(uint64_t id, std::string_view run_key, int64_t step,
