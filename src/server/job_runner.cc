@@ -229,20 +229,8 @@ std::string JointResumeProblem(uint64_t ida, const executor::TaskState& a, uint6
     return StrCat("their checkpoints are at different steps of the pairing (job ", ida, " at step ", a.step,
                   ", job ", idb, " at step ", b.step, ")");
   }
-  if (a.params.lora.rank != b.params.lora.rank || a.params.lora.alpha != b.params.lora.alpha ||
-      a.params.layers.size() != b.params.layers.size()) {
-    return StrCat("their checkpoints hold different LoRA configs (rank ", a.params.lora.rank, " / ",
-                  b.params.lora.rank, ")");
-  }
-  for (size_t l = 0; l < a.params.layers.size(); ++l) {
-    const executor::LoraLayer &x = a.params.layers[l], &y = b.params.layers[l];
-    for (const auto& [p, q] : {std::pair{&x.q_a, &y.q_a}, std::pair{&x.q_b, &y.q_b}, std::pair{&x.v_a, &y.v_a},
-                               std::pair{&x.v_b, &y.v_b}}) {
-      if (p->shape() != q->shape() || p->MaxAbsDiff(*q) != 0) {
-        return StrCat("their checkpoints (both at step ", a.step, ") hold different shared adapters (layer ", l,
-                      " differs)");
-      }
-    }
+  if (absl::Status same = executor::SameAdapter(a.params, b.params); !same.ok()) {
+    return StrCat("their checkpoints (both at step ", a.step, ") do not hold one shared adapter: ", same.message());
   }
   return "";
 }

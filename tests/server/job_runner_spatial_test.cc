@@ -38,17 +38,6 @@ using executor::TaskState;
 using executor::TrainBatch;
 using ::testing::HasSubstr;
 
-bool SameLora(const TaskAdapters& a, const TaskAdapters& b) {
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    const executor::LoraLayer &x = a.layers[l], &y = b.layers[l];
-    if (x.q_a.MaxAbsDiff(y.q_a) != 0 || x.q_b.MaxAbsDiff(y.q_b) != 0 || x.v_a.MaxAbsDiff(y.v_a) != 0 ||
-        x.v_b.MaxAbsDiff(y.v_b) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // Rows of `a` (slot 0) then of `b` (slot 1), each left-padded (token 0,
 // label -1) to the longer row.
 TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
@@ -206,7 +195,7 @@ TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromIts
     ASSERT_TRUE(runner_->CopyTaskState(a, &sa));
     ASSERT_TRUE(runner_->CopyTaskState(b, &sb));
     EXPECT_EQ(sa.step, sb.step);
-    EXPECT_TRUE(SameLora(sa.params, sb.params));
+    EXPECT_TRUE(executor::SameAdapter(sa.params, sb.params).ok());
     EXPECT_GT(sa.params.head.MaxAbsDiff(sb.params.head), 0.0);
   }
   // The runner's own micro-batches, for the direct computation.
@@ -241,13 +230,13 @@ TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromIts
   EXPECT_EQ(got_a.step, 3);
   EXPECT_TRUE(BitEqual(got_a, ra)) << "A: not the joint training's slot 0";
   // B alone from its part of the joint state.
-  EXPECT_TRUE(SameLora(ra.params, rb.params));
+  EXPECT_TRUE(executor::SameAdapter(ra.params, rb.params).ok());
   ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, rb, db[3]).ok());
   ASSERT_TRUE(executor::AdamWStep(rb).ok());
   const TaskState got_b = Checkpoint(b, dims);
   EXPECT_EQ(got_b.step, 4);
   EXPECT_TRUE(BitEqual(got_b, rb)) << "B: not its joint part followed by a plain step";
-  EXPECT_FALSE(SameLora(got_a.params, got_b.params));  // B's last step was its own
+  EXPECT_FALSE(executor::SameAdapter(got_a.params, got_b.params).ok());  // B's last step was its own
 }
 
 // A restart with a spatial pair training jointly: each job's checkpoint is
@@ -271,7 +260,7 @@ TEST_F(JobRunnerSpatialTest, RestartResumesTheJointPairFromBothCheckpoints) {
   ASSERT_TRUE(runner_->CopyTaskState(a, &held_a));
   ASSERT_TRUE(runner_->CopyTaskState(b, &held_b));
   EXPECT_EQ(held_a.step, held_b.step);
-  EXPECT_TRUE(SameLora(held_a.params, held_b.params));
+  EXPECT_TRUE(executor::SameAdapter(held_a.params, held_b.params).ok());
   runner_.reset();
   auto weights = master_->BackboneWeights("tiny-ft");
   ASSERT_TRUE(weights.ok());
