@@ -156,6 +156,15 @@ class JobRunnerSpatialTest : public JobRunnerFixture {
     EXPECT_NEAR(Detail(*ra, "stop_loss_reference"), normal[step], 1e-9 + 1e-6 * normal[step]);
     EXPECT_EQ(Detail(*rb, "stop_loss_normal_curve"), 0);
   }
+  // The runner's own micro-batches [from, to) of job `id` (its data loaded),
+  // for the direct computation.
+  void MicroBatches(uint64_t id, int64_t from, int64_t to, std::vector<TrainBatch>* out) {
+    for (int64_t k = from; k < to; ++k) {
+      TrainBatch x;
+      ASSERT_TRUE(runner_->MicroBatchOf(id, k, &x)) << "job " << id << ", micro-batch " << k;
+      out->push_back(std::move(x));
+    }
+  }
   TaskState Checkpoint(uint64_t id, const LlamaDims& dims) {
     const std::string path = Job(id).checkpoint_path;
     EXPECT_FALSE(path.empty()) << "job " << id;
@@ -200,13 +209,8 @@ TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromIts
   }
   // The runner's own micro-batches, for the direct computation.
   std::vector<TrainBatch> da, db;
-  for (int k = 0; k < 4; ++k) {
-    TrainBatch x, y;
-    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
-    ASSERT_TRUE(runner_->MicroBatchOf(b, k, &y));
-    da.push_back(x);
-    db.push_back(y);
-  }
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(a, 0, 4, &da));
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(b, 0, 4, &db));
   ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
   EXPECT_EQ(Job(a).state, jobs::JobState::kCompleted) << Job(a).message;
   EXPECT_EQ(Job(b).state, jobs::JobState::kCompleted) << Job(b).message;
@@ -281,13 +285,8 @@ TEST_F(JobRunnerSpatialTest, RestartResumesTheJointPairFromBothCheckpoints) {
   const int64_t s = held_a.step;
   // The runner's own micro-batches s .. 15 of both jobs (data loaded now).
   std::vector<TrainBatch> da, db;
-  for (int64_t k = s; k < 16; ++k) {
-    TrainBatch x, y;
-    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
-    ASSERT_TRUE(runner_->MicroBatchOf(b, k, &y));
-    da.push_back(x);
-    db.push_back(y);
-  }
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(a, s, 16, &da));
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(b, s, 16, &db));
   ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
   for (uint64_t id : {a, b}) {
     EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
@@ -388,11 +387,7 @@ TEST_F(JobRunnerSpatialTest, JobHoldingACompleteIterationTakesItsStepAloneFirst)
   ASSERT_EQ(Job(a).state, jobs::JobState::kRunning) << Job(a).message;
   ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 1; }));
   std::vector<TrainBatch> mb;
-  for (int k = 0; k < 5; ++k) {
-    TrainBatch x;
-    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
-    mb.push_back(x);
-  }
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(a, 0, 5, &mb));
   runner_->Stop();  // checkpoints the job
   runner_.reset();
   auto weights = master_->BackboneWeights("tiny-ft");
