@@ -819,8 +819,6 @@ std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::Jo
   // Pairs that were training jointly when the daemon stopped (the store's
   // joint pairs, neither member running yet): resumable when both
   // checkpoints are at the same step of the pairing with one shared adapter.
-  const std::set<std::pair<uint64_t, uint64_t>> previous = std::move(joint_resumable_);
-  joint_resumable_.clear();
   auto stored = jobs_->JointPairs();
   if (!stored.ok()) {
     spdlog::warn("reading the joint pairs: {}", stored.status().ToString());
@@ -854,13 +852,10 @@ std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::Jo
       const bool b_with_a = ib->second->state == jobs::JobState::kRunning && pb.mode == jobs::RunMode::kSpatial &&
                             pb.partner == a;
       if (a_with_b && b_with_a) {
-        // Resumed by an earlier round, its first joint micro-batch not
-        // taken yet: still resumable, and kept spatial.
-        if (previous.contains(key)) {
-          joint_resumable_.insert(key);
-          out[a] = b;
-          out[b] = a;
-        }
+        // Resumed by an earlier round (checked then), its first joint
+        // micro-batch not taken yet: kept spatial.
+        out[a] = b;
+        out[b] = a;
         continue;
       }
       const uint64_t apart = ia->second->state == jobs::JobState::kRunning && !a_with_b ? a : b;
@@ -893,7 +888,6 @@ std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::Jo
       }
       continue;
     }
-    joint_resumable_.insert(key);
     out[a] = b;
     out[b] = a;
   }
@@ -1683,6 +1677,9 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     }
     absl::Status shared = absl::OkStatus();
     int64_t resumed_step = -1;  // >= 0: a stored joint pair resumes at this step
+    // A stored pair that JointPartners let the planner keep spatial: it
+    // resumes the joint training of both checkpoints.
+    SLICESCHED_ASSIGN_OR_RETURN(const auto stored, jobs_->JointPairs());
     if (why.empty()) {
       // Address order, as the optimizer kernel locks several jobs.
       executor::LlamaTrainJob* first = std::min(a.job.get(), b.job.get());
@@ -1691,7 +1688,7 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
       absl::MutexLock l2(&second->mu);
       const executor::TaskState &sa = a.job->state, &sb = b.job->state;
       const bool fresh = sa.step == 0 && sa.accumulated == 0 && sb.step == 0 && sb.accumulated == 0;
-      if (!fresh && joint_resumable_.contains(key)) {
+      if (!fresh && stored.contains(key)) {
         // A joint pair resumed after a restart from both members' checkpoints
         // (checked when planned; checked again on the states it trains).
         why = JointResumeProblem(a.id, sa, b.id, sb);
@@ -1712,7 +1709,6 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     }
     if (!shared.ok()) why = StrCat("sharing the adapter failed: ", shared.message());
     if (!why.empty()) {
-      joint_resumable_.erase(key);
       DecoupleSpatial(b.id, a.id, StrCat("spatial joint training not possible: ", why));
       return absl::OkStatus();
     }
@@ -1721,7 +1717,6 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     SLICESCHED_RETURN_IF_ERROR(jobs_->StartJointTraining(a.id, b.id, std::max<int64_t>(resumed_step, 0),
                                                          /*resumed=*/resumed_step >= 0));
     joint_started_.insert(key);
-    joint_resumable_.erase(key);
     if (resumed_step >= 0) {
       spdlog::info("jobs {} + {}: spatial joint training resumes at step {} from both checkpoints", a.id, b.id,
                    resumed_step);

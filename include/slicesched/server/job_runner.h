@@ -420,13 +420,12 @@ class JobRunner {
     std::vector<std::pair<int64_t, double>> points;  // (step, metric), increasing steps
   };
   std::set<std::pair<uint64_t, uint64_t>> joint_started_;  // ShareLora done (key as pair_watch_)
-  // Stored joint pairs (JobManager::JointPairs) whose members' checkpoints
-  // can continue the joint training (JointPartners, each planning round).
-  std::set<std::pair<uint64_t, uint64_t>> joint_resumable_;
   // Per listed job, the job it trains jointly with or may resume joint
   // training with (ymir::JobView::joint_partner): pairs training jointly
   // now, and stored joint pairs whose members are both queued or paused with
-  // consistent checkpoints (the same step, one shared adapter). A stored
+  // consistent checkpoints (the same step, one shared adapter), or were
+  // planned spatial together by an earlier round (DriveSpatial resumes such a
+  // stored pair once both members' states are loaded). A stored
   // pair that cannot resume is removed (JobManager::EndJointTraining, event
   // "joint_not_resumed" with the reason) and its members resume alone.
   std::map<uint64_t, uint64_t> JointPartners(const std::vector<jobs::JobInfo>& listed);
