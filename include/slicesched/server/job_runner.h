@@ -256,7 +256,10 @@
 //     member gone, both fresh, a checkpoint that does not load, or the
 //     planner running a member without its partner) the stored pair is
 //     removed with event "joint_not_resumed" and the reason on both jobs,
-//     and each member resumes alone from its own checkpoint.
+//     and each member resumes alone from its own checkpoint. A member that
+//     is still queued, paused or running but beyond the round's list (a
+//     round lists one page of jobs, 1,000) is not gone: the pair stays
+//     stored and is not offered that round.
 //
 // Backbone: a job's `backbone` names a deployment, or a preset; a preset
 // runs on the first deployment of that preset (offline role preferred).
