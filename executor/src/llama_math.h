@@ -17,28 +17,25 @@ inline at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) 
   return w * normed.to(x.scalar_type());
 }
 
-// cos/sin tables [S, head_dim] (rotate-half layout) for absolute positions.
+// cos/sin tables [..., head_dim] (rotate-half layout) for absolute positions
+// of any shape [...] (serving: [S]).
 inline std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions, int64_t head_dim,
                                                     double theta) {
   const at::Tensor exponents =
       at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble)) / static_cast<double>(head_dim);
-  const at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();            // [hd/2]
-  const at::Tensor angles = at::outer(positions.to(at::kDouble), inv_freq);      // [S, hd/2]
-  const at::Tensor emb = at::cat({angles, angles}, -1);                          // [S, hd]
+  const at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();             // [hd/2]
+  // at::outer's product for 1-D positions, element for element.
+  const at::Tensor angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq;   // [..., hd/2]
+  const at::Tensor emb = at::cat({angles, angles}, -1);                           // [..., hd]
   return {emb.cos().to(at::kFloat), emb.sin().to(at::kFloat)};
 }
 
 // Per-row positions int64 [B, S] -> cos/sin [B, 1, S, hd] (broadcast over
-// the heads of x [B, heads, S, hd]); the same values as RopeTables for the
-// same position.
+// the heads of x [B, heads, S, hd]): RopeTables' values for each row.
 inline std::pair<at::Tensor, at::Tensor> RopeTablesPerRow(const at::Tensor& positions,
                                                           int64_t head_dim, double theta) {
-  const at::Tensor exponents =
-      at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble)) / static_cast<double>(head_dim);
-  const at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();             // [hd/2]
-  const at::Tensor angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq;   // [B, S, hd/2]
-  const at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(1);              // [B, 1, S, hd]
-  return {emb.cos().to(at::kFloat), emb.sin().to(at::kFloat)};
+  auto [cos, sin] = RopeTables(positions, head_dim, theta);  // [B, S, hd]
+  return {cos.unsqueeze(1), sin.unsqueeze(1)};
 }
 
 inline at::Tensor RotateHalf(const at::Tensor& x) {

@@ -750,15 +750,10 @@ absl::Status JointOptimizerStep(std::span<TaskState* const> tasks, JointStepRule
   const std::vector<const Tensor*> shared =
       internal::AdapterTensors(std::as_const(tasks[0]->params));
   for (size_t t = 1; t < tasks.size(); ++t) {
-    const std::vector<const Tensor*> mine =
-        internal::AdapterTensors(std::as_const(tasks[t]->params));
-    bool same = mine.size() == shared.size();
-    for (size_t i = 0; same && i < num_lora; ++i) same = mine[i]->MaxAbsDiff(*shared[i]) == 0.0;
-    if (!same) {
+    if (absl::Status same = SameAdapter(tasks[0]->params, tasks[t]->params); !same.ok()) {
       return absl::FailedPreconditionError(
-          StrCat(kOp, ": task ", t,
-                 "'s LoRA adapter differs from task 0's: the tasks do not share one "
-                 "adapter (call ShareLora first)"));
+          StrCat(kOp, ": task ", t, "'s LoRA adapter differs from task 0's (", same.message(),
+                 "): the tasks do not share one adapter (call ShareLora first)"));
     }
   }
   std::vector<TaskState> stepped;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <system_error>
+#include <utility>
 
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
@@ -253,6 +254,25 @@ absl::Status ShareLora(std::span<TaskState* const> tasks) {
   for (size_t t = 1; t < tasks.size(); ++t) {
     tasks[t]->params.lora = src.lora;
     tasks[t]->params.layers = src.layers;  // immutable values: a copy
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SameAdapter(const TaskAdapters& a, const TaskAdapters& b) {
+  if (a.lora.rank != b.lora.rank || a.lora.alpha != b.lora.alpha || a.layers.size() != b.layers.size()) {
+    return absl::FailedPreconditionError(StrCat("different LoRA configs (rank ", a.lora.rank, ", alpha ",
+                                                a.lora.alpha, ", ", a.layers.size(), " layers / rank ", b.lora.rank,
+                                                ", alpha ", b.lora.alpha, ", ", b.layers.size(), " layers)"));
+  }
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const LoraLayer &x = a.layers[l], &y = b.layers[l];
+    for (const auto& [p, q] : {std::pair{&x.q_a, &y.q_a}, std::pair{&x.q_b, &y.q_b}, std::pair{&x.v_a, &y.v_a},
+                               std::pair{&x.v_b, &y.v_b}}) {
+      // MaxAbsDiff is infinite for different shapes, NaN where a value is.
+      if (!(p->MaxAbsDiff(*q) == 0.0)) {
+        return absl::FailedPreconditionError(StrCat("different LoRA factors (layer ", l, " differs)"));
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -396,11 +396,21 @@ TEST(TrainOpsTest, JointTrainingDecouplesWithoutLoss) {
   const TrainBatch ba = ClassBatch(3, 6, 2, V, 63), bb = ClassBatch(2, 6, 3, V, 64);
   const TrainBatch mixed = Mix(ba, bb);
   ASSERT_TRUE(AccumulateJointMicroBatch(*w, both, mixed).ok());
-  EXPECT_EQ(JointOptimizerStep(both).code(), absl::StatusCode::kFailedPrecondition);
+  const absl::Status apart = JointOptimizerStep(both);
+  EXPECT_EQ(apart.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(apart.message().find("different LoRA factors (layer 0 differs)"), std::string_view::npos) << apart;
   a.grad_sum = a.m;  // drop those gradients (m is still zero)
   b.grad_sum = b.m;
   a.accumulated = b.accumulated = 0;
+  EXPECT_EQ(SameAdapter(a.params, b.params).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(ShareLora(both).ok());
+  EXPECT_TRUE(SameAdapter(a.params, b.params).ok()) << "the heads differ, the adapter is one";
+  {
+    TaskAdapters other_alpha = b.params;
+    other_alpha.lora.alpha += 1;
+    const absl::Status config = SameAdapter(a.params, other_alpha);
+    EXPECT_NE(config.message().find("different LoRA configs"), std::string_view::npos) << config;
+  }
 
   // (1)
   TaskState solo_a = a, solo_b = b;

@@ -304,6 +304,10 @@ void JobManager::DecouplePartners(const JobInfo& before, const JobInfo& after, s
 absl::StatusOr<JobInfo> JobManager::Commit(std::vector<Pending> changes) {
   std::vector<JobChange> rows;
   rows.reserve(changes.size());
+  // A joint pair ends once per transaction, though both of its members'
+  // changes may end it (Decouple and its partner's decoupling;
+  // EndJointTraining).
+  std::set<std::pair<uint64_t, uint64_t>> ended;
   for (const Pending& p : changes) {
     JobChange c;
     c.job_id = p.after.id;
@@ -312,7 +316,10 @@ absl::StatusOr<JobInfo> JobManager::Commit(std::vector<Pending> changes) {
     c.details_json = p.details;
     c.never_pair_with = p.never_pair_with;
     c.joint_with = p.joint_with;
-    c.end_joint_with = p.end_joint_with;
+    if (p.end_joint_with.has_value() &&
+        ended.emplace(std::min(p.after.id, *p.end_joint_with), std::max(p.after.id, *p.end_joint_with)).second) {
+      c.end_joint_with = p.end_joint_with;
+    }
     rows.push_back(std::move(c));
   }
   SLICESCHED_RETURN_IF_ERROR(store_->ApplyJobChanges(rows).status());
@@ -643,18 +650,24 @@ absl::Status JobManager::EndJointTraining(uint64_t a, uint64_t b, std::string_vi
   return Commit(std::move(changes)).status();
 }
 
-absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::JointPairs() {
-  SLICESCHED_ASSIGN_OR_RETURN(std::vector<DecoupledPair> rows, store_->ListJointPairs());
+namespace {
+
+// The (job_a, job_b) of a pair table's rows.
+absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> PairSet(absl::StatusOr<std::vector<DecoupledPair>> rows) {
+  if (!rows.ok()) return rows.status();
   std::set<std::pair<uint64_t, uint64_t>> out;
-  for (const DecoupledPair& p : rows) out.emplace(p.job_a, p.job_b);
+  for (const DecoupledPair& p : *rows) out.emplace(p.job_a, p.job_b);
   return out;
 }
 
+}  // namespace
+
+absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::JointPairs() {
+  return PairSet(store_->ListJointPairs());
+}
+
 absl::StatusOr<std::set<std::pair<uint64_t, uint64_t>>> JobManager::NeverPairedAgain() {
-  SLICESCHED_ASSIGN_OR_RETURN(std::vector<DecoupledPair> rows, store_->ListDecoupledPairs());
-  std::set<std::pair<uint64_t, uint64_t>> out;
-  for (const DecoupledPair& p : rows) out.emplace(p.job_a, p.job_b);
-  return out;
+  return PairSet(store_->ListDecoupledPairs());
 }
 
 absl::Status JobManager::RecordNormalEvaluation(uint64_t id, std::string_view run_key, int64_t step,

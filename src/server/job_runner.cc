@@ -161,6 +161,7 @@ struct JobRunner::Runtime {
   std::chrono::steady_clock::time_point iteration_since;
   int iteration_gpus = 0;  // devices of every wave of the iteration so far; 0 = mixed / not seen from its start
   double micro_s = 0;      // EMA of seconds per micro-batch running alone
+  int64_t one_stream_samples = 0;  // micro-batch times in micro_s (after profiling)
   std::map<int, double> measured_iter_s;  // devices -> EMA of measured seconds per iteration
   DpShape dp_shape() const {
     return DpShape{.pipeline_parallel = spec.pipeline_parallel,
@@ -228,20 +229,8 @@ std::string JointResumeProblem(uint64_t ida, const executor::TaskState& a, uint6
     return StrCat("their checkpoints are at different steps of the pairing (job ", ida, " at step ", a.step,
                   ", job ", idb, " at step ", b.step, ")");
   }
-  if (a.params.lora.rank != b.params.lora.rank || a.params.lora.alpha != b.params.lora.alpha ||
-      a.params.layers.size() != b.params.layers.size()) {
-    return StrCat("their checkpoints hold different LoRA configs (rank ", a.params.lora.rank, " / ",
-                  b.params.lora.rank, ")");
-  }
-  for (size_t l = 0; l < a.params.layers.size(); ++l) {
-    const executor::LoraLayer &x = a.params.layers[l], &y = b.params.layers[l];
-    for (const auto& [p, q] : {std::pair{&x.q_a, &y.q_a}, std::pair{&x.q_b, &y.q_b}, std::pair{&x.v_a, &y.v_a},
-                               std::pair{&x.v_b, &y.v_b}}) {
-      if (p->shape() != q->shape() || p->MaxAbsDiff(*q) != 0) {
-        return StrCat("their checkpoints (both at step ", a.step, ") hold different shared adapters (layer ", l,
-                      " differs)");
-      }
-    }
+  if (absl::Status same = executor::SameAdapter(a.params, b.params); !same.ok()) {
+    return StrCat("their checkpoints (both at step ", a.step, ") do not hold one shared adapter: ", same.message());
   }
   return "";
 }
@@ -830,8 +819,6 @@ std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::Jo
   // Pairs that were training jointly when the daemon stopped (the store's
   // joint pairs, neither member running yet): resumable when both
   // checkpoints are at the same step of the pairing with one shared adapter.
-  const std::set<std::pair<uint64_t, uint64_t>> previous = std::move(joint_resumable_);
-  joint_resumable_.clear();
   auto stored = jobs_->JointPairs();
   if (!stored.ok()) {
     spdlog::warn("reading the joint pairs: {}", stored.status().ToString());
@@ -843,7 +830,21 @@ std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::Jo
     auto ia = info.find(a), ib = info.find(b);
     std::string why;
     if (ia == info.end() || ib == info.end()) {
-      why = StrCat("job ", ia == info.end() ? a : b, " is no longer queued, paused or running");
+      // Not in this round's list: gone, or beyond the listed page (a round
+      // lists at most one page of jobs), which keeps the pair stored (not
+      // offered this round).
+      bool unlisted = false;
+      for (const uint64_t id : {a, b}) {
+        if (info.contains(id)) continue;
+        auto j = jobs_->Get(id);
+        if (j.ok() && (j->state == jobs::JobState::kQueued || j->state == jobs::JobState::kPaused ||
+                       j->state == jobs::JobState::kRunning)) {
+          unlisted = true;
+        } else if (why.empty()) {
+          why = StrCat("job ", id, " is no longer queued, paused or running");
+        }
+      }
+      if (why.empty() && unlisted) continue;
     } else if (ia->second->state == jobs::JobState::kRunning || ib->second->state == jobs::JobState::kRunning) {
       const jobs::RunPlan &pa = ia->second->plan, &pb = ib->second->plan;
       const bool a_with_b = ia->second->state == jobs::JobState::kRunning && pa.mode == jobs::RunMode::kSpatial &&
@@ -851,13 +852,10 @@ std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::Jo
       const bool b_with_a = ib->second->state == jobs::JobState::kRunning && pb.mode == jobs::RunMode::kSpatial &&
                             pb.partner == a;
       if (a_with_b && b_with_a) {
-        // Resumed by an earlier round, its first joint micro-batch not
-        // taken yet: still resumable, and kept spatial.
-        if (previous.contains(key)) {
-          joint_resumable_.insert(key);
-          out[a] = b;
-          out[b] = a;
-        }
+        // Resumed by an earlier round (checked then), its first joint
+        // micro-batch not taken yet: kept spatial.
+        out[a] = b;
+        out[b] = a;
         continue;
       }
       const uint64_t apart = ia->second->state == jobs::JobState::kRunning && !a_with_b ? a : b;
@@ -890,7 +888,6 @@ std::map<uint64_t, uint64_t> JobRunner::JointPartners(const std::vector<jobs::Jo
       }
       continue;
     }
-    joint_resumable_.insert(key);
     out[a] = b;
     out[b] = a;
   }
@@ -1174,11 +1171,14 @@ absl::Status JobRunner::Drive(Timestamp now) {
         ++it;
         continue;
       }
-      // Per job: a joint micro-batch without this job's rows is none of its.
-      if (!rt.joint_without_rows) stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
-      rt.joint_without_rows = false;
+      // Per job: a joint micro-batch without this job's rows is none of its
+      // micro-batches, and its time is no one-stream time of this job.
       const double ms = MsSince(rt.inflight_since);
-      RecordWave(rt, ms);
+      if (!rt.joint_without_rows) {
+        stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
+        RecordWave(rt, ms);
+      }
+      rt.joint_without_rows = false;
       {
         absl::MutexLock l(&rt.job->mu);
         if (!rt.job->losses.empty()) rt.last_loss = rt.job->losses.back();
@@ -1569,6 +1569,7 @@ void JobRunner::RecordWave(Runtime& rt, double ms) {
   const double s = ms / 1000.0;
   if (rt.wave_size == 1) {
     // A micro-batch alone: the one-stream times (the planner's gpus.min).
+    rt.one_stream_samples += 1;
     rt.micro_s = Ema(rt.micro_s, s);
     rt.iter_time_s = Ema(rt.iter_time_s, s * static_cast<double>(rt.micro_per_iteration()));
   } else if (rt.micro_s > 0 && dp_ != nullptr) {
@@ -1603,6 +1604,11 @@ bool JobRunner::CopyTaskState(uint64_t job_id, executor::TaskState* out) const {
   absl::MutexLock l(&it->second->job->mu);
   *out = it->second->job->state;
   return true;
+}
+
+int64_t JobRunner::OneStreamSamples(uint64_t job_id) const {
+  auto it = runtimes_.find(job_id);
+  return it == runtimes_.end() ? -1 : it->second->one_stream_samples;
 }
 
 bool JobRunner::MicroBatchOf(uint64_t job_id, int64_t k, executor::TrainBatch* out) {
@@ -1671,6 +1677,9 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     }
     absl::Status shared = absl::OkStatus();
     int64_t resumed_step = -1;  // >= 0: a stored joint pair resumes at this step
+    // A stored pair that JointPartners let the planner keep spatial: it
+    // resumes the joint training of both checkpoints.
+    SLICESCHED_ASSIGN_OR_RETURN(const auto stored, jobs_->JointPairs());
     if (why.empty()) {
       // Address order, as the optimizer kernel locks several jobs.
       executor::LlamaTrainJob* first = std::min(a.job.get(), b.job.get());
@@ -1679,7 +1688,7 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
       absl::MutexLock l2(&second->mu);
       const executor::TaskState &sa = a.job->state, &sb = b.job->state;
       const bool fresh = sa.step == 0 && sa.accumulated == 0 && sb.step == 0 && sb.accumulated == 0;
-      if (!fresh && joint_resumable_.contains(key)) {
+      if (!fresh && stored.contains(key)) {
         // A joint pair resumed after a restart from both members' checkpoints
         // (checked when planned; checked again on the states it trains).
         why = JointResumeProblem(a.id, sa, b.id, sb);
@@ -1700,7 +1709,6 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     }
     if (!shared.ok()) why = StrCat("sharing the adapter failed: ", shared.message());
     if (!why.empty()) {
-      joint_resumable_.erase(key);
       DecoupleSpatial(b.id, a.id, StrCat("spatial joint training not possible: ", why));
       return absl::OkStatus();
     }
@@ -1709,7 +1717,6 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     SLICESCHED_RETURN_IF_ERROR(jobs_->StartJointTraining(a.id, b.id, std::max<int64_t>(resumed_step, 0),
                                                          /*resumed=*/resumed_step >= 0));
     joint_started_.insert(key);
-    joint_resumable_.erase(key);
     if (resumed_step >= 0) {
       spdlog::info("jobs {} + {}: spatial joint training resumes at step {} from both checkpoints", a.id, b.id,
                    resumed_step);
@@ -1770,7 +1777,8 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     // One joint stream, no data parallelism: a wave of one micro-batch that
     // is no measurement of a GPU count (joint timings stay out of the time
     // LUT and measured_iter_s; RecordWave still takes it as the job's
-    // one-stream micro-batch time, as before data parallelism).
+    // one-stream micro-batch time, as before data parallelism, when it
+    // carries the job's rows).
     r->wave.clear();
     r->wave_size = 1;
     r->wave_gpus = static_cast<int>(info.plan.devices.size());
@@ -1874,6 +1882,7 @@ void JobRunner::Stop(absl::Duration) {}
 std::pair<int64_t, int64_t> JobRunner::TrainingPosition(uint64_t) const { return {-1, -1}; }
 bool JobRunner::CopyTaskState(uint64_t, executor::TaskState*) const { return false; }
 bool JobRunner::MicroBatchOf(uint64_t, int64_t, executor::TrainBatch*) { return false; }
+int64_t JobRunner::OneStreamSamples(uint64_t) const { return -1; }
 
 #endif  // SLICESCHED_SERVING_WITH_TORCH
 

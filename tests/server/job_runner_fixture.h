@@ -80,7 +80,7 @@ class JobRunnerFixture : public ::testing::Test {
   }
   void OpenJobs() {
     jobs_.reset();
-    auto j = jobs::JobManager::Open(config_.state_dir, {});
+    auto j = jobs::JobManager::Open(config_.state_dir, jobs_options_);
     ASSERT_TRUE(j.ok()) << j.status();
     jobs_ = *std::move(j);
   }
@@ -136,6 +136,7 @@ class JobRunnerFixture : public ::testing::Test {
   std::string dir_;
   SlicedConfig config_;
   PlannerConfig planner_;
+  jobs::JobManager::Options jobs_options_;  // of the next OpenJobs
   ManualClock clock_;
   std::unique_ptr<Master> master_;
   std::unique_ptr<jobs::JobManager> jobs_;

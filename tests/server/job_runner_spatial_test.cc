@@ -38,17 +38,6 @@ using executor::TaskState;
 using executor::TrainBatch;
 using ::testing::HasSubstr;
 
-bool SameLora(const TaskAdapters& a, const TaskAdapters& b) {
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    const executor::LoraLayer &x = a.layers[l], &y = b.layers[l];
-    if (x.q_a.MaxAbsDiff(y.q_a) != 0 || x.q_b.MaxAbsDiff(y.q_b) != 0 || x.v_a.MaxAbsDiff(y.v_a) != 0 ||
-        x.v_b.MaxAbsDiff(y.v_b) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // Rows of `a` (slot 0) then of `b` (slot 1), each left-padded (token 0,
 // label -1) to the longer row.
 TrainBatch Mixed(const TrainBatch& a, const TrainBatch& b) {
@@ -167,12 +156,32 @@ class JobRunnerSpatialTest : public JobRunnerFixture {
     EXPECT_NEAR(Detail(*ra, "stop_loss_reference"), normal[step], 1e-9 + 1e-6 * normal[step]);
     EXPECT_EQ(Detail(*rb, "stop_loss_normal_curve"), 0);
   }
+  // The runner's own micro-batches [from, to) of job `id` (its data loaded),
+  // for the direct computation.
+  void MicroBatches(uint64_t id, int64_t from, int64_t to, std::vector<TrainBatch>* out) {
+    for (int64_t k = from; k < to; ++k) {
+      TrainBatch x;
+      ASSERT_TRUE(runner_->MicroBatchOf(id, k, &x)) << "job " << id << ", micro-batch " << k;
+      out->push_back(std::move(x));
+    }
+  }
   TaskState Checkpoint(uint64_t id, const LlamaDims& dims) {
     const std::string path = Job(id).checkpoint_path;
     EXPECT_FALSE(path.empty()) << "job " << id;
     auto s = executor::LoadTaskCheckpoint(path, dims);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : TaskState{};
+  }
+  // A (grad_accumulation 1) + B (grad_accumulation 2), 2 iterations each,
+  // profiled and planned as a spatial pair.
+  void PlanPairWithGradAccumulation1And2(uint64_t* a, uint64_t* b) {
+    const std::string setup = "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 2";
+    *a = Submit(Spec("a", "fa-major", setup));
+    std::string yb = Spec("b", "fa-inv", setup);
+    yb.replace(yb.find("batch_size: 8"), 13, "batch_size: 8, grad_accumulation: 2");
+    *b = Submit(yb);
+    ASSERT_NO_FATAL_FAILURE(ProfileAndPlan({*a, *b}));
+    ASSERT_EQ(Job(*a).plan.mode, jobs::RunMode::kSpatial) << Job(*a).message;
   }
 };
 
@@ -195,18 +204,13 @@ TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromIts
     ASSERT_TRUE(runner_->CopyTaskState(a, &sa));
     ASSERT_TRUE(runner_->CopyTaskState(b, &sb));
     EXPECT_EQ(sa.step, sb.step);
-    EXPECT_TRUE(SameLora(sa.params, sb.params));
+    EXPECT_TRUE(executor::SameAdapter(sa.params, sb.params).ok());
     EXPECT_GT(sa.params.head.MaxAbsDiff(sb.params.head), 0.0);
   }
   // The runner's own micro-batches, for the direct computation.
   std::vector<TrainBatch> da, db;
-  for (int k = 0; k < 4; ++k) {
-    TrainBatch x, y;
-    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
-    ASSERT_TRUE(runner_->MicroBatchOf(b, k, &y));
-    da.push_back(x);
-    db.push_back(y);
-  }
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(a, 0, 4, &da));
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(b, 0, 4, &db));
   ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
   EXPECT_EQ(Job(a).state, jobs::JobState::kCompleted) << Job(a).message;
   EXPECT_EQ(Job(b).state, jobs::JobState::kCompleted) << Job(b).message;
@@ -230,13 +234,13 @@ TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromIts
   EXPECT_EQ(got_a.step, 3);
   EXPECT_TRUE(BitEqual(got_a, ra)) << "A: not the joint training's slot 0";
   // B alone from its part of the joint state.
-  EXPECT_TRUE(SameLora(ra.params, rb.params));
+  EXPECT_TRUE(executor::SameAdapter(ra.params, rb.params).ok());
   ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, rb, db[3]).ok());
   ASSERT_TRUE(executor::AdamWStep(rb).ok());
   const TaskState got_b = Checkpoint(b, dims);
   EXPECT_EQ(got_b.step, 4);
   EXPECT_TRUE(BitEqual(got_b, rb)) << "B: not its joint part followed by a plain step";
-  EXPECT_FALSE(SameLora(got_a.params, got_b.params));  // B's last step was its own
+  EXPECT_FALSE(executor::SameAdapter(got_a.params, got_b.params).ok());  // B's last step was its own
 }
 
 // A restart with a spatial pair training jointly: each job's checkpoint is
@@ -260,7 +264,7 @@ TEST_F(JobRunnerSpatialTest, RestartResumesTheJointPairFromBothCheckpoints) {
   ASSERT_TRUE(runner_->CopyTaskState(a, &held_a));
   ASSERT_TRUE(runner_->CopyTaskState(b, &held_b));
   EXPECT_EQ(held_a.step, held_b.step);
-  EXPECT_TRUE(SameLora(held_a.params, held_b.params));
+  EXPECT_TRUE(executor::SameAdapter(held_a.params, held_b.params).ok());
   runner_.reset();
   auto weights = master_->BackboneWeights("tiny-ft");
   ASSERT_TRUE(weights.ok());
@@ -281,13 +285,8 @@ TEST_F(JobRunnerSpatialTest, RestartResumesTheJointPairFromBothCheckpoints) {
   const int64_t s = held_a.step;
   // The runner's own micro-batches s .. 15 of both jobs (data loaded now).
   std::vector<TrainBatch> da, db;
-  for (int64_t k = s; k < 16; ++k) {
-    TrainBatch x, y;
-    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
-    ASSERT_TRUE(runner_->MicroBatchOf(b, k, &y));
-    da.push_back(x);
-    db.push_back(y);
-  }
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(a, s, 16, &da));
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(b, s, 16, &db));
   ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
   for (uint64_t id : {a, b}) {
     EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
@@ -388,11 +387,7 @@ TEST_F(JobRunnerSpatialTest, JobHoldingACompleteIterationTakesItsStepAloneFirst)
   ASSERT_EQ(Job(a).state, jobs::JobState::kRunning) << Job(a).message;
   ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 1; }));
   std::vector<TrainBatch> mb;
-  for (int k = 0; k < 5; ++k) {
-    TrainBatch x;
-    ASSERT_TRUE(runner_->MicroBatchOf(a, k, &x));
-    mb.push_back(x);
-  }
+  ASSERT_NO_FATAL_FAILURE(MicroBatches(a, 0, 5, &mb));
   runner_->Stop();  // checkpoints the job
   runner_.reset();
   auto weights = master_->BackboneWeights("tiny-ft");
@@ -430,13 +425,8 @@ TEST_F(JobRunnerSpatialTest, JobHoldingACompleteIterationTakesItsStepAloneFirst)
 // complete), i.e. 1 + 2 = 3 micro-batches of the two jobs, not 4. Two
 // iterations, then both reach their limit: 6.
 TEST_F(JobRunnerSpatialTest, StepsDoneCountsOnlyTheMembersWhoseRowsAJointMicroBatchCarries) {
-  const std::string setup = "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 2";
-  const uint64_t a = Submit(Spec("a", "fa-major", setup));
-  std::string yb = Spec("b", "fa-inv", setup);
-  yb.replace(yb.find("batch_size: 8"), 13, "batch_size: 8, grad_accumulation: 2");
-  const uint64_t b = Submit(yb);
-  ProfileAndPlan({a, b});
-  ASSERT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  uint64_t a = 0, b = 0;
+  ASSERT_NO_FATAL_FAILURE(PlanPairWithGradAccumulation1And2(&a, &b));
   ASSERT_EQ(runner_->stats().steps_done, 0u);
   ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(a).state) && jobs::IsTerminal(Job(b).state); }));
   for (uint64_t id : {a, b}) {
@@ -445,6 +435,26 @@ TEST_F(JobRunnerSpatialTest, StepsDoneCountsOnlyTheMembersWhoseRowsAJointMicroBa
     EXPECT_FALSE(AnyEventWith(id, "decoupled", "stop-loss")) << "job " << id;
   }
   EXPECT_EQ(runner_->stats().steps_done, 2u * 1 + 2u * 2);
+}
+
+// A joint micro-batch's time is the one-stream micro-batch time (the
+// planner's iteration time) of the members whose rows it carries only. A
+// (grad_accumulation 1) + B (grad_accumulation 2): the first iteration is
+// one micro-batch of both jobs' rows, then one of B's rows only, while A
+// waits with its iteration complete; the second iteration starts the
+// same way. Once its first micro-batch is processed (5 per-job
+// micro-batches done), A has two time samples (not three) and B three.
+TEST_F(JobRunnerSpatialTest, JointMicroBatchWithoutAMembersRowsIsNotItsTime) {
+  uint64_t a = 0, b = 0;
+  ASSERT_NO_FATAL_FAILURE(PlanPairWithGradAccumulation1And2(&a, &b));
+  EXPECT_EQ(runner_->OneStreamSamples(a), 0);
+  // Drive counts a micro-batch when it processes its end (A, then B, in one
+  // pass); A processed the third joint micro-batch (4 done) only after the
+  // second, and B processes it in the same pass (5).
+  ASSERT_TRUE(TickUntil([&] { return runner_->stats().steps_done >= 4; }));
+  EXPECT_EQ(runner_->stats().steps_done, 5u);
+  EXPECT_EQ(runner_->OneStreamSamples(a), 2) << "B's micro-batch timed as A's";
+  EXPECT_EQ(runner_->OneStreamSamples(b), 3);
 }
 
 // The stop-loss reference of a spatial pairing: a member whose task has a
@@ -497,6 +507,47 @@ TEST_F(JobRunnerSpatialTest, PairSplitAtItsStartIsNotPairedAgainAfterARestart) {
     }
     EXPECT_EQ(spatial_runs, 1) << "job " << id << " was paired again after the restart";
     EXPECT_EQ(splits, 1) << "job " << id;
+  }
+}
+
+// A planning round lists at most one page of jobs (JobManager
+// max_page_size; 1,000 in the daemon, 1 here). A stored joint pair whose
+// member is beyond that page is still queued: the pair stays stored (it is
+// not offered this round) instead of being ended as if the member were
+// gone. A member that really left (cancelled) still ends it, with the
+// reason on both jobs.
+TEST_F(JobRunnerSpatialTest, StoredJointPairWithAMemberBeyondTheListedPageIsKept) {
+  const uint64_t a = Submit(Spec("a", "fa-major", "metric: accuracy, target: 0.999, max_epochs: 2"));
+  const uint64_t b = Submit(Spec("b", "fa-inv", "metric: accuracy, target: 0.999, max_epochs: 2"));
+  ASSERT_LT(a, b);
+  runner_->Stop();
+  runner_.reset();
+  // Training jointly when the daemon stopped (the JobManager's own
+  // transitions; the runner's joint training is tested above).
+  for (uint64_t id : {a, b}) {
+    ASSERT_TRUE(jobs_->StartProfiling(id, {0}).ok());
+    ASSERT_TRUE(jobs_->Queue(id, 16).ok());
+  }
+  for (auto [id, partner] : {std::pair{a, b}, std::pair{b, a}}) {
+    ASSERT_TRUE(jobs_->Run(id, {.devices = {0}, .mode = jobs::RunMode::kSpatial, .partner = partner}).ok());
+  }
+  ASSERT_TRUE(jobs_->StartJointTraining(a, b, 0, false).ok());
+  jobs_options_.max_page_size = 1;
+  OpenJobs();  // the restart: both queued, the pair stored
+  ASSERT_EQ(Job(b).state, jobs::JobState::kQueued);
+  NewRunner();
+  ASSERT_TRUE(runner_->Tick().ok());  // plans the listed page: job a only
+  EXPECT_EQ(runner_->stats().plans, 1u);
+  EXPECT_EQ(*jobs_->JointPairs(), (std::set<std::pair<uint64_t, uint64_t>>{{a, b}}));
+  for (uint64_t id : {a, b}) EXPECT_FALSE(AnyEventWith(id, "joint_not_resumed", "")) << "job " << id;
+
+  ASSERT_TRUE(jobs_->Cancel(b, "operator").ok());
+  runner_->RequestPlan();
+  ASSERT_TRUE(runner_->Tick().ok());
+  EXPECT_TRUE(jobs_->JointPairs()->empty());
+  for (uint64_t id : {a, b}) {
+    EXPECT_TRUE(AnyEventWith(id, "joint_not_resumed", StrCat("job ", b, " is no longer queued, paused or running")))
+        << "job " << id;
   }
 }
 

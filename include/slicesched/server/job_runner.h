@@ -227,8 +227,10 @@
 //     (stats().steps_done counts a joint micro-batch once per member whose
 //     rows it carries: a member that completed its iteration's micro-batches
 //     and waits for its partner's is not counted); a
-//     joint micro-batch's time is each member's one-stream micro-batch time
-//     but never a measurement of a GPU count (time LUT, measured_iter_s).
+//     joint micro-batch's time is the one-stream micro-batch time of each
+//     member whose rows it carries (not of a member waiting for its
+//     partner's) but never a measurement of a GPU count (time LUT,
+//     measured_iter_s).
 //   * Decoupling (stop-loss, a re-plan, a partner pausing, completing,
 //     failing or being cancelled: the JobManager decouples both) stops the
 //     joint steps; each job continues alone (data-parallel again) from
@@ -254,7 +256,10 @@
 //     member gone, both fresh, a checkpoint that does not load, or the
 //     planner running a member without its partner) the stored pair is
 //     removed with event "joint_not_resumed" and the reason on both jobs,
-//     and each member resumes alone from its own checkpoint.
+//     and each member resumes alone from its own checkpoint. A member that
+//     is still queued, paused or running but beyond the round's list (a
+//     round lists one page of jobs, 1,000) is not gone: the pair stays
+//     stored and is not offered that round.
 //
 // Backbone: a job's `backbone` names a deployment, or a preset; a preset
 // runs on the first deployment of that preset (offline role preferred).
@@ -345,6 +350,10 @@ class JobRunner {
   // step or its part of a joint step trains them); false when the runner
   // holds no loaded data for the job.
   bool MicroBatchOf(uint64_t job_id, int64_t k, executor::TrainBatch* out);
+  // Test hook: how many measured micro-batch times went into the job's
+  // one-stream time (its planner iteration time; profiling not counted);
+  // -1 when the runner holds no runtime for the job.
+  int64_t OneStreamSamples(uint64_t job_id) const;
 
   struct Runtime;  // one job's data, training state and step in flight (job_runner.cc)
 
@@ -414,13 +423,12 @@ class JobRunner {
     std::vector<std::pair<int64_t, double>> points;  // (step, metric), increasing steps
   };
   std::set<std::pair<uint64_t, uint64_t>> joint_started_;  // ShareLora done (key as pair_watch_)
-  // Stored joint pairs (JobManager::JointPairs) whose members' checkpoints
-  // can continue the joint training (JointPartners, each planning round).
-  std::set<std::pair<uint64_t, uint64_t>> joint_resumable_;
   // Per listed job, the job it trains jointly with or may resume joint
   // training with (ymir::JobView::joint_partner): pairs training jointly
   // now, and stored joint pairs whose members are both queued or paused with
-  // consistent checkpoints (the same step, one shared adapter). A stored
+  // consistent checkpoints (the same step, one shared adapter), or were
+  // planned spatial together by an earlier round (DriveSpatial resumes such a
+  // stored pair once both members' states are loaded). A stored
   // pair that cannot resume is removed (JobManager::EndJointTraining, event
   // "joint_not_resumed" with the reason) and its members resume alone.
   std::map<uint64_t, uint64_t> JointPartners(const std::vector<jobs::JobInfo>& listed);

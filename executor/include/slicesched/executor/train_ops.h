@@ -294,6 +294,13 @@ absl::StatusOr<double> AccumulateMicroBatch(const LlamaWeights& base, TaskState&
 // those of tasks[0]; heads and optimizer states are kept.
 absl::Status ShareLora(std::span<TaskState* const> tasks);
 
+// Whether `a` and `b` hold one shared adapter (as ShareLora leaves them): the
+// same LoRA config and layer count and bit-identical LoRA factors (q_a, q_b,
+// v_a, v_b of every layer, shapes and values); the heads may differ. OK when
+// they do, else FailedPrecondition naming the first difference ("different
+// LoRA configs (...)", "different LoRA factors (layer L differs)").
+absl::Status SameAdapter(const TaskAdapters& a, const TaskAdapters& b);
+
 // Joint micro-batch: gradients for every task from one mixed batch
 // (batch.row_task indexes `tasks`), each accumulated into its own state.
 // Returns the per-task losses.
