@@ -323,8 +323,9 @@ absl::StatusOr<std::vector<double>> AccumulateJointMicroBatch(const LlamaWeights
 enum class JointStepRule { kMean, kSum };
 
 // The joint step above. FailedPrecondition when the tasks' LoRA values differ
-// (they do not share an adapter), a task has nothing accumulated, or the
-// tasks' step counts differ.
+// (they do not share an adapter) or a task has nothing accumulated. The
+// tasks' step counts may differ: each task's optimizer keeps its own step
+// (AdamW's bias correction) and moments.
 absl::Status JointOptimizerStep(std::span<TaskState* const> tasks,
                                 JointStepRule rule = JointStepRule::kMean);
 
