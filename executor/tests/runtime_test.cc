@@ -188,6 +188,72 @@ TEST(DevicePoolTest, ChargesReleasesAndReportsExhaustion) {
   EXPECT_EQ(pool.used(), Bytes(0));
 }
 
+// AllocateEach (the executors' outputs and workspace in one critical
+// section) charges exactly as one Allocate() per request in order would: the
+// same accounting and statistics, the first failure stops it with that
+// request's error (the earlier allocations stay held), injected failures by
+// purpose hit the same request, and a failure hook still sees every request.
+TEST(DevicePoolTest, AllocateEachMatchesOneAllocatePerRequest) {
+  using R = DevicePool::Request;
+  DevicePool pool(DeviceId(1), "cpu1", Bytes(100));
+  {
+    const std::vector<R> req = {{Bytes(30), AllocPurpose::kOutput}, {Bytes(40), AllocPurpose::kOutput},
+                                {Bytes(0), AllocPurpose::kWorkspace}};
+    std::vector<Allocation> out(3);
+    ASSERT_TRUE(pool.AllocateEach(req, out).ok());
+    EXPECT_EQ(pool.used(), Bytes(70));
+    EXPECT_EQ(pool.num_allocations(), 3);
+    for (const Allocation& a : out) EXPECT_TRUE(a.held());
+    // Out of memory at the second request: the first stays charged.
+    std::vector<Allocation> more(2);
+    const absl::Status st = pool.AllocateEach(std::vector<R>{{Bytes(20)}, {Bytes(20)}}, more);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(st.message()), HasSubstr("20 bytes requested, 10 bytes free"));
+    EXPECT_TRUE(more[0].held());
+    EXPECT_FALSE(more[1].held());
+    EXPECT_EQ(pool.used(), Bytes(90));
+    EXPECT_EQ(pool.num_failures(), 1);
+    // A slot that already holds an allocation is refused.
+    EXPECT_EQ(pool.AllocateEach(std::vector<R>{{Bytes(1)}}, more).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(pool.AllocateEach(std::vector<R>{{Bytes(1)}}, std::span<Allocation>()).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(pool.used(), Bytes(0));
+  // An injected workspace failure hits the workspace request, after the outputs.
+  pool.FailNextAllocations(1, AllocPurpose::kWorkspace);
+  {
+    std::vector<Allocation> out(3);
+    const absl::Status st = pool.AllocateEach(
+        std::vector<R>{{Bytes(5), AllocPurpose::kOutput}, {Bytes(5), AllocPurpose::kOutput},
+                       {Bytes(5), AllocPurpose::kWorkspace}},
+        out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(st.message()), HasSubstr("cannot allocate workspace"));
+    EXPECT_TRUE(out[0].held() && out[1].held());
+    EXPECT_FALSE(out[2].held());
+    EXPECT_EQ(pool.used(), Bytes(10));
+  }
+  EXPECT_EQ(pool.num_failures(), 2);
+  // With a hook, every request is put to it (outside the pool's lock).
+  std::vector<Bytes> asked;
+  {
+    std::vector<Allocation> out(3);
+    pool.SetFailureHook([&](const AllocationRequest& r) {
+      asked.push_back(r.bytes);
+      return r.bytes == Bytes(7);
+    });
+    const absl::Status st = pool.AllocateEach(std::vector<R>{{Bytes(6)}, {Bytes(7)}, {Bytes(8)}}, out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(asked, (std::vector<Bytes>{Bytes(6), Bytes(7)}));
+    EXPECT_TRUE(out[0].held());
+    EXPECT_FALSE(out[1].held() || out[2].held());
+    EXPECT_EQ(pool.used(), Bytes(6));
+  }
+  EXPECT_EQ(pool.used(), Bytes(0));
+  EXPECT_EQ(pool.num_failures(), 3);
+  EXPECT_EQ(pool.num_allocations(), 7);
+}
+
 TEST(DevicePoolTest, ThreadSafe) {
   DevicePool pool(DeviceId(0), "cpu0", Bytes(1 << 20));
   std::vector<std::thread> ts;
