@@ -826,6 +826,58 @@ TEST(ExecutorSetTest, BatchedAndPollingWaitsReturnForPendingCompletions) {
   EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
 }
 
+// A device thread that drops a cancelled node (its instance failed while the
+// node was queued) posts no event. When that leaves the device without work,
+// an owner in WaitForFinishBatch waiting for more completions than will come
+// must still be woken: the device signals it before it waits for work
+// (MaybeWakeOwner). Without that the wait below would last its 10 minutes and
+// the watchdog would fail the test.
+TEST(ExecutorSetTest, BatchedWaitWakesWhenADroppedNodeLeavesTheDeviceIdle) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  TemplateBuilder b("two_roots");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("p", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("q", OpKind::kGeneric).Inputs({"$in"}).Output("y", DType::kF32, {"N"});
+  const TemplateId two = *r.g.RegisterTemplate(*b.Build());
+  const TemplateId single = *r.g.RegisterTemplate(Chain(1));
+  r.Start();
+  const InstanceId y = r.New(two, 8, /*prio=*/0);
+  const InstanceId z = r.New(single, 8, /*prio=*/10);
+  const NodeId p = r.g.FindInstance(y)->nodes[0].id, q = r.g.FindInstance(y)->nodes[1].id;
+  const NodeId zn = r.g.FindInstance(z)->nodes[0].id;
+  absl::Notification p_running, z_placed, p_applied;
+  std::atomic<bool> q_ran{false};
+  r.kernels.SetHook([&](const KernelCall& k) {
+    if (k.node == p) {
+      p_running.Notify();
+      z_placed.WaitForNotification();
+    }
+    if (k.node == zn) p_applied.WaitForNotification();
+    if (k.node == q) q_ran = true;
+  });
+  r.kernels.FailWhen([p](const KernelCall& k) { return k.node == p; }, absl::InternalError("p fails"));
+  r.Place(y, {0});  // p and q both ready; p runs first (tie-break)
+  ASSERT_TRUE(p_running.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  r.Place(z, {0});  // priority 10: runs after p, ahead of q
+  z_placed.Notify();
+  // p's failure; applying it fails y and cancels its queued q.
+  ASSERT_TRUE(r.exec->WaitForFinish(absl::Seconds(60)));
+  ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+  p_applied.Notify();
+  // One completion (z's) will come; q is dropped without an event.
+  ASSERT_TRUE(r.exec->WaitForFinishBatch(absl::Minutes(10), 2));
+  ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+  EXPECT_FALSE(q_ran.load());
+  std::map<uint64_t, InstanceState> states;
+  for (const RetiredInstance& ri : r.g.TakeRetired()) states[ri.id.value()] = ri.state;
+  EXPECT_EQ(states[y.value()], InstanceState::kFailed);
+  EXPECT_EQ(states[z.value()], InstanceState::kDone);
+  ASSERT_TRUE(r.exec->Dispatch(r.clock.Now()).ok());
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
 // Payloads the owner no longer needs are freed on the thread of the device
 // that produced them (as the direct loop frees its own tensors), not on the
 // owner's thread: a busy device frees them before its next operator, an idle
