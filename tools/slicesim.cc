@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "slicesched/experiments/accuracy.h"
 #include "slicesched/experiments/bench_sim.h"
 #include "slicesched/experiments/gmg_demo.h"
@@ -913,6 +914,12 @@ int YmirCommand(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // This absl build (Debian's) checks lock order on every Mutex::Lock: a
+  // lookup in a process-wide graph under one global spin lock, which every
+  // thread's every lock takes (the executors' device threads once per
+  // operator, and again per pool allocation). It is a debugging aid; the
+  // tests keep it, the tools turn it off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (argc < 2) return Usage(stderr);
   const std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

@@ -74,12 +74,13 @@ ExecutorSet::~ExecutorSet() {
 // ---------------------------------------------------------------------------
 // Device threads
 
-void ExecutorSet::Post(Event e) {
-  e.time = clock_->Now();
+void ExecutorSet::Post(Event e, bool stamp) {
+  if (stamp) e.time = clock_->Now();
   if (e.kind != Event::Kind::kStarted && !e.quiet && pending_completions_++ == 0) {
     completions_pending_.store(true, std::memory_order_release);
   }
   events_.push_back(std::move(e));
+  MaybeWakeOwner();
   if (notify_) notify_();
 }
 
@@ -121,18 +122,18 @@ void ExecutorSet::Hand(DeviceId d, WorkItem w) {
   }
   for (const WorkItem::LocalInput& li : w.local) {
     if (s.finished.contains(li.producer.value())) continue;
-    std::vector<NodeId>& v = s.waiters[li.producer.value()];
+    absl::InlinedVector<NodeId, 2>& v = s.waiters[li.producer.value()];
     if (v.empty() || v.back() != node) v.push_back(node);  // once per producer
   }
   s.pending.emplace(node.value(), StoreItem(s, std::move(w)));
 }
 
 int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
-                                   const std::vector<Buffer>& outputs) {
+                                   std::span<const Buffer> outputs) {
   DeviceState& s = devices_[d.value()];
   auto wt = s.waiters.find(producer.value());
   if (wt == s.waiters.end()) return 0;
-  const std::vector<NodeId> deps = std::move(wt->second);
+  const absl::InlinedVector<NodeId, 2> deps = std::move(wt->second);
   s.waiters.erase(wt);
   for (NodeId dep : deps) {
     auto p = s.pending.find(dep.value());
@@ -162,7 +163,7 @@ void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
     worklist.pop_back();
     auto wt = s.waiters.find(p.value());
     if (wt == s.waiters.end()) continue;
-    const std::vector<NodeId> deps = std::move(wt->second);
+    const absl::InlinedVector<NodeId, 2> deps = std::move(wt->second);
     s.waiters.erase(wt);
     for (NodeId dep : deps) {
       auto it = s.pending.find(dep.value());
@@ -202,8 +203,8 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
            s.graveyard_bytes >= kGraveyardWakeBytes;
   };
   auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
-  std::vector<Held> outs;
-  std::vector<Buffer> out_buffers;
+  Outputs outs;
+  OutputBuffers out_buffers;
   // Payloads handed back by the owner, taken from the graveyard under the
   // lock and freed here after unlocking.
   std::vector<std::shared_ptr<void>> handed_back;
@@ -224,7 +225,13 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     Allocation workspace;
     outs.clear();
     {
-      mu_.Await(absl::Condition(&can_go));
+      if (!can_go()) {
+        // Running dry (or paused): an owner waiting for this device to hold
+        // no work may be satisfied now without an event (a cancelled node
+        // was dropped).
+        MaybeWakeOwner();
+        mu_.Await(absl::Condition(&can_go));
+      }
       collect_handed_back();
       if (shutdown_) {
         mu_.Unlock();
@@ -269,24 +276,21 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       }
       // Outputs and workspace first: a node that cannot get its memory
       // fails here, before it starts.
-      absl::Status alloc;
-      for (Bytes b : w.output_bytes) {
-        absl::StatusOr<Allocation> a = pool.Allocate(b, AllocPurpose::kOutput);
-        if (!a.ok()) {
-          alloc = a.status();
-          break;
-        }
-        outs.push_back(Held{Buffer{b, d, kNoPayload, nullptr}, std::move(*a)});
-      }
+      // One pool critical section for all of them (same order, accounting
+      // and failures as one Allocate() each).
+      const size_t n_out = w.output_bytes.size();
+      absl::InlinedVector<DevicePool::Request, 3> requests;
+      for (Bytes b : w.output_bytes) requests.push_back({b, AllocPurpose::kOutput});
+      requests.push_back({w.workspace, AllocPurpose::kWorkspace});
+      absl::InlinedVector<Allocation, 3> allocs(requests.size());
+      const absl::Status alloc = pool.AllocateEach(requests, std::span<Allocation>(allocs.data(), allocs.size()));
       if (alloc.ok()) {
-        absl::StatusOr<Allocation> a = pool.Allocate(w.workspace, AllocPurpose::kWorkspace);
-        if (a.ok()) {
-          workspace = std::move(*a);
-        } else {
-          alloc = a.status();
+        for (size_t i = 0; i < n_out; ++i) {
+          outs.push_back(Held{Buffer{w.output_bytes[i], d, kNoPayload, nullptr}, std::move(allocs[i])});
         }
-      }
-      if (!alloc.ok()) {
+        workspace = std::move(allocs[n_out]);
+      } else {
+        allocs.clear();  // releases what was allocated before the failure
         outs.clear();
         Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
                    StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node),
@@ -328,7 +332,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     w.inputs.clear();
 
     mu_.Lock();
-    mu_.Await(absl::Condition(&may_finish));
+    if (!may_finish()) mu_.Await(absl::Condition(&may_finish));
     DeviceState& s = devices_[di];
     s.running = NodeId();
     s.live.erase(w.node.value());
@@ -349,10 +353,10 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // Quiet when every successor was here, waiting for this node (the
       // owner is needed only where the work leaves the device).
       const int released = ReleaseDependents(d, w.node, done.end, done.outputs);
-      Event fin{Event::Kind::kFinished, w.node, d, Timestamp(), "", std::move(outs)};
+      // Stamped with the time the dependents saw.
+      Event fin{Event::Kind::kFinished, w.node, d, done.end, "", std::move(outs)};
       fin.quiet = w.successors > 0 && released == w.successors;
-      Post(std::move(fin));
-      events_.back().time = done.end;  // the time the dependents saw
+      Post(std::move(fin), /*stamp=*/false);
       s.finished.insert_or_assign(w.node.value(), std::move(done));
     } else {
       outs.clear();
@@ -566,33 +570,65 @@ Timestamp ExecutorSet::NextEventTime() const {
   return events_.empty() ? Timestamp::Infinite() : clock_->Now();
 }
 
+bool ExecutorSet::OwnerWaitSatisfied() const {
+  switch (owner_wait_) {
+    case OwnerWait::kNone:
+      return false;
+    case OwnerWait::kEvent:
+      return !events_.empty();
+    case OwnerWait::kCompletions:
+      if (pending_completions_ >= owner_wait_min_) return true;
+      if (pending_completions_ == 0) return false;
+      for (const DeviceState& s : devices_) {
+        if (!s.ready.empty() || !s.pending.empty() || s.running.valid()) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+void ExecutorSet::MaybeWakeOwner() {
+  if (owner_wait_ == OwnerWait::kNone || !OwnerWaitSatisfied()) return;
+  owner_wait_ = OwnerWait::kNone;  // one Signal per wait
+  owner_cv_.Signal();
+}
+
+bool ExecutorSet::OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock l(&mu_);
+  for (;;) {
+    owner_wait_ = kind;
+    owner_wait_min_ = min_completions;
+    if (OwnerWaitSatisfied()) break;
+    // Not an Await(Condition): a waiter with a condition makes every unlock
+    // of mu_ (one per operator on each device thread) take absl's slow path
+    // and evaluate it there; the threads that change what the owner waits
+    // for signal it instead (MaybeWakeOwner), only once it is satisfied.
+    if (owner_cv_.WaitWithDeadline(&mu_, deadline)) {
+      owner_wait_ = kind;
+      const bool ok = OwnerWaitSatisfied();
+      owner_wait_ = OwnerWait::kNone;
+      return ok;
+    }
+  }
+  owner_wait_ = OwnerWait::kNone;
+  return true;
+}
+
 bool ExecutorSet::WaitForCompletion(absl::Duration timeout) {
   if (comm_.num_retrying() > 0) return true;
-  absl::MutexLock l(&mu_);
-  auto has_events = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
-  return mu_.AwaitWithTimeout(absl::Condition(&has_events), timeout);
+  return OwnerWaitFor(OwnerWait::kEvent, 0, timeout);
 }
 
 bool ExecutorSet::WaitForFinish(absl::Duration timeout) {
   if (comm_.num_retrying() > 0) return true;
-  absl::MutexLock l(&mu_);
-  auto has_completions = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_completions_ > 0; };
-  return mu_.AwaitWithTimeout(absl::Condition(&has_completions), timeout);
+  return OwnerWaitFor(OwnerWait::kCompletions, 1, timeout);
 }
 
 bool ExecutorSet::WaitForFinishBatch(absl::Duration timeout, int min_completions) {
   if (min_completions <= 1) return WaitForFinish(timeout);
   if (comm_.num_retrying() > 0) return true;
-  absl::MutexLock l(&mu_);
-  auto enough = [this, min_completions]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (pending_completions_ >= static_cast<size_t>(min_completions)) return true;
-    if (pending_completions_ == 0) return false;
-    for (const DeviceState& s : devices_) {
-      if (!s.ready.empty() || !s.pending.empty() || s.running.valid()) return false;
-    }
-    return true;
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  return OwnerWaitFor(OwnerWait::kCompletions, static_cast<size_t>(min_completions), timeout);
 }
 
 bool ExecutorSet::WaitForFinish(absl::Duration timeout, absl::Duration poll) {

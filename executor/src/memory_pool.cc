@@ -42,27 +42,29 @@ DevicePool::~DevicePool() {
   ABSL_RAW_CHECK(live_ == 0, "DevicePool destroyed while allocations are live");
 }
 
-absl::StatusOr<Allocation> DevicePool::Allocate(Bytes bytes, AllocPurpose purpose) {
+std::optional<absl::StatusOr<Allocation>> DevicePool::TryLocked(Bytes bytes, AllocPurpose purpose) {
   if (bytes < Bytes::Zero()) {
     return absl::InvalidArgumentError(
         StrCat("device ", name_, ": negative allocation of ", bytes.count(), " bytes"));
   }
+  if (fail_next_ > 0 && (fail_next_any_purpose_ || fail_next_purpose_ == purpose)) {
+    --fail_next_;
+    ++failures_;
+    return absl::ResourceExhaustedError(
+        StrCat("device ", name_, ": cannot allocate ", AllocPurposeName(purpose), " of ", bytes,
+               " (injected failure; ", capacity_ - used_, " free of ", capacity_, ")"));
+  }
+  // No hook (the serving path): account in this same critical section.
+  if (!hook_) return AccountLocked(bytes, purpose);
+  return std::nullopt;
+}
+
+absl::StatusOr<Allocation> DevicePool::Allocate(Bytes bytes, AllocPurpose purpose) {
   FailureHook hook;
   {
     absl::MutexLock l(&mu_);
-    bool inject = false;
-    if (fail_next_ > 0 && (fail_next_any_purpose_ || fail_next_purpose_ == purpose)) {
-      --fail_next_;
-      inject = true;
-    }
-    if (inject) {
-      ++failures_;
-      return absl::ResourceExhaustedError(
-          StrCat("device ", name_, ": cannot allocate ", AllocPurposeName(purpose), " of ", bytes,
-                 " (injected failure; ", capacity_ - used_, " free of ", capacity_, ")"));
-    }
-    // No hook (the serving path): account in this same critical section.
-    if (!hook_) return AccountLocked(bytes, purpose);
+    std::optional<absl::StatusOr<Allocation>> done = TryLocked(bytes, purpose);
+    if (done.has_value()) return *std::move(done);
     hook = hook_;
   }
   // The hook runs outside the lock so it may inspect the pool.
@@ -75,6 +77,35 @@ absl::StatusOr<Allocation> DevicePool::Allocate(Bytes bytes, AllocPurpose purpos
   }
   absl::MutexLock l(&mu_);
   return AccountLocked(bytes, purpose);
+}
+
+absl::Status DevicePool::AllocateEach(std::span<const Request> requests, std::span<Allocation> out) {
+  if (out.size() < requests.size()) {
+    return absl::InvalidArgumentError(StrCat("device ", name_, ": AllocateEach of ", requests.size(),
+                                             " requests into ", out.size(), " slots"));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (out[i].held()) {
+      return absl::InvalidArgumentError(
+          StrCat("device ", name_, ": AllocateEach into slot ", i, ", which holds an allocation"));
+    }
+  }
+  size_t i = 0;
+  {
+    absl::MutexLock l(&mu_);
+    for (; i < requests.size(); ++i) {
+      std::optional<absl::StatusOr<Allocation>> done = TryLocked(requests[i].bytes, requests[i].purpose);
+      if (!done.has_value()) break;  // a hook: the rest one by one, below
+      if (!done->ok()) return done->status();
+      out[i] = **std::move(done);
+    }
+  }
+  for (; i < requests.size(); ++i) {
+    absl::StatusOr<Allocation> a = Allocate(requests[i].bytes, requests[i].purpose);
+    if (!a.ok()) return a.status();
+    out[i] = *std::move(a);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Allocation> DevicePool::AccountLocked(Bytes bytes, AllocPurpose purpose) {

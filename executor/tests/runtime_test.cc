@@ -188,6 +188,72 @@ TEST(DevicePoolTest, ChargesReleasesAndReportsExhaustion) {
   EXPECT_EQ(pool.used(), Bytes(0));
 }
 
+// AllocateEach (the executors' outputs and workspace in one critical
+// section) charges exactly as one Allocate() per request in order would: the
+// same accounting and statistics, the first failure stops it with that
+// request's error (the earlier allocations stay held), injected failures by
+// purpose hit the same request, and a failure hook still sees every request.
+TEST(DevicePoolTest, AllocateEachMatchesOneAllocatePerRequest) {
+  using R = DevicePool::Request;
+  DevicePool pool(DeviceId(1), "cpu1", Bytes(100));
+  {
+    const std::vector<R> req = {{Bytes(30), AllocPurpose::kOutput}, {Bytes(40), AllocPurpose::kOutput},
+                                {Bytes(0), AllocPurpose::kWorkspace}};
+    std::vector<Allocation> out(3);
+    ASSERT_TRUE(pool.AllocateEach(req, out).ok());
+    EXPECT_EQ(pool.used(), Bytes(70));
+    EXPECT_EQ(pool.num_allocations(), 3);
+    for (const Allocation& a : out) EXPECT_TRUE(a.held());
+    // Out of memory at the second request: the first stays charged.
+    std::vector<Allocation> more(2);
+    const absl::Status st = pool.AllocateEach(std::vector<R>{{Bytes(20)}, {Bytes(20)}}, more);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(st.message()), HasSubstr("20 bytes requested, 10 bytes free"));
+    EXPECT_TRUE(more[0].held());
+    EXPECT_FALSE(more[1].held());
+    EXPECT_EQ(pool.used(), Bytes(90));
+    EXPECT_EQ(pool.num_failures(), 1);
+    // A slot that already holds an allocation is refused.
+    EXPECT_EQ(pool.AllocateEach(std::vector<R>{{Bytes(1)}}, more).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(pool.AllocateEach(std::vector<R>{{Bytes(1)}}, std::span<Allocation>()).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(pool.used(), Bytes(0));
+  // An injected workspace failure hits the workspace request, after the outputs.
+  pool.FailNextAllocations(1, AllocPurpose::kWorkspace);
+  {
+    std::vector<Allocation> out(3);
+    const absl::Status st = pool.AllocateEach(
+        std::vector<R>{{Bytes(5), AllocPurpose::kOutput}, {Bytes(5), AllocPurpose::kOutput},
+                       {Bytes(5), AllocPurpose::kWorkspace}},
+        out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(st.message()), HasSubstr("cannot allocate workspace"));
+    EXPECT_TRUE(out[0].held() && out[1].held());
+    EXPECT_FALSE(out[2].held());
+    EXPECT_EQ(pool.used(), Bytes(10));
+  }
+  EXPECT_EQ(pool.num_failures(), 2);
+  // With a hook, every request is put to it (outside the pool's lock).
+  std::vector<Bytes> asked;
+  {
+    std::vector<Allocation> out(3);
+    pool.SetFailureHook([&](const AllocationRequest& r) {
+      asked.push_back(r.bytes);
+      return r.bytes == Bytes(7);
+    });
+    const absl::Status st = pool.AllocateEach(std::vector<R>{{Bytes(6)}, {Bytes(7)}, {Bytes(8)}}, out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(asked, (std::vector<Bytes>{Bytes(6), Bytes(7)}));
+    EXPECT_TRUE(out[0].held());
+    EXPECT_FALSE(out[1].held() || out[2].held());
+    EXPECT_EQ(pool.used(), Bytes(6));
+  }
+  EXPECT_EQ(pool.used(), Bytes(0));
+  EXPECT_EQ(pool.num_failures(), 3);
+  EXPECT_EQ(pool.num_allocations(), 7);
+}
+
 TEST(DevicePoolTest, ThreadSafe) {
   DevicePool pool(DeviceId(0), "cpu0", Bytes(1 << 20));
   std::vector<std::thread> ts;
@@ -756,6 +822,58 @@ TEST(ExecutorSetTest, BatchedAndPollingWaitsReturnForPendingCompletions) {
   EXPECT_FALSE(r.exec->WaitForFinishBatch(absl::Milliseconds(1), 2));
   EXPECT_FALSE(r.exec->WaitForFinish(absl::Milliseconds(1), absl::Microseconds(100)));
   EXPECT_EQ(r.exec->completed_ops(), 16);
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
+// A device thread that drops a cancelled node (its instance failed while the
+// node was queued) posts no event. When that leaves the device without work,
+// an owner in WaitForFinishBatch waiting for more completions than will come
+// must still be woken: the device signals it before it waits for work
+// (MaybeWakeOwner). Without that the wait below would last its 10 minutes and
+// the watchdog would fail the test.
+TEST(ExecutorSetTest, BatchedWaitWakesWhenADroppedNodeLeavesTheDeviceIdle) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  TemplateBuilder b("two_roots");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("p", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("q", OpKind::kGeneric).Inputs({"$in"}).Output("y", DType::kF32, {"N"});
+  const TemplateId two = *r.g.RegisterTemplate(*b.Build());
+  const TemplateId single = *r.g.RegisterTemplate(Chain(1));
+  r.Start();
+  const InstanceId y = r.New(two, 8, /*prio=*/0);
+  const InstanceId z = r.New(single, 8, /*prio=*/10);
+  const NodeId p = r.g.FindInstance(y)->nodes[0].id, q = r.g.FindInstance(y)->nodes[1].id;
+  const NodeId zn = r.g.FindInstance(z)->nodes[0].id;
+  absl::Notification p_running, z_placed, p_applied;
+  std::atomic<bool> q_ran{false};
+  r.kernels.SetHook([&](const KernelCall& k) {
+    if (k.node == p) {
+      p_running.Notify();
+      z_placed.WaitForNotification();
+    }
+    if (k.node == zn) p_applied.WaitForNotification();
+    if (k.node == q) q_ran = true;
+  });
+  r.kernels.FailWhen([p](const KernelCall& k) { return k.node == p; }, absl::InternalError("p fails"));
+  r.Place(y, {0});  // p and q both ready; p runs first (tie-break)
+  ASSERT_TRUE(p_running.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  r.Place(z, {0});  // priority 10: runs after p, ahead of q
+  z_placed.Notify();
+  // p's failure; applying it fails y and cancels its queued q.
+  ASSERT_TRUE(r.exec->WaitForFinish(absl::Seconds(60)));
+  ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+  p_applied.Notify();
+  // One completion (z's) will come; q is dropped without an event.
+  ASSERT_TRUE(r.exec->WaitForFinishBatch(absl::Minutes(10), 2));
+  ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+  EXPECT_FALSE(q_ran.load());
+  std::map<uint64_t, InstanceState> states;
+  for (const RetiredInstance& ri : r.g.TakeRetired()) states[ri.id.value()] = ri.state;
+  EXPECT_EQ(states[y.value()], InstanceState::kFailed);
+  EXPECT_EQ(states[z.value()], InstanceState::kDone);
+  ASSERT_TRUE(r.exec->Dispatch(r.clock.Now()).ok());
   EXPECT_EQ(r.exec->stored_tensors(), 0u);
   EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
 }

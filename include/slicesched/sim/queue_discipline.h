@@ -129,6 +129,13 @@ class ReadyQueue {
     return a.ready_ns != b.ready_ns ? a.ready_ns < b.ready_ns : a.tiebreak < b.tiebreak;
   }
   [[gnu::noinline]] void DropBucket(size_t i) {
+    // Its (empty) vector is kept for the next new bucket: with per-instance
+    // priorities a bucket is created and dropped about once per operator,
+    // and each would otherwise cost a heap allocation and a free.
+    if (spare_.size() < kKeepBuckets) {
+      buckets_[i].q.clear();
+      spare_.push_back(std::move(buckets_[i].q));
+    }
     buckets_.erase(buckets_.begin() + static_cast<std::ptrdiff_t>(i));
     std::fill(std::begin(hint_), std::end(hint_), uint8_t{0xff});
   }
@@ -157,6 +164,10 @@ class ReadyQueue {
     Bucket nb;
     nb.cls = cls;
     nb.prio = prio;
+    if (!spare_.empty()) {
+      nb.q = std::move(spare_.back());
+      spare_.pop_back();
+    }
     buckets_.insert(buckets_.begin() + static_cast<std::ptrdiff_t>(i), std::move(nb));
     // The insert shifted every later bucket: the hints are refilled lazily.
     std::fill(std::begin(hint_), std::end(hint_), uint8_t{0xff});
@@ -169,6 +180,7 @@ class ReadyQueue {
   static constexpr size_t kHintSlots = 32;
   static constexpr size_t kCompactAfter = 32;  // popped entries before a bucket is compacted
   std::vector<Bucket> buckets_;
+  std::vector<std::vector<Entry>> spare_;  // emptied vectors of dropped buckets
   size_t size_ = 0;
   uint8_t hint_[kHintSlots] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,

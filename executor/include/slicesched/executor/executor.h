@@ -85,6 +85,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -224,15 +225,23 @@ class ExecutorSet final : public ExecutionBackend {
     Buffer buffer;
     Allocation alloc;
   };
+  // Per-operator containers are inlined at the sizes operators have (a
+  // Llama op has at most 3 inputs and 2 outputs; larger ones spill to the
+  // heap), so that the device thread's path between kernels allocates
+  // nothing: every heap block a WorkItem, an Event or a LocalDone carried
+  // was allocated on one thread and freed on the other, a glibc arena
+  // round trip per block per operator.
+  using Outputs = absl::InlinedVector<Held, 2>;
+  using OutputBuffers = absl::InlinedVector<Buffer, 2>;
   // A ready operator, self-contained for its device thread.
   struct WorkItem {
     NodeId node;
     InstanceId instance;
     const GraphTemplate* tpl = nullptr;
     int op_index = -1;
-    std::vector<int64_t> attrs;
-    std::vector<Buffer> inputs;
-    std::vector<Bytes> output_bytes;
+    absl::InlinedVector<int64_t, 4> attrs;
+    absl::InlinedVector<Buffer, 4> inputs;
+    absl::InlinedVector<Bytes, 2> output_bytes;
     Bytes workspace;
     std::shared_ptr<std::atomic<bool>> cancelled;
     // Ready-queue key; for a pending item ready_ns is the latest finish time
@@ -245,7 +254,7 @@ class ExecutorSet final : public ExecutionBackend {
       NodeId producer;
       int output;
     };
-    std::vector<LocalInput> local;
+    absl::InlinedVector<LocalInput, 2> local;
     int waiting = 0;
     // The node's successors (template ops): when the device releases that
     // many local dependents at its finish, the owner need not wake for it.
@@ -258,7 +267,7 @@ class ExecutorSet final : public ExecutionBackend {
     DeviceId device;
     Timestamp time;
     std::string reason;
-    std::vector<Held> outputs;  // kFinished: the node's outputs; kTransferDone: the dst copy
+    Outputs outputs;  // kFinished: the node's outputs; kTransferDone: the dst copy
     // kFinished whose successors all continued on the device (WaitForFinish
     // does not wake for it).
     bool quiet = false;
@@ -267,7 +276,7 @@ class ExecutorSet final : public ExecutionBackend {
   // not applied yet.
   struct LocalDone {
     Timestamp end;
-    std::vector<Buffer> outputs;
+    OutputBuffers outputs;
   };
   struct DeviceState {
     ReadyQueue ready;
@@ -277,7 +286,7 @@ class ExecutorSet final : public ExecutionBackend {
     // running).
     absl::flat_hash_set<uint64_t> live;
     absl::flat_hash_map<uint64_t, uint32_t> pending;               // node -> item
-    absl::flat_hash_map<uint64_t, std::vector<NodeId>> waiters;    // producer -> pending
+    absl::flat_hash_map<uint64_t, absl::InlinedVector<NodeId, 2>> waiters;  // producer -> pending
     absl::flat_hash_map<uint64_t, LocalDone> finished;             // by node
     // Payloads of this device's buffers the owner no longer needs, handed
     // back so that the device thread, not the owner, drops the last
@@ -298,7 +307,16 @@ class ExecutorSet final : public ExecutionBackend {
   // Runs one popped item; returns the event to post (not yet timestamped
   // for kFinished/kFailed).
   void RunItem(DeviceId d, WorkItem& w);
-  void Post(Event e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `e` for the owner, stamped with the clock's now unless `stamp`
+  // is false (e.time is then already set).
+  void Post(Event e, bool stamp = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the owner blocks on (WaitForCompletion / WaitForFinish[Batch]).
+  enum class OwnerWait : uint8_t { kNone, kEvent, kCompletions };
+  bool OwnerWaitSatisfied() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Signals the waiting owner once what it waits for holds; called by
+  // whoever changes it (Post, a device thread about to wait for work).
+  void MaybeWakeOwner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout);
   // Device-state helpers (lock held; owner or device thread).
   // Hands `w` to device `d`: ready, or pending on its local producers.
   void Hand(DeviceId d, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -307,7 +325,7 @@ class ExecutorSet final : public ExecutionBackend {
   // dependents get those inputs; the ones now complete become ready.
   // Returns how many dependents it had.
   int ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
-                        const std::vector<Buffer>& outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        std::span<const Buffer> outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `producer` will not finish on `d`: its pending dependents (and theirs)
   // fail.
   void DropDependents(DeviceId d, NodeId producer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -364,7 +382,9 @@ class ExecutorSet final : public ExecutionBackend {
 
   // ---- shared ----
   mutable absl::Mutex mu_;
-  absl::CondVar events_cv_;
+  absl::CondVar owner_cv_;  // the owner's waits; see OwnerWaitFor()
+  OwnerWait owner_wait_ ABSL_GUARDED_BY(mu_) = OwnerWait::kNone;
+  size_t owner_wait_min_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
   // Events in events_ WaitForFinish wakes for (not kStarted, not quiet).

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -71,6 +73,18 @@ class DevicePool {
   // Charges `bytes` (>= 0). ResourceExhausted naming the device, the request
   // and the free bytes when it does not fit (or when a fault is injected).
   absl::StatusOr<Allocation> Allocate(Bytes bytes, AllocPurpose purpose = AllocPurpose::kOther);
+  // Allocate() for each request in order, into out[i], stopping at the first
+  // failure (its status is returned; the allocations before it stay in
+  // `out`). Without a failure hook (the serving path) all of them are
+  // accounted in one critical section: an executor's outputs and workspace
+  // cost one lock round trip, not one each. Same accounting, statistics,
+  // injected failures and errors as the calls one by one. `out` holds at
+  // least as many entries as `requests`, none of them held.
+  struct Request {
+    Bytes bytes;
+    AllocPurpose purpose = AllocPurpose::kOther;
+  };
+  absl::Status AllocateEach(std::span<const Request> requests, std::span<Allocation> out);
 
   DeviceId device() const { return device_; }
   const std::string& name() const { return name_; }
@@ -92,6 +106,10 @@ class DevicePool {
   void SetFailureHook(FailureHook hook);
 
  private:
+  // The negative-size and FailNext... checks, then (no hook) the accounting;
+  // with a hook, returns nullopt for the caller to consult it outside the lock.
+  std::optional<absl::StatusOr<Allocation>> TryLocked(Bytes bytes, AllocPurpose purpose)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks the capacity and records the allocation.
   absl::StatusOr<Allocation> AccountLocked(Bytes bytes, AllocPurpose purpose)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
