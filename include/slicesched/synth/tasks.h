@@ -57,7 +57,7 @@
 // classes are at least m + 1 counts apart. The sentences are still the
 // language's (a rejection sample of it), only which ones a task keeps
 // changes. With m = 1, 16 tokens, C = 4 and a 32-token language the count
-// tasks get to 0.37-0.54 x ln 4 in 80 steps (the learning-curve tables of
+// tasks end at 0.36-0.56 x ln 4 after 80 steps (the learning-curve tables of
 // the "Seventh session" part of docs/experiments.md).
 //
 // Graded relatedness, by construction (the seventh session's family; what
