@@ -223,6 +223,25 @@ TEST(SynthTasks, LabelMarginSeparatesTheClassesAndBalancesThem) {
   int64_t touching = 0;
   for (int64_t j = 1; j < 4; ++j) touching += plain_range[j].first - plain_range[j - 1].second == 1 ? 1 : 0;
   EXPECT_GT(touching, 0);
+  // The 32-token language's fa count at length 16 has quartile thresholds
+  // only 1 apart: the thresholds must be spaced for the margin, or a class
+  // is empty (the seventh session's first margin run failed exactly so).
+  DatasetOptions q{.task = "fa-bins", .seed = 1, .examples = 400, .sequence_length = 16, .num_classes = 4};
+  q.margin = 1;
+  q.language.vocab = 32;
+  auto spaced = Generate(q);
+  ASSERT_TRUE(spaced.ok()) << spaced.status();
+  auto lang32 = Language::Make(q.language);
+  ASSERT_TRUE(lang32.ok());
+  std::map<int64_t, std::pair<int64_t, int64_t>> range32;
+  for (const Example& e : *spaced) {
+    const int64_t c = CountIn(*lang32, e.tokens, {0, 1});
+    auto [it, inserted] = range32.emplace(e.label, std::make_pair(c, c));
+    it->second.first = std::min(it->second.first, c);
+    it->second.second = std::max(it->second.second, c);
+  }
+  ASSERT_EQ(range32.size(), 4u);
+  for (int64_t j = 1; j < 4; ++j) EXPECT_GE(range32[j].first - range32[j - 1].second, 2) << j;
   o.margin = -1;
   EXPECT_THAT(std::string(Generate(o).status().message()), testing::HasSubstr("margin must be >= 0"));
   o.margin = 6;  // thresholds 7 counts apart: the top class needs >= 21 of 8 tokens
