@@ -153,8 +153,12 @@ int Usage(FILE* to) {
                "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
                "         [--iter-prefix-fraction F] [--iter-quadratic] [--stop-loss-epoch-steps N]\n"
                "         [--iter-envelope min|isotonic] [--iter-time-shift on|off] [--iter-half-life H]\n"
+               "         [--label-margin M] [--language-vocab V] [--language-classes K]\n"
+               "         [--lora-alpha A] [--train-examples N] [--batch-size B] [--curves-only]\n"
                "         [--gains-out FILE] [--json]  (--steps >= 20, the Task2Vec probe's steps;\n"
-               "         --iter-quadratic: fit the b2 term after the warm-up too)\n"
+               "         --iter-quadratic: fit the b2 term after the warm-up too; a task name\n"
+               "         may carry a data salt, NAME@K; --curves-only: the normal runs only;\n"
+               "         without --backbone the backbone is pretrained on the tasks' language)\n"
                "                        Task2Vec similarity -> transfer gain, against gains measured\n"
                "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch),\n"
                "                        the iteration estimator's errors and the stop-loss\n"
@@ -652,6 +656,13 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Text("--iter-time-shift", &time_shift)
                    .Num("--iter-half-life", &o.iter_fit.recency_half_life)
                    .Text("--gains-out", &gains_out)
+                   .Switch("--curves-only", &o.curves_only)
+                   .Int("--label-margin", &o.label_margin)
+                   .Num("--lora-alpha", &o.lora_alpha)
+                   .Int("--language-vocab", &o.language.vocab)
+                   .Int("--language-classes", &o.language.classes)
+                   .Int("--train-examples", &o.train_examples)
+                   .Int("--batch-size", &o.batch_size)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
@@ -723,6 +734,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
     // The default backbone: `slicesim make-backbone --seed backbone_seed`.
     slicesched::executor::PretrainOptions p;
     p.seed = static_cast<uint64_t>(backbone_seed);
+    p.language = o.language;  // pretrained on the tasks' own language
     auto r = slicesched::executor::PretrainBackbone(*dims, p);
     if (!r.ok()) return Failed("ymir-estimators", r.status());
     w = r->weights;

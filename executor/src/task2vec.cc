@@ -384,6 +384,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                               .examples = o.train_examples,
                               .sequence_length = o.sequence_length,
                               .num_classes = spec.num_classes,
+                              .margin = o.label_margin,
                               .language = o.language};
       SLICESCHED_ASSIGN_OR_RETURN(d.train, synth::Generate(g));
       g.seed = seed + 1;
@@ -478,6 +479,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         }
       }
     }
+    if (o.curves_only) continue;  // the normal runs only (task2vec.h)
     if (r == 0) {
       // Task2Vec embeddings: per-example squared gradients of the LoRA factors.
       auto embed = [&](const TaskAdapters& params, const std::vector<const synth::Example*>& rows,
@@ -664,6 +666,10 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   }  // repeats
   for (size_t i = 0; i < n; ++i)
     rep.normal_steps.push_back(normal_sum[i] / static_cast<double>(o.repeats));
+  if (o.curves_only) {
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rep;
+  }
   for (size_t k = 0; k < rep.pairs.size(); ++k) {
     YmirPair& p = rep.pairs[k];
     p.steps_normal = rep.normal_steps[pair_dst[k]];

@@ -307,6 +307,39 @@ TEST(Task2Vec, ZeroHeadStartsUniformAndTheWarmUpRampsTheLearningRate) {
               testing::HasSubstr("lr_warmup_steps must be >= 0, got -1"));
 }
 
+// --curves-only: the normal runs of the full experiment, nothing else; the
+// seventh session's family (data salts, label margin) runs through it.
+TEST(Task2Vec, CurvesOnlyGivesTheFullRunsNormalCurves) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  o.tasks = {{"fa-bins", 4}, {"fa-bins@1", 4}, {"fb-bins", 4}};
+  o.sequence_length = 16;
+  o.label_margin = 1;
+  o.zero_head = true;
+  auto full = RunYmirEstimators(**w, o);
+  o.curves_only = true;
+  auto curves = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_TRUE(curves.ok()) << curves.status();
+  EXPECT_EQ(full->pairs.size(), 12u);
+  EXPECT_TRUE(curves->pairs.empty());
+  EXPECT_TRUE(curves->scores.empty());
+  EXPECT_LT(curves->train_steps, full->train_steps);
+  ASSERT_EQ(curves->normal_curves.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(curves->normal_curves[i].size(), full->normal_curves[i].size());
+    for (size_t k = 0; k < curves->normal_curves[i].size(); ++k) {
+      EXPECT_EQ(curves->normal_curves[i][k].loss, full->normal_curves[i][k].loss);
+    }
+    EXPECT_EQ(curves->normal_target_loss[i], full->normal_target_loss[i]);
+    EXPECT_EQ(curves->normal_steps[i], full->normal_steps[i]);
+  }
+  // The same rule on other sentences: a different curve.
+  EXPECT_NE(curves->normal_curves[0].back().loss, curves->normal_curves[1].back().loss);
+  EXPECT_THAT(curves->ToJson(), testing::HasSubstr("\"curve\""));
+}
+
 // The area gain inverts a time rescaling of the reference: a transfer curve
 // T(t) = N(s t) gives back s from the window's mean alone.
 TEST(Task2Vec, AreaSpeedupRecoversATimeRescaling) {

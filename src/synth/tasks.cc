@@ -40,27 +40,42 @@ int64_t Count(const Language& lang, const std::vector<int64_t>& tokens, const st
   return c;
 }
 
-// Thresholds t_1 < ... < t_{k-1} on the count so that class j = #{t_i <= c}
-// has about 1/k of the language's sentences: t_i is the smallest count whose
+// The sequence-level feature a count-family task reads (tasks.h): c_S for
+// every variant but `split`, whose feature is c_{s0} - c_{s1} + length (the
+// difference of the set's two classes' counts, shifted to be >= 0). Range
+// 0..2 length.
+int64_t Feature(const Language& lang, const std::vector<int64_t>& tokens, const std::vector<int64_t>& set,
+                bool split) {
+  if (!split) return Count(lang, tokens, set);
+  const std::vector<int64_t> first = {set[0]}, second = {set[1]};
+  return Count(lang, tokens, first) - Count(lang, tokens, second) + static_cast<int64_t>(tokens.size());
+}
+
+// Thresholds t_1 < ... < t_{k-1} on the feature so that class j = #{t_i <= f}
+// has about 1/k of the language's sentences: t_i is the smallest value whose
 // cumulative share reaches i/k (at least 1 above the previous threshold).
-std::vector<int64_t> Thresholds(const Language& lang, const std::vector<int64_t>& set, int64_t length, int64_t k) {
-  Rng rng(lang.options().seed ^ kThresholdSalt ^ static_cast<uint64_t>(length));
-  std::vector<int64_t> hist(static_cast<size_t>(length + 1), 0);
+std::vector<int64_t> Thresholds(const Language& lang, const std::vector<int64_t>& set, int64_t length, int64_t k,
+                                bool split, int64_t margin) {
+  Rng rng(lang.options().seed ^ kThresholdSalt ^ static_cast<uint64_t>(length) ^ (split ? 0x73706c6974ull : 0));
+  const int64_t top = 2 * length;
+  std::vector<int64_t> hist(static_cast<size_t>(top + 1), 0);
   for (int64_t i = 0; i < kThresholdSamples; ++i)
-    ++hist[static_cast<size_t>(Count(lang, lang.Sample(length, rng), set))];
+    ++hist[static_cast<size_t>(Feature(lang, lang.Sample(length, rng), set, split))];
   std::vector<int64_t> out;
-  int64_t below = 0;  // sentences with count < c
+  int64_t below = 0;  // sentences with feature < c
   int64_t c = 0;
   for (int64_t i = 1; i < k; ++i) {
     const double want = static_cast<double>(kThresholdSamples) * static_cast<double>(i) / static_cast<double>(k);
-    int64_t lo = out.empty() ? 1 : out.back() + 1;
+    // With a margin every class keeps at least one value outside the dead
+    // zone: thresholds at least margin + 1 apart (and above margin).
+    int64_t lo = out.empty() ? 1 + margin : out.back() + 1 + margin;
     while (c < lo) below += hist[static_cast<size_t>(c++)];
     // Move up while stopping here leaves the lower classes short by more than
-    // taking the next count would overshoot.
-    while (c <= length && static_cast<double>(below) + static_cast<double>(hist[static_cast<size_t>(c)]) / 2.0 < want) {
+    // taking the next value would overshoot.
+    while (c <= top && static_cast<double>(below) + static_cast<double>(hist[static_cast<size_t>(c)]) / 2.0 < want) {
       below += hist[static_cast<size_t>(c++)];
     }
-    out.push_back(std::min(c, length));
+    out.push_back(std::min(c, top));
   }
   return out;
 }
@@ -72,6 +87,26 @@ int64_t Bin(int64_t count, const std::vector<int64_t>& thresholds) {
 }
 
 }  // namespace
+
+absl::StatusOr<TaskName> ParseTaskName(std::string_view name) {
+  TaskName out;
+  const size_t at = name.find('@');
+  out.base = std::string(name.substr(0, at));
+  if (at == std::string_view::npos) return out;
+  const std::string_view digits = name.substr(at + 1);
+  uint64_t salt = 0;
+  bool ok = !digits.empty() && digits.size() <= 6;
+  for (char ch : digits) {
+    ok = ok && ch >= '0' && ch <= '9';
+    salt = salt * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        StrCat("task '", name, "': the data salt after '@' must be 1 to 6 decimal digits"));
+  }
+  out.salt = salt;
+  return out;
+}
 
 absl::Status LanguageOptions::Validate() const {
   if (vocab < 8) return absl::InvalidArgumentError(StrCat("language vocab must be at least 8, got ", vocab));
@@ -156,6 +191,10 @@ const std::vector<TaskInfo>& KnownTasks() {
       t.push_back({f + "-inv", f, TaskKind::kClassification, StrCat(f, "-major with inverted labels")});
       t.push_back({f + "-noisy", f, TaskKind::kClassification, StrCat(f, "-major with 20% of labels flipped")});
       t.push_back({f + "-bins", f, TaskKind::kClassification, StrCat(feat, " in num_classes quantile bins")});
+      t.push_back({f + "-rev", f, TaskKind::kClassification,
+                   StrCat(f, "-bins with the label map reversed (class C-1-j for bin j)")});
+      t.push_back({f + "-split", f, TaskKind::kClassification,
+                   StrCat("the count of the ", f, " set's first class minus its second's, in num_classes quantile bins")});
     }
     t.push_back({"parity", "parity", TaskKind::kClassification, "the count of the fa class set mod 2"});
     t.push_back({"last-class", "last-class", TaskKind::kClassification, "the class of the last token mod num_classes"});
@@ -167,9 +206,14 @@ const std::vector<TaskInfo>& KnownTasks() {
 }
 
 absl::StatusOr<TaskInfo> FindTask(std::string_view name) {
+  SLICESCHED_ASSIGN_OR_RETURN(TaskName parsed, ParseTaskName(name));
   std::string names;
   for (const TaskInfo& t : KnownTasks()) {
-    if (t.name == name) return t;
+    if (t.name == parsed.base) {
+      TaskInfo info = t;
+      info.name = std::string(name);
+      return info;
+    }
     names += names.empty() ? t.name : ", " + t.name;
   }
   return absl::NotFoundError(StrCat("unknown synthetic task '", name, "' (known: ", names, ")"));
@@ -178,6 +222,7 @@ absl::StatusOr<TaskInfo> FindTask(std::string_view name) {
 absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
   auto info = FindTask(o.task);
   if (!info.ok()) return absl::InvalidArgumentError(info.status().message());
+  SLICESCHED_ASSIGN_OR_RETURN(const TaskName parsed, ParseTaskName(o.task));
   if (o.examples < 1) return absl::InvalidArgumentError(StrCat("examples must be at least 1, got ", o.examples));
   if (o.sequence_length < 2) {
     return absl::InvalidArgumentError(StrCat("sequence_length must be at least 2, got ", o.sequence_length));
@@ -186,7 +231,8 @@ absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
     return absl::InvalidArgumentError(StrCat("num_classes must be at least 2, got ", o.num_classes));
   SLICESCHED_ASSIGN_OR_RETURN(Language lang, Language::Make(o.language));
   const std::string& fam = info->family;
-  const std::string variant = info->name.substr(std::min(info->name.size(), fam.size() + 1));
+  const std::string variant = parsed.base.substr(std::min(parsed.base.size(), fam.size() + 1));
+  const bool split = variant == "split";
   const bool binary = fam == "parity" || variant == "major" || variant == "inv" || variant == "noisy";
   if (binary && o.num_classes != 2) {
     return absl::InvalidArgumentError(
@@ -199,15 +245,43 @@ absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
   const std::vector<int64_t>* set = ClassSet(fam);
   std::vector<int64_t> thresholds;
   if (set != nullptr && fam != "parity") {
-    thresholds = Thresholds(lang, *set, o.sequence_length, variant == "bins" ? o.num_classes : 2);
+    const bool multi = variant == "bins" || variant == "rev" || split;
+    thresholds = Thresholds(lang, *set, o.sequence_length, multi ? o.num_classes : 2, split,
+                            fam == "parity" ? 0 : std::max<int64_t>(o.margin, 0));
   }
-  Rng rng(o.seed);
-  Rng noise(o.seed ^ 0x6e6f697365ull);  // "noise": independent of the sentences
+  // A data salt K (NAME@K) draws other sentences for the same rule.
+  const uint64_t data_seed = parsed.salt == 0 ? o.seed : o.seed ^ (parsed.salt * 0x9e3779b97f4a7c15ull);
+  Rng rng(data_seed);
+  Rng noise(data_seed ^ 0x6e6f697365ull);  // "noise": independent of the sentences
   std::vector<Example> out;
   out.reserve(static_cast<size_t>(o.examples));
+  if (o.margin < 0) return absl::InvalidArgumentError(StrCat("margin must be >= 0, got ", o.margin));
+  const bool margin = o.margin > 0 && set != nullptr && fam != "parity";
+  auto in_dead_zone = [&](int64_t f) {
+    for (int64_t t : thresholds) {
+      if (f >= t - o.margin && f < t) return true;
+    }
+    return false;
+  };
   for (int64_t i = 0; i < o.examples; ++i) {
     Example e;
-    if (fam == "copy") {
+    if (margin) {
+      // Label first, then a sentence of the language whose feature lies in
+      // that bin, outside the dead zone below every threshold (tasks.h).
+      const int64_t want = rng.Below(static_cast<int64_t>(thresholds.size()) + 1);
+      constexpr int64_t kTries = 200000;
+      int64_t tries = 0;
+      for (; tries < kTries; ++tries) {
+        e.tokens = lang.Sample(o.sequence_length, rng);
+        const int64_t f = Feature(lang, e.tokens, *set, split);
+        if (Bin(f, thresholds) == want && !in_dead_zone(f)) break;
+      }
+      if (tries == kTries) {
+        return absl::InvalidArgumentError(StrCat("task '", o.task, "': no sentence of length ", o.sequence_length,
+                                                 " in ", kTries, " draws has class ", want, " with margin ",
+                                                 o.margin, " (use a smaller margin or fewer classes)"));
+      }
+    } else if (fam == "copy") {
       const int64_t half = (o.sequence_length + 1) / 2;
       e.tokens = lang.Sample(half, rng);
       for (int64_t j = half; j < o.sequence_length; ++j) e.tokens.push_back(e.tokens[static_cast<size_t>(j - half)]);
@@ -219,8 +293,9 @@ absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
     } else if (fam == "last-class") {
       e.label = lang.ClassOf(e.tokens.back()) % o.num_classes;
     } else if (set != nullptr) {
-      e.label = Bin(Count(lang, e.tokens, *set), thresholds);
+      e.label = Bin(Feature(lang, e.tokens, *set, split), thresholds);
       if (variant == "inv") e.label = 1 - e.label;
+      if (variant == "rev") e.label = o.num_classes - 1 - e.label;
       if (variant == "noisy" && noise.Uniform() < kNoisyFlip) e.label = 1 - e.label;
     }
     out.push_back(std::move(e));

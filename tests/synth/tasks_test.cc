@@ -124,6 +124,131 @@ TEST(SynthTasks, BadArgumentsNameTheProblem) {
   EXPECT_TRUE(FindTask("copy").ok());  // the names the shipped job YAMLs use
 }
 
+// The graded relatedness levels of tasks.h, checked against the documented
+// rules recomputed here from the language's classes.
+int64_t CountIn(const Language& lang, const std::vector<int64_t>& tokens, std::initializer_list<int64_t> set) {
+  int64_t c = 0;
+  for (int64_t t : tokens) {
+    for (int64_t k : set) c += lang.ClassOf(t) == k ? 1 : 0;
+  }
+  return c;
+}
+
+TEST(SynthTasks, IdenticalRuleOnOtherSentencesWithADataSalt) {
+  auto lang = Language::Make({});
+  ASSERT_TRUE(lang.ok());
+  const auto a = Gen("fa-bins", 4, 1000, 16, 4), b = Gen("fa-bins@1", 4, 1000, 16, 4);
+  ASSERT_EQ(a.size(), b.size());
+  // Other sentences ...
+  int64_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a[i].tokens != b[i].tokens ? 1 : 0;
+  EXPECT_GT(differ, 990);
+  // ... labelled by one rule: the label is a non-decreasing function of the
+  // fa count, and the same count gets the same label in both tasks.
+  std::map<int64_t, int64_t> label_of_count;
+  for (const auto* set : {&a, &b}) {
+    for (const Example& e : *set) {
+      const int64_t c = CountIn(*lang, e.tokens, {0, 1});
+      auto [it, inserted] = label_of_count.emplace(c, e.label);
+      EXPECT_EQ(it->second, e.label) << "count " << c;
+    }
+  }
+  int64_t last = -1;
+  for (const auto& [c, label] : label_of_count) {
+    EXPECT_GE(label, last) << "count " << c;
+    last = label;
+  }
+  EXPECT_EQ(last, 3);
+  auto info = FindTask("fa-bins@1");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->family, "fa");
+  EXPECT_EQ(info->name, "fa-bins@1");
+  EXPECT_FALSE(FindTask("fa-bins@x").ok());
+  EXPECT_THAT(std::string(FindTask("fa-bins@").status().message()), testing::HasSubstr("data salt"));
+}
+
+TEST(SynthTasks, ReversedLabelMapAndSplitFeature) {
+  auto lang = Language::Make({});
+  ASSERT_TRUE(lang.ok());
+  const auto bins = Gen("fb-bins", 9, 800, 16, 4), rev = Gen("fb-rev", 9, 800, 16, 4);
+  const auto split = Gen("fa-split", 9, 800, 16, 4);
+  std::map<int64_t, int64_t> label_of_diff;
+  for (size_t i = 0; i < bins.size(); ++i) {
+    ASSERT_EQ(bins[i].tokens, rev[i].tokens);
+    EXPECT_EQ(rev[i].label, 3 - bins[i].label);  // same feature, the label map reversed
+    // split: bins of c_0 - c_1, a function of that difference only, monotone.
+    const int64_t d = CountIn(*lang, split[i].tokens, {0}) - CountIn(*lang, split[i].tokens, {1});
+    auto [it, inserted] = label_of_diff.emplace(d, split[i].label);
+    EXPECT_EQ(it->second, split[i].label) << "difference " << d;
+  }
+  int64_t last = -1;
+  for (const auto& [d, label] : label_of_diff) {
+    EXPECT_GE(label, last) << "difference " << d;
+    last = label;
+  }
+  for (int64_t c = 0; c < 4; ++c) EXPECT_NEAR(Share(split, c), 0.25, 0.15) << c;
+}
+
+TEST(SynthTasks, LabelMarginSeparatesTheClassesAndBalancesThem) {
+  auto lang = Language::Make({});
+  ASSERT_TRUE(lang.ok());
+  DatasetOptions o{.task = "fb-bins", .seed = 5, .examples = 2000, .sequence_length = 16, .num_classes = 4};
+  o.margin = 1;
+  auto ex = Generate(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  // Per class, the range of the fb count: classes ordered, and adjacent
+  // ones at least margin + 1 = 2 counts apart.
+  std::map<int64_t, std::pair<int64_t, int64_t>> range;  // label -> (min, max) count
+  for (const Example& e : *ex) {
+    const int64_t c = CountIn(*lang, e.tokens, {2, 3});
+    auto [it, inserted] = range.emplace(e.label, std::make_pair(c, c));
+    it->second.first = std::min(it->second.first, c);
+    it->second.second = std::max(it->second.second, c);
+  }
+  ASSERT_EQ(range.size(), 4u);
+  for (int64_t j = 1; j < 4; ++j) EXPECT_GE(range[j].first - range[j - 1].second, 2) << "classes " << j - 1 << ", " << j;
+  // The label is drawn first: balanced (binomial sd ~1% at n = 2000).
+  for (int64_t j = 0; j < 4; ++j) EXPECT_NEAR(Share(*ex, j), 0.25, 0.04) << j;
+  // Without a margin some adjacent classes touch (counts 1 apart).
+  o.margin = 0;
+  auto plain = Generate(o);
+  ASSERT_TRUE(plain.ok());
+  std::map<int64_t, std::pair<int64_t, int64_t>> plain_range;
+  for (const Example& e : *plain) {
+    const int64_t c = CountIn(*lang, e.tokens, {2, 3});
+    auto [it, inserted] = plain_range.emplace(e.label, std::make_pair(c, c));
+    it->second.first = std::min(it->second.first, c);
+    it->second.second = std::max(it->second.second, c);
+  }
+  int64_t touching = 0;
+  for (int64_t j = 1; j < 4; ++j) touching += plain_range[j].first - plain_range[j - 1].second == 1 ? 1 : 0;
+  EXPECT_GT(touching, 0);
+  // The 32-token language's fa count at length 16 has quartile thresholds
+  // only 1 apart: the thresholds must be spaced for the margin, or a class
+  // is empty (the seventh session's first margin run failed exactly so).
+  DatasetOptions q{.task = "fa-bins", .seed = 1, .examples = 400, .sequence_length = 16, .num_classes = 4};
+  q.margin = 1;
+  q.language.vocab = 32;
+  auto spaced = Generate(q);
+  ASSERT_TRUE(spaced.ok()) << spaced.status();
+  auto lang32 = Language::Make(q.language);
+  ASSERT_TRUE(lang32.ok());
+  std::map<int64_t, std::pair<int64_t, int64_t>> range32;
+  for (const Example& e : *spaced) {
+    const int64_t c = CountIn(*lang32, e.tokens, {0, 1});
+    auto [it, inserted] = range32.emplace(e.label, std::make_pair(c, c));
+    it->second.first = std::min(it->second.first, c);
+    it->second.second = std::max(it->second.second, c);
+  }
+  ASSERT_EQ(range32.size(), 4u);
+  for (int64_t j = 1; j < 4; ++j) EXPECT_GE(range32[j].first - range32[j - 1].second, 2) << j;
+  o.margin = -1;
+  EXPECT_THAT(std::string(Generate(o).status().message()), testing::HasSubstr("margin must be >= 0"));
+  o.margin = 6;  // thresholds 7 counts apart: the top class needs >= 21 of 8 tokens
+  o.sequence_length = 8;
+  EXPECT_THAT(std::string(Generate(o).status().message()), testing::HasSubstr("no sentence of length 8"));
+}
+
 TEST(SynthTasks, FilesRoundTrip) {
   const auto ex = Gen("fab-bins", 2, 20, 12, 4);
   const std::string dir = testing::TempDir();

@@ -172,6 +172,7 @@ struct YmirExperimentOptions {
       {"fa-major", 2}, {"fa-inv", 2}, {"fb-major", 2}, {"fab-major", 2}, {"last-class", 4}};
   uint64_t seed = 1;  // data (train: seed, eval: seed + 1) and the probe init
   int64_t sequence_length = 8;
+  int64_t label_margin = 0;  // synth::DatasetOptions::margin of every task's data
   int64_t batch_size = 16;
   int64_t train_examples = 1024;
   int64_t eval_examples = 64;
@@ -223,6 +224,11 @@ struct YmirExperimentOptions {
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language;
+  // Only the normal runs (slicesim --curves-only): the learning curves,
+  // targets and iteration fits of every task, no embeddings, pairs or
+  // scores. For checking that a task family is learnt within the budget
+  // before any pair is run (docs/experiments.md, "Seventh session").
+  bool curves_only = false;
   // P above, for a fraction.
   int64_t PrefixSteps(double fraction) const;
   int64_t IterPrefixSteps() const { return PrefixSteps(iter_prefix_fraction); }
