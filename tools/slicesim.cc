@@ -52,6 +52,13 @@ class Flags {
   Flags& Text(const char* name, std::string* out) { return Add(name, Kind::kText, out); }
   Flags& Int(const char* name, int64_t* out) { return Add(name, Kind::kInt, out); }
   Flags& Num(const char* name, double* out) { return Add(name, Kind::kNum, out); }
+  // A text flag whose value must be one of `allowed` (the default in *out is
+  // not checked).
+  Flags& Choice(const char* name, std::vector<std::string> allowed, std::string* out) {
+    Add(name, Kind::kText, out);
+    flags_.back().allowed = std::move(allowed);
+    return *this;
+  }
 
   // Returns 0 on success, else the exit code after printing the problem.
   int Parse(const std::vector<std::string>& args) {
@@ -69,7 +76,12 @@ class Flags {
       const std::string& v = args[++i];
       bool ok = true;
       switch (f->kind) {
-        case Kind::kText: *static_cast<std::string*>(f->out) = v; break;
+        case Kind::kText:
+          if (!f->allowed.empty() && std::find(f->allowed.begin(), f->allowed.end(), v) == f->allowed.end()) {
+            return Error(std::string(f->name) + " must be " + OneOf(f->allowed) + ", got '" + v + "'");
+          }
+          *static_cast<std::string*>(f->out) = v;
+          break;
         case Kind::kInt: ok = absl::SimpleAtoi(v, static_cast<int64_t*>(f->out)); break;
         case Kind::kNum: ok = absl::SimpleAtod(v, static_cast<double*>(f->out)); break;
         case Kind::kSwitch: break;
@@ -85,9 +97,19 @@ class Flags {
     const char* name;
     Kind kind;
     void* out;
+    std::vector<std::string> allowed;  // Choice: the values accepted
   };
+  // "a", "a or b", "a, b or c".
+  static std::string OneOf(const std::vector<std::string>& values) {
+    std::string text;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i > 0) text += i + 1 == values.size() ? " or " : ", ";
+      text += values[i];
+    }
+    return text;
+  }
   Flags& Add(const char* name, Kind kind, void* out) {
-    flags_.push_back({name, kind, out});
+    flags_.push_back({name, kind, out, {}});
     return *this;
   }
   int Error(const std::string& message) const {
@@ -635,12 +657,12 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Int("--steps", &o.normal_steps)
                    .Num("--learning-rate", &o.learning_rate)
                    .Int("--warmup-steps", &o.lr_warmup_steps)
-                   .Text("--head", &head)
-                   .Text("--spatial-step", &spatial_step)
-                   .Text("--probe", &probe)
+                   .Choice("--head", {"zero", "random"}, &head)
+                   .Choice("--spatial-step", {"mean", "sum"}, &spatial_step)
+                   .Choice("--probe", {"trained", "head"}, &probe)
                    .Int("--probe-steps", &o.probe_steps)
                    .Int("--fisher-examples", &o.fisher_examples)
-                   .Text("--gain", &gain_measure)
+                   .Choice("--gain", {"steps", "area"}, &gain_measure)
                    .Int("--gain-window", &o.gain_window)
                    .Text("--tasks", &tasks)
                    .Int("--eval-every", &o.eval_every)
@@ -652,8 +674,8 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Num("--iter-prefix-fraction", &o.iter_prefix_fraction)
                    .Int("--stop-loss-epoch-steps", &o.stop_loss_epoch_steps)
                    .Switch("--iter-quadratic", &o.iter_fit.quadratic)
-                   .Text("--iter-envelope", &envelope)
-                   .Text("--iter-time-shift", &time_shift)
+                   .Choice("--iter-envelope", {"min", "isotonic"}, &envelope)
+                   .Choice("--iter-time-shift", {"on", "off"}, &time_shift)
                    .Num("--iter-half-life", &o.iter_fit.recency_half_life)
                    .Text("--gains-out", &gains_out)
                    .Switch("--curves-only", &o.curves_only)
@@ -667,42 +689,14 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Parse(args)) {
     return rc;
   }
-  if (head != "zero" && head != "random") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --head must be zero or random, got '%s'\n", head.c_str());
-    return 2;
-  }
   o.zero_head = head == "zero";
-  if (probe != "trained" && probe != "head") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --probe must be trained or head, got '%s'\n", probe.c_str());
-    return 2;
-  }
   o.probe = probe == "head" ? slicesched::executor::YmirProbe::kHead : slicesched::executor::YmirProbe::kTrained;
-  if (gain_measure != "steps" && gain_measure != "area") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --gain must be steps or area, got '%s'\n",
-                 gain_measure.c_str());
-    return 2;
-  }
   o.gain_measure = gain_measure == "area" ? slicesched::executor::YmirGainMeasure::kArea
                                           : slicesched::executor::YmirGainMeasure::kSteps;
-  if (spatial_step != "mean" && spatial_step != "sum") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --spatial-step must be mean or sum, got '%s'\n",
-                 spatial_step.c_str());
-    return 2;
-  }
   o.spatial_rule = spatial_step == "sum" ? slicesched::executor::JointStepRule::kSum
                                          : slicesched::executor::JointStepRule::kMean;
-  if (envelope != "min" && envelope != "isotonic") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --iter-envelope must be min or isotonic, got '%s'\n",
-                 envelope.c_str());
-    return 2;
-  }
   o.iter_fit.envelope =
       envelope == "min" ? slicesched::ymir::Envelope::kRunningMin : slicesched::ymir::Envelope::kIsotonic;
-  if (time_shift != "on" && time_shift != "off") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --iter-time-shift must be on or off, got '%s'\n",
-                 time_shift.c_str());
-    return 2;
-  }
   o.iter_fit.time_shift = time_shift == "on";
   if (!tasks.empty()) {
     // NAME[:CLASSES],... (CLASSES defaults to 2).
