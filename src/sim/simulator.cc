@@ -628,13 +628,6 @@ class Engine {
     ReadyQueue& q = ready_q_[d];
     if (q.empty()) return;
     const uint32_t n = q.Pop();
-    // The device's next operator is most likely the new head of its queue:
-    // fetch its records now, a whole operator's run ahead of its dispatch.
-    if (!q.empty()) {
-      const uint32_t next = q.HeadHint();
-      __builtin_prefetch(&info_[next]);
-      __builtin_prefetch(&node_[next]);
-    }
     NodeRun& r = node_[n];
     running_[d] = n;
     r.st = kRunning;

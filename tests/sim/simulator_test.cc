@@ -139,33 +139,6 @@ TEST(ReadyQueueTest, PopsInRunsBeforeOrderThroughLongRuns) {
   EXPECT_GT(popped, 8000);
 }
 
-// HeadHint names the item the next Pop returns while pushes arrive in
-// ready-time order (no bucket awaits a sort), through buckets that are
-// created, emptied and dropped (many priorities, colliding hint slots).
-TEST(ReadyQueueTest, HeadHintIsTheNextPopWhenPushesArriveInOrder) {
-  std::mt19937_64 rng(5);
-  ReadyQueue q;
-  int64_t now = 0;
-  uint32_t next_item = 0;
-  int checked = 0;
-  for (int step = 0; step < 5000; ++step) {
-    if (q.empty() || rng() % 100 < 50) {
-      DisciplineKey k;
-      k.priority_class = static_cast<uint8_t>(rng() % 2);
-      k.priority = static_cast<int32_t>(rng() % 40);  // more than kKeepBuckets; slots 0 and 32 collide
-      now += static_cast<int64_t>(rng() % 3);
-      k.ready_ns = now;
-      k.tiebreak = next_item;
-      q.Push(k, next_item++);
-    } else {
-      const uint32_t hint = q.HeadHint();
-      ASSERT_EQ(q.Pop(), hint) << "step " << step;
-      ++checked;
-    }
-  }
-  EXPECT_GT(checked, 2000);
-}
-
 // A master that ranks its instances first-come first-served gives every
 // instance a priority of its own (each lower than the one before). The queue
 // still pops in RunsBefore order (the oldest instance's operators first), and

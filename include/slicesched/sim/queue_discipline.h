@@ -70,14 +70,6 @@ class ReadyQueue {
     ++size_;
   }
 
-  // The item at the head of the first non-empty bucket: the one Pop would
-  // return unless that bucket awaits its lazy sort or a later push runs
-  // first. A guess for prefetching only. Requires !empty().
-  uint32_t HeadHint() const {
-    const Bucket& b = buckets_[FirstNonEmpty()];
-    return b.q[b.head].item;
-  }
-
   // Removes and returns the item that runs first. Requires !empty().
   uint32_t Pop(DisciplineKey* key = nullptr) {
     assert(!empty());
