@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <iterator>
 #include <vector>
@@ -71,40 +72,37 @@ class ReadyQueue {
 
   // Removes and returns the item that runs first. Requires !empty().
   uint32_t Pop(DisciplineKey* key = nullptr) {
-    for (size_t i = first_; i < buckets_.size(); ++i) {
-      Bucket& b = buckets_[i];
-      if (b.head == b.q.size()) continue;
-      first_ = i;  // every bucket before i is empty
-      if (!b.sorted) SortBucket(b);
-      const uint8_t cls = b.cls;
-      const int32_t prio = b.prio;
-      const Entry e = b.q[b.head++];
-      if (b.head == b.q.size()) {
-        if (buckets_.size() > kKeepBuckets) {
-          // Emptied, with more buckets than a handful: dropped, so a queue
-          // whose priorities keep changing (a master that ranks its
-          // instances first-come first-served) holds only the buckets of
-          // its live priorities instead of one per priority it ever saw.
-          // Bucket i + 1 moves to i: first_ stays valid; hints are checked
-          // guesses, so the stale ones only miss.
-          DropBucket(i);
-        } else {
-          b.q.clear();
-          b.head = 0;
-        }
-      } else if (b.head >= kCompactAfter && 2 * b.head >= b.q.size()) {
-        // A busy device's bucket rarely empties: drop the popped prefix once
-        // it is at least half the vector (moving at most as many entries as
-        // were popped since the last drop), so the bucket stays about twice
-        // its live size, and in cache, instead of growing with every push.
-        b.q.erase(b.q.begin(), b.q.begin() + static_cast<std::ptrdiff_t>(b.head));
+    assert(!empty());
+    const size_t i = FirstNonEmpty();
+    Bucket& b = buckets_[i];
+    first_ = i;  // every bucket before i is empty
+    if (!b.sorted) SortBucket(b);
+    const uint8_t cls = b.cls;
+    const int32_t prio = b.prio;
+    const Entry e = b.q[b.head++];
+    if (b.head == b.q.size()) {
+      if (buckets_.size() > kKeepBuckets) {
+        // Emptied, with more buckets than a handful: dropped, so a queue
+        // whose priorities keep changing (a master that ranks its
+        // instances first-come first-served) holds only the buckets of
+        // its live priorities instead of one per priority it ever saw.
+        // Bucket i + 1 moves to i: first_ stays valid; the hints are reset.
+        DropBucket(i);
+      } else {
+        b.q.clear();
         b.head = 0;
       }
-      --size_;
-      if (key != nullptr) *key = DisciplineKey{cls, prio, e.ready_ns, e.tiebreak};
-      return e.item;
+    } else if (b.head >= kCompactAfter && 2 * b.head >= b.q.size()) {
+      // A busy device's bucket rarely empties: drop the popped prefix once
+      // it is at least half the vector (moving at most as many entries as
+      // were popped since the last drop), so the bucket stays about twice
+      // its live size, and in cache, instead of growing with every push.
+      b.q.erase(b.q.begin(), b.q.begin() + static_cast<std::ptrdiff_t>(b.head));
+      b.head = 0;
     }
-    return 0;
+    --size_;
+    if (key != nullptr) *key = DisciplineKey{cls, prio, e.ready_ns, e.tiebreak};
+    return e.item;
   }
 
  private:
@@ -120,6 +118,13 @@ class ReadyQueue {
     size_t head = 0;
     bool sorted = true;
   };
+  // Index of the first non-empty bucket. Requires !empty(): an entry exists
+  // at or after first_, so the scan needs no bound check.
+  size_t FirstNonEmpty() const {
+    size_t i = first_;
+    while (buckets_[i].head == buckets_[i].q.size()) ++i;
+    return i;
+  }
   // Out of line: rare, and inlined it would bloat every caller of Pop.
   [[gnu::noinline]] static void SortBucket(Bucket& b) {
     std::sort(b.q.begin() + static_cast<std::ptrdiff_t>(b.head), b.q.end(), Before);
@@ -137,14 +142,16 @@ class ReadyQueue {
       spare_.push_back(std::move(buckets_[i].q));
     }
     buckets_.erase(buckets_.begin() + static_cast<std::ptrdiff_t>(i));
-    std::fill(std::begin(hint_), std::end(hint_), uint8_t{0xff});
+    std::fill(std::begin(hint_), std::end(hint_), kNoHint);
   }
   // Index of the bucket of (cls, prio), created if missing.
   size_t BucketFor(uint8_t cls, int32_t prio) {
-    // A direct-mapped hint per (class, priority) slot: a checked guess, so a
-    // stale or colliding entry only costs the search below.
+    // A direct-mapped hint per (class, priority) slot. A hint is kNoHint or
+    // a valid bucket index (every insert and drop resets them all), so only
+    // its bucket's (class, priority) is checked: a colliding slot costs the
+    // search below.
     const uint8_t guess = hint_[HintSlot(cls, prio)];
-    if (guess < buckets_.size() && buckets_[guess].cls == cls && buckets_[guess].prio == prio) return guess;
+    if (guess != kNoHint && buckets_[guess].cls == cls && buckets_[guess].prio == prio) return guess;
     return FindOrAddBucket(cls, prio);
   }
   static size_t HintSlot(uint8_t cls, int32_t prio) {
@@ -156,7 +163,7 @@ class ReadyQueue {
     for (; i < buckets_.size(); ++i) {
       const Bucket& b = buckets_[i];
       if (b.cls == cls && b.prio == prio) {
-        if (i < 0xff) hint_[HintSlot(cls, prio)] = static_cast<uint8_t>(i);
+        if (i < kNoHint) hint_[HintSlot(cls, prio)] = static_cast<uint8_t>(i);
         return i;
       }
       if (b.cls > cls || (b.cls == cls && b.prio < prio)) break;
@@ -170,21 +177,22 @@ class ReadyQueue {
     }
     buckets_.insert(buckets_.begin() + static_cast<std::ptrdiff_t>(i), std::move(nb));
     // The insert shifted every later bucket: the hints are refilled lazily.
-    std::fill(std::begin(hint_), std::end(hint_), uint8_t{0xff});
-    if (i < 0xff) hint_[HintSlot(cls, prio)] = static_cast<uint8_t>(i);
+    std::fill(std::begin(hint_), std::end(hint_), kNoHint);
+    if (i < kNoHint) hint_[HintSlot(cls, prio)] = static_cast<uint8_t>(i);
     // A bucket inserted at or before first_ is the one being pushed to, and
     // Push lowers first_ to it.
     return i;
   }
 
   static constexpr size_t kHintSlots = 32;
+  static constexpr uint8_t kNoHint = 0xff;
   static constexpr size_t kCompactAfter = 32;  // popped entries before a bucket is compacted
   std::vector<Bucket> buckets_;
   std::vector<std::vector<Entry>> spare_;  // emptied vectors of dropped buckets
   size_t size_ = 0;
   uint8_t hint_[kHintSlots] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                               0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};  // bucket guess
+                               0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};  // kNoHint, or a bucket
   size_t first_ = 0;  // no bucket before this one holds an entry
 };
 
