@@ -242,7 +242,7 @@ TEST_F(SchedTest, OutstandingBoundFromEq3) {
   SetUpCluster(2);
   TemplateId t = Register("one", {{"a", {}, 1}}, {{"single", AllOn({"a"})}});
   SliceSchedulerOptions o;
-  EXPECT_EQ(SliceScheduler(o).outstanding_bound(), static_cast<int64_t>(0.1 * 8000 * 10.575) - 1);
+  EXPECT_EQ(SliceScheduler(o).outstanding_bound(), static_cast<int64_t>(0.1 * 17000 * 10.575) - 1);
   o.max_outstanding = 2;
   SliceScheduler s(o);
   for (int k = 0; k < 5; ++k) New(t, PriorityClass::kOnline, k);

@@ -40,7 +40,7 @@ struct SliceSchedulerOptions {
   Duration volume = Duration::Millis(50);          // v
   Duration whatif_horizon = Duration::Seconds(120);  // safety bound on a what-if run
   double timeliness = 0.1;                         // t of Eq 3
-  double sim_ops_per_ms = 8000;                    // s of Eq 3 (bench-sim on this machine)
+  double sim_ops_per_ms = 17000;                   // s of Eq 3 (bench-sim on this machine)
   double op_granularity_ms = 10.575;               // g of Eq 3 (paper: Llama3-8B, 8 layers, A16)
   int64_t max_outstanding = -1;                    // B; -1 = from Eq 3
   int offline_queue_limit = 1;
