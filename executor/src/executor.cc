@@ -174,6 +174,26 @@ int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
   return static_cast<int>(deps.size());
 }
 
+void ExecutorSet::ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed) {
+  DeviceState& s = devices_[d.value()];
+  for (const WorkItem::LocalInput& li : w.local) {
+    auto f = s.finished.find(li.producer.value());
+    if (f == s.finished.end()) continue;  // applied: the owner's store frees it
+    LocalDone& done = f->second;
+    const auto o = static_cast<size_t>(li.output);
+    if (o >= done.unread.size() || done.unread[o] <= 0 || --done.unread[o] > 0) continue;
+    if (done.outputs[o].payload != nullptr) freed->push_back(std::move(done.outputs[o].payload));
+    // The producer's record, if still here: usually the last few.
+    for (auto r = s.records.rbegin(); r != s.records.rend(); ++r) {
+      if (r->node != li.producer || r->kind != Event::Kind::kFinished) continue;
+      if (o < r->outputs.size() && r->outputs[o].buffer.payload != nullptr) {
+        freed->push_back(std::move(r->outputs[o].buffer.payload));
+      }
+      break;
+    }
+  }
+}
+
 void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
   DeviceState& s = devices_[d.value()];
   std::vector<NodeId> worklist{producer};
@@ -247,6 +267,13 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     outs.clear();
     {
       if (!can_go()) {
+        if (!handed_back.empty()) {
+          // Free what the last operator's finish released before waiting.
+          mu_.Unlock();
+          handed_back.clear();
+          mu_.Lock();
+          continue;
+        }
         // Running dry (or paused): an owner waiting for this device to hold
         // no work may be satisfied now without an event (a cancelled node
         // was dropped).
@@ -392,9 +419,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         done.outputs.push_back(outs[i].buffer);
       }
       done.end = clock_->Now();
+      done.unread = w.readers;
       // Quiet when every successor was here, waiting for this node (the
       // owner is needed only where the work leaves the device).
       const int released = ReleaseDependents(d, w.node, done.end, done.outputs);
+      ReleaseConsumed(d, w, &handed_back);
       // Stamped with the time the dependents saw.
       Event fin{Event::Kind::kFinished, w.node, d, done.end, "", std::move(outs)};
       fin.quiet = w.successors > 0 && released == w.successors;
@@ -519,6 +548,14 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
   w.workspace = n->workspace;
   w.successors = static_cast<int>(op.succs.size());
   for (const TensorState& t : n->outputs) w.output_bytes.push_back(t.bytes);
+  w.readers.assign(n->outputs.size(), 0);
+  for (int sx : op.succs) {
+    for (const InputRef& r : inst->tpl->op(sx).inputs) {
+      if (r.kind != InputRef::Kind::kOp || r.index != n->op_index) continue;
+      const TensorState& t = n->outputs[r.output];
+      if (t.update_of < 0 && !t.retained) ++w.readers[r.output];
+    }
+  }
   auto& flag = inst_cancel_[n->instance.value()];
   if (flag == nullptr) flag = std::make_shared<std::atomic<bool>>(false);
   w.cancelled = flag;

@@ -1130,6 +1130,65 @@ TEST(ExecutorSetTest, DroppedPayloadsAreFreedOnTheirDeviceThread) {
   EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
 }
 
+// An output whose every reader ran on its device loses its payload there, on
+// the device thread, as soon as the last reader finished, before the owner
+// applies anything (the direct loop frees its tensors the same way); the
+// accounting the GMG mirrors (the pool allocation, the stored buffer once
+// applied) is unchanged until the GMG frees the tensor.
+TEST(ExecutorSetTest, LocallyConsumedOutputsAreFreedOnTheDeviceThread) {
+  Watchdog watchdog(absl::Minutes(2));
+  struct Tracker {
+    absl::Mutex mu;
+    std::vector<std::pair<int, std::thread::id>> freed ABSL_GUARDED_BY(mu);  // (op, thread)
+  };
+  struct Payload {
+    Payload(Tracker* tr, int o, absl::Notification* n) : t(tr), op(o), on_free(n) {}
+    Payload(const Payload&) = delete;
+    Tracker* t;
+    int op;
+    absl::Notification* on_free;
+    ~Payload() {
+      absl::MutexLock l(&t->mu);
+      t->freed.push_back({op, std::this_thread::get_id()});
+      if (on_free != nullptr) on_free->Notify();
+    }
+  };
+  Tracker tracker;
+  absl::Notification op2_freed;
+  std::thread::id device;
+  std::vector<int> freed_before_op3;
+  Rig r(1);
+  r.Start();
+  const InstanceId inst = r.New(r.chain, 16);
+  r.kernels.SetHook([&](const KernelCall& c) {
+    device = std::this_thread::get_id();
+    if (c.op_index == 3) {
+      absl::MutexLock l(&tracker.mu);
+      for (const auto& [op, tid] : tracker.freed) freed_before_op3.push_back(op);
+    }
+    c.outputs[0].kind = kHostBytesPayload + 100;  // opaque to the executors
+    c.outputs[0].payload = std::make_shared<Payload>(&tracker, c.op_index, c.op_index == 2 ? &op2_freed : nullptr);
+  });
+  r.Place(inst, {0});
+  // No AdvanceTo yet: the owner has applied nothing.
+  ASSERT_TRUE(op2_freed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(freed_before_op3, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.exec->completed_ops(), 0);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(4 * 16 * 4)) << "allocations stay until the GMG frees";
+  {
+    absl::MutexLock l(&tracker.mu);
+    ASSERT_EQ(tracker.freed.size(), 3u);
+    for (const auto& [op, tid] : tracker.freed) EXPECT_EQ(tid, device) << "op " << op << " freed off the device";
+  }
+  ASSERT_TRUE(r.Run().ok());
+  for (const RetiredInstance& ri : r.g.TakeRetired()) EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+  r.exec.reset();
+  absl::MutexLock l(&tracker.mu);
+  EXPECT_EQ(tracker.freed.size(), 4u);
+}
+
 // A dependent handed over after its producer finished on the device, but
 // before the owner applied that completion, reads the producer's output
 // (payload included) from the device.

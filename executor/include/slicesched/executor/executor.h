@@ -278,6 +278,10 @@ class ExecutorSet final : public ExecutionBackend {
     // The node's successors (template ops): when the device releases that
     // many local dependents at its finish, the owner need not wake for it.
     int successors = 0;
+    // Per output, how many inputs of the template's ops read it, when it is
+    // a plain output (0 for retained outputs and checkpoint growth: never
+    // released early; see ReleaseConsumed()).
+    absl::InlinedVector<int32_t, 2> readers;
   };
   struct Event {
     enum class Kind : uint8_t { kFinished, kFailed, kTransferDone, kTransferFailed };
@@ -303,6 +307,9 @@ class ExecutorSet final : public ExecutionBackend {
   struct LocalDone {
     Timestamp end;
     OutputBuffers outputs;
+    // Per output, the reads still to come from local dependents (from
+    // WorkItem::readers); at 0 every reader ran here.
+    absl::InlinedVector<int32_t, 2> unread;
   };
   static constexpr uint32_t kNoItem = 0xffffffffu;
   struct DeviceState {
@@ -368,6 +375,15 @@ class ExecutorSet final : public ExecutionBackend {
   // dependents it had.
   int ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
                         std::span<const Buffer> outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `w` finished on `d`: each local input whose every reader has now run on
+  // this device loses its payload (moved to `freed`, dropped by the device
+  // thread after unlocking), in the device's unapplied-completion table and
+  // in its producer's record if the owner has not drained it yet, so its
+  // memory returns to this thread's heap before the next kernel, as the
+  // direct loop frees its tensors. The Allocation (the accounting the GMG
+  // mirrors) stays with the record until the GMG frees the tensor.
+  void ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `producer` will not finish on `d`: its pending dependents (and theirs)
   // fail.
   void DropDependents(DeviceId d, NodeId producer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
