@@ -25,6 +25,7 @@
 #include "slicesched/gmg/placement.h"
 #include "slicesched/gmg/snapshot.h"
 #include "slicesched/sim/simulator.h"
+#include "reconstruction_check.h"
 
 namespace slicesched {
 namespace {
@@ -789,23 +790,11 @@ TEST(ExecutorSetTest, SnapshotsWhileChainsRunThroughTheFastPath) {
   std::vector<Feedback> fb;
   int instants = 0;
   auto check = [&](const std::string& where) {
-    exec.Pause();
-    ASSERT_TRUE(exec.AdvanceTo(steady.Now(), &fb).ok());
-    const GmgSnapshot snap = g.Snapshot(steady.Now());
-    auto sim = Simulator::Create(snap, ctx);
-    ASSERT_TRUE(sim.ok()) << sim.status();
-    const std::vector<NodeId> running = exec.RunningNow();
-    ASSERT_EQ(sim->num_devices(), running.size());
-    for (size_t d = 0; d < running.size(); ++d) {
-      const uint32_t idx = sim->running(d);
-      const NodeId in_sim = idx == GmgSnapshot::kNone ? NodeId() : NodeId(snap.nodes[idx].id);
-      EXPECT_EQ(in_sim, running[d]) << "device " << d << " " << where;
-      EXPECT_EQ(g.running_compute(DeviceId(static_cast<uint16_t>(d))), running[d]) << where;
+    std::set<StoredBuf> stored;
+    ExpectReconstructionMatches(exec, g, ctx, steady.Now(), &fb, where, &stored);
+    for (size_t d = 0; d < kDevices; ++d) {
+      EXPECT_EQ(g.running_compute(DeviceId(static_cast<uint16_t>(d))), exec.RunningNow()[d]) << where;
     }
-    std::set<std::tuple<uint64_t, int32_t, uint16_t>> in_sim, in_exec;
-    for (const SimResidentBuffer& b : sim->ResidentBuffers()) in_sim.insert({b.id, b.output, b.device});
-    for (const ExecutorSet::StoredBuffer& b : exec.StoredBuffers()) in_exec.insert({b.id, b.output, b.device});
-    EXPECT_EQ(in_sim, in_exec) << where;
     ++instants;
     exec.Resume();
   };
