@@ -821,7 +821,7 @@ TEST(LlamaSnapshotTest, SimulatorReconstructionMatchesTheExecutorsOnFourDevices)
   auto check = [&](const std::string& where) {
     std::vector<Feedback> fb;
     std::set<Buf> in_exec;
-    ExpectReconstructionMatches(exec, g, ctx, clock.Now(), &fb, where, &in_exec);
+    ExpectReconstructionMatches(exec, g, ctx, clock, &fb, where, &in_exec);
     max_resident = std::max(max_resident, in_exec.size());
     for (const Buf& b : in_exec) {
       if (std::get<1>(b) < 0) {

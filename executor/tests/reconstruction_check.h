@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "slicesched/common/clock.h"
 #include "slicesched/executor/executor.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/snapshot.h"
@@ -20,15 +21,16 @@ namespace slicesched {
 
 using StoredBuf = std::tuple<uint64_t, int32_t, uint16_t>;  // (node or checkpoint, output, device)
 
-// Pauses `exec` (the caller resumes it), applies everything up to `now`
-// (feedback appended to `fb`), and expects the reconstruction to name the
+// Pauses `exec` (the caller resumes it), applies everything up to the
+// clock's now, read after pausing (feedback appended to `fb`), and expects the reconstruction to name the
 // operator each device runs and the buffers the executors' stores hold;
 // `stored` receives the latter.
 inline void ExpectReconstructionMatches(ExecutorSet& exec, const GlobalMappingGraph& g,
-                                        SimContext& ctx, Timestamp now,
+                                        SimContext& ctx, const Clock& clock,
                                         std::vector<Feedback>* fb, const std::string& where,
                                         std::set<StoredBuf>* stored) {
   exec.Pause();
+  const Timestamp now = clock.Now();
   ASSERT_TRUE(exec.AdvanceTo(now, fb).ok()) << where;
   const GmgSnapshot snap = g.Snapshot(now);
   auto sim = Simulator::Create(snap, ctx);

@@ -791,7 +791,7 @@ TEST(ExecutorSetTest, SnapshotsWhileChainsRunThroughTheFastPath) {
   int instants = 0;
   auto check = [&](const std::string& where) {
     std::set<StoredBuf> stored;
-    ExpectReconstructionMatches(exec, g, ctx, steady.Now(), &fb, where, &stored);
+    ExpectReconstructionMatches(exec, g, ctx, steady, &fb, where, &stored);
     for (size_t d = 0; d < kDevices; ++d) {
       EXPECT_EQ(g.running_compute(DeviceId(static_cast<uint16_t>(d))), exec.RunningNow()[d]) << where;
     }
