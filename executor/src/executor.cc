@@ -60,10 +60,11 @@ ExecutorSet::~ExecutorSet() {
   for (std::thread& t : threads_) t.join();
   transfer_pool_.reset();  // runs (and finishes) every queued Send
   absl::MutexLock l(&mu_);
-  events_.clear();
+  num_records_ = 0;
   pending_completions_ = 0;
   completions_pending_.store(false, std::memory_order_release);
   for (DeviceState& s : devices_) {
+    s.records.clear();
     s.items.clear();
     s.finished.clear();
     s.graveyard.clear();
@@ -76,11 +77,14 @@ ExecutorSet::~ExecutorSet() {
 
 void ExecutorSet::Post(Event e, bool stamp) {
   if (stamp) e.time = clock_->Now();
-  if (e.kind != Event::Kind::kStarted && !e.quiet && pending_completions_++ == 0) {
+  e.seq = seq_++;
+  if (!e.quiet && pending_completions_++ == 0) {
     completions_pending_.store(true, std::memory_order_release);
   }
-  events_.push_back(std::move(e));
-  MaybeWakeOwner();
+  const size_t d = e.device.value();
+  devices_[d].records.push_back(std::move(e));
+  ++num_records_;
+  MaybeWakeOwner(d);
   if (notify_) notify_();
 }
 
@@ -150,9 +154,44 @@ int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
                       [&](const WorkItem::LocalInput& li) { return li.producer == producer; }));
     if (w.waiting > 0) continue;
     s.pending.erase(p);
-    s.ready.Push(w.key, item);
+    // The fast path: of the dependents released here, the one that runs
+    // first is kept as the device's next item, the others are queued.
+    if (s.next == kNoItem) {
+      s.next = item;
+    } else if (RunsBefore(w.key, s.items[s.next].key)) {
+      s.ready.Push(s.items[s.next].key, s.next);
+      s.next = item;
+    } else {
+      s.ready.Push(w.key, item);
+    }
+  }
+  // Anything queued that runs before it (a newly queued higher-priority
+  // operator) wins: the discipline's pick is unchanged.
+  if (s.next != kNoItem && !s.ready.empty() && RunsBefore(s.ready.Front(), s.items[s.next].key)) {
+    s.ready.Push(s.items[s.next].key, s.next);
+    s.next = kNoItem;
   }
   return static_cast<int>(deps.size());
+}
+
+void ExecutorSet::ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed) {
+  DeviceState& s = devices_[d.value()];
+  for (const WorkItem::LocalInput& li : w.local) {
+    auto f = s.finished.find(li.producer.value());
+    if (f == s.finished.end()) continue;  // applied: the owner's store frees it
+    LocalDone& done = f->second;
+    const auto o = static_cast<size_t>(li.output);
+    if (o >= done.unread.size() || done.unread[o] <= 0 || --done.unread[o] > 0) continue;
+    if (done.outputs[o].payload != nullptr) freed->push_back(std::move(done.outputs[o].payload));
+    // The producer's record, if still here: usually the last few.
+    for (auto r = s.records.rbegin(); r != s.records.rend(); ++r) {
+      if (r->node != li.producer || r->kind != Event::Kind::kFinished) continue;
+      if (o < r->outputs.size() && r->outputs[o].buffer.payload != nullptr) {
+        freed->push_back(std::move(r->outputs[o].buffer.payload));
+      }
+      break;
+    }
+  }
 }
 
 void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
@@ -199,12 +238,14 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   // unlock re-evaluates the owner's wait condition.
   auto can_go = [this, di]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const DeviceState& s = devices_[di];
-    return shutdown_ || s.stopped || (!paused_ && !s.ready.empty()) ||
+    return shutdown_ || s.stopped || (!paused_ && (s.next != kNoItem || !s.ready.empty())) ||
            s.graveyard_bytes >= kGraveyardWakeBytes;
   };
   auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
   Outputs outs;
   OutputBuffers out_buffers;
+  Timestamp started_at;  // the running node's start, for its record
+  uint64_t started_seq = 0;
   // Payloads handed back by the owner, taken from the graveyard under the
   // lock and freed here after unlocking.
   std::vector<std::shared_ptr<void>> handed_back;
@@ -226,10 +267,17 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     outs.clear();
     {
       if (!can_go()) {
+        if (!handed_back.empty()) {
+          // Free what the last operator's finish released before waiting.
+          mu_.Unlock();
+          handed_back.clear();
+          mu_.Lock();
+          continue;
+        }
         // Running dry (or paused): an owner waiting for this device to hold
         // no work may be satisfied now without an event (a cancelled node
         // was dropped).
-        MaybeWakeOwner();
+        MaybeWakeOwner(di);
         mu_.Await(absl::Condition(&can_go));
       }
       collect_handed_back();
@@ -238,7 +286,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         return;
       }
       DeviceState& s = devices_[di];
-      if (!s.stopped && (paused_ || s.ready.empty())) {
+      if (!s.stopped && (paused_ || (s.next == kNoItem && s.ready.empty()))) {
         // Woken only to free what was handed back.
         mu_.Unlock();
         handed_back.clear();
@@ -248,6 +296,10 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       if (s.stopped) {
         // Fail everything still queued or pending here (producers first),
         // then exit.
+        if (s.next != kNoItem) {
+          s.ready.Push(s.items[s.next].key, s.next);
+          s.next = kNoItem;
+        }
         auto fail = [&](uint32_t item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           WorkItem dead = std::move(s.items[item]);
           s.free_items.push_back(item);
@@ -263,10 +315,17 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         s.waiters.clear();
         s.live.clear();
         s.exited = true;
+        MaybeWakeOwner(di);  // it holds no work now
         mu_.Unlock();
         return;
       }
-      const uint32_t item = s.ready.Pop();
+      uint32_t item = s.next;
+      if (item != kNoItem) {
+        s.next = kNoItem;
+        ++fast_path_ops_;
+      } else {
+        item = s.ready.Pop();
+      }
       w = std::move(s.items[item]);
       s.free_items.push_back(item);
       if (w.cancelled != nullptr && w.cancelled->load()) {
@@ -300,8 +359,18 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         DropDependents(d, w.node);
         continue;
       }
+      // The start is recorded with the node's completion (one record per
+      // operator); until then the owner reads it here (see Drain()).
       s.running = w.node;
-      Post(Event{Event::Kind::kStarted, w.node, d, Timestamp(), "", {}});
+      s.running_start = clock_->Now();
+      s.running_seq = seq_++;
+      started_at = s.running_start;
+      started_seq = s.running_seq;
+      // An owner waiting for any event (WaitForCompletion) or the daemon's
+      // notifier hears of the start; one waiting for completions does not.
+      start_unseen_ = true;
+      if (owner_wait_ == OwnerWait::kEvent) MaybeWakeOwner(di);
+      if (notify_) notify_();
     }
     mu_.Unlock();
     handed_back.clear();  // frees what the owner handed back, on this thread
@@ -350,20 +419,29 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         done.outputs.push_back(outs[i].buffer);
       }
       done.end = clock_->Now();
+      done.unread = w.readers;
       // Quiet when every successor was here, waiting for this node (the
       // owner is needed only where the work leaves the device).
       const int released = ReleaseDependents(d, w.node, done.end, done.outputs);
+      ReleaseConsumed(d, w, &handed_back);
       // Stamped with the time the dependents saw.
       Event fin{Event::Kind::kFinished, w.node, d, done.end, "", std::move(outs)};
       fin.quiet = w.successors > 0 && released == w.successors;
+      fin.started = true;
+      fin.start = started_at;
+      fin.start_seq = started_seq;
       Post(std::move(fin), /*stamp=*/false);
       s.finished.insert_or_assign(w.node.value(), std::move(done));
     } else {
       outs.clear();
-      Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
-                 StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), " on ", dev_name, ": ",
-                        st.message()),
-                 {}});
+      Event failed{Event::Kind::kFailed, w.node, d, Timestamp(),
+                   StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), " on ", dev_name, ": ",
+                          st.message()),
+                   {}};
+      failed.started = true;
+      failed.start = started_at;
+      failed.start_seq = started_seq;
+      Post(std::move(failed));
       DropDependents(d, w.node);
     }
     // The lock stays held: the next iteration picks the next node.
@@ -470,6 +548,14 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
   w.workspace = n->workspace;
   w.successors = static_cast<int>(op.succs.size());
   for (const TensorState& t : n->outputs) w.output_bytes.push_back(t.bytes);
+  w.readers.assign(n->outputs.size(), 0);
+  for (int sx : op.succs) {
+    for (const InputRef& r : inst->tpl->op(sx).inputs) {
+      if (r.kind != InputRef::Kind::kOp || r.index != n->op_index) continue;
+      const TensorState& t = n->outputs[r.output];
+      if (t.update_of < 0 && !t.retained) ++w.readers[r.output];
+    }
+  }
   auto& flag = inst_cancel_[n->instance.value()];
   if (flag == nullptr) flag = std::make_shared<std::atomic<bool>>(false);
   w.cancelled = flag;
@@ -483,7 +569,10 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
   {
     absl::MutexLock l(&mu_);
     stopped = devices_[d.value()].stopped;
-    if (!stopped) Hand(d, std::move(w));
+    if (!stopped) {
+      Hand(d, std::move(w));
+      NoteWork(devices_[d.value()]);
+    }
   }
   if (stopped) {
     (void)FailNode(id, StrCat("node ", NodeLabel(inst->tpl, n->op_index, id), ": device ",
@@ -567,7 +656,7 @@ absl::Status ExecutorSet::ArbitrateTransfers(Timestamp now) {
 Timestamp ExecutorSet::NextEventTime() const {
   if (comm_.num_retrying() > 0) return clock_->Now();
   absl::MutexLock l(&mu_);
-  return events_.empty() ? Timestamp::Infinite() : clock_->Now();
+  return num_records_ == 0 && !start_unseen_ ? Timestamp::Infinite() : clock_->Now();
 }
 
 bool ExecutorSet::OwnerWaitSatisfied() const {
@@ -575,19 +664,26 @@ bool ExecutorSet::OwnerWaitSatisfied() const {
     case OwnerWait::kNone:
       return false;
     case OwnerWait::kEvent:
-      return !events_.empty();
+      return num_records_ > 0 || start_unseen_;
     case OwnerWait::kCompletions:
-      if (pending_completions_ >= owner_wait_min_) return true;
-      if (pending_completions_ == 0) return false;
-      for (const DeviceState& s : devices_) {
-        if (!s.ready.empty() || !s.pending.empty() || s.running.valid()) return false;
-      }
-      return true;
+      return pending_completions_ >= owner_wait_min_ || (pending_completions_ > 0 && busy_devices_ == 0);
   }
   return false;
 }
 
-void ExecutorSet::MaybeWakeOwner() {
+void ExecutorSet::NoteWork(DeviceState& s) {
+  const bool busy = s.next != kNoItem || !s.ready.empty() || !s.pending.empty() || s.running.valid();
+  if (busy == s.busy) return;
+  s.busy = busy;
+  if (busy) {
+    ++busy_devices_;
+  } else {
+    --busy_devices_;
+  }
+}
+
+void ExecutorSet::MaybeWakeOwner(size_t d) {
+  NoteWork(devices_[d]);
   if (owner_wait_ == OwnerWait::kNone || !OwnerWaitSatisfied()) return;
   owner_wait_ = OwnerWait::kNone;  // one Signal per wait
   owner_cv_.Signal();
@@ -649,25 +745,72 @@ absl::Status ExecutorSet::AdvanceTo(Timestamp t, std::vector<Feedback>* feedback
 }
 
 absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
+  // Records at or before `t`, and the starts at or before `t` of nodes
+  // whose record is not (still running, or ended after `t`).
   std::vector<Event> batch;
+  struct LateStart {
+    uint64_t seq;
+    NodeId node;
+    DeviceId device;
+    Timestamp start;
+  };
+  absl::InlinedVector<LateStart, 8> late;
   {
     absl::MutexLock l(&mu_);
-    size_t k = 0;
-    while (k < events_.size() && events_[k].time <= t) ++k;
-    batch.reserve(k);
-    for (size_t i = 0; i < k; ++i) {
-      if (events_[i].kind != Event::Kind::kStarted && !events_[i].quiet && --pending_completions_ == 0) {
-        completions_pending_.store(false, std::memory_order_release);
+    start_unseen_ = false;
+    batch.reserve(num_records_);
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      DeviceState& s = devices_[d];
+      const DeviceId dev(static_cast<uint16_t>(d));
+      size_t k = 0;
+      for (; k < s.records.size() && s.records[k].time <= t; ++k) {
+        if (!s.records[k].quiet && --pending_completions_ == 0) {
+          completions_pending_.store(false, std::memory_order_release);
+        }
+        batch.push_back(std::move(s.records[k]));
       }
-      batch.push_back(std::move(events_[i]));
+      for (size_t i = k; i < s.records.size(); ++i) {
+        const Event& e = s.records[i];
+        if (e.started && e.start <= t) late.push_back({e.start_seq, e.node, dev, e.start});
+      }
+      s.records.erase(s.records.begin(), s.records.begin() + static_cast<std::ptrdiff_t>(k));
+      num_records_ -= k;
+      if (s.running.valid() && s.running_start <= t) {
+        late.push_back({s.running_seq, s.running, dev, s.running_start});
+      }
     }
-    events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(k));
   }
+  // Every start and completion in posting (= time) order. A start applied
+  // here from a node's running state is skipped when its record comes.
+  struct Step {
+    uint64_t seq;
+    uint32_t index;  // into batch, or into late
+    enum class What : uint8_t { kRecordStart, kRecord, kLateStart } what;
+  };
+  std::vector<Step> steps;
+  steps.reserve(2 * batch.size() + late.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto idx = static_cast<uint32_t>(i);
+    if (batch[i].started) steps.push_back({batch[i].start_seq, idx, Step::What::kRecordStart});
+    steps.push_back({batch[i].seq, idx, Step::What::kRecord});
+  }
+  for (size_t i = 0; i < late.size(); ++i) {
+    steps.push_back({late[i].seq, static_cast<uint32_t>(i), Step::What::kLateStart});
+  }
+  std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.seq < b.seq; });
   absl::Status status;
   bool finished = false;
-  for (Event& e : batch) {
-    finished = finished || e.kind == Event::Kind::kFinished;
-    absl::Status s = Apply(e, feedback);
+  for (const Step& step : steps) {
+    absl::Status s;
+    if (step.what == Step::What::kLateStart) {
+      const LateStart& ls = late[step.index];
+      s = ApplyStart(ls.node, ls.device, ls.start);
+    } else if (Event& e = batch[step.index]; step.what == Step::What::kRecordStart) {
+      s = ApplyStart(e.node, e.device, e.start);
+    } else {
+      finished = finished || e.kind == Event::Kind::kFinished;
+      s = Apply(e, feedback);
+    }
     if (!s.ok() && status.ok()) status = s;
   }
   if (finished) {
@@ -682,16 +825,19 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
   return status;
 }
 
+absl::Status ExecutorSet::ApplyStart(NodeId node, DeviceId device, Timestamp start) {
+  queued_.erase(node.value());
+  const OpNode* n = gmg_->FindNode(node);
+  // Applied already (from the running state), or the instance failed
+  // meanwhile (its completion is ignored too).
+  if (n == nullptr || n->state != NodeState::kIssued) return absl::OkStatus();
+  start_overlapped_[node.value()] = gmg_->active_transfer(device).valid();
+  return gmg_->Start(node, start);
+}
+
 absl::Status ExecutorSet::Apply(Event& e, std::vector<Feedback>* feedback) {
   const OpNode* n = gmg_->FindNode(e.node);
   switch (e.kind) {
-    case Event::Kind::kStarted: {
-      queued_.erase(e.node.value());
-      // The instance failed meanwhile: its completion is ignored too.
-      if (n == nullptr || n->state != NodeState::kIssued) return absl::OkStatus();
-      start_overlapped_[e.node.value()] = gmg_->active_transfer(e.device).valid();
-      return gmg_->Start(e.node, e.time);
-    }
     case Event::Kind::kFailed: {
       queued_.erase(e.node.value());
       start_overlapped_.erase(e.node.value());

@@ -49,13 +49,14 @@ std::string OverheadResult::ToJson() const {
       "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"poll_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
+      "\"scheduled_ops\": %d, \"fast_path_ops\": %d, "
       "\"only\": \"%s\", \"direct_on\": \"%s\", \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, poll_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
-      only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread", priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
+      scheduled_ops, fast_path_ops, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread", priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
       placement, pinning, model);
 }
 
@@ -313,6 +314,7 @@ class ScheduledRig {
     return g_.VerifyInvariants();
   }
   int64_t whatif_runs() const { return whatif_runs_; }
+  const ExecutorSet& executors() const { return *exec_; }
   // CPU time the device thread has used so far (0 before its first sample).
   double DeviceCpuSeconds() {
     absl::MutexLock l(&mu_);
@@ -588,6 +590,8 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.direct_s = Median(r.direct_runs_s);
   r.scheduled_s = Median(r.scheduled_runs_s);
   r.overhead_pct = r.direct_s > 0 && r.scheduled_s > 0 ? 100.0 * (r.scheduled_s - r.direct_s) / r.direct_s : 0.0;
+  r.scheduled_ops = rig->executors().completed_ops();
+  r.fast_path_ops = rig->executors().fast_path_ops();
   r.placement = rig->whatif_runs() == 0
                     ? "SliceScheduler, 1 CPU device: one candidate (partition single), no what-if runs"
                     : StrCat("SliceScheduler, 1 CPU device, ", rig->whatif_runs(), " what-if runs");

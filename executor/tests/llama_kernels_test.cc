@@ -29,6 +29,7 @@
 #include "slicesched/gmg/placement.h"
 #include "slicesched/gmg/snapshot.h"
 #include "slicesched/sim/simulator.h"
+#include "reconstruction_check.h"
 
 namespace slicesched::executor {
 namespace {
@@ -751,7 +752,7 @@ class HoldingRunner final : public KernelRunner {
   std::map<uint64_t, std::unique_ptr<Gate>> holds_ ABSL_GUARDED_BY(mu_);
 };
 
-using Buf = std::tuple<uint64_t, int32_t, uint16_t>;  // (node or checkpoint, output, device)
+using Buf = StoredBuf;
 
 // Acceptance of issue 5: at seeded instants of a real run on 4 CPU devices
 // (tiny Llama prefills placed pp2 on four different device pairs, decode
@@ -818,23 +819,9 @@ TEST(LlamaSnapshotTest, SimulatorReconstructionMatchesTheExecutorsOnFourDevices)
   bool saw_transfer_copy = false, saw_checkpoint = false;
   // Pauses the executors and compares the reconstruction with them.
   auto check = [&](const std::string& where) {
-    exec.Pause();
     std::vector<Feedback> fb;
-    ASSERT_TRUE(exec.AdvanceTo(clock.Now(), &fb).ok());
-    const GmgSnapshot snap = g.Snapshot(clock.Now());
-    auto sim = Simulator::Create(snap, ctx);
-    ASSERT_TRUE(sim.ok()) << sim.status();
-    const std::vector<NodeId> running = exec.RunningNow();
-    ASSERT_EQ(sim->num_devices(), running.size());
-    for (size_t d = 0; d < running.size(); ++d) {
-      const uint32_t idx = sim->running(d);
-      const NodeId in_sim = idx == GmgSnapshot::kNone ? NodeId() : NodeId(snap.nodes[idx].id);
-      EXPECT_EQ(in_sim, running[d]) << "device " << d << " " << where;
-    }
-    std::set<Buf> in_sim, in_exec;
-    for (const SimResidentBuffer& b : sim->ResidentBuffers()) in_sim.insert({b.id, b.output, b.device});
-    for (const ExecutorSet::StoredBuffer& b : exec.StoredBuffers()) in_exec.insert({b.id, b.output, b.device});
-    EXPECT_EQ(in_sim, in_exec) << where;
+    std::set<Buf> in_exec;
+    ExpectReconstructionMatches(exec, g, ctx, clock, &fb, where, &in_exec);
     max_resident = std::max(max_resident, in_exec.size());
     for (const Buf& b : in_exec) {
       if (std::get<1>(b) < 0) {

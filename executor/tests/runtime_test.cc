@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,11 +18,14 @@
 #include "slicesched/comm/comm_graph.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
 #include "slicesched/executor/executor.h"
 #include "slicesched/executor/kernel.h"
 #include "slicesched/executor/memory_pool.h"
 #include "slicesched/gmg/placement.h"
 #include "slicesched/gmg/snapshot.h"
+#include "slicesched/sim/simulator.h"
+#include "reconstruction_check.h"
 
 namespace slicesched {
 namespace {
@@ -739,6 +743,158 @@ TEST(ExecutorSetTest, SnapshotMatchesWhatRuns) {
 }
 
 
+// The local-successor fast path under snapshots: same-device chains on 4
+// devices run operator after operator without the ReadyQueue and without a
+// start record of their own (one record per operator), while the owner takes
+// snapshots at five deterministic instants, each with an operator inside a
+// chain (reached through the fast path) held in its kernel, and then after
+// every record it is woken for. At each instant, after Pause() and
+// AdvanceTo(now), the simulator's reconstruction from the GMG snapshot names
+// the operator each device runs and the tensors the executors hold. Without
+// the starts applied from the devices' running state the held operators
+// would not be running in the GMG.
+TEST(ExecutorSetTest, SnapshotsWhileChainsRunThroughTheFastPath) {
+  Watchdog watchdog(absl::Minutes(2));
+  constexpr int kLen = 8, kDevices = 4, kChains = 8;
+  SteadyClock steady;
+  GlobalMappingGraph g(Devices(kDevices));
+  const TemplateId chain = *g.RegisterTemplate(Chain(kLen));
+  SpinSleeper spin(&steady);
+  EmulatedKernelRunner kernels([](const KernelCall& c) { return Duration::Micros(100 + 20 * c.op_index); },
+                               &spin);
+  HostTransferBackend host;
+  ExecutorSet exec(&g, &steady, &kernels, &host);
+  OpEstimator op_est;
+  TransferEstimator xfer_est(g.accelerators());
+  SimContext ctx(&g.templates(), &op_est, &xfer_est);
+  // No kernel runs before every chain is handed over (so the counts below
+  // do not depend on how fast the owner issues).
+  struct Hold {
+    int chain, op;
+    NodeId node;
+    absl::Notification entered, release;
+  };
+  // In the order each device reaches them (chains 0 and 4 share device 0,
+  // 1 and 5 device 1; the lower chain index runs first).
+  Hold holds[] = {{0, 5, {}, {}, {}}, {1, 3, {}, {}, {}}, {2, 7, {}, {}, {}}, {5, 1, {}, {}, {}}, {4, 4, {}, {}, {}}};
+  absl::Notification issued_all;
+  kernels.SetHook([&](const KernelCall& c) {
+    issued_all.WaitForNotification();
+    for (Hold& h : holds) {
+      if (c.node == h.node) {
+        h.entered.Notify();
+        h.release.WaitForNotification();
+      }
+    }
+  });
+  std::vector<Feedback> fb;
+  int instants = 0;
+  auto check = [&](const std::string& where) {
+    std::set<StoredBuf> stored;
+    ExpectReconstructionMatches(exec, g, ctx, steady, &fb, where, &stored);
+    for (size_t d = 0; d < kDevices; ++d) {
+      EXPECT_EQ(g.running_compute(DeviceId(static_cast<uint16_t>(d))), exec.RunningNow()[d]) << where;
+    }
+    ++instants;
+    exec.Resume();
+  };
+  std::vector<InstanceId> ids;
+  for (int i = 0; i < kChains; ++i) {
+    InstanceSpec s;
+    s.template_id = chain;
+    s.bindings = {{"N", 64}};
+    s.priority = -i;  // first come, first served
+    s.arrival = steady.Now();
+    ids.push_back(*g.Instantiate(s));
+  }
+  for (Hold& h : holds) h.node = g.FindInstance(ids[h.chain])->nodes[h.op].id;
+  for (int i = 0; i < kChains; ++i) {
+    std::vector<NodePlacement> p;
+    for (int op = 0; op < kLen; ++op) {
+      p.push_back({g.FindInstance(ids[i])->nodes[op].id, DeviceId(static_cast<uint16_t>(i % kDevices))});
+    }
+    auto issued = IssuePlacements(g, p, 0, steady.Now());
+    ASSERT_TRUE(issued.ok()) << issued.status();
+    for (NodeId n : *issued) exec.NodeIssued(n);
+  }
+  ASSERT_TRUE(exec.Dispatch(steady.Now()).ok());
+  issued_all.Notify();
+  for (Hold& h : holds) {
+    const std::string where = StrCat("with chain ", h.chain, " op ", h.op, " held in its kernel");
+    h.entered.WaitForNotification();
+    check(where);
+    EXPECT_EQ(g.running_compute(DeviceId(static_cast<uint16_t>(h.chain % kDevices))), h.node) << where;
+    for (int op = 0; op < h.op; ++op) {
+      EXPECT_EQ(g.FindInstance(ids[h.chain])->nodes[op].state, NodeState::kDone) << where << ": op " << op;
+    }
+    h.release.Notify();
+  }
+  EXPECT_GE(exec.fast_path_ops(), 5 + 3 + 7 + 1 + 4) << "the held operators came through the fast path";
+  while (g.num_instances() > 0) {
+    ASSERT_TRUE(exec.WaitForCompletion(absl::Seconds(60)));
+    check("after a record");
+  }
+  EXPECT_GT(instants, 5);
+  ExpectNoOverlap(fb, Feedback::Kind::kOp, kDevices);
+  EXPECT_EQ(exec.completed_ops(), kChains * kLen);
+  // Every operator but each chain's first is a local successor that the
+  // discipline picks next (chains are ranked first come, first served).
+  EXPECT_EQ(exec.fast_path_ops(), kChains * (kLen - 1));
+  // Program order per chain, as the GMG recorded it.
+  std::map<std::pair<uint64_t, int>, const Feedback*> by_op;
+  for (const Feedback& f : fb) by_op[{f.instance.value(), f.op}] = &f;
+  for (InstanceId id : ids) {
+    for (int op = 1; op < kLen; ++op) {
+      const auto prev = by_op.find({id.value(), op - 1}), cur = by_op.find({id.value(), op});
+      ASSERT_NE(prev, by_op.end());
+      ASSERT_NE(cur, by_op.end());
+      EXPECT_LE(prev->second->end, cur->second->start);
+    }
+  }
+  EXPECT_EQ(exec.stored_tensors(), 0u);
+}
+
+// The fast path never skips the queue discipline: an operator of a
+// higher-priority instance queued while a chain's operator runs wins the
+// next operator boundary over that operator's local successor, which then
+// waits in the ReadyQueue; the rest of the chain goes through the fast path.
+TEST(ExecutorSetTest, HigherPriorityArrivalWinsTheNextOperatorBoundary) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  const TemplateId one = *r.g.RegisterTemplate(Chain(1));
+  r.Start();
+  const InstanceId low = r.New(r.chain, 8, /*prio=*/0);
+  const InstanceId high = r.New(one, 8, /*prio=*/5);
+  const NodeId low0 = r.g.FindInstance(low)->nodes[0].id;
+  absl::Notification entered, release;
+  absl::Mutex mu;
+  std::vector<std::pair<InstanceId, int>> order;
+  r.kernels.SetHook([&](const KernelCall& c) {
+    {
+      absl::MutexLock l(&mu);
+      order.push_back({c.instance, c.op_index});
+    }
+    if (c.node == low0) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+  });
+  r.Place(low, {0});  // the whole chain is handed over; op0 runs
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  r.Place(high, {0});
+  release.Notify();
+  ASSERT_TRUE(r.Run().ok());
+  const std::vector<std::pair<InstanceId, int>> want = {
+      {low, 0}, {high, 0}, {low, 1}, {low, 2}, {low, 3}};
+  {
+    absl::MutexLock l(&mu);
+    EXPECT_EQ(order, want);
+  }
+  EXPECT_EQ(r.exec->fast_path_ops(), 2);  // low op2 and op3
+  for (const RetiredInstance& ri : r.g.TakeRetired()) EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+}
+
 // Local readiness: a chain (and a diamond) on one device runs to its last
 // operator while the owner applies nothing: the device starts operator k+1
 // without waiting for the owner to apply operator k's completion. The GMG
@@ -961,6 +1117,65 @@ TEST(ExecutorSetTest, DroppedPayloadsAreFreedOnTheirDeviceThread) {
   EXPECT_EQ(tracker.created, 13);
   EXPECT_EQ(tracker.freed_on.size(), 13u);
   EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
+}
+
+// An output whose every reader ran on its device loses its payload there, on
+// the device thread, as soon as the last reader finished, before the owner
+// applies anything (the direct loop frees its tensors the same way); the
+// accounting the GMG mirrors (the pool allocation, the stored buffer once
+// applied) is unchanged until the GMG frees the tensor.
+TEST(ExecutorSetTest, LocallyConsumedOutputsAreFreedOnTheDeviceThread) {
+  Watchdog watchdog(absl::Minutes(2));
+  struct Tracker {
+    absl::Mutex mu;
+    std::vector<std::pair<int, std::thread::id>> freed ABSL_GUARDED_BY(mu);  // (op, thread)
+  };
+  struct Payload {
+    Payload(Tracker* tr, int o, absl::Notification* n) : t(tr), op(o), on_free(n) {}
+    Payload(const Payload&) = delete;
+    Tracker* t;
+    int op;
+    absl::Notification* on_free;
+    ~Payload() {
+      absl::MutexLock l(&t->mu);
+      t->freed.push_back({op, std::this_thread::get_id()});
+      if (on_free != nullptr) on_free->Notify();
+    }
+  };
+  Tracker tracker;
+  absl::Notification op2_freed;
+  std::thread::id device;
+  std::vector<int> freed_before_op3;
+  Rig r(1);
+  r.Start();
+  const InstanceId inst = r.New(r.chain, 16);
+  r.kernels.SetHook([&](const KernelCall& c) {
+    device = std::this_thread::get_id();
+    if (c.op_index == 3) {
+      absl::MutexLock l(&tracker.mu);
+      for (const auto& [op, tid] : tracker.freed) freed_before_op3.push_back(op);
+    }
+    c.outputs[0].kind = kHostBytesPayload + 100;  // opaque to the executors
+    c.outputs[0].payload = std::make_shared<Payload>(&tracker, c.op_index, c.op_index == 2 ? &op2_freed : nullptr);
+  });
+  r.Place(inst, {0});
+  // No AdvanceTo yet: the owner has applied nothing.
+  ASSERT_TRUE(op2_freed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(freed_before_op3, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.exec->completed_ops(), 0);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(4 * 16 * 4)) << "allocations stay until the GMG frees";
+  {
+    absl::MutexLock l(&tracker.mu);
+    ASSERT_EQ(tracker.freed.size(), 3u);
+    for (const auto& [op, tid] : tracker.freed) EXPECT_EQ(tid, device) << "op " << op << " freed off the device";
+  }
+  ASSERT_TRUE(r.Run().ok());
+  for (const RetiredInstance& ri : r.g.TakeRetired()) EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+  r.exec.reset();
+  absl::MutexLock l(&tracker.mu);
+  EXPECT_EQ(tracker.freed.size(), 4u);
 }
 
 // A dependent handed over after its producer finished on the device, but

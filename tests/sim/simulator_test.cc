@@ -92,7 +92,8 @@ class SimTest : public ::testing::Test {
 
 // The ready queue pops in RunsBefore order through many pushes and pops
 // (its buckets drop their popped prefix as they go), including out-of-order
-// ready times and buckets that never empty. Checked against a plain scan.
+// ready times and buckets that never empty. Checked against a plain scan;
+// Front() always names the key Pop() returns next.
 TEST(ReadyQueueTest, PopsInRunsBeforeOrderThroughLongRuns) {
   std::mt19937_64 rng(7);
   ReadyQueue q;
@@ -122,8 +123,14 @@ TEST(ReadyQueueTest, PopsInRunsBeforeOrderThroughLongRuns) {
           best = it;
         }
       }
+      // Front() names the key Pop() then returns.
+      const DisciplineKey front = q.Front();
       DisciplineKey got;
       const uint32_t item = q.Pop(&got);
+      ASSERT_EQ(front.priority_class, got.priority_class) << "pop " << popped;
+      ASSERT_EQ(front.priority, got.priority) << "pop " << popped;
+      ASSERT_EQ(front.ready_ns, got.ready_ns) << "pop " << popped;
+      ASSERT_EQ(front.tiebreak, got.tiebreak) << "pop " << popped;
       // Equal keys may pop in either order; the key itself must match.
       ASSERT_EQ(got.priority_class, best->first.priority_class) << "pop " << popped;
       ASSERT_EQ(got.priority, best->first.priority) << "pop " << popped;

@@ -70,6 +70,20 @@ class ReadyQueue {
     ++size_;
   }
 
+  // The key of the item Pop() would return, without removing it. Requires
+  // !empty().
+  DisciplineKey Front() {
+    for (size_t i = first_; i < buckets_.size(); ++i) {
+      Bucket& b = buckets_[i];
+      if (b.head == b.q.size()) continue;
+      first_ = i;
+      if (!b.sorted) SortBucket(b);
+      const Entry& e = b.q[b.head];
+      return DisciplineKey{b.cls, b.prio, e.ready_ns, e.tiebreak};
+    }
+    return DisciplineKey{};
+  }
+
   // Removes and returns the item that runs first. Requires !empty().
   uint32_t Pop(DisciplineKey* key = nullptr) {
     assert(!empty());

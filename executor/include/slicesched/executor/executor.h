@@ -13,12 +13,18 @@
 //   StopDevice(). Only it touches the GMG, the CommGraph and the tensor store.
 //   Device threads and transfer workers never see the GMG: the owner hands
 //   each ready (or locally ready, below) operator to its device as a
-//   self-contained work item (inputs resolved to Buffers), and the workers post Started / Finished / Failed
-//   events to one completion queue that the owner drains in AdvanceTo() (and
-//   Dispatch()), making every GMG call (Start/Finish/Fail) itself.
-//   A device thread takes the lock only to pop its next item and to post an
-//   event; timestamps are read under the lock, so the completion queue is in
-//   time order and per-device events are in program order.
+//   self-contained work item (inputs resolved to Buffers). Each device keeps
+//   a record buffer (DeviceState::records): one record per operator (its
+//   start and its end, or its failure) and per transfer ending there. The
+//   owner drains the buffers in AdvanceTo() and makes every GMG call
+//   (Start/Finish/Fail) itself, in posting order: every timestamp is read
+//   under the lock together with a sequence number, so merging the buffers
+//   by sequence number gives every start and completion in time order. A
+//   node still running (or whose record is later than the drain's time) has
+//   its start applied from the device's state (DeviceState::running_start),
+//   so after Pause(), AdvanceTo(now) the GMG names the running operators.
+//   A device thread takes the lock once per operator: the critical section
+//   that records a node's completion goes on to pick the next node.
 //
 // Local readiness (dependency-driven devices)
 //   A device does not wait for the owner to learn that an operator finished
@@ -43,9 +49,14 @@
 //   the producer's own, so the instance's failure names the producer).
 //   Whenever the owner queues a compute node it also tries that node's
 //   successors on the same device, so a whole same-device chain is handed
-//   over at once. The owner still makes every GMG call, in the completion
-//   queue's time order: a dependent's kStarted is posted after its producer's
-//   kFinished, so the GMG sees exactly the history it saw before, only later.
+//   over at once. The owner still makes every GMG call, in time order: a
+//   dependent's start is stamped after its producer's end, so the GMG sees
+//   exactly the history it saw before, only later.
+//   Local-successor fast path: when a finish makes a dependent ready and the
+//   queue discipline would pick it next (nothing queued runs before it, a
+//   newly queued higher-priority operator included), the device keeps it as
+//   its next item (DeviceState::next) and runs it without the ReadyQueue
+//   round trip, in the same critical section; the owner is not involved.
 //   The owner drops DeviceState::finished entries once it has applied their
 //   kFinished (from then on the GMG says the producer is done and inputs come
 //   from the tensor store). Output buffers still travel to the owner with
@@ -142,8 +153,9 @@ class ExecutorSet final : public ExecutionBackend {
 
   // ---- owner-thread extras ------------------------------------------------
   // Blocks until an event is pending (true) or `timeout` passes (false):
-  // a start, finish or failure of an operator, a transfer's end. Returns
-  // true at once while Recv retries are waiting.
+  // a record (the finish or failure of an operator, a transfer's end) or a
+  // start since the last drain (starts are not records of their own; see
+  // "Threading"). Returns true at once while Recv retries are waiting.
   bool WaitForCompletion(absl::Duration timeout);
   // The same, but only for events the owner has to act on: a failure, a
   // transfer's end, or the completion of an operator whose every successor
@@ -187,7 +199,8 @@ class ExecutorSet final : public ExecutionBackend {
   // Pause hook: while paused, no device thread starts or finishes a node and
   // no transfer completes (kernels already running go on, but their
   // completion waits). After Pause(), AdvanceTo(now) brings the GMG up to
-  // date, and then the GMG and RunningNow() agree until Resume().
+  // date (it drains every device's records and applies the starts of the
+  // running nodes), and then the GMG and RunningNow() agree until Resume().
   void Pause();
   void Resume();
 
@@ -203,6 +216,12 @@ class ExecutorSet final : public ExecutionBackend {
   int64_t completed_ops() const { return completed_ops_; }
   int64_t completed_transfers() const { return completed_transfers_; }
   int64_t failed_nodes() const { return failed_nodes_; }
+  // Operators the devices ran through the local-successor fast path (any
+  // thread).
+  int64_t fast_path_ops() const {
+    absl::MutexLock l(&mu_);
+    return fast_path_ops_;
+  }
   // Buffers held in the tensor and checkpoint stores.
   size_t stored_tensors() const;
   // What the stores hold now, sorted and without duplicates: one entry per
@@ -259,9 +278,13 @@ class ExecutorSet final : public ExecutionBackend {
     // The node's successors (template ops): when the device releases that
     // many local dependents at its finish, the owner need not wake for it.
     int successors = 0;
+    // Per output, how many inputs of the template's ops read it, when it is
+    // a plain output (0 for retained outputs and checkpoint growth: never
+    // released early; see ReleaseConsumed()).
+    absl::InlinedVector<int32_t, 2> readers;
   };
   struct Event {
-    enum class Kind : uint8_t { kStarted, kFinished, kFailed, kTransferDone, kTransferFailed };
+    enum class Kind : uint8_t { kFinished, kFailed, kTransferDone, kTransferFailed };
     Kind kind;
     NodeId node;
     DeviceId device;
@@ -271,15 +294,31 @@ class ExecutorSet final : public ExecutionBackend {
     // kFinished whose successors all continued on the device (WaitForFinish
     // does not wake for it).
     bool quiet = false;
+    // Operator records (kFinished, kFailed): whether the node started, when,
+    // and the start's place in the posting order.
+    bool started = false;
+    Timestamp start;
+    uint64_t start_seq = 0;
+    // Place in the posting order (set by Post).
+    uint64_t seq = 0;
   };
   // Outputs of a node finished on its device whose kFinished the owner has
   // not applied yet.
   struct LocalDone {
     Timestamp end;
     OutputBuffers outputs;
+    // Per output, the reads still to come from local dependents (from
+    // WorkItem::readers); at 0 every reader ran here.
+    absl::InlinedVector<int32_t, 2> unread;
   };
+  static constexpr uint32_t kNoItem = 0xffffffffu;
   struct DeviceState {
     ReadyQueue ready;
+    // The fast path's next item (see "Local readiness"): set by a finish,
+    // taken by the pick in the same critical section.
+    uint32_t next = kNoItem;
+    // This device's records for the owner, in posting order.
+    std::vector<Event> records;
     std::vector<WorkItem> items;  // ReadyQueue / pending item -> work
     std::vector<uint32_t> free_items;
     // Nodes handed here and not yet finished or dropped (queued, pending or
@@ -298,6 +337,10 @@ class ExecutorSet final : public ExecutionBackend {
     std::vector<std::shared_ptr<void>> graveyard;
     int64_t graveyard_bytes = 0;
     NodeId running;
+    Timestamp running_start;
+    uint64_t running_seq = 0;
+    // Holds queued, pending or running work (counted in busy_devices_).
+    bool busy = false;
     bool stopped = false;
     bool exited = false;
   };
@@ -314,18 +357,33 @@ class ExecutorSet final : public ExecutionBackend {
   enum class OwnerWait : uint8_t { kNone, kEvent, kCompletions };
   bool OwnerWaitSatisfied() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Signals the waiting owner once what it waits for holds; called by
-  // whoever changes it (Post, a device thread about to wait for work).
-  void MaybeWakeOwner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // whoever changes it (Post, a device thread about to wait for work), with
+  // the device whose state changed (its busy flag is refreshed first), so
+  // the check is O(1) in the number of devices.
+  void MaybeWakeOwner(size_t d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Refreshes `s.busy` and busy_devices_.
+  void NoteWork(DeviceState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout);
   // Device-state helpers (lock held; owner or device thread).
   // Hands `w` to device `d`: ready, or pending on its local producers.
   void Hand(DeviceId d, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t StoreItem(DeviceState& s, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `producer` finished on `d` at `end` with `outputs`: its pending
-  // dependents get those inputs; the ones now complete become ready.
-  // Returns how many dependents it had.
+  // dependents get those inputs; the ones now complete become ready. The
+  // one the queue discipline picks next, if it is one of them, goes to
+  // `s.next` (the fast path) instead of the ReadyQueue. Returns how many
+  // dependents it had.
   int ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
                         std::span<const Buffer> outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `w` finished on `d`: each local input whose every reader has now run on
+  // this device loses its payload (moved to `freed`, dropped by the device
+  // thread after unlocking), in the device's unapplied-completion table and
+  // in its producer's record if the owner has not drained it yet, so its
+  // memory returns to this thread's heap before the next kernel, as the
+  // direct loop frees its tensors. The Allocation (the accounting the GMG
+  // mirrors) stays with the record until the GMG frees the tensor.
+  void ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `producer` will not finish on `d`: its pending dependents (and theirs)
   // fail.
   void DropDependents(DeviceId d, NodeId producer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -338,6 +396,7 @@ class ExecutorSet final : public ExecutionBackend {
   bool QueueOne(NodeId id, Timestamp now);
   absl::Status Drain(Timestamp t, std::vector<Feedback>* feedback);
   absl::Status Apply(Event& e, std::vector<Feedback>* feedback);
+  absl::Status ApplyStart(NodeId node, DeviceId device, Timestamp start);
   absl::Status ArbitrateTransfers(Timestamp now);
   absl::Status FailNode(NodeId id, absl::string_view reason, Timestamp now);
   void CancelInstanceWork(InstanceId inst);
@@ -386,8 +445,17 @@ class ExecutorSet final : public ExecutionBackend {
   OwnerWait owner_wait_ ABSL_GUARDED_BY(mu_) = OwnerWait::kNone;
   size_t owner_wait_min_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
-  std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
-  // Events in events_ WaitForFinish wakes for (not kStarted, not quiet).
+  // Next sequence number of a stamp (records and starts), and the records
+  // held in the devices' buffers.
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t num_records_ ABSL_GUARDED_BY(mu_) = 0;
+  // A node started since the owner's last drain (WaitForCompletion and
+  // NextEventTime report it; it is applied from DeviceState::running).
+  bool start_unseen_ ABSL_GUARDED_BY(mu_) = false;
+  // Devices whose busy flag is set (see NoteWork).
+  size_t busy_devices_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t fast_path_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  // Records WaitForFinish wakes for (not quiet).
   size_t pending_completions_ ABSL_GUARDED_BY(mu_) = 0;
   // pending_completions_ > 0, readable without the lock (polling waits).
   std::atomic<bool> completions_pending_{false};

@@ -127,6 +127,9 @@ struct OverheadResult {
   // whose cores are shared, wall time includes waiting for a core; these
   // show how much work each path did.
   double direct_cpu_s = 0, device_cpu_s = 0, master_cpu_s = 0;
+  // Operators the executors ran over the whole run (warm-up included), and
+  // how many of them through the local-successor fast path.
+  int64_t scheduled_ops = 0, fast_path_ops = 0;
   std::string only;  // OverheadOptions::only
   bool direct_on_main = false;  // OverheadOptions::direct_on_main
   std::string priorities;       // OverheadOptions::priorities
