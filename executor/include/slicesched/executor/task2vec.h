@@ -127,6 +127,35 @@ enum class YmirProbe : uint8_t {
   kHead,
 };
 
+// Which Fisher forms the embedding (YmirExperimentOptions::fisher).
+enum class YmirFisher : uint8_t {
+  // The empirical Fisher: squared gradients of the loss at the TRUE label.
+  kEmpirical,
+  // Task2Vec's Fisher: the expectation over the probe's own predictive
+  // distribution, sum_c p(c | x) g_c(x)^2, with g_c the gradient of the loss
+  // at label c and p(c | x) = exp(-loss_c) (renormalised over the classes);
+  // C gradient passes per example. The trivial `lm` embedding stays
+  // empirical (its labels are next tokens over the whole vocabulary).
+  kModel,
+};
+
+// Which parameters' Fisher forms the embedding (YmirExperimentOptions::embed).
+enum class YmirEmbedParams : uint8_t {
+  kLora,  // every LoRA factor (the head's shape depends on the task's classes)
+  // The LoRA factors, then the head's Fisher summed over its outputs, one
+  // coordinate per hidden unit (so that tasks with different numbers of
+  // classes, and the vocab-sized `lm` head, embed in the same space).
+  kLoraHead,
+};
+
+// How two embeddings are compared (YmirExperimentOptions::distance).
+enum class YmirDistance : uint8_t {
+  // Task2Vec: cosine distance of F_a / (F_a + F_b) and F_b / (F_a + F_b).
+  kNormalised,
+  // Plain cosine distance of F_a and F_b (no element-wise normalisation).
+  kCosine,
+};
+
 // How the measured gain is formed (YmirExperimentOptions::gain_measure).
 enum class YmirGainMeasure : uint8_t {
   // Steps(normal B) / Steps(transfer B) - 1, each the first crossing of the
@@ -155,6 +184,34 @@ enum class YmirGainMeasure : uint8_t {
 double AreaEquivalentSpeedup(const std::vector<ymir::LossPoint>& reference,
                              const std::vector<double>& steps, double transfer_mean,
                              double min_speedup, double max_speedup, bool* clamped);
+
+// The neutral band of the measured gains (docs/experiments.md, "Eighth
+// session"): `band_k` times the root mean square of the NULL gains, each the
+// gain measured for a task's own normal run restarted from another seed's
+// probe init on the same data (a "transfer" of an adapter that carries
+// nothing), i.e. the gain a pair shows from training noise alone. 0 when
+// there are no null gains.
+double NeutralBand(const std::vector<double>& null_gains, double band_k);
+
+// Sign agreement of predicted and measured gains, over all pairs and over the
+// non-neutral ones (|measured| >= band; a pair inside the band is "neutral":
+// its sign is not measurable, it is counted apart; pairs beyond the shorter
+// vector are not scored). Majority: always
+// predicting the more common measured sign (of the pairs scored).
+struct SignScore {
+  int64_t pairs = 0;
+  int64_t positive = 0;
+  int64_t agree = 0;
+  int64_t neutral = 0;
+  int64_t non_neutral_positive = 0;
+  int64_t non_neutral_agree = 0;
+  double AccuracyPct() const;
+  double MajorityPct() const;
+  double NonNeutralAccuracyPct() const;  // 0 when every pair is neutral
+  double NonNeutralMajorityPct() const;
+};
+SignScore ScoreSigns(const std::vector<double>& predicted, const std::vector<double>& measured,
+                     double band);
 
 struct YmirTaskSpec {
   std::string name;  // a classification task of synth::KnownTasks()
@@ -211,6 +268,15 @@ struct YmirExperimentOptions {
   int64_t gain_window = 0;  // W of kArea; 0 = normal_steps / 2 (a multiple of eval_every)
   int64_t GainWindow() const { return gain_window > 0 ? gain_window : normal_steps / 2; }
   int64_t fisher_examples = 64;  // the sixth session's head-probe runs used 256
+  YmirFisher fisher = YmirFisher::kEmpirical;
+  YmirEmbedParams embed = YmirEmbedParams::kLora;
+  YmirDistance distance = YmirDistance::kNormalised;
+  // Null runs per task (see NeutralBand): each task's normal run again from
+  // the probe init of seed + 7919 u (u = 1..null_runs), on the same data,
+  // measured like a transfer run of that task; band_k x their RMS gain is
+  // the neutral band. 0 = no band (every pair is scored by its sign).
+  int64_t null_runs = 2;
+  double band_k = 2.0;
   double alpha = 0.15;  // Task2Vec's asymmetry weight
   // Measurement repeats: every run again with seed + 1000 r (data and init);
   // steps are averaged over repeats before the gain is formed. The
@@ -229,6 +295,12 @@ struct YmirExperimentOptions {
   // scores. For checking that a task family is learnt within the budget
   // before any pair is run (docs/experiments.md, "Seventh session").
   bool curves_only = false;
+  // Only the Task2Vec embeddings and the similarity matrix (slicesim
+  // --similarities-only): the probes (for kTrained, the first probe_steps of
+  // each normal run), the Fishers and S(A, B); no curves, pairs or scores,
+  // repeat 0 only. For checking the similarities across seeds and
+  // relatedness levels at a fraction of a full run's cost.
+  bool similarities_only = false;
   // P above, for a fraction.
   int64_t PrefixSteps(double fraction) const;
   int64_t IterPrefixSteps() const { return PrefixSteps(iter_prefix_fraction); }
@@ -236,9 +308,18 @@ struct YmirExperimentOptions {
 };
 
 // d_sym and d_asym above (cosine distances in [0, 2]).
-double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b);
+double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b,
+                         YmirDistance kind = YmirDistance::kNormalised);
 double AsymmetricDistance(const std::vector<double>& from, const std::vector<double>& to,
-                          const std::vector<double>& trivial, double alpha);
+                          const std::vector<double>& trivial, double alpha,
+                          YmirDistance kind = YmirDistance::kNormalised);
+// Appends the Fisher of one example's gradient `grads` with weight w (w g^2,
+// element-wise) to the embedding `fisher` (sized on first use) in the
+// coordinates of `embed`: the LoRA factors in NamedTensors order, then for
+// kLoraHead the head's squared gradient summed over its outputs per hidden
+// unit. InvalidArgument when the coordinates do not match `fisher`'s.
+absl::Status AddFisher(const TaskAdapters& grads, double w, YmirEmbedParams embed,
+                       std::vector<double>& fisher);
 
 struct LinearFit {
   double intercept = 0;
@@ -303,6 +384,10 @@ struct YmirModeScore {
   int64_t positive = 0;               // measured gain > 0
   double accuracy_pct = 0;            // sign agreement, leave-one-out
   double majority_accuracy_pct = 0;   // always predicting the more common sign
+  // The same over the non-neutral pairs (|gain| >= the neutral band).
+  int64_t neutral = 0;
+  double non_neutral_accuracy_pct = 0;
+  double non_neutral_majority_pct = 0;
   double mape_pct = 0;                // on 1 + gain, leave-one-out
   double in_sample_accuracy_pct = 0;  // with the fit on all pairs
   double in_sample_mape_pct = 0;
@@ -321,6 +406,16 @@ struct YmirEstimatorReport {
   // Per task: repeat 0's normal eval curve, every evaluation (prefix included).
   std::vector<std::vector<ymir::LossPoint>> normal_curves;
   std::vector<YmirPair> pairs;
+  // similarity[a][b] = S(a, b) (temporal, directed); the diagonal is S(a, a).
+  std::vector<std::vector<double>> similarity;
+  // Null runs (NeutralBand), task-major: task i's u-th at i x null_runs + u - 1.
+  struct NullRun {
+    std::string task;
+    double steps = 0;  // to the task's target, averaged over repeats
+    double gain = 0;   // measured like a pair's gain (gain_measure)
+  };
+  std::vector<NullRun> null_runs;
+  double neutral_band = 0;
   std::vector<YmirModeScore> scores;  // temporal, spatial, all
   // Iteration estimator errors for the headline prefix, and for the sweep.
   YmirIterationErrors iteration;
