@@ -103,6 +103,10 @@ double Pearson(const std::vector<double>& x, const std::vector<double>& y) {
   return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0.0;
 }
 
+double Pct(int64_t num, int64_t den) {
+  return den > 0 ? 100.0 * static_cast<double>(num) / static_cast<double>(den) : 0.0;
+}
+
 }  // namespace
 
 absl::Status YmirExperimentOptions::Validate() const {
@@ -231,12 +235,6 @@ double NeutralBand(const std::vector<double>& null_gains, double band_k) {
   for (double g : null_gains) ss += g * g;
   return band_k * std::sqrt(ss / static_cast<double>(null_gains.size()));
 }
-
-namespace {
-double Pct(int64_t num, int64_t den) {
-  return den > 0 ? 100.0 * static_cast<double>(num) / static_cast<double>(den) : 0.0;
-}
-}  // namespace
 
 double SignScore::AccuracyPct() const { return Pct(agree, pairs); }
 double SignScore::MajorityPct() const { return Pct(std::max(positive, pairs - positive), pairs); }
@@ -447,23 +445,23 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     return m;
   };
 
+  auto generate = [&](const YmirTaskSpec& spec, uint64_t data_seed, int64_t examples) {
+    return synth::Generate({.task = spec.name,
+                            .seed = data_seed,
+                            .examples = examples,
+                            .sequence_length = o.sequence_length,
+                            .num_classes = spec.num_classes,
+                            .margin = o.label_margin,
+                            .language = o.language});
+  };
   for (int64_t r = 0; r < o.repeats; ++r) {
     seed = o.seed + 1000 * static_cast<uint64_t>(r);
     data.clear();
     for (const YmirTaskSpec& spec : o.tasks) {
       TaskData d;
       d.spec = spec;
-      synth::DatasetOptions g{.task = spec.name,
-                              .seed = seed,
-                              .examples = o.train_examples,
-                              .sequence_length = o.sequence_length,
-                              .num_classes = spec.num_classes,
-                              .margin = o.label_margin,
-                              .language = o.language};
-      SLICESCHED_ASSIGN_OR_RETURN(d.train, synth::Generate(g));
-      g.seed = seed + 1;
-      g.examples = o.eval_examples;
-      SLICESCHED_ASSIGN_OR_RETURN(d.eval, synth::Generate(g));
+      SLICESCHED_ASSIGN_OR_RETURN(d.train, generate(spec, seed, o.train_examples));
+      SLICESCHED_ASSIGN_OR_RETURN(d.eval, generate(spec, seed + 1, o.eval_examples));
       data.push_back(std::move(d));
     }
     // Normal runs: targets, trained sources for temporal transfer, probes.
@@ -561,16 +559,18 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         }
       }
     }
-    if (o.curves_only) continue;  // the normal runs only (task2vec.h)
-    // Null runs (NeutralBand): the task's normal run from another seed's
-    // init on the same data, measured like a transfer run of that task.
+    // Null runs (NeutralBand): the task's normal run again on another
+    // seed's training sentences and init (the same eval set), measured like
+    // a transfer run of that task.
     for (size_t i = 0; i < n && !o.similarities_only; ++i) {
       for (int64_t u = 1; u <= o.null_runs; ++u) {
-        SLICESCHED_ASSIGN_OR_RETURN(TaskState st,
-                                    init_seeded(data[i], seed + 7919 * static_cast<uint64_t>(u)));
+        const uint64_t null_seed = seed + 7919 * static_cast<uint64_t>(u);
+        TaskData other{.spec = data[i].spec, .eval = data[i].eval};
+        SLICESCHED_ASSIGN_OR_RETURN(other.train, generate(other.spec, null_seed, o.train_examples));
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init_seeded(other, null_seed));
         Curve c;
         SLICESCHED_RETURN_IF_ERROR(
-            run(st, data[i], 0, max_steps, target[i], &c, nullptr, nullptr, nullptr, nullptr, 0, window));
+            run(st, other, 0, max_steps, target[i], &c, nullptr, nullptr, nullptr, nullptr, 0, window));
         SLICESCHED_ASSIGN_OR_RETURN(double steps, steps_to(c, target[i]));
         const size_t k = i * static_cast<size_t>(o.null_runs) + static_cast<size_t>(u - 1);
         if (r == 0) {
@@ -581,6 +581,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         if (area) null_window_sum[k] += window_mean(c);
       }
     }
+    if (o.curves_only) continue;  // the normal runs (and null runs) only (task2vec.h)
     if (r == 0) {
       // Task2Vec embeddings: per-example squared gradients (task2vec.h,
       // YmirFisher and YmirEmbedParams).
@@ -789,8 +790,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   }  // repeats
   for (size_t i = 0; i < n; ++i)
     rep.normal_steps.push_back(normal_sum[i] / static_cast<double>(o.repeats));
-  if (o.curves_only || o.similarities_only) {
-    if (o.similarities_only) rep.normal_steps.clear();
+  if (o.similarities_only) {
+    rep.normal_steps.clear();
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return rep;
   }
@@ -806,13 +807,6 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                                  clamped) -
            1.0;
   };
-  for (size_t k = 0; k < rep.pairs.size(); ++k) {
-    YmirPair& p = rep.pairs[k];
-    p.steps_normal = rep.normal_steps[pair_dst[k]];
-    p.gain_steps = p.steps_normal / p.steps_transfer - 1.0;
-    p.gain = measured_gain(pair_dst[k], p.steps_transfer, area ? pair_window_sum[k] : 0.0,
-                           &p.gain_clamped);
-  }
   std::vector<double> null_gains;
   for (size_t k = 0; k < rep.null_runs.size(); ++k) {
     const size_t task = k / static_cast<size_t>(o.null_runs);
@@ -821,6 +815,17 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     null_gains.push_back(rep.null_runs[k].gain);
   }
   rep.neutral_band = NeutralBand(null_gains, o.band_k);
+  if (o.curves_only) {
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rep;
+  }
+  for (size_t k = 0; k < rep.pairs.size(); ++k) {
+    YmirPair& p = rep.pairs[k];
+    p.steps_normal = rep.normal_steps[pair_dst[k]];
+    p.gain_steps = p.steps_normal / p.steps_transfer - 1.0;
+    p.gain = measured_gain(pair_dst[k], p.steps_transfer, area ? pair_window_sum[k] : 0.0,
+                           &p.gain_clamped);
+  }
 
   // Regression per mode, leave-one-out predictions, scores.
   for (const char* mode : {"temporal", "spatial"}) {

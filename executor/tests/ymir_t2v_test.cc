@@ -525,6 +525,16 @@ TEST(Task2Vec, SimilaritiesOnlyAndTheNeutralBandAreWired) {
     null_gains.push_back(u.gain);
   }
   EXPECT_EQ(full->neutral_band, NeutralBand(null_gains, 2.0));
+  EXPECT_GT(full->neutral_band, 0.0);
+  // The band is a property of the normal runs: --curves-only reports it too.
+  o.similarities_only = false;
+  o.embed = YmirEmbedParams::kLora;
+  o.curves_only = true;
+  auto curves = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(curves.ok()) << curves.status();
+  EXPECT_EQ(curves->neutral_band, full->neutral_band);
+  ASSERT_EQ(curves->null_runs.size(), 6u);
+  EXPECT_EQ(curves->null_runs[5].steps, full->null_runs[5].steps);
   std::vector<double> measured, predicted;
   for (const YmirPair& p : full->pairs) measured.push_back(p.gain), predicted.push_back(p.predicted_gain);
   const SignScore expect = ScoreSigns(predicted, measured, full->neutral_band);

@@ -14,8 +14,11 @@
 //         (d loss(x, y) / d theta)^2,  theta = every LoRA factor,
 // from per-example gradients (the head is left out: its shape depends on the
 // task's number of classes; Task2Vec likewise embeds only the feature
-// extractor). The labels are the true ones (empirical Fisher), not samples
-// from the model: train_ops.h exposes losses, not predictive distributions.
+// extractor). The labels are the true ones (empirical Fisher) by default;
+// YmirFisher::kModel takes Task2Vec's expectation over the probe's own
+// predictive distribution instead, and YmirEmbedParams::kLoraHead appends the
+// head's Fisher per hidden unit (the backbone's layer norms are frozen, not
+// parameters of train_ops.h, so they cannot be embedded).
 //
 // That is YmirProbe::kTrained (the default). With YmirProbe::kHead (slicesim
 // --probe head) the probe is Task2Vec's own: the LoRA factors stay at their
@@ -95,7 +98,10 @@
 // Regression and scores. Per mode, gain ~ w0 + w1 S by least squares; the
 // reported predictions are leave-one-out (each pair's gain predicted by the
 // fit on the other pairs of its mode), so the scores are out of sample.
-// Classification accuracy: predicted and measured gain on the same side of 0.
+// Classification accuracy: predicted and measured gain on the same side of 0,
+// over all pairs and over the non-neutral ones (|measured gain| >= the
+// neutral band of NeutralBand, from `null_runs` null runs per task: a pair
+// whose gain training noise alone would show has no measurable sign).
 // MAPE is over the speedup 1 + gain (the gain itself crosses 0, where a
 // relative error is undefined): mean |pred - meas| / (1 + meas).
 #pragma once
@@ -187,9 +193,9 @@ double AreaEquivalentSpeedup(const std::vector<ymir::LossPoint>& reference,
 
 // The neutral band of the measured gains (docs/experiments.md, "Eighth
 // session"): `band_k` times the root mean square of the NULL gains, each the
-// gain measured for a task's own normal run restarted from another seed's
-// probe init on the same data (a "transfer" of an adapter that carries
-// nothing), i.e. the gain a pair shows from training noise alone. 0 when
+// gain measured for a task's own normal run redone on another seed's
+// training sentences and init (YmirExperimentOptions::null_runs), i.e. the
+// gain a pair shows from the normal runs' seed-to-seed noise alone. 0 when
 // there are no null gains.
 double NeutralBand(const std::vector<double>& null_gains, double band_k);
 
@@ -271,10 +277,12 @@ struct YmirExperimentOptions {
   YmirFisher fisher = YmirFisher::kEmpirical;
   YmirEmbedParams embed = YmirEmbedParams::kLora;
   YmirDistance distance = YmirDistance::kNormalised;
-  // Null runs per task (see NeutralBand): each task's normal run again from
-  // the probe init of seed + 7919 u (u = 1..null_runs), on the same data,
-  // measured like a transfer run of that task; band_k x their RMS gain is
-  // the neutral band. 0 = no band (every pair is scored by its sign).
+  // Null runs per task (see NeutralBand): each task's normal run again on
+  // the training sentences and from the probe init of seed + 7919 u (u =
+  // 1..null_runs), evaluated on the task's own eval set and measured like a
+  // transfer run of that task; band_k x their RMS gain is the neutral band.
+  // 0 = no band (every pair is scored by its sign). They also run with
+  // curves_only (the band is a property of the normal runs).
   int64_t null_runs = 2;
   double band_k = 2.0;
   double alpha = 0.15;  // Task2Vec's asymmetry weight
@@ -291,8 +299,8 @@ struct YmirExperimentOptions {
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language;
   // Only the normal runs (slicesim --curves-only): the learning curves,
-  // targets and iteration fits of every task, no embeddings, pairs or
-  // scores. For checking that a task family is learnt within the budget
+  // targets and iteration fits of every task, and the null runs and neutral
+  // band; no embeddings, pairs or scores. For checking that a task family is learnt within the budget
   // before any pair is run (docs/experiments.md, "Seventh session").
   bool curves_only = false;
   // Only the Task2Vec embeddings and the similarity matrix (slicesim
