@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <utility>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -620,6 +621,18 @@ int MakeBackbone(const std::vector<std::string>& args) {
 #endif
 }
 
+#ifdef SLICESCHED_HAVE_YMIR_T2V
+// A two-way flag of ymir-estimators: false for `first`, true for `second`;
+// nullopt, after naming the flag and both values, for anything else.
+std::optional<bool> TwoWay(const char* flag, const std::string& value, const char* first, const char* second) {
+  if (value == first) return false;
+  if (value == second) return true;
+  std::fprintf(stderr, "slicesim ymir-estimators: %s must be %s or %s, got '%s'\n", flag, first, second,
+               value.c_str());
+  return std::nullopt;
+}
+#endif
+
 int YmirEstimators(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_YMIR_T2V
   slicesched::executor::YmirExperimentOptions o;
@@ -680,61 +693,29 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Parse(args)) {
     return rc;
   }
-  if (head != "zero" && head != "random") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --head must be zero or random, got '%s'\n", head.c_str());
-    return 2;
+  namespace ex = slicesched::executor;
+  const std::optional<bool> random_head = TwoWay("--head", head, "zero", "random"),
+                            head_probe = TwoWay("--probe", probe, "trained", "head"),
+                            area_gain = TwoWay("--gain", gain_measure, "steps", "area"),
+                            model_fisher = TwoWay("--fisher", fisher, "empirical", "model"),
+                            lora_head = TwoWay("--embed", embed, "lora", "lora+head"),
+                            cosine = TwoWay("--distance", distance, "normalised", "cosine"),
+                            sum_step = TwoWay("--spatial-step", spatial_step, "mean", "sum"),
+                            isotonic = TwoWay("--iter-envelope", envelope, "min", "isotonic"),
+                            no_shift = TwoWay("--iter-time-shift", time_shift, "on", "off");
+  for (const std::optional<bool>* v : {&random_head, &head_probe, &area_gain, &model_fisher, &lora_head, &cosine,
+                                       &sum_step, &isotonic, &no_shift}) {
+    if (!v->has_value()) return 2;
   }
-  o.zero_head = head == "zero";
-  if (probe != "trained" && probe != "head") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --probe must be trained or head, got '%s'\n", probe.c_str());
-    return 2;
-  }
-  o.probe = probe == "head" ? slicesched::executor::YmirProbe::kHead : slicesched::executor::YmirProbe::kTrained;
-  if (gain_measure != "steps" && gain_measure != "area") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --gain must be steps or area, got '%s'\n",
-                 gain_measure.c_str());
-    return 2;
-  }
-  o.gain_measure = gain_measure == "area" ? slicesched::executor::YmirGainMeasure::kArea
-                                          : slicesched::executor::YmirGainMeasure::kSteps;
-  if (fisher != "empirical" && fisher != "model") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --fisher must be empirical or model, got '%s'\n", fisher.c_str());
-    return 2;
-  }
-  o.fisher = fisher == "model" ? slicesched::executor::YmirFisher::kModel : slicesched::executor::YmirFisher::kEmpirical;
-  if (embed != "lora" && embed != "lora+head") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --embed must be lora or lora+head, got '%s'\n", embed.c_str());
-    return 2;
-  }
-  o.embed = embed == "lora+head" ? slicesched::executor::YmirEmbedParams::kLoraHead
-                                 : slicesched::executor::YmirEmbedParams::kLora;
-  if (distance != "normalised" && distance != "cosine") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --distance must be normalised or cosine, got '%s'\n",
-                 distance.c_str());
-    return 2;
-  }
-  o.distance = distance == "cosine" ? slicesched::executor::YmirDistance::kCosine
-                                    : slicesched::executor::YmirDistance::kNormalised;
-  if (spatial_step != "mean" && spatial_step != "sum") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --spatial-step must be mean or sum, got '%s'\n",
-                 spatial_step.c_str());
-    return 2;
-  }
-  o.spatial_rule = spatial_step == "sum" ? slicesched::executor::JointStepRule::kSum
-                                         : slicesched::executor::JointStepRule::kMean;
-  if (envelope != "min" && envelope != "isotonic") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --iter-envelope must be min or isotonic, got '%s'\n",
-                 envelope.c_str());
-    return 2;
-  }
-  o.iter_fit.envelope =
-      envelope == "min" ? slicesched::ymir::Envelope::kRunningMin : slicesched::ymir::Envelope::kIsotonic;
-  if (time_shift != "on" && time_shift != "off") {
-    std::fprintf(stderr, "slicesim ymir-estimators: --iter-time-shift must be on or off, got '%s'\n",
-                 time_shift.c_str());
-    return 2;
-  }
-  o.iter_fit.time_shift = time_shift == "on";
+  o.zero_head = !*random_head;
+  o.probe = *head_probe ? ex::YmirProbe::kHead : ex::YmirProbe::kTrained;
+  o.gain_measure = *area_gain ? ex::YmirGainMeasure::kArea : ex::YmirGainMeasure::kSteps;
+  o.fisher = *model_fisher ? ex::YmirFisher::kModel : ex::YmirFisher::kEmpirical;
+  o.embed = *lora_head ? ex::YmirEmbedParams::kLoraHead : ex::YmirEmbedParams::kLora;
+  o.distance = *cosine ? ex::YmirDistance::kCosine : ex::YmirDistance::kNormalised;
+  o.spatial_rule = *sum_step ? ex::JointStepRule::kSum : ex::JointStepRule::kMean;
+  o.iter_fit.envelope = *isotonic ? slicesched::ymir::Envelope::kIsotonic : slicesched::ymir::Envelope::kRunningMin;
+  o.iter_fit.time_shift = !*no_shift;
   if (!tasks.empty()) {
     // NAME[:CLASSES],... (CLASSES defaults to 2).
     o.tasks.clear();
