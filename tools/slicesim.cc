@@ -177,9 +177,13 @@ int Usage(FILE* to) {
                "         [--iter-envelope min|isotonic] [--iter-time-shift on|off] [--iter-half-life H]\n"
                "         [--label-margin M] [--language-vocab V] [--language-classes K]\n"
                "         [--lora-alpha A] [--train-examples N] [--batch-size B] [--curves-only]\n"
+               "         [--similarities-only] [--fisher empirical|model] [--embed lora|lora+head]\n"
+               "         [--distance normalised|cosine] [--null-runs N] [--band-k K]\n"
                "         [--gains-out FILE] [--json]  (--steps >= 20, the Task2Vec probe's steps;\n"
                "         --iter-quadratic: fit the b2 term after the warm-up too; a task name\n"
                "         may carry a data salt, NAME@K; --curves-only: the normal runs only;\n"
+               "         --similarities-only: the Task2Vec similarity matrix only; pairs with\n"
+               "         |gain| < K x RMS of the null runs' gains are neutral, scored apart;\n"
                "         without --backbone the backbone is pretrained on the tasks' language)\n"
                "                        Task2Vec similarity -> transfer gain, against gains measured\n"
                "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch),\n"
@@ -650,6 +654,9 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string spatial_step = o.spatial_rule == slicesched::executor::JointStepRule::kSum ? "sum" : "mean";
   std::string probe = o.probe == slicesched::executor::YmirProbe::kHead ? "head" : "trained";
   std::string gain_measure = o.gain_measure == slicesched::executor::YmirGainMeasure::kArea ? "area" : "steps";
+  std::string fisher = o.fisher == slicesched::executor::YmirFisher::kModel ? "model" : "empirical";
+  std::string embed = o.embed == slicesched::executor::YmirEmbedParams::kLoraHead ? "lora+head" : "lora";
+  std::string distance = o.distance == slicesched::executor::YmirDistance::kCosine ? "cosine" : "normalised";
   if (int rc = Flags("ymir-estimators")
                    .Text("--backbone", &backbone)
                    .Int("--backbone-seed", &backbone_seed)
@@ -679,6 +686,12 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Num("--iter-half-life", &o.iter_fit.recency_half_life)
                    .Text("--gains-out", &gains_out)
                    .Switch("--curves-only", &o.curves_only)
+                   .Switch("--similarities-only", &o.similarities_only)
+                   .Choice("--fisher", {"empirical", "model"}, &fisher)
+                   .Choice("--embed", {"lora", "lora+head"}, &embed)
+                   .Choice("--distance", {"normalised", "cosine"}, &distance)
+                   .Int("--null-runs", &o.null_runs)
+                   .Num("--band-k", &o.band_k)
                    .Int("--label-margin", &o.label_margin)
                    .Num("--lora-alpha", &o.lora_alpha)
                    .Int("--language-vocab", &o.language.vocab)
@@ -689,12 +702,14 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Parse(args)) {
     return rc;
   }
+  namespace ex = slicesched::executor;
   o.zero_head = head == "zero";
-  o.probe = probe == "head" ? slicesched::executor::YmirProbe::kHead : slicesched::executor::YmirProbe::kTrained;
-  o.gain_measure = gain_measure == "area" ? slicesched::executor::YmirGainMeasure::kArea
-                                          : slicesched::executor::YmirGainMeasure::kSteps;
-  o.spatial_rule = spatial_step == "sum" ? slicesched::executor::JointStepRule::kSum
-                                         : slicesched::executor::JointStepRule::kMean;
+  o.probe = probe == "head" ? ex::YmirProbe::kHead : ex::YmirProbe::kTrained;
+  o.gain_measure = gain_measure == "area" ? ex::YmirGainMeasure::kArea : ex::YmirGainMeasure::kSteps;
+  o.fisher = fisher == "model" ? ex::YmirFisher::kModel : ex::YmirFisher::kEmpirical;
+  o.embed = embed == "lora+head" ? ex::YmirEmbedParams::kLoraHead : ex::YmirEmbedParams::kLora;
+  o.distance = distance == "cosine" ? ex::YmirDistance::kCosine : ex::YmirDistance::kNormalised;
+  o.spatial_rule = spatial_step == "sum" ? ex::JointStepRule::kSum : ex::JointStepRule::kMean;
   o.iter_fit.envelope =
       envelope == "min" ? slicesched::ymir::Envelope::kRunningMin : slicesched::ymir::Envelope::kIsotonic;
   o.iter_fit.time_shift = time_shift == "on";
@@ -748,12 +763,22 @@ int YmirEstimators(const std::vector<std::string>& args) {
   }
   if (json) {
     std::printf("%s\n", rep->ToJson().c_str());
+  } else if (o.similarities_only) {
+    for (size_t a = 0; a < rep->tasks.size(); ++a) {
+      std::printf("S(%s, .):", rep->tasks[a].c_str());
+      for (double v : rep->similarity[a]) std::printf(" %.4f", v);
+      std::printf("\n");
+    }
   } else {
     for (const auto& s : rep->scores) {
-      std::printf("%-8s %3lld pairs (%lld positive): sign accuracy %.1f%% (majority %.1f%%), gain MAPE %.1f%%, r=%.2f\n",
+      std::printf("%-8s %3lld pairs (%lld positive): sign accuracy %.1f%% (majority %.1f%%), gain MAPE %.1f%%, r=%.2f;"
+                  " %lld neutral, non-neutral accuracy %.1f%% (majority %.1f%%)\n",
                   s.mode.c_str(), static_cast<long long>(s.pairs), static_cast<long long>(s.positive), s.accuracy_pct,
-                  s.majority_accuracy_pct, s.mape_pct, s.correlation);
+                  s.majority_accuracy_pct, s.mape_pct, s.correlation, static_cast<long long>(s.neutral),
+                  s.non_neutral_accuracy_pct, s.non_neutral_majority_pct);
     }
+    std::printf("neutral band %.4f (%g x RMS of %zu null-run gains)\n", rep->neutral_band, o.band_k,
+                rep->null_runs.size());
     std::printf("iteration estimator (prefix %lld steps): error normal %.1f%%, transfer %.1f%% (%lld pairs; "
                 "ignoring the gain %.1f%%)\n",
                 static_cast<long long>(o.IterPrefixSteps()), rep->iteration.normal_pct, rep->iteration.transfer_pct,

@@ -80,15 +80,6 @@ double LossAt(const Curve& c, double step) {
   return c.back().loss;
 }
 
-std::vector<double> Flatten(const TaskAdapters& a, bool squared_only_lora) {
-  std::vector<double> out;
-  for (const auto& [name, t] : a.NamedTensors()) {
-    if (squared_only_lora && name == "head") continue;
-    for (float f : t.ToFloat()) out.push_back(static_cast<double>(f));
-  }
-  return out;
-}
-
 double Cosine(const std::vector<double>& a, const std::vector<double>& b) {
   double ab = 0, aa = 0, bb = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -110,6 +101,10 @@ double Pearson(const std::vector<double>& x, const std::vector<double>& y) {
     syy += (y[i] - my) * (y[i] - my);
   }
   return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0.0;
+}
+
+double Pct(int64_t num, int64_t den) {
+  return den > 0 ? 100.0 * static_cast<double>(num) / static_cast<double>(den) : 0.0;
 }
 
 }  // namespace
@@ -150,6 +145,14 @@ absl::Status YmirExperimentOptions::Validate() const {
           "), got ", w));
     }
   }
+  if (null_runs < 0 || !(band_k >= 0)) {
+    return absl::InvalidArgumentError(StrCat("Ymir experiment: null_runs (slicesim --null-runs) must be >= 0 and "
+                                             "band_k (--band-k) >= 0, got ", null_runs, " and ", band_k));
+  }
+  if (curves_only && similarities_only) {
+    return absl::InvalidArgumentError(
+        "Ymir experiment: --curves-only and --similarities-only exclude each other");
+  }
   if (lr_warmup_steps < 0) {
     return absl::InvalidArgumentError(
         StrCat("Ymir experiment: lr_warmup_steps must be >= 0, got ", lr_warmup_steps));
@@ -178,7 +181,9 @@ int64_t YmirExperimentOptions::PrefixSteps(double fraction) const {
   return std::max<int64_t>(3, std::llround(fraction * static_cast<double>(normal_steps)));
 }
 
-double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b) {
+double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b,
+                         YmirDistance kind) {
+  if (kind == YmirDistance::kCosine) return 1.0 - Cosine(a, b);
   std::vector<double> na(a.size()), nb(b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const double s = a[i] + b[i];
@@ -189,8 +194,73 @@ double SymmetricDistance(const std::vector<double>& a, const std::vector<double>
 }
 
 double AsymmetricDistance(const std::vector<double>& from, const std::vector<double>& to,
-                          const std::vector<double>& trivial, double alpha) {
-  return SymmetricDistance(from, to) - alpha * SymmetricDistance(from, trivial);
+                          const std::vector<double>& trivial, double alpha, YmirDistance kind) {
+  return SymmetricDistance(from, to, kind) - alpha * SymmetricDistance(from, trivial, kind);
+}
+
+absl::Status AddFisher(const TaskAdapters& grads, double w, YmirEmbedParams embed,
+                       std::vector<double>& fisher) {
+  std::vector<double> v;
+  std::vector<float> head;
+  for (const auto& [name, t] : grads.NamedTensors()) {
+    if (name == "head") {
+      head = t.ToFloat();
+      continue;
+    }
+    for (float f : t.ToFloat()) v.push_back(static_cast<double>(f) * static_cast<double>(f));
+  }
+  if (embed == YmirEmbedParams::kLoraHead) {
+    const std::vector<int64_t> shape = grads.head.shape();
+    if (shape.size() != 2 || shape[1] < 1)
+      return absl::InvalidArgumentError("AddFisher: the head gradient is not [outputs, hidden]");
+    const auto hidden = static_cast<size_t>(shape[1]);
+    std::vector<double> per_unit(hidden, 0.0);
+    for (size_t k = 0; k < head.size(); ++k) {
+      per_unit[k % hidden] += static_cast<double>(head[k]) * static_cast<double>(head[k]);
+    }
+    v.insert(v.end(), per_unit.begin(), per_unit.end());
+  }
+  if (fisher.empty()) fisher.assign(v.size(), 0.0);
+  if (fisher.size() != v.size()) {
+    return absl::InvalidArgumentError(StrCat("AddFisher: the gradient has ", v.size(),
+                                             " embedding coordinates, the Fisher ", fisher.size()));
+  }
+  for (size_t k = 0; k < v.size(); ++k) fisher[k] += w * v[k];
+  return absl::OkStatus();
+}
+
+double NeutralBand(const std::vector<double>& null_gains, double band_k) {
+  if (null_gains.empty()) return 0.0;
+  double ss = 0;
+  for (double g : null_gains) ss += g * g;
+  return band_k * std::sqrt(ss / static_cast<double>(null_gains.size()));
+}
+
+double SignScore::AccuracyPct() const { return Pct(agree, pairs); }
+double SignScore::MajorityPct() const { return Pct(std::max(positive, pairs - positive), pairs); }
+double SignScore::NonNeutralAccuracyPct() const { return Pct(non_neutral_agree, pairs - neutral); }
+double SignScore::NonNeutralMajorityPct() const {
+  const int64_t m = pairs - neutral;
+  return Pct(std::max(non_neutral_positive, m - non_neutral_positive), m);
+}
+
+SignScore ScoreSigns(const std::vector<double>& predicted, const std::vector<double>& measured,
+                     double band) {
+  SignScore s;  // pairs beyond the shorter vector are not scored
+  for (size_t i = 0; i < std::min(predicted.size(), measured.size()); ++i) {
+    const bool pos = measured[i] > 0;
+    const bool agree = (predicted[i] > 0) == pos;
+    ++s.pairs;
+    s.positive += pos ? 1 : 0;
+    s.agree += agree ? 1 : 0;
+    if (std::abs(measured[i]) < band) {
+      ++s.neutral;
+      continue;
+    }
+    s.non_neutral_positive += pos ? 1 : 0;
+    s.non_neutral_agree += agree ? 1 : 0;
+  }
+  return s;
 }
 
 double AreaEquivalentSpeedup(const std::vector<ymir::LossPoint>& reference,
@@ -266,15 +336,17 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   std::vector<size_t> pair_dst;  // per pair: the index of its task B
   uint64_t seed = o.seed;        // of the current repeat
   std::vector<TaskData> data;
-  auto init = [&](const TaskData& t) -> absl::StatusOr<TaskState> {
+  // The probe init of a task (of another seed for the null runs).
+  auto init_seeded = [&](const TaskData& t, uint64_t init_seed) -> absl::StatusOr<TaskState> {
     SLICESCHED_ASSIGN_OR_RETURN(TaskState st,
-                                TaskState::Init(dims, lora, t.spec.num_classes, seed, adamw));
+                                TaskState::Init(dims, lora, t.spec.num_classes, init_seed, adamw));
     if (o.zero_head) {
       SLICESCHED_ASSIGN_OR_RETURN(TaskAdapters zeros, TaskAdapters::ZerosLike(st.params));
       st.params.head = zeros.head;
     }
     return st;
   };
+  auto init = [&](const TaskData& t) { return init_seeded(t, seed); };
   // The warm-up schedule (task2vec.h): the lr of the state's next step.
   auto schedule = [&](TaskState& st) {
     if (o.lr_warmup_steps > 0 && st.step < o.lr_warmup_steps) {
@@ -364,7 +436,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   const bool area = o.gain_measure == YmirGainMeasure::kArea;
   const int64_t window = area ? o.GainWindow() : 0;
   std::vector<Curve> normal_ext_sum(n);
-  std::vector<double> pair_window_sum;
+  std::vector<double> pair_window_sum, null_window_sum;  // per pair, per null run
   std::vector<double> window_steps;
   for (int64_t t = o.eval_every; t <= window; t += o.eval_every) window_steps.push_back(static_cast<double>(t));
   auto window_mean = [&](const Curve& c) {
@@ -373,23 +445,23 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     return m;
   };
 
+  auto generate = [&](const YmirTaskSpec& spec, uint64_t data_seed, int64_t examples) {
+    return synth::Generate({.task = spec.name,
+                            .seed = data_seed,
+                            .examples = examples,
+                            .sequence_length = o.sequence_length,
+                            .num_classes = spec.num_classes,
+                            .margin = o.label_margin,
+                            .language = o.language});
+  };
   for (int64_t r = 0; r < o.repeats; ++r) {
     seed = o.seed + 1000 * static_cast<uint64_t>(r);
     data.clear();
     for (const YmirTaskSpec& spec : o.tasks) {
       TaskData d;
       d.spec = spec;
-      synth::DatasetOptions g{.task = spec.name,
-                              .seed = seed,
-                              .examples = o.train_examples,
-                              .sequence_length = o.sequence_length,
-                              .num_classes = spec.num_classes,
-                              .margin = o.label_margin,
-                              .language = o.language};
-      SLICESCHED_ASSIGN_OR_RETURN(d.train, synth::Generate(g));
-      g.seed = seed + 1;
-      g.examples = o.eval_examples;
-      SLICESCHED_ASSIGN_OR_RETURN(d.eval, synth::Generate(g));
+      SLICESCHED_ASSIGN_OR_RETURN(d.train, generate(spec, seed, o.train_examples));
+      SLICESCHED_ASSIGN_OR_RETURN(d.eval, generate(spec, seed + 1, o.eval_examples));
       data.push_back(std::move(d));
     }
     // Normal runs: targets, trained sources for temporal transfer, probes.
@@ -425,6 +497,14 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     for (size_t i = 0; i < n; ++i) {
       SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init(data[i]));
       Curve c;
+      if (o.similarities_only) {
+        // Only the trained probe needs (the start of) the normal run.
+        if (o.probe == YmirProbe::kTrained) {
+          SLICESCHED_RETURN_IF_ERROR(run(st, data[i], 0, o.probe_steps, -1.0, &c, &probe[i], nullptr,
+                                         nullptr, nullptr, 0));
+        }
+        continue;
+      }
       SLICESCHED_RETURN_IF_ERROR(run(st, data[i], 0, o.normal_steps, -1.0, &c, &probe[i], nullptr,
                                      nullptr, nullptr, dense_until));
       // The bar every run of this task is measured against (stopping.h).
@@ -479,23 +559,63 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         }
       }
     }
-    if (o.curves_only) continue;  // the normal runs only (task2vec.h)
+    // Null runs (NeutralBand): the task's normal run again on another
+    // seed's training sentences and init (the same eval set), measured like
+    // a transfer run of that task.
+    for (size_t i = 0; i < n && !o.similarities_only; ++i) {
+      for (int64_t u = 1; u <= o.null_runs; ++u) {
+        const uint64_t null_seed = seed + 7919 * static_cast<uint64_t>(u);
+        TaskData other{.spec = data[i].spec, .eval = data[i].eval};
+        SLICESCHED_ASSIGN_OR_RETURN(other.train, generate(other.spec, null_seed, o.train_examples));
+        SLICESCHED_ASSIGN_OR_RETURN(TaskState st, init_seeded(other, null_seed));
+        Curve c;
+        SLICESCHED_RETURN_IF_ERROR(
+            run(st, other, 0, max_steps, target[i], &c, nullptr, nullptr, nullptr, nullptr, 0, window));
+        SLICESCHED_ASSIGN_OR_RETURN(double steps, steps_to(c, target[i]));
+        const size_t k = i * static_cast<size_t>(o.null_runs) + static_cast<size_t>(u - 1);
+        if (r == 0) {
+          rep.null_runs.push_back({.task = o.tasks[i].name});
+          null_window_sum.push_back(0.0);
+        }
+        rep.null_runs[k].steps += steps / static_cast<double>(o.repeats);
+        if (area) null_window_sum[k] += window_mean(c);
+      }
+    }
+    if (o.curves_only) continue;  // the normal runs (and null runs) only (task2vec.h)
     if (r == 0) {
-      // Task2Vec embeddings: per-example squared gradients of the LoRA factors.
+      // Task2Vec embeddings: per-example squared gradients (task2vec.h,
+      // YmirFisher and YmirEmbedParams).
       auto embed = [&](const TaskAdapters& params, const std::vector<const synth::Example*>& rows,
                        bool next_token) -> absl::StatusOr<std::vector<double>> {
         std::vector<double> fisher;
+        const double per_row = 1.0 / static_cast<double>(rows.size());
+        const TaskAdapters* tasks[] = {&params};
         for (const synth::Example* e : rows) {
           TrainBatch b = MakeBatch(std::span<const synth::Example* const>(&e, 1), {});
           if (next_token) {
             SLICESCHED_ASSIGN_OR_RETURN(b.labels, NextTokenLabels(b.tokens));
           }
-          const TaskAdapters* tasks[] = {&params};
-          SLICESCHED_ASSIGN_OR_RETURN(TaskGradients g, ComputeGradients(base, tasks, b));
-          const std::vector<double> v = Flatten(g.grads[0], true);
-          if (fisher.empty()) fisher.assign(v.size(), 0.0);
-          for (size_t k = 0; k < v.size(); ++k)
-            fisher[k] += v[k] * v[k] / static_cast<double>(rows.size());
+          if (next_token || o.fisher == YmirFisher::kEmpirical) {
+            SLICESCHED_ASSIGN_OR_RETURN(TaskGradients g, ComputeGradients(base, tasks, b));
+            SLICESCHED_RETURN_IF_ERROR(AddFisher(g.grads[0], per_row, o.embed, fisher));
+            continue;
+          }
+          // kModel: every label, weighted by the probe's p(c | x) = exp(-loss_c).
+          const int64_t classes = params.head_outputs();
+          std::vector<TaskGradients> per_class;
+          double z = 0;
+          for (int64_t c = 0; c < classes; ++c) {
+            SLICESCHED_ASSIGN_OR_RETURN(
+                b.labels, LastPositionLabels(std::span<const int64_t>(&c, 1),
+                                             static_cast<int64_t>(e->tokens.size())));
+            SLICESCHED_ASSIGN_OR_RETURN(TaskGradients g, ComputeGradients(base, tasks, b));
+            z += std::exp(-g.loss[0]);
+            per_class.push_back(std::move(g));
+          }
+          for (const TaskGradients& g : per_class) {
+            SLICESCHED_RETURN_IF_ERROR(
+                AddFisher(g.grads[0], per_row * std::exp(-g.loss[0]) / z, o.embed, fisher));
+          }
         }
         return fisher;
       };
@@ -568,10 +688,14 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         for (size_t i = 0; i < n; ++i) squeeze(emb[i]);
         squeeze(trivial);
       }
+      rep.similarity.assign(n, std::vector<double>(n, 0.0));
+      for (size_t a = 0; a < n; ++a) {
+        for (size_t b = 0; b < n; ++b)
+          rep.similarity[a][b] = 1.0 - AsymmetricDistance(emb[a], emb[b], trivial, o.alpha, o.distance);
+      }
+      if (o.similarities_only) break;  // nothing else (task2vec.h)
     }  // r == 0: embeddings
-    auto similarity = [&](size_t a, size_t b) {
-      return 1.0 - AsymmetricDistance(emb[a], emb[b], trivial, o.alpha);
-    };
+    auto similarity = [&](size_t a, size_t b) { return rep.similarity[a][b]; };
 
     // Temporal A -> B, watched by a temporal stop-loss (decoupling leaves
     // B's training as it is, so its steps with stop-loss are the same).
@@ -666,6 +790,31 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   }  // repeats
   for (size_t i = 0; i < n; ++i)
     rep.normal_steps.push_back(normal_sum[i] / static_cast<double>(o.repeats));
+  if (o.similarities_only) {
+    rep.normal_steps.clear();
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rep;
+  }
+  // The measured gain of a run of task `dst` (gain_measure): from its steps
+  // to target and, for kArea, the sum over repeats of its window means.
+  auto measured_gain = [&](size_t dst, double steps_transfer, double window_sum,
+                           bool* clamped) -> double {
+    if (!area) return rep.normal_steps[dst] / steps_transfer - 1.0;
+    Curve ref = normal_ext_sum[dst];
+    for (ymir::LossPoint& pt : ref) pt.loss /= static_cast<double>(o.repeats);
+    return AreaEquivalentSpeedup(ref, window_steps, window_sum / static_cast<double>(o.repeats), 0.1,
+                                 static_cast<double>(max_steps) / static_cast<double>(window),
+                                 clamped) -
+           1.0;
+  };
+  std::vector<double> null_gains;
+  for (size_t k = 0; k < rep.null_runs.size(); ++k) {
+    const size_t task = k / static_cast<size_t>(o.null_runs);
+    rep.null_runs[k].gain =
+        measured_gain(task, rep.null_runs[k].steps, area ? null_window_sum[k] : 0.0, nullptr);
+    null_gains.push_back(rep.null_runs[k].gain);
+  }
+  rep.neutral_band = NeutralBand(null_gains, o.band_k);
   if (o.curves_only) {
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return rep;
@@ -674,15 +823,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     YmirPair& p = rep.pairs[k];
     p.steps_normal = rep.normal_steps[pair_dst[k]];
     p.gain_steps = p.steps_normal / p.steps_transfer - 1.0;
-    p.gain = p.gain_steps;
-    if (area) {
-      Curve ref = normal_ext_sum[pair_dst[k]];
-      for (ymir::LossPoint& pt : ref) pt.loss /= static_cast<double>(o.repeats);
-      const double s = AreaEquivalentSpeedup(
-          ref, window_steps, pair_window_sum[k] / static_cast<double>(o.repeats), 0.1,
-          static_cast<double>(max_steps) / static_cast<double>(window), &p.gain_clamped);
-      p.gain = s - 1.0;
-    }
+    p.gain = measured_gain(pair_dst[k], p.steps_transfer, area ? pair_window_sum[k] : 0.0,
+                           &p.gain_clamped);
   }
 
   // Regression per mode, leave-one-out predictions, scores.
@@ -709,25 +851,28 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     rep.scores.push_back(sc);
   }
   auto score = [&](YmirModeScore& sc, const std::string& mode) {
-    int64_t agree = 0, agree_in = 0, pos = 0, count = 0;
+    std::vector<double> measured, loo, in_sample;
     double ape = 0, ape_in = 0;
     for (const YmirPair& p : rep.pairs) {
       if (mode != "all" && p.mode != mode) continue;
       const LinearFit& f = rep.scores[p.mode == "temporal" ? 0 : 1].fit;
       const double in = f.intercept + f.slope * p.similarity;
-      ++count;
-      pos += p.gain > 0 ? 1 : 0;
-      agree += (p.predicted_gain > 0) == (p.gain > 0) ? 1 : 0;
-      agree_in += (in > 0) == (p.gain > 0) ? 1 : 0;
+      measured.push_back(p.gain);
+      loo.push_back(p.predicted_gain);
+      in_sample.push_back(in);
       ape += std::abs(p.predicted_gain - p.gain) / (1.0 + p.gain);
       ape_in += std::abs(in - p.gain) / (1.0 + p.gain);
     }
-    sc.pairs = count;
-    sc.positive = pos;
-    const double c = static_cast<double>(std::max<int64_t>(count, 1));
-    sc.accuracy_pct = 100.0 * static_cast<double>(agree) / c;
-    sc.in_sample_accuracy_pct = 100.0 * static_cast<double>(agree_in) / c;
-    sc.majority_accuracy_pct = 100.0 * static_cast<double>(std::max(pos, count - pos)) / c;
+    const SignScore signs = ScoreSigns(loo, measured, rep.neutral_band);
+    sc.pairs = signs.pairs;
+    sc.positive = signs.positive;
+    sc.accuracy_pct = signs.AccuracyPct();
+    sc.majority_accuracy_pct = signs.MajorityPct();
+    sc.neutral = signs.neutral;
+    sc.non_neutral_accuracy_pct = signs.NonNeutralAccuracyPct();
+    sc.non_neutral_majority_pct = signs.NonNeutralMajorityPct();
+    sc.in_sample_accuracy_pct = ScoreSigns(in_sample, measured, rep.neutral_band).AccuracyPct();
+    const double c = static_cast<double>(std::max<int64_t>(signs.pairs, 1));
     sc.mape_pct = 100.0 * ape / c;
     sc.in_sample_mape_pct = 100.0 * ape_in / c;
   };
@@ -814,11 +959,16 @@ std::string YmirEstimatorReport::ToJson() const {
   std::string j = "{\n";
   // The headline numbers (the "all" scores are leave-one-out over both modes).
   const YmirModeScore* all = scores.size() == 3 ? &scores[2] : nullptr;
-  j += absl::StrFormat(
-      "  \"transfer_cls_accuracy\": %.1f,\n  \"gain_mape_pct\": %.1f,\n"
-      "  \"iter_err_normal_pct\": %.1f,\n  \"iter_err_transfer_pct\": %.1f,\n",
-      all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
-      iteration.transfer_pct);
+  if (!options.similarities_only) {
+    j += absl::StrFormat(
+        "  \"transfer_cls_accuracy\": %.1f,\n  \"gain_mape_pct\": %.1f,\n"
+        "  \"iter_err_normal_pct\": %.1f,\n  \"iter_err_transfer_pct\": %.1f,\n"
+        "  \"transfer_cls_accuracy_non_neutral\": %.1f,\n  \"neutral_pairs\": %d,\n"
+        "  \"neutral_band\": %.4f,\n",
+        all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
+        iteration.transfer_pct, all ? all->non_neutral_accuracy_pct : 0.0, all ? all->neutral : 0,
+        neutral_band);
+  }
   {
     const YmirExperimentOptions& o = options;
     std::string names;
@@ -829,17 +979,41 @@ std::string YmirEstimatorReport::ToJson() const {
         "  \"setup\": {\"seed\": %d, \"tasks\": [%s], \"repeats\": %d, \"learning_rate\": %g, "
         "\"lr_warmup_steps\": %d, \"head\": \"%s\", \"spatial_step\": \"%s\", \"normal_steps\": %d, \"max_steps\": %d, "
         "\"eval_every\": %d, \"eval_examples\": %d, \"probe_steps\": %d, \"probe\": \"%s\", "
-        "\"fisher_examples\": %d, \"gain_measure\": \"%s\", \"gain_window\": %d, \"iter_fit\": {\"envelope\": "
+        "\"fisher_examples\": %d, \"fisher\": \"%s\", \"embed\": \"%s\", \"distance\": \"%s\", "
+        "\"null_runs\": %d, \"band_k\": %g, "
+        "\"gain_measure\": \"%s\", \"gain_window\": %d, \"iter_fit\": {\"envelope\": "
         "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}},\n",
         o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
         o.spatial_rule == JointStepRule::kSum ? "sum" : "mean", o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
         o.probe == YmirProbe::kHead ? "head" : "trained", o.fisher_examples,
+        o.fisher == YmirFisher::kModel ? "model" : "empirical",
+        o.embed == YmirEmbedParams::kLoraHead ? "lora+head" : "lora",
+        o.distance == YmirDistance::kCosine ? "cosine" : "normalised", o.null_runs, o.band_k,
         o.gain_measure == YmirGainMeasure::kArea ? "area" : "steps",
         o.gain_measure == YmirGainMeasure::kArea ? o.GainWindow() : 0,
         o.iter_fit.envelope == ymir::Envelope::kIsotonic ? "isotonic" : "min",
         o.iter_fit.time_shift ? "true" : "false", o.iter_fit.recency_half_life,
         o.iter_fit.quadratic ? "true" : "false");
   }
+  j += "  \"similarity_matrix\": {\"tasks\": [";
+  for (size_t i = 0; i < tasks.size(); ++i) j += absl::StrFormat("%s\"%s\"", i ? ", " : "", tasks[i]);
+  j += "], \"s\": [";
+  for (size_t a = 0; a < similarity.size(); ++a) {
+    j += a ? ",\n    [" : "\n    [";
+    for (size_t b = 0; b < similarity[a].size(); ++b)
+      j += absl::StrFormat("%s%.6f", b ? ", " : "", similarity[a][b]);
+    j += "]";
+  }
+  j += "]},\n";
+  if (options.similarities_only) {
+    return j + absl::StrFormat("  \"train_steps\": %d,\n  \"seconds\": %.1f\n}", train_steps, seconds);
+  }
+  j += "  \"null_runs\": [";
+  for (size_t k = 0; k < null_runs.size(); ++k) {
+    j += absl::StrFormat("%s{\"task\": \"%s\", \"steps\": %.2f, \"gain\": %.4f}", k ? ", " : "",
+                         null_runs[k].task, null_runs[k].steps, null_runs[k].gain);
+  }
+  j += "],\n";
   auto iter_json = [](const YmirIterationErrors& e) {
     return absl::StrFormat(
         "{\"prefix_fraction\": %.2f, \"prefix_steps\": %d, \"iter_err_normal_pct\": %.1f, "
@@ -911,12 +1085,13 @@ std::string YmirEstimatorReport::ToJson() const {
     const YmirModeScore& s = scores[i];
     j += absl::StrFormat(
         "%s\n    {\"mode\": \"%s\", \"pairs\": %d, \"positive\": %d, \"accuracy_pct\": %.1f, "
-        "\"majority_accuracy_pct\": %.1f, \"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": "
+        "\"majority_accuracy_pct\": %.1f, \"neutral\": %d, \"non_neutral_accuracy_pct\": %.1f, "
+        "\"non_neutral_majority_pct\": %.1f, \"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": "
         "%.1f, "
         "\"in_sample_gain_mape_pct\": %.1f, \"correlation\": %.3f, \"fit\": {\"intercept\": %.4f, "
         "\"slope\": %.4f}}",
-        i ? "," : "", s.mode, s.pairs, s.positive, s.accuracy_pct, s.majority_accuracy_pct,
-        s.mape_pct, s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept,
+        i ? "," : "", s.mode, s.pairs, s.positive, s.accuracy_pct, s.majority_accuracy_pct, s.neutral,
+        s.non_neutral_accuracy_pct, s.non_neutral_majority_pct, s.mape_pct, s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept,
         s.fit.slope);
   }
   j += "],\n  \"pairs\": [";

@@ -409,11 +409,145 @@ TEST(Task2Vec, AreaGainAndHeadProbeAreWired) {
   EXPECT_EQ(area->normal_steps, steps->normal_steps);
   EXPECT_EQ(area->normal_target_loss, steps->normal_target_loss);
   EXPECT_THAT(area->ToJson(), testing::HasSubstr("\"probe\": \"head\", \"fisher_examples\": 4, "
-                                                 "\"gain_measure\": \"area\", \"gain_window\": 4"));
+                                                 "\"fisher\": \"empirical\", \"embed\": \"lora\", "
+                                                 "\"distance\": \"normalised\", \"null_runs\": 2, "
+                                                 "\"band_k\": 2, \"gain_measure\": \"area\", \"gain_window\": 4"));
   o.gain_window = 3;  // not a multiple of eval_every (2)
   EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
               testing::HasSubstr("window (slicesim --gain-window) must be a positive multiple of eval_every (2) "
                                  "below max_steps (12), got 3"));
+}
+
+// The Fisher of a constructed gradient, in the coordinates of each embedding.
+TEST(Task2Vec, FisherCoordinatesOfAConstructedGradient) {
+  TaskAdapters g;
+  g.layers.push_back(LoraLayer{.q_a = Tensor::FromFloat(std::vector<float>{1, 2}, {1, 2}),
+                               .q_b = Tensor::FromFloat(std::vector<float>{3, 0}, {2, 1}),
+                               .v_a = Tensor::FromFloat(std::vector<float>{0, 1}, {1, 2}),
+                               .v_b = Tensor::FromFloat(std::vector<float>{2}, {1, 1})});
+  g.head = Tensor::FromFloat(std::vector<float>{1, 2, 3, 4}, {2, 2});  // [outputs 2, hidden 2]
+  std::vector<double> lora, both;
+  ASSERT_TRUE(AddFisher(g, 0.5, YmirEmbedParams::kLora, lora).ok());
+  EXPECT_THAT(lora, testing::ElementsAre(0.5, 2, 4.5, 0, 0, 0.5, 2));
+  ASSERT_TRUE(AddFisher(g, 1.0, YmirEmbedParams::kLora, lora).ok());  // accumulates
+  EXPECT_THAT(lora, testing::ElementsAre(1.5, 6, 13.5, 0, 0, 1.5, 6));
+  // The head summed over its outputs per hidden unit: 1 + 9, 4 + 16.
+  ASSERT_TRUE(AddFisher(g, 0.5, YmirEmbedParams::kLoraHead, both).ok());
+  EXPECT_THAT(both, testing::ElementsAre(0.5, 2, 4.5, 0, 0, 0.5, 2, 5, 10));
+  // Another coordinate count is named, not mixed in.
+  const absl::Status bad = AddFisher(g, 1.0, YmirEmbedParams::kLoraHead, lora);
+  EXPECT_THAT(std::string(bad.message()), testing::HasSubstr("9 embedding coordinates, the Fisher 7"));
+  EXPECT_THAT(lora, testing::ElementsAre(1.5, 6, 13.5, 0, 0, 1.5, 6));
+  // Plain cosine distance against Task2Vec's normalised one.
+  const std::vector<double> a = {1, 2, 3, 4}, c = {4, 3, 2, 1};
+  EXPECT_NEAR(SymmetricDistance(a, c, YmirDistance::kCosine), 1.0 - 20.0 / 30.0, 1e-12);
+  EXPECT_NEAR(SymmetricDistance({1, 0}, {0, 1}, YmirDistance::kCosine), 1.0, 1e-12);
+  EXPECT_NEAR(SymmetricDistance(a, {2, 4, 6, 8}, YmirDistance::kCosine), 0.0, 1e-12);
+  // {1, 1} against {1, 3}: cosine 4 / sqrt(20); normalised {1/2, 1/4} against {1/2, 3/4}.
+  EXPECT_NEAR(SymmetricDistance({1, 1}, {1, 3}, YmirDistance::kCosine), 1.0 - 4.0 / std::sqrt(20.0), 1e-12);
+  EXPECT_NEAR(SymmetricDistance({1, 1}, {1, 3}),
+              1.0 - (0.25 + 0.1875) / std::sqrt((0.25 + 0.0625) * (0.25 + 0.5625)), 1e-12);
+  EXPECT_NEAR(AsymmetricDistance(c, a, {2, 4, 6, 8}, 0.5, YmirDistance::kCosine),
+              SymmetricDistance(a, c, YmirDistance::kCosine) -
+                  0.5 * SymmetricDistance(c, a, YmirDistance::kCosine),
+              1e-12);
+}
+
+// The neutral band and the sign scores on constructed gains.
+TEST(Task2Vec, NeutralBandSetsPairsApart) {
+  // RMS of the null gains sqrt((0.01 + 0.01 + 0.04 + 0.04) / 4) = 0.1581.
+  const double band = NeutralBand({0.1, -0.1, 0.2, -0.2}, 2.0);
+  EXPECT_NEAR(band, 2.0 * std::sqrt(0.025), 1e-12);
+  EXPECT_EQ(NeutralBand({}, 2.0), 0.0);
+  const std::vector<double> measured = {1.0, -0.5, 0.1, -0.2, 0.4};
+  const std::vector<double> predicted = {0.5, 0.3, -0.1, 0.2, 0.1};
+  const SignScore s = ScoreSigns(predicted, measured, band);
+  EXPECT_EQ(s.pairs, 5);
+  EXPECT_EQ(s.neutral, 2);  // 0.1 and -0.2 lie inside +-0.316
+  EXPECT_DOUBLE_EQ(s.AccuracyPct(), 40.0);           // 1.0 and 0.4 of 5
+  EXPECT_DOUBLE_EQ(s.MajorityPct(), 60.0);           // 3 of 5 positive
+  EXPECT_NEAR(s.NonNeutralAccuracyPct(), 200.0 / 3.0, 1e-12);  // 1.0 and 0.4 of 1.0, -0.5, 0.4
+  EXPECT_NEAR(s.NonNeutralMajorityPct(), 200.0 / 3.0, 1e-12);
+  // No band: every pair is scored by its sign.
+  const SignScore none = ScoreSigns(predicted, measured, 0.0);
+  EXPECT_EQ(none.neutral, 0);
+  EXPECT_DOUBLE_EQ(none.NonNeutralAccuracyPct(), none.AccuracyPct());
+  // Every pair neutral: no non-neutral accuracy to report.
+  EXPECT_EQ(ScoreSigns(predicted, measured, 5.0).NonNeutralAccuracyPct(), 0.0);
+}
+
+// --similarities-only computes the full run's similarity matrix and nothing
+// else; the null runs give the band the scores use.
+TEST(Task2Vec, SimilaritiesOnlyAndTheNeutralBandAreWired) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  auto full = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(full.ok()) << full.status();
+  o.similarities_only = true;
+  auto sim = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_TRUE(sim->pairs.empty());
+  EXPECT_TRUE(sim->null_runs.empty());
+  EXPECT_LT(sim->train_steps, full->train_steps / 10);
+  ASSERT_EQ(sim->similarity.size(), 3u);
+  EXPECT_EQ(sim->similarity, full->similarity);
+  for (const YmirPair& p : full->pairs) {
+    const auto idx = [&](const std::string& t) {
+      return static_cast<size_t>(std::find(full->tasks.begin(), full->tasks.end(), t) - full->tasks.begin());
+    };
+    const double s_ab = full->similarity[idx(p.task_a)][idx(p.task_b)];
+    const double s_ba = full->similarity[idx(p.task_b)][idx(p.task_a)];
+    EXPECT_EQ(p.similarity, p.mode == "temporal" ? s_ab : 0.5 * (s_ab + s_ba));
+  }
+  EXPECT_THAT(sim->ToJson(), testing::HasSubstr("\"similarity_matrix\""));
+  EXPECT_THAT(sim->ToJson(), testing::Not(testing::HasSubstr("\"pairs\"")));
+  // Task2Vec's model Fisher and the head's coordinates give other similarities.
+  o.fisher = YmirFisher::kModel;
+  auto model = RunYmirEstimators(**w, o);
+  o.fisher = YmirFisher::kEmpirical;
+  o.embed = YmirEmbedParams::kLoraHead;
+  auto head = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(head.ok()) << head.status();
+  for (const auto* r : {&*model, &*head}) {
+    EXPECT_NE(r->similarity, sim->similarity);
+    for (const auto& row : r->similarity) {
+      for (double v : row) EXPECT_TRUE(std::isfinite(v));
+    }
+  }
+  // Two null runs per task, band = 2 x their RMS gain, the scores use it.
+  ASSERT_EQ(full->null_runs.size(), 6u);
+  std::vector<double> null_gains;
+  for (const auto& u : full->null_runs) {
+    EXPECT_NEAR(u.gain, full->normal_steps[static_cast<size_t>(&u - &full->null_runs[0]) / 2] / u.steps - 1.0,
+                1e-12);
+    null_gains.push_back(u.gain);
+  }
+  EXPECT_EQ(full->neutral_band, NeutralBand(null_gains, 2.0));
+  EXPECT_GT(full->neutral_band, 0.0);
+  // The band is a property of the normal runs: --curves-only reports it too.
+  o.similarities_only = false;
+  o.embed = YmirEmbedParams::kLora;
+  o.curves_only = true;
+  auto curves = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(curves.ok()) << curves.status();
+  EXPECT_EQ(curves->neutral_band, full->neutral_band);
+  ASSERT_EQ(curves->null_runs.size(), 6u);
+  EXPECT_EQ(curves->null_runs[5].steps, full->null_runs[5].steps);
+  std::vector<double> measured, predicted;
+  for (const YmirPair& p : full->pairs) measured.push_back(p.gain), predicted.push_back(p.predicted_gain);
+  const SignScore expect = ScoreSigns(predicted, measured, full->neutral_band);
+  EXPECT_EQ(full->scores[2].neutral, expect.neutral);
+  EXPECT_EQ(full->scores[2].non_neutral_accuracy_pct, expect.NonNeutralAccuracyPct());
+  // Null runs change no pair's measurement.
+  o = SmallExperiment();
+  o.null_runs = 0;
+  auto no_null = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(no_null.ok()) << no_null.status();
+  EXPECT_EQ(no_null->GainsCsv(), full->GainsCsv());
+  EXPECT_EQ(no_null->neutral_band, 0.0);
+  EXPECT_EQ(no_null->scores[2].non_neutral_accuracy_pct, no_null->scores[2].accuracy_pct);
 }
 
 TEST(Task2Vec, RejectsBadOptions) {
@@ -433,6 +567,14 @@ TEST(Task2Vec, RejectsBadOptions) {
   const std::string msg(RunYmirEstimators(**w, o).status().message());
   EXPECT_THAT(msg, testing::HasSubstr("normal_steps (slicesim --steps) must be >= probe_steps"));
   EXPECT_THAT(msg, testing::HasSubstr("got normal_steps 2, probe_steps 3"));
+  o = SmallExperiment();
+  o.band_k = -1;
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("band_k (--band-k) >= 0"));
+  o = SmallExperiment();
+  o.curves_only = o.similarities_only = true;
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("exclude each other"));
 }
 
 }  // namespace

@@ -14,8 +14,11 @@
 //         (d loss(x, y) / d theta)^2,  theta = every LoRA factor,
 // from per-example gradients (the head is left out: its shape depends on the
 // task's number of classes; Task2Vec likewise embeds only the feature
-// extractor). The labels are the true ones (empirical Fisher), not samples
-// from the model: train_ops.h exposes losses, not predictive distributions.
+// extractor). The labels are the true ones (empirical Fisher) by default;
+// YmirFisher::kModel takes Task2Vec's expectation over the probe's own
+// predictive distribution instead, and YmirEmbedParams::kLoraHead appends the
+// head's Fisher per hidden unit (the backbone's layer norms are frozen, not
+// parameters of train_ops.h, so they cannot be embedded).
 //
 // That is YmirProbe::kTrained (the default). With YmirProbe::kHead (slicesim
 // --probe head) the probe is Task2Vec's own: the LoRA factors stay at their
@@ -24,7 +27,11 @@
 // trajectory: the similarities of the same pairs on seeds 1 and 2 correlate
 // r = 0.89 with it and r = 0.17 without (seeds 1 and 3: 0.86 and 0.81); the
 // regression scored no better with it on a held-out seed (docs/experiments.md,
-// "Sixth session"), so it is an option.
+// "Sixth session"), so it is an option. On the graded family of the seventh
+// session (zero head, 40 probe steps, 256 Fisher examples) it is the setting
+// to use: r 0.86-0.94 across seeds against 0.29-0.48, the identical-rule
+// pairs the most similar on every seed, and a lower MAPE on all three seeds
+// ("Eighth session").
 //
 // Distances, as in Task2Vec: the symmetric distance normalises element-wise
 // by the pair,  d_sym(a, b) = d_cos(F_a / (F_a + F_b), F_b / (F_a + F_b)),
@@ -95,7 +102,10 @@
 // Regression and scores. Per mode, gain ~ w0 + w1 S by least squares; the
 // reported predictions are leave-one-out (each pair's gain predicted by the
 // fit on the other pairs of its mode), so the scores are out of sample.
-// Classification accuracy: predicted and measured gain on the same side of 0.
+// Classification accuracy: predicted and measured gain on the same side of 0,
+// over all pairs and over the non-neutral ones (|measured gain| >= the
+// neutral band of NeutralBand, from `null_runs` null runs per task: a pair
+// whose gain training noise alone would show has no measurable sign).
 // MAPE is over the speedup 1 + gain (the gain itself crosses 0, where a
 // relative error is undefined): mean |pred - meas| / (1 + meas).
 #pragma once
@@ -127,6 +137,35 @@ enum class YmirProbe : uint8_t {
   kHead,
 };
 
+// Which Fisher forms the embedding (YmirExperimentOptions::fisher).
+enum class YmirFisher : uint8_t {
+  // The empirical Fisher: squared gradients of the loss at the TRUE label.
+  kEmpirical,
+  // Task2Vec's Fisher: the expectation over the probe's own predictive
+  // distribution, sum_c p(c | x) g_c(x)^2, with g_c the gradient of the loss
+  // at label c and p(c | x) = exp(-loss_c) (renormalised over the classes);
+  // C gradient passes per example. The trivial `lm` embedding stays
+  // empirical (its labels are next tokens over the whole vocabulary).
+  kModel,
+};
+
+// Which parameters' Fisher forms the embedding (YmirExperimentOptions::embed).
+enum class YmirEmbedParams : uint8_t {
+  kLora,  // every LoRA factor (the head's shape depends on the task's classes)
+  // The LoRA factors, then the head's Fisher summed over its outputs, one
+  // coordinate per hidden unit (so that tasks with different numbers of
+  // classes, and the vocab-sized `lm` head, embed in the same space).
+  kLoraHead,
+};
+
+// How two embeddings are compared (YmirExperimentOptions::distance).
+enum class YmirDistance : uint8_t {
+  // Task2Vec: cosine distance of F_a / (F_a + F_b) and F_b / (F_a + F_b).
+  kNormalised,
+  // Plain cosine distance of F_a and F_b (no element-wise normalisation).
+  kCosine,
+};
+
 // How the measured gain is formed (YmirExperimentOptions::gain_measure).
 enum class YmirGainMeasure : uint8_t {
   // Steps(normal B) / Steps(transfer B) - 1, each the first crossing of the
@@ -155,6 +194,34 @@ enum class YmirGainMeasure : uint8_t {
 double AreaEquivalentSpeedup(const std::vector<ymir::LossPoint>& reference,
                              const std::vector<double>& steps, double transfer_mean,
                              double min_speedup, double max_speedup, bool* clamped);
+
+// The neutral band of the measured gains (docs/experiments.md, "Eighth
+// session"): `band_k` times the root mean square of the NULL gains, each the
+// gain measured for a task's own normal run redone on another seed's
+// training sentences and init (YmirExperimentOptions::null_runs), i.e. the
+// gain a pair shows from the normal runs' seed-to-seed noise alone. 0 when
+// there are no null gains.
+double NeutralBand(const std::vector<double>& null_gains, double band_k);
+
+// Sign agreement of predicted and measured gains, over all pairs and over the
+// non-neutral ones (|measured| >= band; a pair inside the band is "neutral":
+// its sign is not measurable, it is counted apart; pairs beyond the shorter
+// vector are not scored). Majority: always
+// predicting the more common measured sign (of the pairs scored).
+struct SignScore {
+  int64_t pairs = 0;
+  int64_t positive = 0;
+  int64_t agree = 0;
+  int64_t neutral = 0;
+  int64_t non_neutral_positive = 0;
+  int64_t non_neutral_agree = 0;
+  double AccuracyPct() const;
+  double MajorityPct() const;
+  double NonNeutralAccuracyPct() const;  // 0 when every pair is neutral
+  double NonNeutralMajorityPct() const;
+};
+SignScore ScoreSigns(const std::vector<double>& predicted, const std::vector<double>& measured,
+                     double band);
 
 struct YmirTaskSpec {
   std::string name;  // a classification task of synth::KnownTasks()
@@ -211,6 +278,17 @@ struct YmirExperimentOptions {
   int64_t gain_window = 0;  // W of kArea; 0 = normal_steps / 2 (a multiple of eval_every)
   int64_t GainWindow() const { return gain_window > 0 ? gain_window : normal_steps / 2; }
   int64_t fisher_examples = 64;  // the sixth session's head-probe runs used 256
+  YmirFisher fisher = YmirFisher::kEmpirical;
+  YmirEmbedParams embed = YmirEmbedParams::kLora;
+  YmirDistance distance = YmirDistance::kNormalised;
+  // Null runs per task (see NeutralBand): each task's normal run again on
+  // the training sentences and from the probe init of seed + 7919 u (u =
+  // 1..null_runs), evaluated on the task's own eval set and measured like a
+  // transfer run of that task; band_k x their RMS gain is the neutral band.
+  // 0 = no band (every pair is scored by its sign). They also run with
+  // curves_only (the band is a property of the normal runs).
+  int64_t null_runs = 2;
+  double band_k = 2.0;
   double alpha = 0.15;  // Task2Vec's asymmetry weight
   // Measurement repeats: every run again with seed + 1000 r (data and init);
   // steps are averaged over repeats before the gain is formed. The
@@ -225,10 +303,16 @@ struct YmirExperimentOptions {
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language;
   // Only the normal runs (slicesim --curves-only): the learning curves,
-  // targets and iteration fits of every task, no embeddings, pairs or
-  // scores. For checking that a task family is learnt within the budget
+  // targets and iteration fits of every task, and the null runs and neutral
+  // band; no embeddings, pairs or scores. For checking that a task family is learnt within the budget
   // before any pair is run (docs/experiments.md, "Seventh session").
   bool curves_only = false;
+  // Only the Task2Vec embeddings and the similarity matrix (slicesim
+  // --similarities-only): the probes (for kTrained, the first probe_steps of
+  // each normal run), the Fishers and S(A, B); no curves, pairs or scores,
+  // repeat 0 only. For checking the similarities across seeds and
+  // relatedness levels at a fraction of a full run's cost.
+  bool similarities_only = false;
   // P above, for a fraction.
   int64_t PrefixSteps(double fraction) const;
   int64_t IterPrefixSteps() const { return PrefixSteps(iter_prefix_fraction); }
@@ -236,9 +320,18 @@ struct YmirExperimentOptions {
 };
 
 // d_sym and d_asym above (cosine distances in [0, 2]).
-double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b);
+double SymmetricDistance(const std::vector<double>& a, const std::vector<double>& b,
+                         YmirDistance kind = YmirDistance::kNormalised);
 double AsymmetricDistance(const std::vector<double>& from, const std::vector<double>& to,
-                          const std::vector<double>& trivial, double alpha);
+                          const std::vector<double>& trivial, double alpha,
+                          YmirDistance kind = YmirDistance::kNormalised);
+// Appends the Fisher of one example's gradient `grads` with weight w (w g^2,
+// element-wise) to the embedding `fisher` (sized on first use) in the
+// coordinates of `embed`: the LoRA factors in NamedTensors order, then for
+// kLoraHead the head's squared gradient summed over its outputs per hidden
+// unit. InvalidArgument when the coordinates do not match `fisher`'s.
+absl::Status AddFisher(const TaskAdapters& grads, double w, YmirEmbedParams embed,
+                       std::vector<double>& fisher);
 
 struct LinearFit {
   double intercept = 0;
@@ -303,6 +396,10 @@ struct YmirModeScore {
   int64_t positive = 0;               // measured gain > 0
   double accuracy_pct = 0;            // sign agreement, leave-one-out
   double majority_accuracy_pct = 0;   // always predicting the more common sign
+  // The same over the non-neutral pairs (|gain| >= the neutral band).
+  int64_t neutral = 0;
+  double non_neutral_accuracy_pct = 0;
+  double non_neutral_majority_pct = 0;
   double mape_pct = 0;                // on 1 + gain, leave-one-out
   double in_sample_accuracy_pct = 0;  // with the fit on all pairs
   double in_sample_mape_pct = 0;
@@ -321,6 +418,16 @@ struct YmirEstimatorReport {
   // Per task: repeat 0's normal eval curve, every evaluation (prefix included).
   std::vector<std::vector<ymir::LossPoint>> normal_curves;
   std::vector<YmirPair> pairs;
+  // similarity[a][b] = S(a, b) (temporal, directed); the diagonal is S(a, a).
+  std::vector<std::vector<double>> similarity;
+  // Null runs (NeutralBand), task-major: task i's u-th at i x null_runs + u - 1.
+  struct NullRun {
+    std::string task;
+    double steps = 0;  // to the task's target, averaged over repeats
+    double gain = 0;   // measured like a pair's gain (gain_measure)
+  };
+  std::vector<NullRun> null_runs;
+  double neutral_band = 0;
   std::vector<YmirModeScore> scores;  // temporal, spatial, all
   // Iteration estimator errors for the headline prefix, and for the sweep.
   YmirIterationErrors iteration;
