@@ -554,8 +554,14 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         if (r == 0) {
           normal_ext_sum[i] = g;
         } else {
-          for (size_t k = 0; k < g.size() && k < normal_ext_sum[i].size(); ++k)
-            normal_ext_sum[i][k].loss += g[k].loss;
+          // Every repeat runs to max_steps on the same grid; a shorter or
+          // longer one would skew the average, so it is an error, not cut.
+          if (g.size() != normal_ext_sum[i].size()) {
+            return absl::InternalError(StrCat("Ymir experiment: task '", o.tasks[i].name, "': repeat ", r,
+                                              "'s continued normal run has ", g.size(),
+                                              " grid points, the first repeat's ", normal_ext_sum[i].size()));
+          }
+          for (size_t k = 0; k < g.size(); ++k) normal_ext_sum[i][k].loss += g[k].loss;
         }
       }
     }
