@@ -73,24 +73,15 @@ class ReadyQueue {
   // The key of the item Pop() would return, without removing it. Requires
   // !empty().
   DisciplineKey Front() {
-    for (size_t i = first_; i < buckets_.size(); ++i) {
-      Bucket& b = buckets_[i];
-      if (b.head == b.q.size()) continue;
-      first_ = i;
-      if (!b.sorted) SortBucket(b);
-      const Entry& e = b.q[b.head];
-      return DisciplineKey{b.cls, b.prio, e.ready_ns, e.tiebreak};
-    }
-    return DisciplineKey{};
+    const Bucket& b = buckets_[SortedFront()];
+    const Entry& e = b.q[b.head];
+    return DisciplineKey{b.cls, b.prio, e.ready_ns, e.tiebreak};
   }
 
   // Removes and returns the item that runs first. Requires !empty().
   uint32_t Pop(DisciplineKey* key = nullptr) {
-    assert(!empty());
-    const size_t i = FirstNonEmpty();
+    const size_t i = SortedFront();
     Bucket& b = buckets_[i];
-    first_ = i;  // every bucket before i is empty
-    if (!b.sorted) SortBucket(b);
     const uint8_t cls = b.cls;
     const int32_t prio = b.prio;
     const Entry e = b.q[b.head++];
@@ -132,11 +123,15 @@ class ReadyQueue {
     size_t head = 0;
     bool sorted = true;
   };
-  // Index of the first non-empty bucket. Requires !empty(): an entry exists
-  // at or after first_, so the scan needs no bound check.
-  size_t FirstNonEmpty() const {
+  // Index of the first non-empty bucket, made first_ (every bucket before it
+  // is empty), its entries sorted. Requires !empty(): an entry exists at or
+  // after first_, so the scan needs no bound check.
+  size_t SortedFront() {
+    assert(!empty());
     size_t i = first_;
     while (buckets_[i].head == buckets_[i].q.size()) ++i;
+    first_ = i;
+    if (!buckets_[i].sorted) SortBucket(buckets_[i]);
     return i;
   }
   // Out of line: rare, and inlined it would bloat every caller of Pop.
