@@ -47,11 +47,16 @@ struct ThreadCache {
   size_t bytes = 0;
   CpuCacheStats stats;
 
-  ~ThreadCache() {
+  // Frees every cached block.
+  void Flush() {
     for (std::vector<void*>& list : free) {
       for (void* block : list) c10::free_cpu(block);
+      stats.released += static_cast<int64_t>(list.size());
+      list.clear();
     }
+    bytes = 0;
   }
+  ~ThreadCache() { Flush(); }
 };
 
 // The thread's cache, if it opted in. The pointer (trivially destructible)
@@ -71,15 +76,16 @@ void CachedDelete(void* data) {
   void* block = static_cast<char*>(data) - kHeader;
   const size_t c = static_cast<const Header*>(block)->size_class;
   ThreadCache* cache = tls_cache;
-  if (cache != nullptr) {
-    if (cache->bytes + ClassBytes(c) <= kCpuCacheMaxBytes) {
-      cache->free[c].push_back(block);
-      cache->bytes += ClassBytes(c);
-      return;
-    }
-    ++cache->stats.released;
+  if (cache == nullptr) {
+    c10::free_cpu(block);
+    return;
   }
-  c10::free_cpu(block);
+  // Full: start afresh rather than stop caching. What fills the cache is
+  // sizes that are not asked for again (a KV cache grows by one token per
+  // decode step); the sizes in use come back at once.
+  if (cache->bytes + ClassBytes(c) > kCpuCacheMaxBytes) cache->Flush();
+  cache->free[c].push_back(block);
+  cache->bytes += ClassBytes(c);
 }
 
 class CachingCpuAllocator final : public c10::Allocator {

@@ -79,28 +79,38 @@ TEST(CachingCpuAllocatorTest, OtherThreadsAreServedAsBeforeAndFreeAtOnce) {
   });
 }
 
-TEST(CachingCpuAllocatorTest, CacheKeepsAtMostItsBoundAndReleasesTheRest) {
+TEST(CachingCpuAllocatorTest, AFullCacheStartsAfreshAndKeepsServingTheSizesInUse) {
   OnNewThread([] {
     UseCachingCpuAllocatorOnThisThread();
-    // 80 live blocks of 1 MiB (the largest class), then all freed: 64 fit.
-    const size_t n = kCpuCacheMaxBlock / sizeof(float);
-    const int64_t blocks = 80, fit = static_cast<int64_t>(kCpuCacheMaxBytes / kCpuCacheMaxBlock);
-    {
+    const size_t mib = kCpuCacheMaxBlock / sizeof(float);  // floats in the largest class
+    const int64_t fit = static_cast<int64_t>(kCpuCacheMaxBytes / kCpuCacheMaxBlock);
+    auto live_then_freed = [&](int64_t blocks) {
       std::vector<Tensor> live;
-      for (int64_t i = 0; i < blocks; ++i) live.push_back(Filled(n, static_cast<float>(i)));
+      for (int64_t i = 0; i < blocks; ++i) live.push_back(Filled(mib, static_cast<float>(i)));
       EXPECT_EQ(live.back().ToFloat().front(), static_cast<float>(blocks - 1));
-    }
+    };
+    // Fill the cache exactly with blocks of a size not asked for again.
+    live_then_freed(fit);
     CpuCacheStats s = CachingCpuAllocatorStatsOfThisThread();
-    EXPECT_EQ(s.misses, blocks);
+    EXPECT_EQ(s.misses, fit);
     EXPECT_EQ(s.cached_bytes, static_cast<int64_t>(kCpuCacheMaxBytes));
-    EXPECT_EQ(s.released, blocks - fit);
-    // The cached ones come back, last freed first.
-    std::vector<Tensor> again;
-    for (int64_t i = 0; i < fit; ++i) again.push_back(Filled(n, 0.0f));
+    EXPECT_EQ(s.released, 0);
+    // A size in use, freed and asked for again and again: its first free
+    // finds the cache full and empties it, then it is served from the cache.
+    for (int round = 0; round < 3; ++round) {
+      const Tensor t = Filled(1024, static_cast<float>(round));  // 4 KiB
+      EXPECT_EQ(t.ToFloat().back(), static_cast<float>(round));
+    }
     s = CachingCpuAllocatorStatsOfThisThread();
-    EXPECT_EQ(s.hits, fit);
-    EXPECT_EQ(s.misses, blocks);
-    EXPECT_EQ(s.cached_bytes, 0);
+    EXPECT_EQ(s.hits, 2);
+    EXPECT_EQ(s.misses, fit + 1);
+    EXPECT_EQ(s.released, fit);
+    EXPECT_EQ(s.cached_bytes, 4096);
+    // Never more than the bound: 80 MiB freed after the 4 KiB block.
+    live_then_freed(80);
+    s = CachingCpuAllocatorStatsOfThisThread();
+    EXPECT_EQ(s.released, fit + fit);  // 4 KiB + 63 MiB, then the 64th emptied it
+    EXPECT_EQ(s.cached_bytes, static_cast<int64_t>((80 - 63) * kCpuCacheMaxBlock));
   });
 }
 

@@ -17,9 +17,11 @@
 // to a size class and served from the thread's free list of that class, or
 // from c10::alloc_cpu when it is empty; larger ones go to the default
 // allocator. A block freed on an opted-in thread goes to that thread's list
-// while the thread caches at most kCpuCacheMaxBytes; otherwise (and on any
-// other thread) it is freed at once. A thread's cached blocks are freed when
-// it exits. The cache is memory the device's DevicePool does not account:
+// (on any other thread it is freed at once); when that would take the
+// thread's cache past kCpuCacheMaxBytes, every block it holds is freed
+// first (what fills it is sizes not asked for again, e.g. a KV cache that
+// grows by one token per decode step). A thread's cached blocks are freed
+// when it exits. The cache is memory the device's DevicePool does not account:
 // at most kCpuCacheMaxBytes per device thread. Torch-free header.
 #pragma once
 
@@ -42,7 +44,7 @@ struct CpuCacheStats {
   int64_t hits = 0;          // requests served from the thread's free lists
   int64_t misses = 0;        // requests that allocated a new block
   int64_t cached_bytes = 0;  // free blocks held now, by class size
-  int64_t released = 0;      // blocks freed here that the full cache let go
+  int64_t released = 0;      // cached blocks freed because the cache was full
 };
 
 // This thread's counters (all zero on a thread that did not opt in).
