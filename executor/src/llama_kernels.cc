@@ -10,6 +10,7 @@
 
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/executor/cpu_allocator.h"
 
 namespace slicesched::executor {
 namespace {
@@ -168,10 +169,12 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
     return absl::InvalidArgumentError(StrCat("kernel call for node ", call.node, " has no op"));
   }
   calls_.fetch_add(1, std::memory_order_relaxed);
-  // One core per device thread (see SetIntraOpThreadsForThisThread).
+  // One core per device thread (see SetIntraOpThreadsForThisThread), and
+  // tensor memory from the thread's own cache (see cpu_allocator.h).
   thread_local bool threads_set = false;
   if (!threads_set) {
     SetIntraOpThreadsForThisThread(1);
+    UseCachingCpuAllocatorOnThisThread();
     threads_set = true;
   }
   switch (call.op().kind) {

@@ -28,6 +28,7 @@
 #include "slicesched/common/strings.h"
 #include "slicesched/common/thread_pool.h"
 #include "slicesched/estimate/estimators.h"
+#include "slicesched/executor/cpu_allocator.h"
 #include "slicesched/executor/executor.h"
 #include "slicesched/executor/llama_kernels.h"
 #include "slicesched/executor/llama_ops.h"
@@ -50,13 +51,14 @@ std::string OverheadResult::ToJson() const {
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
       "\"scheduled_ops\": %d, \"fast_path_ops\": %d, "
-      "\"only\": \"%s\", \"direct_on\": \"%s\", \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
+      "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_allocator\": \"%s\", \"device_cache\": {\"hits\": %d, \"misses\": %d}, \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, poll_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
-      scheduled_ops, fast_path_ops, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread", priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
+      scheduled_ops, fast_path_ops, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread",
+      direct_cache ? "per-thread cache" : "c10 default", device_cache_hits, device_cache_misses, priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
       placement, pinning, model);
 }
 
@@ -202,8 +204,13 @@ absl::StatusOr<int64_t> DirectPrefill(const LlamaWeights& w, const Tensor& token
 // times itself.
 class DirectThread {
  public:
-  DirectThread() {
-    Run([] { executor::SetIntraOpThreadsForThisThread(1); });
+  // `cache`: the thread takes its tensor memory from the per-thread cache,
+  // as a device thread does (OverheadOptions::direct_cache).
+  explicit DirectThread(bool cache) {
+    Run([cache] {
+      executor::SetIntraOpThreadsForThisThread(1);
+      if (cache) executor::UseCachingCpuAllocatorOnThisThread();
+    });
   }
   void Run(absl::FunctionRef<void()> f) {
     absl::Notification done;
@@ -320,6 +327,11 @@ class ScheduledRig {
     absl::MutexLock l(&mu_);
     return device_clock_.has_value() ? ThreadCpuSeconds(*device_clock_) : 0.0;
   }
+  // The device thread's tensor cache as of its last sampled token.
+  executor::CpuCacheStats DeviceCache() {
+    absl::MutexLock l(&mu_);
+    return device_cache_;
+  }
   // The device thread's scheduler counters (zeros before its first sample).
   ThreadSched DeviceSched() {
     pid_t tid;
@@ -348,6 +360,7 @@ class ScheduledRig {
         device_tid_ = CurrentTid();
       }
       if (auto it = slot_.find(inst.value()); it != slot_.end()) it->second.token = v.empty() ? -1 : v[0];
+      device_cache_ = executor::CachingCpuAllocatorStatsOfThisThread();
     });
     ExecutorOptions eo;
     eo.device_cpus = {device_cpu};
@@ -382,6 +395,7 @@ class ScheduledRig {
   absl::flat_hash_map<uint64_t, Slot> slot_ ABSL_GUARDED_BY(mu_);
   std::optional<clockid_t> device_clock_ ABSL_GUARDED_BY(mu_);
   pid_t device_tid_ ABSL_GUARDED_BY(mu_) = 0;
+  executor::CpuCacheStats device_cache_ ABSL_GUARDED_BY(mu_);
   int64_t whatif_runs_ = 0;
   int64_t submitted_ = 0;  // prefills submitted so far (fcfs priorities)
   std::unique_ptr<ExecutorSet> exec_;  // last: stopped first
@@ -469,8 +483,9 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     ThreadSched sched;
   };
   std::unique_ptr<DirectThread> direct_thread;
+  if (o.direct_on_main && o.direct_cache) executor::UseCachingCpuAllocatorOnThisThread();
   if (!o.direct_on_main) {
-    direct_thread = std::make_unique<DirectThread>();
+    direct_thread = std::make_unique<DirectThread>(o.direct_cache);
     if (device_cpu >= 0) {
       direct_thread->Run([&] {
         cpu_set_t set;
@@ -531,6 +546,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.poll_us = o.poll_us;
   r.wake_batch = o.wake_batch;
   r.direct_on_main = o.direct_on_main;
+  r.direct_cache = o.direct_cache;
   r.priorities = o.priorities;
   r.tokens_match = true;
   const bool run_direct = o.only != "scheduled", run_sched = o.only != "direct";
@@ -590,6 +606,9 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.direct_s = Median(r.direct_runs_s);
   r.scheduled_s = Median(r.scheduled_runs_s);
   r.overhead_pct = r.direct_s > 0 && r.scheduled_s > 0 ? 100.0 * (r.scheduled_s - r.direct_s) / r.direct_s : 0.0;
+  const executor::CpuCacheStats cache = rig->DeviceCache();
+  r.device_cache_hits = cache.hits;
+  r.device_cache_misses = cache.misses;
   r.scheduled_ops = rig->executors().completed_ops();
   r.fast_path_ops = rig->executors().fast_path_ops();
   r.placement = rig->whatif_runs() == 0

@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/executor/cpu_allocator.h"
 #include "slicesched/executor/executor.h"
 #include "slicesched/executor/llama_ops.h"
 #include "slicesched/executor/train_ops.h"
@@ -130,6 +131,7 @@ class LlamaKernelsTest : public ::testing::Test {
     runner_->SetTokenSink([this](InstanceId inst, const Tensor& t) {
       absl::MutexLock l(&mu_);
       sampled_[inst.value()] = t.ToInt64();
+      sampler_cache_ = CachingCpuAllocatorStatsOfThisThread();  // the device thread's
     });
     exec_ = std::make_unique<ExecutorSet>(gmg_.get(), &clock_, runner_.get(), &transfers_);
     for (uint16_t d = 0; d < 2; ++d) baseline_.push_back(exec_->pool(DeviceId(d)).used());
@@ -248,6 +250,7 @@ class LlamaKernelsTest : public ::testing::Test {
   std::vector<Bytes> baseline_;
   absl::Mutex mu_;
   std::map<uint64_t, std::vector<int64_t>> sampled_;
+  CpuCacheStats sampler_cache_;  // as of the last sampled token
 };
 
 TEST_F(LlamaKernelsTest, Pp2PrefillAndGreedyDecodeMatchDirectOps) {
@@ -269,6 +272,26 @@ TEST_F(LlamaKernelsTest, Pp2PrefillAndGreedyDecodeMatchDirectOps) {
     EXPECT_EQ(c->bytes.count(), dims_.fusion * dims_.KvBytesPerTokenPerLayer() * 12);
   }
   EXPECT_EQ(runner_->num_requests(), 0u);
+  ReleaseAndCheckBaseline(kv);
+}
+
+TEST_F(LlamaKernelsTest, DeviceThreadsTakeTensorMemoryFromTheirCache) {
+  const std::vector<int64_t> prompt = Prompt(5, dims_.vocab);
+  const SamplingParams greedy;
+  std::vector<CheckpointId> kv;
+  const std::vector<int64_t> got = Generate(prompt, 3, greedy, &kv);
+  EXPECT_EQ(got, DirectGenerate(*weights_, prompt, 3, greedy));
+  CpuCacheStats s;
+  {
+    absl::MutexLock l(&mu_);
+    s = sampler_cache_;
+  }
+  // The thread that sampled (device 1, which also ran group 1 and the head
+  // four times) opted in and reused the blocks its operators freed.
+  EXPECT_TRUE(s.enabled);
+  EXPECT_GT(s.misses, 0);
+  EXPECT_GT(s.hits, s.misses);
+  EXPECT_FALSE(CachingCpuAllocatorStatsOfThisThread().enabled);  // not the test's thread
   ReleaseAndCheckBaseline(kv);
 }
 
