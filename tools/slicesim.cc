@@ -142,7 +142,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--direct-on-main] [--direct-cache] [--wake-batch K] [--poll-us U] [--priorities fcfs|equal] [--only direct|scheduled] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--poll-us U] [--priorities fcfs|equal] [--only direct|scheduled] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -355,7 +355,8 @@ int Overhead(const std::vector<std::string>& args) {
   bool json = false;
   int64_t repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed), window = o.window,
           wake_batch = o.wake_batch;
-  bool pin = o.pin, direct_on_main = o.direct_on_main, direct_cache = o.direct_cache;
+  bool pin = o.pin, direct_on_main = o.direct_on_main;
+  std::string direct_allocator = o.direct_cache ? "cache" : "default";
   if (int rc = Flags("overhead")
                    .Switch("--json", &json)
                    .Text("--model", &o.model)
@@ -365,7 +366,7 @@ int Overhead(const std::vector<std::string>& args) {
                    .Int("--block", &o.block)
                    .Switch("--pin", &pin)
                    .Switch("--direct-on-main", &direct_on_main)
-                   .Switch("--direct-cache", &direct_cache)
+                   .Choice("--direct-allocator", {"cache", "default"}, &direct_allocator)
                    .Text("--only", &o.only)
                    .Int("--poll-us", &o.poll_us)
                    .Int("--wake-batch", &wake_batch)
@@ -385,7 +386,7 @@ int Overhead(const std::vector<std::string>& args) {
   if (!wake_given) o.wake_batch = std::clamp(o.wake_batch, 1, std::max(o.window, 1));
   o.pin = pin;
   o.direct_on_main = direct_on_main;
-  o.direct_cache = direct_cache;
+  o.direct_cache = direct_allocator == "cache";
   o.seed = static_cast<uint64_t>(seed);
   auto r = slicesched::RunOverhead(o);
   if (!r.ok()) return Failed("overhead", r.status());

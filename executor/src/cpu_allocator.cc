@@ -37,6 +37,10 @@ size_t ClassBytes(size_t c) {
   return kSmallMax + (c - kSmallClasses + 1) * kLargeStep;
 }
 
+// The size class of a block served without the cache (a thread that did
+// not opt in, or a request above kCpuCacheMaxBlock): freed at once.
+constexpr uint32_t kUncached = UINT32_MAX;
+
 struct Header {
   uint32_t size_class;
 };
@@ -74,9 +78,9 @@ void CachedDelete(void* data) {
   if (data == nullptr) return;
   c10::profiledCPUMemoryReporter().Delete(data);
   void* block = static_cast<char*>(data) - kHeader;
-  const size_t c = static_cast<const Header*>(block)->size_class;
+  const uint32_t c = static_cast<const Header*>(block)->size_class;
   ThreadCache* cache = tls_cache;
-  if (cache == nullptr) {
+  if (cache == nullptr || c == kUncached) {
     c10::free_cpu(block);
     return;
   }
@@ -92,26 +96,31 @@ class CachingCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) const override {
     ThreadCache* cache = tls_cache;
-    if (cache == nullptr || n == 0 || n > kCpuCacheMaxBlock) return c10::GetDefaultCPUAllocator()->allocate(n);
-    const size_t c = ClassOf(n);
-    std::vector<void*>& list = cache->free[c];
     void* block;
-    if (!list.empty()) {
-      block = list.back();
-      list.pop_back();
-      cache->bytes -= ClassBytes(c);
-      ++cache->stats.hits;
+    if (cache == nullptr || n == 0 || n > kCpuCacheMaxBlock) {
+      // Every block carries the header, so one deleter frees any of them
+      // on any thread (and raw_deleter() can name it).
+      block = c10::alloc_cpu(kHeader + n);  // throws c10::Error when out of memory
+      static_cast<Header*>(block)->size_class = kUncached;
     } else {
-      block = c10::alloc_cpu(kHeader + ClassBytes(c));  // throws c10::Error when out of memory
-      static_cast<Header*>(block)->size_class = static_cast<uint32_t>(c);
-      ++cache->stats.misses;
+      const size_t c = ClassOf(n);
+      std::vector<void*>& list = cache->free[c];
+      if (!list.empty()) {
+        block = list.back();
+        list.pop_back();
+        cache->bytes -= ClassBytes(c);
+        ++cache->stats.hits;
+      } else {
+        block = c10::alloc_cpu(kHeader + ClassBytes(c));
+        static_cast<Header*>(block)->size_class = static_cast<uint32_t>(c);
+        ++cache->stats.misses;
+      }
     }
     void* data = static_cast<char*>(block) + kHeader;
     c10::profiledCPUMemoryReporter().New(data, n);
     return {data, data, &CachedDelete, c10::Device(c10::DeviceType::CPU)};
   }
-  // No raw interface: a block's deleter depends on the thread that
-  // allocated it (the base class's nullptr says so).
+  c10::DeleterFnPtr raw_deleter() const override { return &CachedDelete; }
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 // threads opted in is known (there is no opting out).
 #include "slicesched/executor/cpu_allocator.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -48,7 +49,7 @@ TEST(CachingCpuAllocatorTest, OptedInThreadGetsItsFreedBlockBack) {
       EXPECT_EQ(s.cached_bytes, 0);
       const Tensor c = Filled(2000, 3.0f);  // another class: a new block
       EXPECT_EQ(CachingCpuAllocatorStatsOfThisThread().misses, 2);
-      // Past kCpuCacheMaxBlock: c10's default allocator, not counted.
+      // Past kCpuCacheMaxBlock: served uncached, not counted.
       const Tensor big = Filled(kCpuCacheMaxBlock / sizeof(float) + 1, 4.0f);
       EXPECT_EQ(big.ToFloat().back(), 4.0f);
       s = CachingCpuAllocatorStatsOfThisThread();
@@ -70,7 +71,7 @@ TEST(CachingCpuAllocatorTest, OtherThreadsAreServedAsBeforeAndFreeAtOnce) {
   // out is still valid, and a thread that did not opt in frees it at once.
   OnNewThread([&] {
     EXPECT_EQ(from_cache->ToFloat(), std::vector<float>(256, 7.0f));
-    const Tensor plain = Filled(256, 8.0f);  // c10's default allocator
+    const Tensor plain = Filled(256, 8.0f);  // uncached
     EXPECT_EQ(plain.ToFloat(), std::vector<float>(256, 8.0f));
     from_cache.reset();
     const CpuCacheStats s = CachingCpuAllocatorStatsOfThisThread();
@@ -111,6 +112,36 @@ TEST(CachingCpuAllocatorTest, AFullCacheStartsAfreshAndKeepsServingTheSizesInUse
     s = CachingCpuAllocatorStatsOfThisThread();
     EXPECT_EQ(s.released, fit + fit);  // 4 KiB + 63 MiB, then the 64th emptied it
     EXPECT_EQ(s.cached_bytes, static_cast<int64_t>((80 - 63) * kCpuCacheMaxBlock));
+  });
+}
+
+// LibTorch's raw interface (raw_allocate / raw_deallocate) frees any block
+// with the same deleter, whichever thread allocated it and whether it was
+// cached: every block names its class in its header.
+TEST(CachingCpuAllocatorTest, RawAllocationsWorkOnEveryThread) {
+  void* cached = nullptr;
+  void* uncached = nullptr;
+  OnNewThread([&] {
+    UseCachingCpuAllocatorOnThisThread();
+    c10::Allocator* a = c10::GetCPUAllocator();
+    ASSERT_NE(a->raw_deleter(), nullptr);
+    cached = a->raw_allocate(100);
+    uncached = a->raw_allocate(kCpuCacheMaxBlock + 1);
+    static_cast<char*>(cached)[99] = 1;
+    static_cast<char*>(uncached)[kCpuCacheMaxBlock] = 2;
+    EXPECT_EQ(CachingCpuAllocatorStatsOfThisThread().misses, 1);
+    void* again = a->raw_allocate(64);  // freed here: back to this thread's list
+    a->raw_deallocate(again);
+    EXPECT_EQ(CachingCpuAllocatorStatsOfThisThread().cached_bytes, 64);
+  });
+  OnNewThread([&] {  // did not opt in: both are freed at once
+    c10::Allocator* a = c10::GetCPUAllocator();
+    void* plain = a->raw_allocate(100);
+    static_cast<char*>(plain)[99] = 3;
+    a->raw_deallocate(plain);
+    a->raw_deallocate(cached);
+    a->raw_deallocate(uncached);
+    EXPECT_FALSE(CachingCpuAllocatorStatsOfThisThread().enabled);
   });
 }
 

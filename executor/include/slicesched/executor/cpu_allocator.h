@@ -12,12 +12,14 @@
 //
 // How: the first opt-in installs a c10::Allocator as LibTorch's CPU
 // allocator (process-wide, as LibTorch allows only one). A thread that did
-// not opt in is served by c10's default CPU allocator exactly as before. On
-// an opted-in thread, requests of 1 byte to kCpuCacheMaxBlock are rounded up
-// to a size class and served from the thread's free list of that class, or
-// from c10::alloc_cpu when it is empty; larger ones go to the default
-// allocator. A block freed on an opted-in thread goes to that thread's list
-// (on any other thread it is freed at once); when that would take the
+// not opt in is served by c10::alloc_cpu as c10's default CPU allocator
+// would, plus a 64-byte header. On an opted-in thread, requests of 1 byte to
+// kCpuCacheMaxBlock are rounded up to a size class and served from the
+// thread's free list of that class, or from c10::alloc_cpu when it is empty;
+// larger ones are served uncached. Every block starts with a header naming
+// its class, so one deleter frees any block on any thread (raw_allocate works
+// too). A cached-class block freed on an opted-in thread goes to that
+// thread's list (on any other thread it is freed at once); when that would take the
 // thread's cache past kCpuCacheMaxBytes, every block it holds is freed
 // first (what fills it is sizes not asked for again, e.g. a KV cache that
 // grows by one token per decode step). A thread's cached blocks are freed

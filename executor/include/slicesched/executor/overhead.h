@@ -72,11 +72,12 @@ struct OverheadOptions {
   // thread, which is also the master's (the harness before).
   bool direct_on_main = false;
   // The device threads take their tensor memory from a per-thread cache
-  // (cpu_allocator.h); the direct loop calls the operators plainly, on
-  // c10's default allocator (glibc), unless this is true: then its thread
-  // uses the same cache, so both paths allocate alike and the figure is
-  // the executor's own cost (docs/experiments.md, issue 5, ninth session).
-  bool direct_cache = false;
+  // (cpu_allocator.h). By default the direct loop's thread uses the same
+  // cache, so both paths allocate alike and the figure is the executor's
+  // own cost. false: the direct loop calls the operators on c10's default
+  // allocator (glibc), which shows what the cache itself is worth, not the
+  // scheduling overhead (docs/experiments.md, issue 5, ninth session).
+  bool direct_cache = true;
   // How the master ranks its prefills for the devices' queue discipline:
   // "fcfs" (first come, first served: each prefill gets a lower priority
   // than the one submitted before it, so a device runs the oldest prefill's
@@ -138,7 +139,7 @@ struct OverheadResult {
   int64_t scheduled_ops = 0, fast_path_ops = 0;
   std::string only;  // OverheadOptions::only
   bool direct_on_main = false;  // OverheadOptions::direct_on_main
-  bool direct_cache = false;    // OverheadOptions::direct_cache
+  bool direct_cache = true;     // OverheadOptions::direct_cache
   // The device thread's tensor cache (cpu_allocator.h) at the end of the
   // run: requests served from it and those that allocated.
   int64_t device_cache_hits = 0, device_cache_misses = 0;
