@@ -96,7 +96,7 @@ class ReadyQueue {
       // goes in one erase once it is at least half of the buckets: dropping
       // each bucket as it empties moved every later bucket on each such pop
       // (a thousand buckets with a thousand instances in flight).
-      if (buckets_.size() > kKeepBuckets && 2 * (i + 1) >= buckets_.size()) DropEmptyPrefix(i + 1);
+      if (buckets_.size() > kKeepBuckets) DropEmptyPrefix(i + 1);
     } else if (b.head >= kCompactAfter && 2 * b.head >= b.q.size()) {
       // A busy device's bucket rarely empties: drop the popped prefix once
       // it is at least half the vector (moving at most as many entries as
@@ -142,8 +142,10 @@ class ReadyQueue {
   static bool Before(const Entry& a, const Entry& b) {
     return a.ready_ns != b.ready_ns ? a.ready_ns < b.ready_ns : a.tiebreak < b.tiebreak;
   }
-  // Drops buckets [0, k), all empty; the hints are reset.
+  // Drops buckets [0, k), all empty, once they are at least half of the
+  // buckets; the hints are then reset.
   [[gnu::noinline]] void DropEmptyPrefix(size_t k) {
+    if (2 * k < buckets_.size()) return;
     // Their (empty) vectors are kept for the next new buckets: with
     // per-instance priorities a bucket is created and dropped about once
     // per operator, and each would otherwise cost a heap allocation and a
