@@ -223,7 +223,7 @@ TEST(ReadyQueueTest, FirstComeFirstServedWithAThousandInstancesInFlight) {
   }
   std::vector<int> left(kInstances, kOps - 1);  // operators still to push
   size_t most_buckets = 0, fewest_buckets = q.num_buckets();
-  int first_live = 0;  // no instance before it has items queued or to push
+  int first_live = 0;  // no instance before it has items queued
   int popped = 0;
   while (!q.empty()) {
     while (queued[first_live].empty()) ++first_live;

@@ -22,6 +22,7 @@
 #include <cassert>
 #include <cstdint>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 namespace slicesched {
