@@ -203,6 +203,60 @@ TEST(ReadyQueueTest, FirstComeFirstServedPrioritiesKeepFewBuckets) {
   EXPECT_LE(most_buckets, ReadyQueue::kKeepBuckets + 1 + 4);
 }
 
+// The same with a thousand instances in flight (a master that queues every
+// request at once): the buckets of finished instances leave in batches, as
+// an empty prefix, and the order stays RunsBefore's throughout.
+TEST(ReadyQueueTest, FirstComeFirstServedWithAThousandInstancesInFlight) {
+  std::mt19937_64 rng(5);
+  ReadyQueue q;
+  // Reference: per instance (priority -i), its queued items in push order;
+  // an instance's items are pushed with nondecreasing ready times.
+  constexpr int kInstances = 1000;
+  constexpr int kOps = 5;
+  std::vector<std::vector<std::pair<DisciplineKey, uint32_t>>> queued(kInstances);
+  int64_t now = 0;
+  uint32_t next_item = 0;
+  for (int i = 0; i < kInstances; ++i) {  // every instance's first operator
+    DisciplineKey k{0, -i, now++, next_item};
+    q.Push(k, next_item);
+    queued[i].push_back({k, next_item++});
+  }
+  std::vector<int> left(kInstances, kOps - 1);  // operators still to push
+  size_t most_buckets = 0, fewest_buckets = q.num_buckets();
+  int first_live = 0;  // no instance before it has items queued
+  int popped = 0;
+  while (!q.empty()) {
+    while (queued[first_live].empty()) ++first_live;
+    // The oldest instance with queued items runs first (highest priority),
+    // its earliest item (ready time, then tiebreak) first.
+    const std::pair<DisciplineKey, uint32_t> want = queued[first_live].front();
+    DisciplineKey got;
+    ASSERT_EQ(q.Pop(&got), want.second) << "pop " << popped;
+    ASSERT_EQ(got.priority, want.first.priority) << "pop " << popped;
+    queued[first_live].erase(queued[first_live].begin());
+    ++popped;
+    // The popped operator's successor, and now and then another instance's
+    // next operator, become ready.
+    for (int inst : {first_live, static_cast<int>(rng() % kInstances)}) {
+      if (left[inst] == 0) continue;
+      --left[inst];
+      first_live = std::min(first_live, inst);
+      DisciplineKey k{0, -inst, now++, next_item};
+      q.Push(k, next_item);
+      queued[inst].push_back({k, next_item++});
+    }
+    most_buckets = std::max(most_buckets, q.num_buckets());
+    fewest_buckets = std::min(fewest_buckets, q.num_buckets());
+  }
+  EXPECT_EQ(popped, kInstances * kOps);
+  EXPECT_EQ(most_buckets, static_cast<size_t>(kInstances));
+  EXPECT_LE(fewest_buckets, ReadyQueue::kKeepBuckets + 1);
+  // The last pop dropped every emptied bucket beyond the few kept.
+  q.Push(DisciplineKey{0, -kInstances, now, next_item}, next_item);
+  EXPECT_LE(q.num_buckets(), ReadyQueue::kKeepBuckets + 1);
+  EXPECT_EQ(q.Pop(), next_item);
+}
+
 TEST_F(SimTest, ChainOnOneDevice) {
   SetUpCluster(1);
   TemplateId t = Register("chain", {{"a", {}, 100, 10}, {"b", {"a"}, 100, 20}, {"c", {"b"}, 100, 30}});

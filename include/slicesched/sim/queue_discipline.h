@@ -22,6 +22,7 @@
 #include <cassert>
 #include <cstdint>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 namespace slicesched {
@@ -55,8 +56,8 @@ class ReadyQueue {
   }
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
-  // Buckets held, empty ones included (at most kKeepBuckets empty ones are
-  // kept; see Pop()).
+  // Buckets held, empty ones included (beyond kKeepBuckets buckets, at most
+  // about as many empty ones as non-empty ones; see Pop()).
   size_t num_buckets() const { return buckets_.size(); }
   static constexpr size_t kKeepBuckets = 8;
 
@@ -86,17 +87,17 @@ class ReadyQueue {
     const int32_t prio = b.prio;
     const Entry e = b.q[b.head++];
     if (b.head == b.q.size()) {
-      if (buckets_.size() > kKeepBuckets) {
-        // Emptied, with more buckets than a handful: dropped, so a queue
-        // whose priorities keep changing (a master that ranks its
-        // instances first-come first-served) holds only the buckets of
-        // its live priorities instead of one per priority it ever saw.
-        // Bucket i + 1 moves to i: first_ stays valid; the hints are reset.
-        DropBucket(i);
-      } else {
-        b.q.clear();
-        b.head = 0;
-      }
+      b.q.clear();
+      b.head = 0;
+      // Emptied, and so is every bucket before it (SortedFront). With more
+      // than a handful of buckets, that empty prefix is dropped, so a queue
+      // whose priorities keep changing (a master that ranks its instances
+      // first-come first-served) holds the buckets of its live priorities
+      // and about as many empty ones, not one per priority it ever saw. It
+      // goes in one erase once it is at least half of the buckets: dropping
+      // each bucket as it empties moved every later bucket on each such pop
+      // (a thousand buckets with a thousand instances in flight).
+      if (buckets_.size() > kKeepBuckets) DropEmptyPrefix(i + 1);
     } else if (b.head >= kCompactAfter && 2 * b.head >= b.q.size()) {
       // A busy device's bucket rarely empties: drop the popped prefix once
       // it is at least half the vector (moving at most as many entries as
@@ -142,15 +143,17 @@ class ReadyQueue {
   static bool Before(const Entry& a, const Entry& b) {
     return a.ready_ns != b.ready_ns ? a.ready_ns < b.ready_ns : a.tiebreak < b.tiebreak;
   }
-  [[gnu::noinline]] void DropBucket(size_t i) {
-    // Its (empty) vector is kept for the next new bucket: with per-instance
-    // priorities a bucket is created and dropped about once per operator,
-    // and each would otherwise cost a heap allocation and a free.
-    if (spare_.size() < kKeepBuckets) {
-      buckets_[i].q.clear();
-      spare_.push_back(std::move(buckets_[i].q));
-    }
-    buckets_.erase(buckets_.begin() + static_cast<std::ptrdiff_t>(i));
+  // Drops buckets [0, k), all empty, once they are at least half of the
+  // buckets; the hints are then reset.
+  [[gnu::noinline]] void DropEmptyPrefix(size_t k) {
+    if (2 * k < buckets_.size()) return;
+    // Their (empty) vectors are kept for the next new buckets: with
+    // per-instance priorities a bucket is created and dropped about once
+    // per operator, and each would otherwise cost a heap allocation and a
+    // free.
+    for (size_t i = 0; i < k && spare_.size() < kKeepBuckets; ++i) spare_.push_back(std::move(buckets_[i].q));
+    buckets_.erase(buckets_.begin(), buckets_.begin() + static_cast<std::ptrdiff_t>(k));
+    first_ = 0;
     std::fill(std::begin(hint_), std::end(hint_), kNoHint);
   }
   // Index of the bucket of (cls, prio), created if missing.
@@ -163,19 +166,26 @@ class ReadyQueue {
     if (guess != kNoHint && buckets_[guess].cls == cls && buckets_[guess].prio == prio) return guess;
     return FindOrAddBucket(cls, prio);
   }
+  // True when the bucket of (cls, prio) comes after that of (cls2, prio2).
+  static bool After(uint8_t cls, int32_t prio, uint8_t cls2, int32_t prio2) {
+    return cls > cls2 || (cls == cls2 && prio < prio2);
+  }
   static size_t HintSlot(uint8_t cls, int32_t prio) {
     return (static_cast<size_t>(cls) * 8 + static_cast<uint32_t>(prio)) % kHintSlots;
   }
   size_t FindOrAddBucket(uint8_t cls, int32_t prio) {
-    // Buckets stay ordered by (class, -priority); there are a handful.
-    size_t i = 0;
-    for (; i < buckets_.size(); ++i) {
-      const Bucket& b = buckets_[i];
-      if (b.cls == cls && b.prio == prio) {
-        if (i < kNoHint) hint_[HintSlot(cls, prio)] = static_cast<uint8_t>(i);
-        return i;
-      }
-      if (b.cls > cls || (b.cls == cls && b.prio < prio)) break;
+    // Buckets stay ordered by (class, -priority). Usually a handful, but one
+    // per instance in flight under first-come first-served priorities (a
+    // thousand with every request queued at once, where the direct-mapped
+    // hints collide): a binary search.
+    const auto it = std::lower_bound(buckets_.begin(), buckets_.end(), std::pair{cls, prio},
+                                     [](const Bucket& b, const std::pair<uint8_t, int32_t>& key) {
+                                       return After(key.first, key.second, b.cls, b.prio);
+                                     });
+    const size_t i = static_cast<size_t>(it - buckets_.begin());
+    if (it != buckets_.end() && it->cls == cls && it->prio == prio) {
+      if (i < kNoHint) hint_[HintSlot(cls, prio)] = static_cast<uint8_t>(i);
+      return i;
     }
     Bucket nb;
     nb.cls = cls;
