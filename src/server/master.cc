@@ -337,7 +337,11 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   im.busy_offline_ns.assign(im.gmg.accelerators().size(), 0);
   if (!cpu_devices.empty()) {
 #if SLICESCHED_SERVING_WITH_TORCH
-    SLICESCHED_ASSIGN_OR_RETURN(im.real, executor::LlamaServingBackend::Create(&im.gmg, &m->clock_));
+    ExecutorOptions eo;
+    if (m->config_.scheduler.owner_nap.has_value()) {
+      eo.owner_nap = absl::Nanoseconds(m->config_.scheduler.owner_nap->nanos());
+    }
+    SLICESCHED_ASSIGN_OR_RETURN(im.real, executor::LlamaServingBackend::Create(&im.gmg, &m->clock_, eo));
     im.real->executors().SetEventNotifier([mp = m.get()] { mp->NotifyBackendEvent(); });
     im.backend = &im.real->executors();
     im.env.backend = im.backend;
