@@ -43,6 +43,8 @@ ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunn
     absl::MutexLock l(&mu_);
     devices_.resize(n);
   }
+  device_cpu_ = std::make_unique<std::atomic<int>[]>(n);
+  for (size_t d = 0; d < n; ++d) device_cpu_[d].store(-1, std::memory_order_relaxed);
   int workers = options.transfer_threads > 0 ? options.transfer_threads
                                              : std::max<int>(1, static_cast<int>(n / 2));
   transfer_pool_ = std::make_unique<ThreadPool>(workers);
@@ -365,6 +367,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // The start is recorded with the node's completion (one record per
       // operator); until then the owner reads it here (see Drain()).
       s.running = w.node;
+      device_cpu_[di].store(sched_getcpu(), std::memory_order_relaxed);  // (vDSO: no system call)
       s.running_start = clock_->Now();
       s.running_seq = seq_++;
       started_at = s.running_start;
@@ -661,7 +664,9 @@ absl::Status ExecutorSet::ArbitrateTransfers(Timestamp now) {
 Timestamp ExecutorSet::NextEventTime() const {
   if (comm_.num_retrying() > 0) return clock_->Now();
   const bool events = num_records_.load(std::memory_order_relaxed) > 0 || start_unseen_.load(std::memory_order_relaxed);
-  if (owner_nap_ == absl::ZeroDuration()) return events ? clock_->Now() : Timestamp::Infinite();
+  if (owner_sleep_.load(std::memory_order_relaxed) != OwnerSleep::kNapping) {
+    return events ? clock_->Now() : Timestamp::Infinite();
+  }
   // Napping (see "Owner waits"): at once for a completion the owner waits
   // for, after a nap for the rest (starts, quiet completions) and while a
   // device holds work.
@@ -701,10 +706,12 @@ void ExecutorSet::MaybeWakeOwner(size_t d, bool urgent) {
   // Pairs with the fence in OwnerSleepUntil()/OwnerSleeps(): either the
   // owner sees what this thread published, or this thread sees it asleep.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!owner_asleep_.load(std::memory_order_acquire) || !OwnerWaitSatisfied()) return;
+  const OwnerSleep sleep = owner_sleep_.load(std::memory_order_acquire);
+  if (sleep == OwnerSleep::kAwake || !OwnerWaitSatisfied()) return;
   // Napping, the owner looks again within owner_nap_ by itself.
-  if (owner_nap_ > absl::ZeroDuration() && !urgent && !went_idle) return;
-  if (!owner_asleep_.exchange(false, std::memory_order_acq_rel)) return;  // one wake per sleep
+  if (sleep == OwnerSleep::kNapping && !urgent && !went_idle) return;
+  OwnerSleep expected = sleep;  // one wake per sleep
+  if (!owner_sleep_.compare_exchange_strong(expected, OwnerSleep::kAwake, std::memory_order_acq_rel)) return;
   owner_wakes_.fetch_add(1, std::memory_order_relaxed);
   if (notify_) {
     notify_();
@@ -715,17 +722,32 @@ void ExecutorSet::MaybeWakeOwner(size_t d, bool urgent) {
   owner_cv_.Signal();
 }
 
-void ExecutorSet::OwnerSleepUntil(absl::Time until) {
+bool ExecutorSet::OwnerBesideADevice() const {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return false;
+  for (size_t d = 0; d < pools_.size(); ++d) {
+    if (device_cpu_[d].load(std::memory_order_relaxed) == cpu) return true;
+  }
+  return false;
+}
+
+ExecutorSet::OwnerSleep ExecutorSet::OwnerSleepMode() const {
+  const bool nap = owner_nap_ > absl::ZeroDuration() && busy_devices_.load(std::memory_order_relaxed) > 0 &&
+                   !OwnerBesideADevice();
+  return nap ? OwnerSleep::kNapping : OwnerSleep::kBlocked;
+}
+
+void ExecutorSet::OwnerSleepUntil(absl::Time until, OwnerSleep mode) {
   absl::MutexLock l(&owner_mu_);
   owner_woken_ = false;
-  owner_asleep_.store(true, std::memory_order_release);
+  owner_sleep_.store(mode, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!OwnerWaitSatisfied()) {
     // WaitWithDeadline returns true once `until` passes.
     while (!owner_woken_ && !owner_cv_.WaitWithDeadline(&owner_mu_, until)) {
     }
   }
-  owner_asleep_.store(false, std::memory_order_relaxed);
+  owner_sleep_.store(OwnerSleep::kAwake, std::memory_order_relaxed);
 }
 
 bool ExecutorSet::OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout) {
@@ -742,8 +764,8 @@ bool ExecutorSet::OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Dur
     if (now >= deadline) break;
     // No lock here: the owner never waits for a device thread's critical
     // section (and never needs that thread's unlock to wake it).
-    const bool nap = owner_nap_ > absl::ZeroDuration() && busy_devices_.load(std::memory_order_relaxed) > 0;
-    OwnerSleepUntil(nap ? std::min(deadline, now + owner_nap_) : deadline);
+    const OwnerSleep mode = OwnerSleepMode();
+    OwnerSleepUntil(mode == OwnerSleep::kNapping ? std::min(deadline, now + owner_nap_) : deadline, mode);
   }
   owner_wait_.store(OwnerWait::kNone, std::memory_order_relaxed);
   return ok;
@@ -768,12 +790,12 @@ bool ExecutorSet::WaitForFinishBatch(absl::Duration timeout, int min_completions
 void ExecutorSet::OwnerSleeps() {
   owner_wait_min_.store(1, std::memory_order_relaxed);
   owner_wait_.store(OwnerWait::kCompletions, std::memory_order_relaxed);
-  owner_asleep_.store(true, std::memory_order_release);
+  owner_sleep_.store(OwnerSleepMode(), std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 void ExecutorSet::OwnerAwake() {
-  owner_asleep_.store(false, std::memory_order_relaxed);
+  owner_sleep_.store(OwnerSleep::kAwake, std::memory_order_relaxed);
   owner_wait_.store(OwnerWait::kNone, std::memory_order_relaxed);
 }
 

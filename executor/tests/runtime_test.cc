@@ -1,5 +1,8 @@
 // Tests of the torch-free executor runtime: memory pools, the communication
 // graph, and ExecutorSet driving a live GMG with fake kernels.
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -8,6 +11,9 @@
 #include <random>
 #include <set>
 #include <thread>
+
+#include <pthread.h>
+#include <sched.h>
 #include <tuple>
 
 #include <gmock/gmock.h>
@@ -986,35 +992,70 @@ TEST(ExecutorSetTest, BatchedWaitsReturnForPendingCompletions) {
   }
 }
 
-// A napping owner (see "Owner waits" in executor.h) is not woken by a
-// completion while its device goes on with queued work: A's completion
-// leaves B queued, so the owner sleeps on (its nap here outlasts the test)
-// and learns of A with B. B's completion leaves the device idle, which does
-// wake it: one wake for two completions, and no wait for the nap. Owner
-// nap 0 (the protocol before) wakes it for A. A helper thread
-// releases the kernels once the owner sleeps; nothing waits on time.
+// Pins the calling thread to `cpu` for its scope (restores its mask after).
+class PinnedThread {
+ public:
+  explicit PinnedThread(int cpu) {
+    ok_ = pthread_getaffinity_np(pthread_self(), sizeof(saved_), &saved_) == 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    ok_ = ok_ && pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+  }
+  ~PinnedThread() { (void)pthread_setaffinity_np(pthread_self(), sizeof(saved_), &saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  cpu_set_t saved_;
+  bool ok_ = false;
+};
+
+// The owner (this thread, on CPU 0) and the device thread (pinned to
+// `device_cpu`): when they run on different CPUs a napping owner (see
+// "Owner waits" in executor.h) is not woken by a completion while its
+// device goes on with queued work: A's completion leaves B queued, so the
+// owner sleeps on (its nap here outlasts the test) and learns of A with B.
+// B's completion leaves the device idle, which does wake it: one wake for
+// two completions, and no wait for the nap. Beside the device (the same
+// CPU), or with owner_nap 0 (the protocol before), the owner blocks and A
+// wakes it. A helper thread releases the kernels once the owner sleeps;
+// nothing waits on time.
 TEST(ExecutorSetTest, NappingOwnerIsWokenWhenTheDeviceGoesIdleNotPerCompletion) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two CPUs";
   Watchdog watchdog(absl::Minutes(2));
-  for (const absl::Duration nap : {absl::Minutes(10), absl::ZeroDuration()}) {
-    SCOPED_TRACE(absl::FormatDuration(nap));
+  struct Case {
+    absl::Duration nap;
+    int device_cpu;
+    bool naps;
+  };
+  for (const Case c : {Case{absl::Minutes(10), 1, true}, Case{absl::ZeroDuration(), 1, false},
+                       Case{absl::Minutes(10), 0, false}}) {
+    SCOPED_TRACE(StrCat("nap ", absl::FormatDuration(c.nap), ", device on CPU ", c.device_cpu));
+    PinnedThread pin(0);
+    ASSERT_TRUE(pin.ok());
     Rig r(1);
     ExecutorOptions o;
-    o.owner_nap = nap;
+    o.owner_nap = c.nap;
+    o.device_cpus = {c.device_cpu};
     r.Start(o);
     const TemplateId single = *r.g.RegisterTemplate(Chain(1));
     const InstanceId a = r.New(single, 8, /*prio=*/1), b = r.New(single, 8, /*prio=*/0);
-    absl::Notification release_a, b_entered, release_b;
+    absl::Notification a_entered, release_a, b_entered, release_b;
     r.kernels.SetHook([&](const KernelCall& k) {
-      if (k.instance == a) release_a.WaitForNotification();
+      if (k.instance == a) {
+        a_entered.Notify();
+        release_a.WaitForNotification();
+      }
       if (k.instance == b) {
         b_entered.Notify();
         release_b.WaitForNotification();
       }
     });
     int64_t wakes_after_a = -1;
-    bool asleep_after_a = false;
+    bool napping = false, asleep_after_a = false;
     std::thread helper([&] {
       while (!r.exec->owner_asleep()) std::this_thread::yield();
+      napping = r.exec->owner_napping();
       release_a.Notify();
       b_entered.WaitForNotification();  // A's completion is posted: B runs after it
       wakes_after_a = r.exec->owner_wakes();
@@ -1023,6 +1064,7 @@ TEST(ExecutorSetTest, NappingOwnerIsWokenWhenTheDeviceGoesIdleNotPerCompletion) 
     });
     r.Place(a, {0});
     r.Place(b, {0});
+    a_entered.WaitForNotification();  // the device has published its CPU
     std::vector<size_t> retired_per_wait;
     while (r.g.num_instances() > 0) {
       ASSERT_TRUE(r.exec->WaitForFinish(absl::Seconds(60)));
@@ -1030,7 +1072,8 @@ TEST(ExecutorSetTest, NappingOwnerIsWokenWhenTheDeviceGoesIdleNotPerCompletion) 
       retired_per_wait.push_back(r.g.TakeRetired().size());
     }
     helper.join();
-    if (nap > absl::ZeroDuration()) {
+    EXPECT_EQ(napping, c.naps);
+    if (c.naps) {
       EXPECT_EQ(wakes_after_a, 0) << "A's completion woke the owner while B was queued";
       EXPECT_TRUE(asleep_after_a);
       EXPECT_EQ(r.exec->owner_wakes(), 1) << "the device going idle must wake the owner";
@@ -1046,19 +1089,27 @@ TEST(ExecutorSetTest, NappingOwnerIsWokenWhenTheDeviceGoesIdleNotPerCompletion) 
 // other work: the devices do not pass work to each other. X = op0 on cpu0
 // -> op1 on cpu1; Y runs on cpu0 after op0 and blocks there until the owner
 // has started the transfer, which it can do only if op0's completion woke
-// it (the owner's nap outlasts the test).
+// it (the owner naps, apart from the device threads, and its nap outlasts
+// the test).
 TEST(ExecutorSetTest, NappingOwnerIsWokenForACompletionThatFeedsAnotherDevice) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two CPUs";
   Watchdog watchdog(absl::Minutes(2));
+  PinnedThread pin(0);
+  ASSERT_TRUE(pin.ok());
   Rig r(2);
   ExecutorOptions o;
   o.owner_nap = absl::Minutes(10);
+  o.device_cpus = {1, 1};
   r.Start(o);
   const TemplateId two = *r.g.RegisterTemplate(Chain(2));
   const TemplateId single = *r.g.RegisterTemplate(Chain(1));
   const InstanceId x = r.New(two, 8, /*prio=*/1), y = r.New(single, 8, /*prio=*/0);
-  absl::Notification release_x0, y_entered, release_y;
+  absl::Notification x0_entered, release_x0, y_entered, release_y;
   r.kernels.SetHook([&](const KernelCall& k) {
-    if (k.instance == x && k.op_index == 0) release_x0.WaitForNotification();
+    if (k.instance == x && k.op_index == 0) {
+      x0_entered.Notify();
+      release_x0.WaitForNotification();
+    }
     if (k.instance == y) {
       y_entered.Notify();
       release_y.WaitForNotification();
@@ -1066,11 +1117,13 @@ TEST(ExecutorSetTest, NappingOwnerIsWokenForACompletionThatFeedsAnotherDevice) {
   });
   std::thread helper([&] {
     while (!r.exec->owner_asleep()) std::this_thread::yield();
+    EXPECT_TRUE(r.exec->owner_napping());
     release_x0.Notify();
   });
   r.Place(x, {0, 1});
   r.Place(y, {0});
   ASSERT_TRUE(r.exec->Dispatch(r.clock.Now()).ok());
+  x0_entered.WaitForNotification();
   // op0's completion (cpu0 then busy with y) must end this wait.
   ASSERT_TRUE(r.exec->WaitForFinish(absl::Seconds(30)));
   helper.join();

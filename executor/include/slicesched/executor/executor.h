@@ -91,11 +91,17 @@
 //   holds work, the owner naps: it sleeps at most ExecutorOptions::owner_nap
 //   at a time on its own timer (owner_mu_/owner_cv_, never the set's lock)
 //   and, awake, looks at counters the devices publish (atomics, no lock).
-//   With no device holding work it sleeps until its deadline. A device
-//   thread (or transfer worker) reads the atomic "owner asleep" flag after
+//   Except beside a device: when the owner runs on the CPU a device thread
+//   last ran on (each device publishes sched_getcpu() per operator), its
+//   timer would preempt that device mid-kernel at every nap (measured: far
+//   dearer than a wake, docs/experiments.md, ninth session), while a wake
+//   on the same CPU is cheap; it then blocks and is woken as before
+//   ("blocked": every event its wait is satisfied by). With no device
+//   holding work it blocks until its deadline. A device thread (or transfer
+//   worker) reads the atomic sleep state (awake / napping / blocked) after
 //   publishing its event (no extra lock: it already holds the set's lock)
-//   and wakes the owner, once per sleep, only when what the owner waits for
-//   holds AND progress needs the owner now:
+//   and wakes the owner, once per sleep, when what the owner waits for holds
+//   and the owner is blocked, or, napping, when progress needs it now:
 //     - the device goes idle (busy -> not busy): it waits for the owner;
 //     - an operator fails, a transfer ends or fails;
 //     - an operator completes whose successors leave the device (a transfer
@@ -221,8 +227,10 @@ class ExecutorSet final : public ExecutionBackend {
   void OwnerAwake();
   // Wakes device threads (or transfer workers) gave the owner (any thread).
   int64_t owner_wakes() const { return owner_wakes_.load(std::memory_order_relaxed); }
-  // Whether the owner sleeps in a wait now (any thread; for tests).
-  bool owner_asleep() const { return owner_asleep_.load(std::memory_order_acquire); }
+  // Whether the owner sleeps in a wait now, and whether it naps there (any
+  // thread; for tests).
+  bool owner_asleep() const { return owner_sleep_.load(std::memory_order_acquire) != OwnerSleep::kAwake; }
+  bool owner_napping() const { return owner_sleep_.load(std::memory_order_acquire) == OwnerSleep::kNapping; }
   // Stops device `d`'s thread: its running node (once its kernel returns)
   // and its queued nodes fail with a reason, as does anything later queued
   // on it or any transfer touching it.
@@ -404,10 +412,17 @@ class ExecutorSet final : public ExecutionBackend {
   // Refreshes `s.busy` and busy_devices_; true when `s` went idle.
   bool NoteWork(DeviceState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout);
-  // Publishes the owner's wait (kind, minimum) and the asleep flag, then
-  // sleeps on owner_cv_ until `until` unless the wait already holds or a
-  // device wakes it.
-  void OwnerSleepUntil(absl::Time until);
+  // How the owner sleeps (see "Owner waits"): awake, napping (woken only
+  // for what needs it now) or blocked (woken for every event its wait is
+  // satisfied by).
+  enum class OwnerSleep : uint8_t { kAwake, kNapping, kBlocked };
+  // Napping while a device holds work, unless the owner runs beside one.
+  OwnerSleep OwnerSleepMode() const;
+  // The calling thread runs on the CPU a device thread last ran on.
+  bool OwnerBesideADevice() const;
+  // Publishes the sleep `mode`, then sleeps on owner_cv_ until `until`
+  // unless the wait already holds or a device wakes it.
+  void OwnerSleepUntil(absl::Time until, OwnerSleep mode);
   // Device-state helpers (lock held; owner or device thread).
   // Hands `w` to device `d`: ready, or pending on its local producers.
   void Hand(DeviceId d, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -500,13 +515,15 @@ class ExecutorSet final : public ExecutionBackend {
   // Records WaitForFinish wakes for (not quiet).
   std::atomic<size_t> pending_completions_{0};
   int64_t fast_path_ops_ ABSL_GUARDED_BY(mu_) = 0;
-  // The owner's sleep: what it waits for (set before owner_asleep_), the
+  // The owner's sleep: what it waits for (set before owner_sleep_), the
   // flag device threads read before waking it, and its own lock and
   // condition (a device takes owner_mu_ only to wake it).
   const absl::Duration owner_nap_;
   std::atomic<OwnerWait> owner_wait_{OwnerWait::kNone};
   std::atomic<size_t> owner_wait_min_{0};
-  std::atomic<bool> owner_asleep_{false};
+  std::atomic<OwnerSleep> owner_sleep_{OwnerSleep::kAwake};
+  // By device: the CPU its thread last started an operator on (-1: none).
+  std::unique_ptr<std::atomic<int>[]> device_cpu_;
   std::atomic<int64_t> owner_wakes_{0};
   absl::Mutex owner_mu_;
   absl::CondVar owner_cv_;
