@@ -717,6 +717,12 @@ void ExecutorSet::MaybeWakeOwner(size_t d, bool urgent) {
     notify_();
     return;
   }
+  if (sleep == OwnerSleep::kBlocked) {
+    // Under mu_: the owner wakes when this thread releases mu_ (absl moves
+    // it to mu_'s queue), not to block on mu_ at once.
+    owner_blocked_cv_.Signal();
+    return;
+  }
   absl::MutexLock l(&owner_mu_);
   owner_woken_ = true;
   owner_cv_.Signal();
@@ -738,6 +744,15 @@ ExecutorSet::OwnerSleep ExecutorSet::OwnerSleepMode() const {
 }
 
 void ExecutorSet::OwnerSleepUntil(absl::Time until, OwnerSleep mode) {
+  if (mode == OwnerSleep::kBlocked) {
+    // On the set's lock, as before the naps: the device threads that wake
+    // it hold that lock anyway (the caller loops on spurious returns).
+    absl::MutexLock l(&mu_);
+    owner_sleep_.store(mode, std::memory_order_relaxed);
+    if (!OwnerWaitSatisfied()) owner_blocked_cv_.WaitWithDeadline(&mu_, until);
+    owner_sleep_.store(OwnerSleep::kAwake, std::memory_order_relaxed);
+    return;
+  }
   absl::MutexLock l(&owner_mu_);
   owner_woken_ = false;
   owner_sleep_.store(mode, std::memory_order_release);

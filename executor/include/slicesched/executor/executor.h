@@ -420,8 +420,9 @@ class ExecutorSet final : public ExecutionBackend {
   OwnerSleep OwnerSleepMode() const;
   // The calling thread runs on the CPU a device thread last ran on.
   bool OwnerBesideADevice() const;
-  // Publishes the sleep `mode`, then sleeps on owner_cv_ until `until`
-  // unless the wait already holds or a device wakes it.
+  // Publishes the sleep `mode`, then sleeps until `until` unless the wait
+  // already holds or a device wakes it: napping on owner_mu_/owner_cv_,
+  // blocked on mu_/owner_blocked_cv_.
   void OwnerSleepUntil(absl::Time until, OwnerSleep mode);
   // Device-state helpers (lock held; owner or device thread).
   // Hands `w` to device `d`: ready, or pending on its local producers.
@@ -526,7 +527,8 @@ class ExecutorSet final : public ExecutionBackend {
   std::unique_ptr<std::atomic<int>[]> device_cpu_;
   std::atomic<int64_t> owner_wakes_{0};
   absl::Mutex owner_mu_;
-  absl::CondVar owner_cv_;
+  absl::CondVar owner_cv_;          // napping, with owner_mu_
+  absl::CondVar owner_blocked_cv_;  // blocked, with mu_
   bool owner_woken_ ABSL_GUARDED_BY(owner_mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
