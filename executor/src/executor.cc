@@ -372,8 +372,9 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       s.running_seq = seq_++;
       started_at = s.running_start;
       started_seq = s.running_seq;
-      // An owner waiting for any event (WaitForCompletion) or the daemon's
-      // notifier hears of the start; one waiting for completions does not.
+      // An owner waiting for any event (WaitForCompletion) hears of the
+      // start when it blocks; one waiting for completions (the daemon's
+      // loop included) does not.
       start_unseen_.store(true, std::memory_order_relaxed);
       if (owner_wait_.load(std::memory_order_relaxed) == OwnerWait::kEvent) MaybeWakeOwner(di);
     }
