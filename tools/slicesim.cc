@@ -142,7 +142,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--poll-us U] [--priorities fcfs|equal] [--only direct|scheduled] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--priorities fcfs|equal] [--only direct|scheduled] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -368,7 +368,7 @@ int Overhead(const std::vector<std::string>& args) {
                    .Switch("--direct-on-main", &direct_on_main)
                    .Choice("--direct-allocator", {"cache", "default"}, &direct_allocator)
                    .Text("--only", &o.only)
-                   .Int("--poll-us", &o.poll_us)
+                   .Int("--nap-us", &o.nap_us)
                    .Int("--wake-batch", &wake_batch)
                    .Text("--priorities", &o.priorities)
                    .Int("--seed", &seed)

@@ -30,7 +30,8 @@ ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunn
       transfers_(transfers),
       comm_(gmg->accelerators().size()),
       op_free_(gmg->accelerators().size()),
-      xfer_free_(gmg->accelerators().size()) {
+      xfer_free_(gmg->accelerators().size()),
+      owner_nap_(std::max(absl::ZeroDuration(), options.owner_nap)) {
   const size_t n = gmg->accelerators().size();
   for (size_t d = 0; d < n; ++d) {
     const DeviceSpec& spec = gmg->accelerators().devices()[d];
@@ -42,6 +43,8 @@ ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunn
     absl::MutexLock l(&mu_);
     devices_.resize(n);
   }
+  device_cpu_ = std::make_unique<std::atomic<int>[]>(n);
+  for (size_t d = 0; d < n; ++d) device_cpu_[d].store(-1, std::memory_order_relaxed);
   int workers = options.transfer_threads > 0 ? options.transfer_threads
                                              : std::max<int>(1, static_cast<int>(n / 2));
   transfer_pool_ = std::make_unique<ThreadPool>(workers);
@@ -60,9 +63,8 @@ ExecutorSet::~ExecutorSet() {
   for (std::thread& t : threads_) t.join();
   transfer_pool_.reset();  // runs (and finishes) every queued Send
   absl::MutexLock l(&mu_);
-  num_records_ = 0;
-  pending_completions_ = 0;
-  completions_pending_.store(false, std::memory_order_release);
+  num_records_.store(0, std::memory_order_relaxed);
+  pending_completions_.store(0, std::memory_order_relaxed);
   for (DeviceState& s : devices_) {
     s.records.clear();
     s.items.clear();
@@ -78,14 +80,17 @@ ExecutorSet::~ExecutorSet() {
 void ExecutorSet::Post(Event e, bool stamp) {
   if (stamp) e.time = clock_->Now();
   e.seq = seq_++;
-  if (!e.quiet && pending_completions_++ == 0) {
-    completions_pending_.store(true, std::memory_order_release);
+  // Plain stores (mu_ is held): no locked read-modify-write per operator.
+  if (!e.quiet) {
+    pending_completions_.store(pending_completions_.load(std::memory_order_relaxed) + 1,
+                               std::memory_order_relaxed);
   }
+  num_records_.store(num_records_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // What the owner must act on promptly (see "Owner waits").
+  const bool urgent = e.kind != Event::Kind::kFinished || e.hands_off;
   const size_t d = e.device.value();
   devices_[d].records.push_back(std::move(e));
-  ++num_records_;
-  MaybeWakeOwner(d);
-  if (notify_) notify_();
+  MaybeWakeOwner(d, urgent);
 }
 
 uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {
@@ -362,15 +367,16 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // The start is recorded with the node's completion (one record per
       // operator); until then the owner reads it here (see Drain()).
       s.running = w.node;
+      device_cpu_[di].store(sched_getcpu(), std::memory_order_relaxed);  // (vDSO: no system call)
       s.running_start = clock_->Now();
       s.running_seq = seq_++;
       started_at = s.running_start;
       started_seq = s.running_seq;
-      // An owner waiting for any event (WaitForCompletion) or the daemon's
-      // notifier hears of the start; one waiting for completions does not.
-      start_unseen_ = true;
-      if (owner_wait_ == OwnerWait::kEvent) MaybeWakeOwner(di);
-      if (notify_) notify_();
+      // An owner waiting for any event (WaitForCompletion) hears of the
+      // start when it blocks; one waiting for completions (the daemon's
+      // loop included) does not.
+      start_unseen_.store(true, std::memory_order_relaxed);
+      if (owner_wait_.load(std::memory_order_relaxed) == OwnerWait::kEvent) MaybeWakeOwner(di);
     }
     mu_.Unlock();
     handed_back.clear();  // frees what the owner handed back, on this thread
@@ -427,6 +433,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // Stamped with the time the dependents saw.
       Event fin{Event::Kind::kFinished, w.node, d, done.end, "", std::move(outs)};
       fin.quiet = w.successors > 0 && released == w.successors;
+      fin.hands_off = w.hands_off;
       fin.started = true;
       fin.start = started_at;
       fin.start_seq = started_seq;
@@ -550,6 +557,8 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
   for (const TensorState& t : n->outputs) w.output_bytes.push_back(t.bytes);
   w.readers.assign(n->outputs.size(), 0);
   for (int sx : op.succs) {
+    const OpNode& sn = inst->nodes[sx];
+    if (sn.kind == OpKind::kTransfer || sn.device != d) w.hands_off = true;
     for (const InputRef& r : inst->tpl->op(sx).inputs) {
       if (r.kind != InputRef::Kind::kOp || r.index != n->op_index) continue;
       const TensorState& t = n->outputs[r.output];
@@ -655,60 +664,127 @@ absl::Status ExecutorSet::ArbitrateTransfers(Timestamp now) {
 
 Timestamp ExecutorSet::NextEventTime() const {
   if (comm_.num_retrying() > 0) return clock_->Now();
-  absl::MutexLock l(&mu_);
-  return num_records_ == 0 && !start_unseen_ ? Timestamp::Infinite() : clock_->Now();
+  const bool events = num_records_.load(std::memory_order_relaxed) > 0 || start_unseen_.load(std::memory_order_relaxed);
+  if (owner_sleep_.load(std::memory_order_relaxed) != OwnerSleep::kNapping) {
+    return events ? clock_->Now() : Timestamp::Infinite();
+  }
+  // Napping (see "Owner waits"): at once for a completion the owner waits
+  // for, after a nap for the rest (starts, quiet completions) and while a
+  // device holds work.
+  if (pending_completions_.load(std::memory_order_relaxed) > 0) return clock_->Now();
+  if (events || busy_devices_.load(std::memory_order_relaxed) > 0) {
+    return clock_->Now() + Duration::Nanos(absl::ToInt64Nanoseconds(owner_nap_));
+  }
+  return Timestamp::Infinite();
 }
 
 bool ExecutorSet::OwnerWaitSatisfied() const {
-  switch (owner_wait_) {
+  switch (owner_wait_.load(std::memory_order_relaxed)) {
     case OwnerWait::kNone:
       return false;
     case OwnerWait::kEvent:
-      return num_records_ > 0 || start_unseen_;
-    case OwnerWait::kCompletions:
-      return pending_completions_ >= owner_wait_min_ || (pending_completions_ > 0 && busy_devices_ == 0);
+      return num_records_.load(std::memory_order_relaxed) > 0 || start_unseen_.load(std::memory_order_relaxed);
+    case OwnerWait::kCompletions: {
+      const size_t pending = pending_completions_.load(std::memory_order_relaxed);
+      return pending >= owner_wait_min_.load(std::memory_order_relaxed) ||
+             (pending > 0 && busy_devices_.load(std::memory_order_relaxed) == 0);
+    }
   }
   return false;
 }
 
-void ExecutorSet::NoteWork(DeviceState& s) {
+bool ExecutorSet::NoteWork(DeviceState& s) {
   const bool busy = s.next != kNoItem || !s.ready.empty() || !s.pending.empty() || s.running.valid();
-  if (busy == s.busy) return;
+  if (busy == s.busy) return false;
   s.busy = busy;
-  if (busy) {
-    ++busy_devices_;
-  } else {
-    --busy_devices_;
-  }
+  const size_t n = busy_devices_.load(std::memory_order_relaxed);
+  busy_devices_.store(busy ? n + 1 : n - 1, std::memory_order_relaxed);
+  return !busy;
 }
 
-void ExecutorSet::MaybeWakeOwner(size_t d) {
-  NoteWork(devices_[d]);
-  if (owner_wait_ == OwnerWait::kNone || !OwnerWaitSatisfied()) return;
-  owner_wait_ = OwnerWait::kNone;  // one Signal per wait
+void ExecutorSet::MaybeWakeOwner(size_t d, bool urgent) {
+  const bool went_idle = NoteWork(devices_[d]);
+  // Pairs with the fence in OwnerSleepUntil()/OwnerSleeps(): either the
+  // owner sees what this thread published, or this thread sees it asleep.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const OwnerSleep sleep = owner_sleep_.load(std::memory_order_acquire);
+  if (sleep == OwnerSleep::kAwake || !OwnerWaitSatisfied()) return;
+  // Napping, the owner looks again within owner_nap_ by itself.
+  if (sleep == OwnerSleep::kNapping && !urgent && !went_idle) return;
+  OwnerSleep expected = sleep;  // one wake per sleep
+  if (!owner_sleep_.compare_exchange_strong(expected, OwnerSleep::kAwake, std::memory_order_acq_rel)) return;
+  owner_wakes_.fetch_add(1, std::memory_order_relaxed);
+  if (notify_) {
+    notify_();
+    return;
+  }
+  if (sleep == OwnerSleep::kBlocked) {
+    // Under mu_: the owner wakes when this thread releases mu_ (absl moves
+    // it to mu_'s queue), not to block on mu_ at once.
+    owner_blocked_cv_.Signal();
+    return;
+  }
+  absl::MutexLock l(&owner_mu_);
+  owner_woken_ = true;
   owner_cv_.Signal();
+}
+
+bool ExecutorSet::OwnerBesideADevice() const {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return false;
+  for (size_t d = 0; d < pools_.size(); ++d) {
+    if (device_cpu_[d].load(std::memory_order_relaxed) == cpu) return true;
+  }
+  return false;
+}
+
+ExecutorSet::OwnerSleep ExecutorSet::OwnerSleepMode() const {
+  const bool nap = owner_nap_ > absl::ZeroDuration() && busy_devices_.load(std::memory_order_relaxed) > 0 &&
+                   !OwnerBesideADevice();
+  return nap ? OwnerSleep::kNapping : OwnerSleep::kBlocked;
+}
+
+void ExecutorSet::OwnerSleepUntil(absl::Time until, OwnerSleep mode) {
+  if (mode == OwnerSleep::kBlocked) {
+    // On the set's lock, as before the naps: the device threads that wake
+    // it hold that lock anyway (the caller loops on spurious returns).
+    absl::MutexLock l(&mu_);
+    owner_sleep_.store(mode, std::memory_order_relaxed);
+    if (!OwnerWaitSatisfied()) owner_blocked_cv_.WaitWithDeadline(&mu_, until);
+    owner_sleep_.store(OwnerSleep::kAwake, std::memory_order_relaxed);
+    return;
+  }
+  absl::MutexLock l(&owner_mu_);
+  owner_woken_ = false;
+  owner_sleep_.store(mode, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!OwnerWaitSatisfied()) {
+    // WaitWithDeadline returns true once `until` passes.
+    while (!owner_woken_ && !owner_cv_.WaitWithDeadline(&owner_mu_, until)) {
+    }
+  }
+  owner_sleep_.store(OwnerSleep::kAwake, std::memory_order_relaxed);
 }
 
 bool ExecutorSet::OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock l(&mu_);
+  owner_wait_min_.store(min_completions, std::memory_order_relaxed);
+  owner_wait_.store(kind, std::memory_order_relaxed);
+  bool ok = false;
   for (;;) {
-    owner_wait_ = kind;
-    owner_wait_min_ = min_completions;
-    if (OwnerWaitSatisfied()) break;
-    // Not an Await(Condition): a waiter with a condition makes every unlock
-    // of mu_ (one per operator on each device thread) take absl's slow path
-    // and evaluate it there; the threads that change what the owner waits
-    // for signal it instead (MaybeWakeOwner), only once it is satisfied.
-    if (owner_cv_.WaitWithDeadline(&mu_, deadline)) {
-      owner_wait_ = kind;
-      const bool ok = OwnerWaitSatisfied();
-      owner_wait_ = OwnerWait::kNone;
-      return ok;
+    if (OwnerWaitSatisfied()) {
+      ok = true;
+      break;
     }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    // No lock here: the owner never waits for a device thread's critical
+    // section (and never needs that thread's unlock to wake it).
+    const OwnerSleep mode = OwnerSleepMode();
+    OwnerSleepUntil(mode == OwnerSleep::kNapping ? std::min(deadline, now + owner_nap_) : deadline, mode);
   }
-  owner_wait_ = OwnerWait::kNone;
-  return true;
+  owner_wait_.store(OwnerWait::kNone, std::memory_order_relaxed);
+  return ok;
 }
 
 bool ExecutorSet::WaitForCompletion(absl::Duration timeout) {
@@ -727,16 +803,16 @@ bool ExecutorSet::WaitForFinishBatch(absl::Duration timeout, int min_completions
   return OwnerWaitFor(OwnerWait::kCompletions, static_cast<size_t>(min_completions), timeout);
 }
 
-bool ExecutorSet::WaitForFinish(absl::Duration timeout, absl::Duration poll) {
-  if (poll <= absl::ZeroDuration()) return WaitForFinish(timeout);
-  const absl::Time deadline = absl::Now() + timeout;
-  for (;;) {
-    if (comm_.num_retrying() > 0) return true;
-    if (completions_pending_.load(std::memory_order_acquire)) return true;
-    const absl::Time now = absl::Now();
-    if (now >= deadline) return false;
-    absl::SleepFor(std::min(poll, deadline - now));
-  }
+void ExecutorSet::OwnerSleeps() {
+  owner_wait_min_.store(1, std::memory_order_relaxed);
+  owner_wait_.store(OwnerWait::kCompletions, std::memory_order_relaxed);
+  owner_sleep_.store(OwnerSleepMode(), std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void ExecutorSet::OwnerAwake() {
+  owner_sleep_.store(OwnerSleep::kAwake, std::memory_order_relaxed);
+  owner_wait_.store(OwnerWait::kNone, std::memory_order_relaxed);
 }
 
 absl::Status ExecutorSet::AdvanceTo(Timestamp t, std::vector<Feedback>* feedback) {
@@ -757,15 +833,16 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
   absl::InlinedVector<LateStart, 8> late;
   {
     absl::MutexLock l(&mu_);
-    start_unseen_ = false;
-    batch.reserve(num_records_);
+    start_unseen_.store(false, std::memory_order_relaxed);
+    batch.reserve(num_records_.load(std::memory_order_relaxed));
     for (size_t d = 0; d < devices_.size(); ++d) {
       DeviceState& s = devices_[d];
       const DeviceId dev(static_cast<uint16_t>(d));
       size_t k = 0;
       for (; k < s.records.size() && s.records[k].time <= t; ++k) {
-        if (!s.records[k].quiet && --pending_completions_ == 0) {
-          completions_pending_.store(false, std::memory_order_release);
+        if (!s.records[k].quiet) {
+          pending_completions_.store(pending_completions_.load(std::memory_order_relaxed) - 1,
+                                     std::memory_order_relaxed);
         }
         batch.push_back(std::move(s.records[k]));
       }
@@ -774,7 +851,7 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
         if (e.started && e.start <= t) late.push_back({e.start_seq, e.node, dev, e.start});
       }
       s.records.erase(s.records.begin(), s.records.begin() + static_cast<std::ptrdiff_t>(k));
-      num_records_ -= k;
+      num_records_.store(num_records_.load(std::memory_order_relaxed) - k, std::memory_order_relaxed);
       if (s.running.valid() && s.running_start <= t) {
         late.push_back({s.running_seq, s.running, dev, s.running_start});
       }

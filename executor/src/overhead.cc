@@ -47,17 +47,17 @@ std::string OverheadResult::ToJson() const {
   };
   return absl::StrFormat(
       "{\"prefills\": %d, \"direct_s\": %.4f, \"scheduled_s\": %.4f, \"overhead_pct\": %.2f, "
-      "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"poll_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
+      "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"nap_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
-      "\"scheduled_ops\": %d, \"fast_path_ops\": %d, "
+      "\"scheduled_ops\": %d, \"fast_path_ops\": %d, \"owner_wakes\": %d, "
       "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_allocator\": \"%s\", \"device_cache\": {\"hits\": %d, \"misses\": %d}, \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
-      prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, poll_us, wake_batch, list(direct_runs_s),
+      prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, nap_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
-      scheduled_ops, fast_path_ops, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread",
+      scheduled_ops, fast_path_ops, owner_wakes, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread",
       direct_cache ? "per-thread cache" : "c10 default", device_cache_hits, device_cache_misses, priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
       placement, pinning, model);
 }
@@ -228,10 +228,11 @@ class DirectThread {
 // (b) The master's path: GMG + SliceScheduler + ExecutorSet on one device.
 class ScheduledRig {
  public:
-  // `device_cpu` >= 0: the device thread is pinned to that CPU.
+  // `device_cpu` >= 0: the device thread is pinned to that CPU. `nap`: the
+  // executors' owner nap.
   static absl::StatusOr<std::unique_ptr<ScheduledRig>> Create(const LlamaDims& dims,
                                                               std::shared_ptr<const LlamaWeights> w,
-                                                              int device_cpu) {
+                                                              int device_cpu, absl::Duration nap) {
     std::vector<DeviceSpec> devs(1);
     devs[0].name = "cpu0";
     devs[0].type = "cpu";
@@ -248,7 +249,7 @@ class ScheduledRig {
       if (op.weight_key.empty()) continue;
       SLICESCHED_RETURN_IF_ERROR(rig->g_.LoadWeights(DeviceId(0), op.weight_key, op.weight_bytes));
     }
-    rig->Start(device_cpu);
+    rig->Start(device_cpu, nap);
     return rig;
   }
 
@@ -260,8 +261,8 @@ class ScheduledRig {
   // tokens[i] is prompt i's sampled token.
   // fcfs: each prefill ranks below the one submitted before it (see
   // OverheadOptions::priorities); otherwise all rank alike.
-  absl::Status RunPrefills(std::span<const Tensor> prompts, int window, absl::Duration poll,
-                           int wake_batch, bool fcfs, std::span<int64_t> tokens) {
+  absl::Status RunPrefills(std::span<const Tensor> prompts, int window, int wake_batch, bool fcfs,
+                           std::span<int64_t> tokens) {
     std::fill(tokens.begin(), tokens.end(), -1);
     size_t next = 0, retired = 0, in_flight = 0;
     while (retired < prompts.size()) {
@@ -286,10 +287,7 @@ class ScheduledRig {
         SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, sched_.Schedule(env_, clock_.Now()));
         whatif_runs_ += st.whatif_runs;
       }
-      const bool woken = poll > absl::ZeroDuration()
-                             ? exec_->WaitForFinish(absl::Seconds(60), poll)
-                             : exec_->WaitForFinishBatch(absl::Seconds(60), wake_batch);
-      if (!woken) {
+      if (!exec_->WaitForFinishBatch(absl::Seconds(60), wake_batch)) {
         return absl::DeadlineExceededError("scheduled prefill: no completion within 60 s");
       }
       feedback_.clear();
@@ -349,7 +347,7 @@ class ScheduledRig {
         transfer_est_(g_.accelerators()),
         ctx_(&g_.templates(), &op_est_, &transfer_est_) {}
 
-  void Start(int device_cpu) {
+  void Start(int device_cpu, absl::Duration nap) {
     runner_->SetTokenSink([this](InstanceId inst, const Tensor& t) {
       const std::vector<int64_t> v = t.ToInt64();
       absl::MutexLock l(&mu_);
@@ -364,6 +362,7 @@ class ScheduledRig {
     });
     ExecutorOptions eo;
     eo.device_cpus = {device_cpu};
+    eo.owner_nap = nap;
     exec_ = std::make_unique<ExecutorSet>(&g_, &clock_, runner_.get(), &transfers_, eo);
     env_.gmg = &g_;
     env_.backend = exec_.get();
@@ -408,12 +407,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   if (o.repetitions <= 0) return absl::InvalidArgumentError("overhead: --repetitions must be positive");
   if (o.window <= 0) return absl::InvalidArgumentError("overhead: --window must be positive");
   if (o.block <= 0) return absl::InvalidArgumentError("overhead: --block must be positive");
-  if (o.poll_us < 0) return absl::InvalidArgumentError("overhead: --poll-us must be >= 0");
+  if (o.nap_us < 0) return absl::InvalidArgumentError("overhead: --nap-us must be >= 0");
   if (o.wake_batch < 1 || o.wake_batch > o.window) {
     return absl::InvalidArgumentError(StrCat("overhead: --wake-batch must be in [1, --window = ", o.window,
                                              "], got ", o.wake_batch));
   }
-  const absl::Duration poll = absl::Microseconds(o.poll_us);
   if (o.priorities != "fcfs" && o.priorities != "equal") {
     return absl::InvalidArgumentError(
         StrCat("overhead: --priorities must be 'fcfs' or 'equal', got '", o.priorities, "'"));
@@ -463,7 +461,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     }
     (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
   };
-  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig, ScheduledRig::Create(dims, w, device_cpu));
+  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig, ScheduledRig::Create(dims, w, device_cpu, absl::Microseconds(o.nap_us)));
 
   // Context length 1: one prompt token per prefill, built up front.
   std::vector<Tensor> prompts;
@@ -531,7 +529,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, static_cast<size_t>(std::max(o.warmup, 0)), false, nullptr));
   if (o.warmup > 0) {
     const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, poll, o.wake_batch, fcfs,
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, o.wake_batch, fcfs,
                                                 std::span<int64_t>(sched_tokens).first(n)));
   }
   SLICESCHED_RETURN_IF_ERROR(rig->Settle());
@@ -543,7 +541,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.window = o.window;
   r.block = std::min<int64_t>(o.block, o.prefills);
   r.only = o.only;
-  r.poll_us = o.poll_us;
+  r.nap_us = o.nap_us;
   r.wake_batch = o.wake_batch;
   r.direct_on_main = o.direct_on_main;
   r.direct_cache = o.direct_cache;
@@ -553,7 +551,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   // With one path timed, the other one's tokens come from one untimed run.
   if (!run_direct) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, prompts.size(), true, nullptr));
   if (!run_sched) {
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, poll, o.wake_batch, fcfs, sched_tokens));
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, o.wake_batch, fcfs, sched_tokens));
     SLICESCHED_RETURN_IF_ERROR(rig->Settle());
   }
   const pid_t main_tid = CurrentTid();
@@ -577,7 +575,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
         const double dev0 = rig->DeviceCpuSeconds();
         const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
         const auto t0 = std::chrono::steady_clock::now();
-        SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, poll, o.wake_batch, fcfs,
+        SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, o.wake_batch, fcfs,
                                                     std::span<int64_t>(sched_tokens).subspan(b, n)));
         sched_s += Seconds(std::chrono::steady_clock::now() - t0);
         master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
@@ -611,6 +609,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.device_cache_misses = cache.misses;
   r.scheduled_ops = rig->executors().completed_ops();
   r.fast_path_ops = rig->executors().fast_path_ops();
+  r.owner_wakes = rig->executors().owner_wakes();
   r.placement = rig->whatif_runs() == 0
                     ? "SliceScheduler, 1 CPU device: one candidate (partition single), no what-if runs"
                     : StrCat("SliceScheduler, 1 CPU device, ", rig->whatif_runs(), " what-if runs");

@@ -1,5 +1,8 @@
 // Tests of the torch-free executor runtime: memory pools, the communication
 // graph, and ExecutorSet driving a live GMG with fake kernels.
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -8,6 +11,9 @@
 #include <random>
 #include <set>
 #include <thread>
+
+#include <pthread.h>
+#include <sched.h>
 #include <tuple>
 
 #include <gmock/gmock.h>
@@ -944,42 +950,195 @@ TEST(ExecutorSetTest, SameDeviceChainRunsWithoutTheOwner) {
 // WaitForFinishBatch returns once `min_completions` completions the owner
 // must apply are pending, or earlier when fewer are and the devices have
 // nothing left to run (so a batch larger than what is in flight cannot
-// hang); the polling WaitForFinish returns for the same completions without
-// a device thread waking the owner. With nothing in flight both time out.
-TEST(ExecutorSetTest, BatchedAndPollingWaitsReturnForPendingCompletions) {
+// hang), with a napping owner (the default) and with one woken for every
+// completion (owner_nap 0). With nothing in flight the waits time out.
+TEST(ExecutorSetTest, BatchedWaitsReturnForPendingCompletions) {
   Watchdog watchdog(absl::Minutes(2));
-  Rig r(1);
-  r.Start();
-  // Drives the executors with `wait` until every instance retired.
-  auto drive = [&](const std::function<bool()>& wait) {
-    size_t retired = 0;
-    while (r.g.num_instances() > 0) {
-      ASSERT_TRUE(wait()) << "a wait timed out with " << r.g.num_instances() << " instances in flight";
-      ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
-      ASSERT_TRUE(r.g.VerifyInvariants().ok());
-      for (const RetiredInstance& ri : r.g.TakeRetired()) {
-        EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
-        ++retired;
+  for (const absl::Duration nap : {ExecutorOptions::kDefaultOwnerNap, absl::ZeroDuration()}) {
+    SCOPED_TRACE(absl::FormatDuration(nap));
+    Rig r(1);
+    ExecutorOptions o;
+    o.owner_nap = nap;
+    r.Start(o);
+    // Drives the executors with `wait` until every instance retired.
+    auto drive = [&](const std::function<bool()>& wait) {
+      size_t retired = 0;
+      while (r.g.num_instances() > 0) {
+        ASSERT_TRUE(wait()) << "a wait timed out with " << r.g.num_instances() << " instances in flight";
+        ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+        ASSERT_TRUE(r.g.VerifyInvariants().ok());
+        for (const RetiredInstance& ri : r.g.TakeRetired()) {
+          EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+          ++retired;
+        }
       }
-    }
-    EXPECT_GT(retired, 0u);
+      EXPECT_GT(retired, 0u);
+    };
+    // Two chains of 4 on one device, retired in batches of 2.
+    r.Place(r.New(r.chain, 8), {0});
+    r.Place(r.New(r.chain, 8), {0});
+    drive([&] { return r.exec->WaitForFinishBatch(absl::Seconds(60), 2); });
+    // One chain, batches of 3: more than will ever be pending at once.
+    r.Place(r.New(r.chain, 8), {0});
+    drive([&] { return r.exec->WaitForFinishBatch(absl::Seconds(60), 3); });
+    r.Place(r.New(r.chain, 8), {0});
+    drive([&] { return r.exec->WaitForFinish(absl::Seconds(60)); });
+    // Nothing in flight: the waits time out.
+    EXPECT_FALSE(r.exec->WaitForFinishBatch(absl::Milliseconds(1), 2));
+    EXPECT_FALSE(r.exec->WaitForFinish(absl::Milliseconds(1)));
+    EXPECT_EQ(r.exec->completed_ops(), 16);
+    EXPECT_EQ(r.exec->stored_tensors(), 0u);
+    EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+  }
+}
+
+// Pins the calling thread to `cpu` for its scope (restores its mask after).
+class PinnedThread {
+ public:
+  explicit PinnedThread(int cpu) {
+    ok_ = pthread_getaffinity_np(pthread_self(), sizeof(saved_), &saved_) == 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    ok_ = ok_ && pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+  }
+  ~PinnedThread() { (void)pthread_setaffinity_np(pthread_self(), sizeof(saved_), &saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  cpu_set_t saved_;
+  bool ok_ = false;
+};
+
+// The owner (this thread, on CPU 0) and the device thread (pinned to
+// `device_cpu`): when they run on different CPUs a napping owner (see
+// "Owner waits" in executor.h) is not woken by a completion while its
+// device goes on with queued work: A's completion leaves B queued, so the
+// owner sleeps on (its nap here outlasts the test) and learns of A with B.
+// B's completion leaves the device idle, which does wake it: one wake for
+// two completions, and no wait for the nap. Beside the device (the same
+// CPU), or with owner_nap 0 (the protocol before), the owner blocks and A
+// wakes it. A helper thread releases the kernels once the owner sleeps;
+// nothing waits on time.
+TEST(ExecutorSetTest, NappingOwnerIsWokenWhenTheDeviceGoesIdleNotPerCompletion) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two CPUs";
+  Watchdog watchdog(absl::Minutes(2));
+  struct Case {
+    absl::Duration nap;
+    int device_cpu;
+    bool naps;
   };
-  // Two chains of 4 on one device, retired in batches of 2.
-  r.Place(r.New(r.chain, 8), {0});
-  r.Place(r.New(r.chain, 8), {0});
-  drive([&] { return r.exec->WaitForFinishBatch(absl::Seconds(60), 2); });
-  // One chain, batches of 3: more than will ever be pending at once.
-  r.Place(r.New(r.chain, 8), {0});
-  drive([&] { return r.exec->WaitForFinishBatch(absl::Seconds(60), 3); });
-  // Polling.
-  r.Place(r.New(r.chain, 8), {0});
-  drive([&] { return r.exec->WaitForFinish(absl::Seconds(60), absl::Microseconds(100)); });
-  // Nothing in flight: both time out.
-  EXPECT_FALSE(r.exec->WaitForFinishBatch(absl::Milliseconds(1), 2));
-  EXPECT_FALSE(r.exec->WaitForFinish(absl::Milliseconds(1), absl::Microseconds(100)));
-  EXPECT_EQ(r.exec->completed_ops(), 16);
-  EXPECT_EQ(r.exec->stored_tensors(), 0u);
-  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+  for (const Case c : {Case{absl::Minutes(10), 1, true}, Case{absl::ZeroDuration(), 1, false},
+                       Case{absl::Minutes(10), 0, false}}) {
+    SCOPED_TRACE(StrCat("nap ", absl::FormatDuration(c.nap), ", device on CPU ", c.device_cpu));
+    PinnedThread pin(0);
+    ASSERT_TRUE(pin.ok());
+    Rig r(1);
+    ExecutorOptions o;
+    o.owner_nap = c.nap;
+    o.device_cpus = {c.device_cpu};
+    r.Start(o);
+    const TemplateId single = *r.g.RegisterTemplate(Chain(1));
+    const InstanceId a = r.New(single, 8, /*prio=*/1), b = r.New(single, 8, /*prio=*/0);
+    absl::Notification a_entered, release_a, b_entered, release_b;
+    r.kernels.SetHook([&](const KernelCall& k) {
+      if (k.instance == a) {
+        a_entered.Notify();
+        release_a.WaitForNotification();
+      }
+      if (k.instance == b) {
+        b_entered.Notify();
+        release_b.WaitForNotification();
+      }
+    });
+    int64_t wakes_after_a = -1;
+    bool napping = false, asleep_after_a = false;
+    std::thread helper([&] {
+      while (!r.exec->owner_asleep()) std::this_thread::yield();
+      napping = r.exec->owner_napping();
+      release_a.Notify();
+      b_entered.WaitForNotification();  // A's completion is posted: B runs after it
+      wakes_after_a = r.exec->owner_wakes();
+      asleep_after_a = r.exec->owner_asleep();
+      release_b.Notify();
+    });
+    r.Place(a, {0});
+    r.Place(b, {0});
+    a_entered.WaitForNotification();  // the device has published its CPU
+    std::vector<size_t> retired_per_wait;
+    while (r.g.num_instances() > 0) {
+      ASSERT_TRUE(r.exec->WaitForFinish(absl::Seconds(60)));
+      ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+      retired_per_wait.push_back(r.g.TakeRetired().size());
+    }
+    helper.join();
+    EXPECT_EQ(napping, c.naps);
+    if (c.naps) {
+      EXPECT_EQ(wakes_after_a, 0) << "A's completion woke the owner while B was queued";
+      EXPECT_TRUE(asleep_after_a);
+      EXPECT_EQ(r.exec->owner_wakes(), 1) << "the device going idle must wake the owner";
+      EXPECT_THAT(retired_per_wait, ::testing::ElementsAre(2u));
+    } else {
+      EXPECT_EQ(wakes_after_a, 1);  // (B may then finish before the owner sleeps again)
+    }
+  }
+}
+
+// A completion whose successor leaves the device (a transfer to another
+// device) needs the owner at once, even though its device goes on with
+// other work: the devices do not pass work to each other. X = op0 on cpu0
+// -> op1 on cpu1; Y runs on cpu0 after op0 and blocks there until the owner
+// has started the transfer, which it can do only if op0's completion woke
+// it (the owner naps, apart from the device threads, and its nap outlasts
+// the test).
+TEST(ExecutorSetTest, NappingOwnerIsWokenForACompletionThatFeedsAnotherDevice) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two CPUs";
+  Watchdog watchdog(absl::Minutes(2));
+  PinnedThread pin(0);
+  ASSERT_TRUE(pin.ok());
+  Rig r(2);
+  ExecutorOptions o;
+  o.owner_nap = absl::Minutes(10);
+  o.device_cpus = {1, 1};
+  r.Start(o);
+  const TemplateId two = *r.g.RegisterTemplate(Chain(2));
+  const TemplateId single = *r.g.RegisterTemplate(Chain(1));
+  const InstanceId x = r.New(two, 8, /*prio=*/1), y = r.New(single, 8, /*prio=*/0);
+  absl::Notification x0_entered, release_x0, y_entered, release_y;
+  r.kernels.SetHook([&](const KernelCall& k) {
+    if (k.instance == x && k.op_index == 0) {
+      x0_entered.Notify();
+      release_x0.WaitForNotification();
+    }
+    if (k.instance == y) {
+      y_entered.Notify();
+      release_y.WaitForNotification();
+    }
+  });
+  std::thread helper([&] {
+    while (!r.exec->owner_asleep()) std::this_thread::yield();
+    EXPECT_TRUE(r.exec->owner_napping());
+    release_x0.Notify();
+  });
+  r.Place(x, {0, 1});
+  r.Place(y, {0});
+  ASSERT_TRUE(r.exec->Dispatch(r.clock.Now()).ok());
+  x0_entered.WaitForNotification();
+  // op0's completion (cpu0 then busy with y) must end this wait.
+  ASSERT_TRUE(r.exec->WaitForFinish(absl::Seconds(30)));
+  helper.join();
+  EXPECT_EQ(r.exec->owner_wakes(), 1) << "op0's completion did not wake the owner";
+  ASSERT_TRUE(y_entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+  // x's transfer and op1 run while y still holds cpu0.
+  while (r.g.FindInstance(x) != nullptr) {
+    ASSERT_TRUE(r.exec->WaitForFinish(absl::Seconds(30)));
+    ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+  }
+  release_y.Notify();
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(r.exec->completed_ops(), 3);
+  EXPECT_EQ(r.exec->completed_transfers(), 1);
 }
 
 // A device thread that drops a cancelled node (its instance failed while the

@@ -150,7 +150,7 @@ void ParsePartitions(const ConfigReader& d, const AcceleratorSet* cluster, bool 
 }
 
 void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
-  s.RejectUnknownKeys({"volume_ms", "offline_queue_limit", "offline_aging_s", "timeliness"});
+  s.RejectUnknownKeys({"volume_ms", "offline_queue_limit", "offline_aging_s", "timeliness", "owner_nap_us"});
   const double volume_ms = s.Optional<double>("volume_ms", c->volume.ToMillisF());
   s.CheckPositive("volume_ms", volume_ms);
   c->volume = Duration::FromMillisF(volume_ms);
@@ -161,6 +161,11 @@ void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
   c->offline_aging = Duration::FromSecondsF(aging_s);
   c->timeliness = s.Optional<double>("timeliness", c->timeliness);
   s.CheckPositive("timeliness", c->timeliness);
+  if (s.Has("owner_nap_us")) {
+    const double nap_us = s.Optional<double>("owner_nap_us", 0);
+    s.Check(nap_us >= 0, "owner_nap_us", StrCat("must not be negative, got ", nap_us));
+    c->owner_nap = Duration::FromMillisF(std::max(0.0, nap_us) / 1000);
+  }
 }
 
 // planner.time_lut / planner.profile_from_lut (data parallelism's times).

@@ -235,6 +235,17 @@ struct Master::Impl {
 #if SLICESCHED_SERVING_WITH_TORCH
   std::unique_ptr<executor::LlamaServingBackend> real;
 #endif
+  // The loop's sleep, told to the LibTorch executors (no-ops otherwise).
+  void OwnerSleeps() {
+#if SLICESCHED_SERVING_WITH_TORCH
+    if (real != nullptr) real->executors().OwnerSleeps();
+#endif
+  }
+  void OwnerAwake() {
+#if SLICESCHED_SERVING_WITH_TORCH
+    if (real != nullptr) real->executors().OwnerAwake();
+#endif
+  }
   absl::flat_hash_map<uint64_t, Generation> generations;  // by request id
   absl::flat_hash_map<uint64_t, uint64_t> step_owner;     // instance -> request id
   uint64_t next_request_id = 1;
@@ -326,7 +337,11 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   im.busy_offline_ns.assign(im.gmg.accelerators().size(), 0);
   if (!cpu_devices.empty()) {
 #if SLICESCHED_SERVING_WITH_TORCH
-    SLICESCHED_ASSIGN_OR_RETURN(im.real, executor::LlamaServingBackend::Create(&im.gmg, &m->clock_));
+    ExecutorOptions eo;
+    if (m->config_.scheduler.owner_nap.has_value()) {
+      eo.owner_nap = absl::Nanoseconds(m->config_.scheduler.owner_nap->nanos());
+    }
+    SLICESCHED_ASSIGN_OR_RETURN(im.real, executor::LlamaServingBackend::Create(&im.gmg, &m->clock_, eo));
     im.real->executors().SetEventNotifier([mp = m.get()] { mp->NotifyBackendEvent(); });
     im.backend = &im.real->executors();
     im.env.backend = im.backend;
@@ -440,6 +455,10 @@ void Master::Loop() {
     {
       // The backend is asked before taking mu_: its notifier takes mu_ while
       // holding the executors' lock, so mu_ -> executors' lock must not occur.
+      // The executors notify only an owner that said it sleeps, and only
+      // when progress needs it; otherwise NextEventTime() ends the wait
+      // after their nap (ExecutorSet, "Owner waits").
+      im.OwnerSleeps();
       const Timestamp next = im.backend->NextEventTime();
       const Timestamp now = clock_.Now();
       absl::Duration wait = absl::Milliseconds(50);
@@ -451,6 +470,7 @@ void Master::Loop() {
         return !commands_.empty() || stop_ || backend_event_;
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+      im.OwnerAwake();
       cmds.swap(commands_);
       backend_event_ = false;
       stop = stop_;

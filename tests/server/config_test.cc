@@ -62,6 +62,7 @@ TEST(SlicedConfigTest, EmbeddedDefaultParses) {
   EXPECT_THAT(c->state_dir, ::testing::StartsWith("/tmp/"));
   EXPECT_EQ(c->scheduler.volume, Duration::Millis(50));
   EXPECT_EQ(c->scheduler.offline_aging, Duration::Seconds(30));
+  EXPECT_EQ(c->scheduler.owner_nap, Duration::Micros(100));
   EXPECT_EQ(c->log_level, "info");
 }
 
@@ -71,6 +72,7 @@ TEST(SlicedConfigTest, DefaultsApplyWhenSectionsAreMissing) {
   EXPECT_EQ(c->listen.unix_socket, "/run/sliced/sliced.sock");
   EXPECT_EQ(c->scheduler.offline_queue_limit, 1);
   EXPECT_EQ(c->scheduler.timeliness, 0.1);
+  EXPECT_FALSE(c->scheduler.owner_nap.has_value());  // the executors' default
   EXPECT_TRUE(c->deployments[0].partitions.empty());
   EXPECT_EQ(c->deployments[0].weights.seed, 7u);
 }
@@ -81,7 +83,7 @@ TEST(SlicedConfigTest, FullConfigWithTlsAndInlineModel) {
     weights: {safetensors: /models/mini.safetensors}
     role: offline
     partitions: [single, pp2]
-scheduler: {volume_ms: 20, offline_queue_limit: 2, offline_aging_s: 5.5, timeliness: 0.2}
+scheduler: {volume_ms: 20, offline_queue_limit: 2, offline_aging_s: 5.5, timeliness: 0.2, owner_nap_us: 250}
 listen:
   unix_socket: ""
   tcp: "[::]:50051"
@@ -99,6 +101,7 @@ log_level: DEBUG
   EXPECT_EQ(b.partitions, (std::vector<std::string>{"single", "pp2"}));
   EXPECT_EQ(c->scheduler.volume, Duration::Millis(20));
   EXPECT_EQ(c->scheduler.offline_aging, Duration::Millis(5500));
+  EXPECT_EQ(c->scheduler.owner_nap, Duration::Micros(250));
   EXPECT_TRUE(c->listen.unix_socket.empty());
   EXPECT_EQ(c->listen.tcp_address, "[::]:50051");
   EXPECT_EQ(c->listen.tls_key, "/etc/sliced/k.pem");
@@ -224,12 +227,13 @@ TEST(SlicedConfigTest, ReportsEveryErrorInOnePass) {
   text.replace(text.find("1GiB"), 4, "lots");
   text.replace(text.find("role: online"), 12, "role: sometimes");
   text.replace(text.find("/tmp/sliced-test"), 16, "relative/dir");
-  text += "scheduler: {volume_ms: 0, timeliness: -1}\nlog_level: loud\n";
+  text += "scheduler: {volume_ms: 0, timeliness: -1, owner_nap_us: -5}\nlog_level: loud\n";
   const std::string err = ErrorOf(text);
   EXPECT_THAT(err, HasSubstr("cluster.devices[0].memory"));
   EXPECT_THAT(err, HasSubstr("deployments[0].role: expected 'online' or 'offline'"));
   EXPECT_THAT(err, HasSubstr("scheduler.volume_ms: must be positive"));
   EXPECT_THAT(err, HasSubstr("scheduler.timeliness: must be positive"));
+  EXPECT_THAT(err, HasSubstr("scheduler.owner_nap_us: must not be negative, got -5"));
   EXPECT_THAT(err, HasSubstr("log_level: expected one of"));
   EXPECT_THAT(err, HasSubstr("state_dir: must be an absolute path"));
 }

@@ -18,6 +18,10 @@
 //     offline_queue_limit: 1    # outstanding ops per device for offline (>= 1)
 //     offline_aging_s: 30       # offline work older than this goes first (>= 0)
 //     timeliness: 0.1           # t of Eq 3 (> 0)
+//     owner_nap_us: 100         # CPU devices: the master's nap between looks
+//                               # at busy executors (>= 0; the most it adds to
+//                               # a completion's latency); 0 = woken by the
+//                               # device threads for every completion
 //   listen:
 //     unix_socket: /run/sliced/sliced.sock   # "" disables it
 //     tcp: 0.0.0.0:50051        # optional; requires tls
@@ -47,6 +51,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,6 +94,8 @@ struct SchedulerConfig {
   int64_t offline_queue_limit = 1;
   Duration offline_aging = Duration::Seconds(30);
   double timeliness = 0.1;
+  // The LibTorch executors' ExecutorOptions::owner_nap; unset: theirs.
+  std::optional<Duration> owner_nap;
 };
 
 struct PlannerConfig {

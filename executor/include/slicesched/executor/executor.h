@@ -78,9 +78,43 @@
 // times the owner applies.
 //
 // Time: execution is real (or driven by the kernels on a ManualClock); every
-// timestamp comes from the injected Clock. NextEventTime() is "now" while
-// completions (or Recv retries) are pending, else Infinite; the owner blocks
-// in WaitForCompletion() instead of sleeping.
+// timestamp comes from the injected Clock. The owner blocks in one of the
+// waits below instead of sleeping.
+//
+// Owner waits (WaitForCompletion, WaitForFinish[Batch], and OwnerSleeps()
+// for an owner that blocks elsewhere)
+//   Waking a thread that sleeps on another CPU costs the waker far more than
+//   the futex call: on this project's KVM guests an inter-processor
+//   interrupt, ~40 us of the device thread's CPU per wake with the LibTorch
+//   kernels (docs/experiments.md, issue 5, eighth session's second probe).
+//   So device threads do not wake the owner per completion. While any device
+//   holds work, the owner naps: it sleeps at most ExecutorOptions::owner_nap
+//   at a time on its own timer (owner_mu_/owner_cv_, never the set's lock)
+//   and, awake, looks at counters the devices publish (atomics, no lock).
+//   Except beside a device: when the owner runs on the CPU a device thread
+//   last ran on (each device publishes sched_getcpu() per operator), its
+//   timer would preempt that device mid-kernel at every nap (measured: far
+//   dearer than a wake, docs/experiments.md, ninth session), while a wake
+//   on the same CPU is cheap; it then blocks and is woken as before
+//   ("blocked": every event its wait is satisfied by). With no device
+//   holding work it blocks until its deadline. A device thread (or transfer
+//   worker) reads the atomic sleep state (awake / napping / blocked) after
+//   publishing its event (no extra lock: it already holds the set's lock)
+//   and wakes the owner, once per sleep, when what the owner waits for holds
+//   and the owner is blocked, or, napping, when progress needs it now:
+//     - the device goes idle (busy -> not busy): it waits for the owner;
+//     - an operator fails, a transfer ends or fails;
+//     - an operator completes whose successors leave the device (a transfer
+//       node, or a node on another device): that hop needs the owner
+//       (transfer arbitration, then the consumer's hand-over), the devices
+//       do not pass work to each other.
+//   Every other completion (the end of an instance, a successor not held by
+//   the device yet, a start) waits for the end of the owner's nap: the
+//   owner adds at most owner_nap (plus the kernel's timer slack, ~50 us) to
+//   its latency, and the device, busy with its next operator, loses nothing.
+//   owner_nap = 0: no naps; the owner sleeps until a device wakes it for
+//   every event that satisfies its wait (the protocol before: one wake per
+//   completion or batch). owner_wakes() counts the wakes.
 #pragma once
 
 #include <atomic>
@@ -120,6 +154,11 @@ struct ExecutorOptions {
   // negative: not pinned. A CPU device thread that the master's wake-ups may
   // not preempt keeps its caches; an invalid CPU leaves the thread unpinned.
   std::vector<int> device_cpus;
+  // The owner's nap while a device holds work (see "Owner waits"): the most
+  // an owner wait adds to the latency of a completion the owner is not woken
+  // for. Zero: woken for every completion it waits for.
+  absl::Duration owner_nap = kDefaultOwnerNap;
+  static constexpr absl::Duration kDefaultOwnerNap = absl::Microseconds(100);
 };
 
 class ExecutorSet final : public ExecutionBackend {
@@ -167,30 +206,31 @@ class ExecutorSet final : public ExecutionBackend {
   // twice per operator; the quiet events reach the GMG, in time order, with
   // the next AdvanceTo() (which a Pause()/AdvanceTo() pair still forces).
   bool WaitForFinish(absl::Duration timeout);
-  // The same wait without blocking on the set's lock: the owner sleeps in
-  // steps of `poll` (its own timer wakes it) and looks at a completion count
-  // the device threads publish, so no device thread ever wakes the owner.
-  // A wake-up from a device thread costs that thread a futex system call
-  // and, when the scheduler puts the woken owner on the device thread's CPU
-  // (the default on a 2-CPU machine whose other CPU is busy), a preemption
-  // by the owner's whole turn of work, with the owner's data displacing the
-  // kernel's weights in that CPU's caches. Costs the owner up to `poll` (plus
-  // timer slack) of latency per wait and a timer wake-up per `poll` step;
-  // poll <= 0 is WaitForFinish(timeout). Returns as WaitForFinish does.
-  bool WaitForFinish(absl::Duration timeout, absl::Duration poll);
   // WaitForFinish(timeout), but returns only once `min_completions` such
   // completions are pending, or at least one is and no device holds queued,
   // pending or running work (so a caller cannot wait for completions that
   // will not come). An owner that keeps several instances in flight
-  // retires them in batches and is woken min_completions times less often;
-  // every wake-up is paid for on a device thread (see above).
+  // retires them in batches (and, with owner_nap = 0, is woken
+  // min_completions times less often).
   bool WaitForFinishBatch(absl::Duration timeout, int min_completions);
   // An owner that waits on something else too (the daemon's command queue)
-  // sets this instead of blocking in WaitForCompletion(): it is called each
-  // time a device thread or transfer worker posts an event, from that thread
-  // and with the set's internal lock held, so it must be cheap and must not
-  // call back into the ExecutorSet. Set it before issuing work.
+  // sets this and blocks on its own wait: between OwnerSleeps() and
+  // OwnerAwake() the notifier is called (once) where WaitForFinish would be
+  // woken (see "Owner waits"), from a device thread or transfer worker with
+  // the set's internal lock held, so it must be cheap and must not call
+  // back into the ExecutorSet. Set it before issuing work.
   void SetEventNotifier(std::function<void()> notify) { notify_ = std::move(notify); }
+  // The owner is about to block on its own wait (with the notifier set):
+  // call before NextEventTime(), which then says how long it may block (the
+  // nap while a device holds work). OwnerAwake() when it wakes.
+  void OwnerSleeps();
+  void OwnerAwake();
+  // Wakes device threads (or transfer workers) gave the owner (any thread).
+  int64_t owner_wakes() const { return owner_wakes_.load(std::memory_order_relaxed); }
+  // Whether the owner sleeps in a wait now, and whether it naps there (any
+  // thread; for tests).
+  bool owner_asleep() const { return owner_sleep_.load(std::memory_order_acquire) != OwnerSleep::kAwake; }
+  bool owner_napping() const { return owner_sleep_.load(std::memory_order_acquire) == OwnerSleep::kNapping; }
   // Stops device `d`'s thread: its running node (once its kernel returns)
   // and its queued nodes fail with a reason, as does anything later queued
   // on it or any transfer touching it.
@@ -278,6 +318,9 @@ class ExecutorSet final : public ExecutionBackend {
     // The node's successors (template ops): when the device releases that
     // many local dependents at its finish, the owner need not wake for it.
     int successors = 0;
+    // A successor is a transfer or runs on another device: the owner has to
+    // act on this node's completion promptly (see "Owner waits").
+    bool hands_off = false;
     // Per output, how many inputs of the template's ops read it, when it is
     // a plain output (0 for retained outputs and checkpoint growth: never
     // released early; see ReleaseConsumed()).
@@ -294,6 +337,8 @@ class ExecutorSet final : public ExecutionBackend {
     // kFinished whose successors all continued on the device (WaitForFinish
     // does not wake for it).
     bool quiet = false;
+    // kFinished of a WorkItem::hands_off node.
+    bool hands_off = false;
     // Operator records (kFinished, kFailed): whether the node started, when,
     // and the start's place in the posting order.
     bool started = false;
@@ -355,15 +400,30 @@ class ExecutorSet final : public ExecutionBackend {
   void Post(Event e, bool stamp = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the owner blocks on (WaitForCompletion / WaitForFinish[Batch]).
   enum class OwnerWait : uint8_t { kNone, kEvent, kCompletions };
-  bool OwnerWaitSatisfied() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Signals the waiting owner once what it waits for holds; called by
-  // whoever changes it (Post, a device thread about to wait for work), with
-  // the device whose state changed (its busy flag is refreshed first), so
-  // the check is O(1) in the number of devices.
-  void MaybeWakeOwner(size_t d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Refreshes `s.busy` and busy_devices_.
-  void NoteWork(DeviceState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads only atomics: the owner checks it without the set's lock.
+  bool OwnerWaitSatisfied() const;
+  // Wakes the sleeping owner (the notifier, or owner_cv_) when what it waits
+  // for holds and progress needs it (see "Owner waits"): `urgent` for the
+  // event just posted, or the device `d` went idle (its busy flag is
+  // refreshed first, so the check is O(1) in the number of devices).
+  // Called by whoever changes it (Post, a start, a device thread about to
+  // wait for work).
+  void MaybeWakeOwner(size_t d, bool urgent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Refreshes `s.busy` and busy_devices_; true when `s` went idle.
+  bool NoteWork(DeviceState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout);
+  // How the owner sleeps (see "Owner waits"): awake, napping (woken only
+  // for what needs it now) or blocked (woken for every event its wait is
+  // satisfied by).
+  enum class OwnerSleep : uint8_t { kAwake, kNapping, kBlocked };
+  // Napping while a device holds work, unless the owner runs beside one.
+  OwnerSleep OwnerSleepMode() const;
+  // The calling thread runs on the CPU a device thread last ran on.
+  bool OwnerBesideADevice() const;
+  // Publishes the sleep `mode`, then sleeps until `until` unless the wait
+  // already holds or a device wakes it: napping on owner_mu_/owner_cv_,
+  // blocked on mu_/owner_blocked_cv_.
+  void OwnerSleepUntil(absl::Time until, OwnerSleep mode);
   // Device-state helpers (lock held; owner or device thread).
   // Hands `w` to device `d`: ready, or pending on its local producers.
   void Hand(DeviceId d, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -441,24 +501,35 @@ class ExecutorSet final : public ExecutionBackend {
 
   // ---- shared ----
   mutable absl::Mutex mu_;
-  absl::CondVar owner_cv_;  // the owner's waits; see OwnerWaitFor()
-  OwnerWait owner_wait_ ABSL_GUARDED_BY(mu_) = OwnerWait::kNone;
-  size_t owner_wait_min_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
-  // Next sequence number of a stamp (records and starts), and the records
-  // held in the devices' buffers.
+  // Next sequence number of a stamp (records and starts).
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t num_records_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the owner's waits look at (see "Owner waits"): written with mu_
+  // held, read by the owner without it.
+  // Records held in the devices' buffers.
+  std::atomic<size_t> num_records_{0};
   // A node started since the owner's last drain (WaitForCompletion and
   // NextEventTime report it; it is applied from DeviceState::running).
-  bool start_unseen_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> start_unseen_{false};
   // Devices whose busy flag is set (see NoteWork).
-  size_t busy_devices_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t fast_path_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<size_t> busy_devices_{0};
   // Records WaitForFinish wakes for (not quiet).
-  size_t pending_completions_ ABSL_GUARDED_BY(mu_) = 0;
-  // pending_completions_ > 0, readable without the lock (polling waits).
-  std::atomic<bool> completions_pending_{false};
+  std::atomic<size_t> pending_completions_{0};
+  int64_t fast_path_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  // The owner's sleep: what it waits for (set before owner_sleep_), the
+  // flag device threads read before waking it, and its own lock and
+  // condition (a device takes owner_mu_ only to wake it).
+  const absl::Duration owner_nap_;
+  std::atomic<OwnerWait> owner_wait_{OwnerWait::kNone};
+  std::atomic<size_t> owner_wait_min_{0};
+  std::atomic<OwnerSleep> owner_sleep_{OwnerSleep::kAwake};
+  // By device: the CPU its thread last started an operator on (-1: none).
+  std::unique_ptr<std::atomic<int>[]> device_cpu_;
+  std::atomic<int64_t> owner_wakes_{0};
+  absl::Mutex owner_mu_;
+  absl::CondVar owner_cv_;          // napping, with owner_mu_
+  absl::CondVar owner_blocked_cv_;  // blocked, with mu_
+  bool owner_woken_ ABSL_GUARDED_BY(owner_mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 

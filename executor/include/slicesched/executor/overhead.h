@@ -38,6 +38,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "slicesched/executor/executor.h"
 
 namespace slicesched {
 
@@ -56,16 +58,17 @@ struct OverheadOptions {
   // master pinned to a busy core is preempted while it holds the executors'
   // lock, which costs far more (docs/experiments.md).
   bool pin = false;
-  // > 0: the master waits for completions by polling every poll_us
-  // microseconds (ExecutorSet::WaitForFinish(timeout, poll)) instead of
-  // being woken by the device thread; 0: woken (the previous protocol).
-  int64_t poll_us = 0;
+  // The executors' owner nap in microseconds (ExecutorOptions::owner_nap,
+  // >= 0): while the device holds work the master naps this long between
+  // looks instead of being woken by the device thread; 0: woken for every
+  // batch of completions (the protocol before).
+  int64_t nap_us = absl::ToInt64Microseconds(ExecutorOptions::kDefaultOwnerNap);
   // The master retires prefills in batches of this many (>= 1, at most
-  // `window`): it asks to be woken once that many prefills have finished
-  // (or the device ran out of work; ExecutorSet::WaitForFinishBatch). 1:
-  // woken for every prefill (the protocol before: window 4, wake_batch 1).
-  // Ignored when poll_us > 0. Batching pays only with "fcfs" priorities:
-  // with equal ones the prefills in flight finish together anyway.
+  // `window`): its wait returns once that many prefills have finished (or
+  // the device ran out of work; ExecutorSet::WaitForFinishBatch). 1: every
+  // prefill (the protocol before: window 4, wake_batch 1). Batching pays
+  // only with "fcfs" priorities: with equal ones the prefills in flight
+  // finish together anyway.
   int wake_batch = 4;
   // The direct loop runs on a thread of its own by default, like the
   // device thread (see overhead.cc: DirectThread); true: on the calling
@@ -119,7 +122,7 @@ struct OverheadResult {
   int repetitions = 0;
   int window = 0;
   int64_t block = 0;
-  int64_t poll_us = 0;
+  int64_t nap_us = 0;
   int wake_batch = 0;
   std::string model;
   std::string placement;  // how the scheduled prefills were placed
@@ -137,6 +140,9 @@ struct OverheadResult {
   // Operators the executors ran over the whole run (warm-up included), and
   // how many of them through the local-successor fast path.
   int64_t scheduled_ops = 0, fast_path_ops = 0;
+  // Wakes of the master by the device thread over the whole run (warm-up
+  // included; ExecutorSet::owner_wakes).
+  int64_t owner_wakes = 0;
   std::string only;  // OverheadOptions::only
   bool direct_on_main = false;  // OverheadOptions::direct_on_main
   bool direct_cache = true;     // OverheadOptions::direct_cache
