@@ -106,9 +106,18 @@ TEST(Task2Vec, DistancesFollowTheDefinitions) {
   EXPECT_EQ(FitLine({1, 1}, {2, 4}).slope, 0.0);
 }
 
+// The first setup's settings (task2vec.h), scaled down; the tests below
+// set what they change from it.
 YmirExperimentOptions SmallExperiment() {
   YmirExperimentOptions o;
   o.tasks = {{"fa-major", 2}, {"fa-inv", 2}, {"fb-major", 2}};
+  o.language.vocab = 256;
+  o.label_margin = 0;
+  o.lr_warmup_steps = 0;
+  o.zero_head = false;
+  o.spatial_rule = JointStepRule::kMean;
+  o.probe = YmirProbe::kTrained;
+  o.gain_measure = YmirGainMeasure::kSteps;
   o.sequence_length = 8;
   o.batch_size = 8;
   o.train_examples = 64;

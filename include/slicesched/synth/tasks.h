@@ -88,9 +88,13 @@
 //                     first-class needs it on one token (position 0). The
 //                     adapters sit on q and v (train_ops.h), so A's adapter
 //                     IS an attention pattern, and B's fresh head cannot
-//                     undo it: B must first unlearn A's attention. This is
-//                     the family's negative level (docs/experiments.md,
-//                     "Ninth session").
+//                     undo it: B must first unlearn A's attention.
+//                     Measured (docs/experiments.md, "Ninth session"):
+//                     first-class -> count task (temporal) is negative on
+//                     every seed and pair (-0.13 .. -0.54, area gain), the
+//                     family's negative level; the other direction is
+//                     positive, because first-class alone sits on a plateau
+//                     until its LoRA moves and any trained adapter ends it.
 // Earlier setups (sixth session and before, binary tasks at length 8 over
 // the 256-token language without margin): same-feature pairs came out
 // negative with a random head and positive with a zero head, and the
