@@ -20,8 +20,8 @@
 // head's Fisher per hidden unit (the backbone's layer norms are frozen, not
 // parameters of train_ops.h, so they cannot be embedded).
 //
-// That is YmirProbe::kTrained (the default). With YmirProbe::kHead (slicesim
-// --probe head) the probe is Task2Vec's own: the LoRA factors stay at their
+// That is YmirProbe::kTrained. With YmirProbe::kHead (slicesim --probe head,
+// the default since the ninth session) the probe is Task2Vec's own: the LoRA factors stay at their
 // shared init and only the head is trained, so the embedding is a property of
 // the task and the data, not of a point on the task's (noisy) training
 // trajectory: the similarities of the same pairs on seeds 1 and 2 correlate
@@ -73,7 +73,7 @@
 //
 // Iteration estimator (slicesched/ymir/iteration_estimator.h). Each task's
 // normal run is predicted from its PREFIX: the eval points at steps 0..P,
-// P = max(3, round(iter_prefix_fraction x normal_steps)) (16 of 40 steps by
+// P = max(3, round(iter_prefix_fraction x normal_steps)) (32 of 80 steps by
 // default; normal runs are evaluated every step up to the longest prefix,
 // and the errors are also reported for the prefixes of iter_prefix_sweep),
 // fitted by ymir::FitLossCurve with `iter_fit` (by default the transient
@@ -87,8 +87,8 @@
 // whose fitted curve never reaches the target counts as max_steps + 1.
 //
 // Stop-loss (slicesched/ymir/stop_loss.h) on every transfer run: an "epoch"
-// here is `stop_loss_epoch_steps` steps (the normal run, 40 steps, is less
-// than one real epoch of the 1,024 training examples, so the 2-epoch window
+// here is `stop_loss_epoch_steps` steps (the normal run, 80 steps of 16, is
+// about one real epoch of the 1,024 training examples, so the 2-epoch window
 // is scaled down to 2 x 4 = 8 steps by default); the reference of an
 // evaluation at step s is the task's own normal eval curve at s (linear
 // between its eval points). Temporal: the verdict is recorded (decoupling
