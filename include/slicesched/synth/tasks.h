@@ -86,9 +86,9 @@
 //   conflict          the same sentences, but the count tasks need the last
 //                     position to attend over the whole sentence, and
 //                     first-class needs it on one token (position 0). The
-//                     adapters sit on q and v (train_ops.h), so A's adapter
-//                     IS an attention pattern, and B's fresh head cannot
-//                     undo it: B must first unlearn A's attention.
+//                     adapters sit on q and v (train_ops.h): A's q adapter
+//                     sets where the last position attends, which B's fresh
+//                     head cannot undo: B must first unlearn A's attention.
 //                     Measured (docs/experiments.md, "Ninth session"):
 //                     first-class -> count task (temporal) is negative on
 //                     every seed and pair (-0.13 .. -0.54, area gain), the
