@@ -586,5 +586,22 @@ TEST(Task2Vec, RejectsBadOptions) {
               testing::HasSubstr("exclude each other"));
 }
 
+// The defaults (task2vec.h, the ninth session): the area gain over the whole
+// normal run; with a budget of one normal run (max_steps_factor 1) that
+// window no longer fits, and the error names it.
+TEST(Task2Vec, DefaultAreaWindowIsTheWholeNormalRun) {
+  YmirExperimentOptions o;
+  EXPECT_EQ(o.gain_measure, YmirGainMeasure::kArea);
+  EXPECT_EQ(o.GainWindow(), o.normal_steps);
+  EXPECT_EQ(o.GainWindow(), 80);
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.max_steps_factor = 1;
+  EXPECT_THAT(std::string(o.Validate().message()),
+              testing::HasSubstr("the area gain's window (slicesim --gain-window) must be a positive multiple of "
+                                 "eval_every (4) below max_steps (80), got 80"));
+  o.gain_window = 40;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+}
+
 }  // namespace
 }  // namespace slicesched::executor
