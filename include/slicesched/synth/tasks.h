@@ -92,9 +92,11 @@
 //                     Measured (docs/experiments.md, "Ninth session"):
 //                     first-class -> count task (temporal) is negative on
 //                     every seed and pair (-0.13 .. -0.54, area gain), the
-//                     family's negative level; the other direction is
-//                     positive, because first-class alone sits on a plateau
-//                     until its LoRA moves and any trained adapter ends it.
+//                     family's negative level. The other direction is
+//                     positive over a 40-step window (first-class alone
+//                     sits on a plateau until its LoRA moves, and any
+//                     trained adapter ends it) and near neutral over the
+//                     whole 80-step run.
 // Earlier setups (sixth session and before, binary tasks at length 8 over
 // the 256-token language without margin): same-feature pairs came out
 // negative with a random head and positive with a zero head, and the
