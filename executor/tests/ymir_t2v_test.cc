@@ -106,9 +106,18 @@ TEST(Task2Vec, DistancesFollowTheDefinitions) {
   EXPECT_EQ(FitLine({1, 1}, {2, 4}).slope, 0.0);
 }
 
+// The first setup's settings (task2vec.h), scaled down; the tests below
+// set what they change from it.
 YmirExperimentOptions SmallExperiment() {
   YmirExperimentOptions o;
   o.tasks = {{"fa-major", 2}, {"fa-inv", 2}, {"fb-major", 2}};
+  o.language.vocab = 256;
+  o.label_margin = 0;
+  o.lr_warmup_steps = 0;
+  o.zero_head = false;
+  o.spatial_rule = JointStepRule::kMean;
+  o.probe = YmirProbe::kTrained;
+  o.gain_measure = YmirGainMeasure::kSteps;
   o.sequence_length = 8;
   o.batch_size = 8;
   o.train_examples = 64;
@@ -575,6 +584,23 @@ TEST(Task2Vec, RejectsBadOptions) {
   o.curves_only = o.similarities_only = true;
   EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
               testing::HasSubstr("exclude each other"));
+}
+
+// The defaults (task2vec.h, the ninth session): the area gain over the whole
+// normal run; with a budget of one normal run (max_steps_factor 1) that
+// window no longer fits, and the error names it.
+TEST(Task2Vec, DefaultAreaWindowIsTheWholeNormalRun) {
+  YmirExperimentOptions o;
+  EXPECT_EQ(o.gain_measure, YmirGainMeasure::kArea);
+  EXPECT_EQ(o.GainWindow(), o.normal_steps);
+  EXPECT_EQ(o.GainWindow(), 80);
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+  o.max_steps_factor = 1;
+  EXPECT_THAT(std::string(o.Validate().message()),
+              testing::HasSubstr("the area gain's window (slicesim --gain-window) must be a positive multiple of "
+                                 "eval_every (4) below max_steps (80), got 80"));
+  o.gain_window = 40;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
 }
 
 }  // namespace

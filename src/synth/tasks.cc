@@ -198,6 +198,8 @@ const std::vector<TaskInfo>& KnownTasks() {
     }
     t.push_back({"parity", "parity", TaskKind::kClassification, "the count of the fa class set mod 2"});
     t.push_back({"last-class", "last-class", TaskKind::kClassification, "the class of the last token mod num_classes"});
+    t.push_back({"first-class", "first-class", TaskKind::kClassification,
+                 "the class of the first token mod num_classes (read at the last position: attention to one place)"});
     t.push_back({"lm", "lm", TaskKind::kNextToken, "next-token prediction on the language"});
     t.push_back({"copy", "copy", TaskKind::kNextToken, "next-token prediction; the second half repeats the first"});
     return t;
@@ -238,8 +240,8 @@ absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
     return absl::InvalidArgumentError(
         StrCat("task '", o.task, "' is binary: num_classes must be 2, got ", o.num_classes));
   }
-  if (fam == "last-class" && o.num_classes > o.language.classes) {
-    return absl::InvalidArgumentError(StrCat("task 'last-class': num_classes must be at most the language's ",
+  if ((fam == "last-class" || fam == "first-class") && o.num_classes > o.language.classes) {
+    return absl::InvalidArgumentError(StrCat("task '", fam, "': num_classes must be at most the language's ",
                                              o.language.classes, " classes, got ", o.num_classes));
   }
   const std::vector<int64_t>* set = ClassSet(fam);
@@ -292,6 +294,8 @@ absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
       e.label = Count(lang, e.tokens, *set) % 2;
     } else if (fam == "last-class") {
       e.label = lang.ClassOf(e.tokens.back()) % o.num_classes;
+    } else if (fam == "first-class") {
+      e.label = lang.ClassOf(e.tokens.front()) % o.num_classes;
     } else if (set != nullptr) {
       e.label = Bin(Feature(lang, e.tokens, *set, split), thresholds);
       if (variant == "inv") e.label = 1 - e.label;

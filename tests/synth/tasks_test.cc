@@ -189,6 +189,36 @@ TEST(SynthTasks, ReversedLabelMapAndSplitFeature) {
   for (int64_t c = 0; c < 4; ++c) EXPECT_NEAR(Share(split, c), 0.25, 0.15) << c;
 }
 
+// The negative-transfer level of tasks.h: first-class is labelled by the
+// class of the FIRST token, so reading it at the last position needs the
+// attention on one place, where the count tasks need it spread.
+TEST(SynthTasks, FirstClassReadsTheFirstTokenOnTheCountTasksSentences) {
+  auto lang = Language::Make({});
+  ASSERT_TRUE(lang.ok());
+  const auto first = Gen("first-class", 6, 2000, 16, 4), last = Gen("last-class", 6, 2000, 16, 4);
+  const auto bins = Gen("fa-bins", 6, 2000, 16, 4);
+  ASSERT_EQ(first.size(), 2000u);
+  int64_t same_as_last = 0;
+  for (size_t i = 0; i < first.size(); ++i) {
+    ASSERT_EQ(first[i].tokens, bins[i].tokens);  // the count tasks' sentences (no margin)
+    ASSERT_EQ(first[i].tokens, last[i].tokens);
+    EXPECT_EQ(first[i].label, lang->ClassOf(first[i].tokens.front()) % 4) << i;
+    same_as_last += first[i].label == last[i].label ? 1 : 0;
+  }
+  // A sentence's start class is uniform: the 4 labels are balanced
+  // (binomial sd ~1% at n = 2000), and the label is not last-class's.
+  for (int64_t c = 0; c < 4; ++c) EXPECT_NEAR(Share(first, c), 0.25, 0.05) << c;
+  EXPECT_LT(static_cast<double>(same_as_last) / 2000.0, 0.5);
+  const auto again = Gen("first-class", 6, 2000, 16, 4);
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(again[i].label, first[i].label);
+  DatasetOptions o{.task = "first-class", .seed = 1, .examples = 4, .sequence_length = 8, .num_classes = 9};
+  EXPECT_THAT(std::string(Generate(o).status().message()),
+              testing::HasSubstr("task 'first-class': num_classes must be at most the language's 8 classes, got 9"));
+  auto info = FindTask("first-class@2");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->family, "first-class");
+}
+
 TEST(SynthTasks, LabelMarginSeparatesTheClassesAndBalancesThem) {
   auto lang = Language::Make({});
   ASSERT_TRUE(lang.ok());

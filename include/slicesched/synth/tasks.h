@@ -35,6 +35,10 @@
 //   parity      c_{0,1}(x) mod 2 (the fa feature, but hard to learn)
 //   last-class  the class of the last token mod num_classes (a local feature
 //               unrelated to the counts)
+//   first-class the class of the FIRST token mod num_classes (a local
+//               feature too, but read at the last position it needs the
+//               attention concentrated on position 0; see "attention
+//               conflict" below)
 //   lm          next-token prediction on the language
 //   copy        next-token prediction on sentences whose second half repeats
 //               the first half
@@ -76,7 +80,23 @@
 //   conflicting       fa-bins and fa-split read the same two classes, but
 //                     fa-bins needs them counted alike (c_0 + c_1) and
 //                     fa-split needs them opposite (c_0 - c_1): what A's
-//                     adapter learns to merge, B has to tell apart.
+//                     adapter learns to merge, B has to tell apart. (A fresh
+//                     head reads either sum; measured near neutral.)
+//   attention         first-class against a count task (fa-bins, fb-bins):
+//   conflict          the same sentences, but the count tasks need the last
+//                     position to attend over the whole sentence, and
+//                     first-class needs it on one token (position 0). The
+//                     adapters sit on q and v (train_ops.h): A's q adapter
+//                     sets where the last position attends, which B's fresh
+//                     head cannot undo: B must first unlearn A's attention.
+//                     Measured (docs/experiments.md, "Ninth session"):
+//                     first-class -> count task (temporal) is negative on
+//                     every seed and pair (-0.13 .. -0.54, area gain), the
+//                     family's negative level. The other direction is
+//                     positive over a 40-step window (first-class alone
+//                     sits on a plateau until its LoRA moves, and any
+//                     trained adapter ends it) and near neutral over the
+//                     whole 80-step run.
 // Earlier setups (sixth session and before, binary tasks at length 8 over
 // the 256-token language without margin): same-feature pairs came out
 // negative with a random head and positive with a zero head, and the
@@ -87,8 +107,8 @@
 // identical curves.
 //
 // Binary tasks (major, inv, noisy, parity) require num_classes == 2; bins,
-// rev, split and last-class accept any num_classes >= 2 (last-class at most
-// `classes`).
+// rev, split, last-class and first-class accept any num_classes >= 2
+// (last-class and first-class at most `classes`).
 //
 // Determinism: a seeded SplitMix64 generator and integer/double arithmetic
 // only, so the same options give the same examples on every platform.
@@ -146,7 +166,7 @@ enum class TaskKind : uint8_t { kClassification, kNextToken };
 
 struct TaskInfo {
   std::string name;
-  std::string family;  // fa, fb, fab, parity, last-class, lm, copy
+  std::string family;  // fa, fb, fab, parity, last-class, first-class, lm, copy
   TaskKind kind = TaskKind::kClassification;
   std::string description;
 };
