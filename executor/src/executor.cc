@@ -78,6 +78,13 @@ ExecutorSet::~ExecutorSet() {
 // Device threads
 
 void ExecutorSet::Post(Event e, bool stamp) {
+  const size_t d = e.device.value();
+  devices_[d].records.push_back(std::move(e));
+  Publish(d, stamp);
+}
+
+void ExecutorSet::Publish(size_t d, bool stamp) {
+  Event& e = devices_[d].records.back();
   if (stamp) e.time = clock_->Now();
   e.seq = seq_++;
   // Plain stores (mu_ is held): no locked read-modify-write per operator.
@@ -87,10 +94,7 @@ void ExecutorSet::Post(Event e, bool stamp) {
   }
   num_records_.store(num_records_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // What the owner must act on promptly (see "Owner waits").
-  const bool urgent = e.kind != Event::Kind::kFinished || e.hands_off;
-  const size_t d = e.device.value();
-  devices_[d].records.push_back(std::move(e));
-  MaybeWakeOwner(d, urgent);
+  MaybeWakeOwner(d, /*urgent=*/e.kind != Event::Kind::kFinished || e.hands_off);
 }
 
 uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {
@@ -247,8 +251,12 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
            s.graveyard_bytes >= kGraveyardWakeBytes;
   };
   auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
+  // Per-operator scratch, kept across operators (no per-operator
+  // construction and destruction).
   Outputs outs;
   OutputBuffers out_buffers;
+  absl::InlinedVector<DevicePool::Request, 3> requests;
+  absl::InlinedVector<Allocation, 3> allocs;
   Timestamp started_at;  // the running node's start, for its record
   uint64_t started_seq = 0;
   // Payloads handed back by the owner, taken from the graveyard under the
@@ -343,14 +351,16 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // One pool critical section for all of them (same order, accounting
       // and failures as one Allocate() each).
       const size_t n_out = w.output_bytes.size();
-      absl::InlinedVector<DevicePool::Request, 3> requests;
+      requests.clear();
       for (Bytes b : w.output_bytes) requests.push_back({b, AllocPurpose::kOutput});
       requests.push_back({w.workspace, AllocPurpose::kWorkspace});
-      absl::InlinedVector<Allocation, 3> allocs(requests.size());
+      allocs.resize(requests.size());  // empty: the last pass moved them all out
       const absl::Status alloc = pool.AllocateEach(requests, std::span<Allocation>(allocs.data(), allocs.size()));
       if (alloc.ok()) {
+        outs.resize(n_out);
         for (size_t i = 0; i < n_out; ++i) {
-          outs.push_back(Held{Buffer{w.output_bytes[i], d, kNoPayload, nullptr}, std::move(allocs[i])});
+          outs[i].buffer = Buffer{w.output_bytes[i], d, kNoPayload, nullptr};
+          outs[i].alloc = std::move(allocs[i]);
         }
         workspace = std::move(allocs[n_out]);
       } else {
@@ -416,29 +426,36 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     }
     if (st.ok()) {
       // Keep the outputs' buffers (not their allocations) for dependents on
-      // this device until the owner has applied this completion.
-      LocalDone done;
-      done.outputs.reserve(outs.size());
+      // this device until the owner has applied this completion. Built in
+      // place (the table entry and the record): nothing per operator is
+      // moved or destroyed twice. Neither container changes size until the
+      // record is published, so both references stay valid.
+      LocalDone& done = s.finished[w.node.value()];
+      done.outputs.clear();
       for (size_t i = 0; i < outs.size(); ++i) {
         outs[i].buffer.kind = out_buffers[i].kind;
         outs[i].buffer.payload = std::move(out_buffers[i].payload);
         done.outputs.push_back(outs[i].buffer);
       }
       done.end = clock_->Now();
-      done.unread = w.readers;
+      done.unread = std::move(w.readers);  // (not read again)
       // Quiet when every successor was here, waiting for this node (the
       // owner is needed only where the work leaves the device).
       const int released = ReleaseDependents(d, w.node, done.end, done.outputs);
       ReleaseConsumed(d, w, &handed_back);
       // Stamped with the time the dependents saw.
-      Event fin{Event::Kind::kFinished, w.node, d, done.end, "", std::move(outs)};
+      Event& fin = s.records.emplace_back();
+      fin.kind = Event::Kind::kFinished;
+      fin.node = w.node;
+      fin.device = d;
+      fin.time = done.end;
+      fin.outputs = std::move(outs);
       fin.quiet = w.successors > 0 && released == w.successors;
       fin.hands_off = w.hands_off;
       fin.started = true;
       fin.start = started_at;
       fin.start_seq = started_seq;
-      Post(std::move(fin), /*stamp=*/false);
-      s.finished.insert_or_assign(w.node.value(), std::move(done));
+      Publish(di, /*stamp=*/false);
     } else {
       outs.clear();
       Event failed{Event::Kind::kFailed, w.node, d, Timestamp(),

@@ -398,6 +398,9 @@ class ExecutorSet final : public ExecutionBackend {
   // Queues `e` for the owner, stamped with the clock's now unless `stamp`
   // is false (e.time is then already set).
   void Post(Event e, bool stamp = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Post() for a record already appended to device `d`'s records (built in
+  // place there).
+  void Publish(size_t d, bool stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the owner blocks on (WaitForCompletion / WaitForFinish[Batch]).
   enum class OwnerWait : uint8_t { kNone, kEvent, kCompletions };
   // Reads only atomics: the owner checks it without the set's lock.
