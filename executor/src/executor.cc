@@ -252,11 +252,12 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   };
   auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
   // Per-operator scratch, kept across operators (no per-operator
-  // construction and destruction).
-  Outputs outs;
-  OutputBuffers out_buffers;
+  // construction and destruction): the pool requests, their allocations
+  // (outputs, then workspace; the outputs' move to the record at the
+  // finish) and the output buffers the kernel fills.
   absl::InlinedVector<DevicePool::Request, 3> requests;
   absl::InlinedVector<Allocation, 3> allocs;
+  OutputBuffers out_buffers;
   Timestamp started_at;  // the running node's start, for its record
   uint64_t started_seq = 0;
   // Payloads handed back by the owner, taken from the graveyard under the
@@ -277,7 +278,6 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   for (;;) {
     WorkItem w;
     Allocation workspace;
-    outs.clear();
     {
       if (!can_go()) {
         if (!handed_back.empty()) {
@@ -357,15 +357,9 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       allocs.resize(requests.size());  // empty: the last pass moved them all out
       const absl::Status alloc = pool.AllocateEach(requests, std::span<Allocation>(allocs.data(), allocs.size()));
       if (alloc.ok()) {
-        outs.resize(n_out);
-        for (size_t i = 0; i < n_out; ++i) {
-          outs[i].buffer = Buffer{w.output_bytes[i], d, kNoPayload, nullptr};
-          outs[i].alloc = std::move(allocs[i]);
-        }
         workspace = std::move(allocs[n_out]);
       } else {
         allocs.clear();  // releases what was allocated before the failure
-        outs.clear();
         Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
                    StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node),
                           ": memory allocation failed: ", alloc.message()),
@@ -393,7 +387,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
 
     // The kernel runs without the lock.
     out_buffers.clear();
-    for (Held& h : outs) out_buffers.push_back(h.buffer);
+    for (Bytes b : w.output_bytes) out_buffers.push_back(Buffer{b, d, kNoPayload, nullptr});
     KernelCall call;
     call.node = w.node;
     call.instance = w.instance;
@@ -430,13 +424,13 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // place (the table entry and the record): nothing per operator is
       // moved or destroyed twice. Neither container changes size until the
       // record is published, so both references stay valid.
-      LocalDone& done = s.finished[w.node.value()];
-      done.outputs.clear();
-      for (size_t i = 0; i < outs.size(); ++i) {
-        outs[i].buffer.kind = out_buffers[i].kind;
-        outs[i].buffer.payload = std::move(out_buffers[i].payload);
-        done.outputs.push_back(outs[i].buffer);
+      for (size_t i = 0; i < out_buffers.size(); ++i) {
+        // The kernel fills kind and payload; size and place are the node's.
+        out_buffers[i].bytes = w.output_bytes[i];
+        out_buffers[i].device = d;
       }
+      LocalDone& done = s.finished[w.node.value()];
+      done.outputs = out_buffers;
       done.end = clock_->Now();
       done.unread = std::move(w.readers);  // (not read again)
       // Quiet when every successor was here, waiting for this node (the
@@ -449,7 +443,12 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       fin.node = w.node;
       fin.device = d;
       fin.time = done.end;
-      fin.outputs = std::move(outs);
+      const size_t n_out = out_buffers.size();
+      fin.outputs.resize(n_out);
+      for (size_t i = 0; i < n_out; ++i) {
+        fin.outputs[i].buffer = std::move(out_buffers[i]);
+        fin.outputs[i].alloc = std::move(allocs[i]);
+      }
       fin.quiet = w.successors > 0 && released == w.successors;
       fin.hands_off = w.hands_off;
       fin.started = true;
@@ -457,7 +456,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       fin.start_seq = started_seq;
       Publish(di, /*stamp=*/false);
     } else {
-      outs.clear();
+      allocs.clear();  // the outputs' allocations
       Event failed{Event::Kind::kFailed, w.node, d, Timestamp(),
                    StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), " on ", dev_name, ": ",
                           st.message()),
