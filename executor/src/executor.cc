@@ -276,7 +276,10 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   };
   mu_.Lock();
   for (;;) {
-    WorkItem w;
+    // The item runs in its slot (no per-operator move; see
+    // DeviceState::items), which stays off the free list until its finish.
+    uint32_t item = kNoItem;
+    WorkItem* wp = nullptr;
     Allocation workspace;
     {
       if (!can_go()) {
@@ -332,18 +335,26 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         mu_.Unlock();
         return;
       }
-      uint32_t item = s.next;
+      item = s.next;
       if (item != kNoItem) {
         s.next = kNoItem;
         ++fast_path_ops_;
       } else {
         item = s.ready.Pop();
       }
-      w = std::move(s.items[item]);
-      s.free_items.push_back(item);
+      wp = &s.items[item];
+      WorkItem& w = *wp;
+      // A node dropped before it ran: its slot is emptied (its input
+      // references released, under the lock as before) and freed.
+      auto drop = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        const NodeId node = w.node;
+        w = WorkItem();
+        s.free_items.push_back(item);
+        s.live.erase(node.value());
+        DropDependents(d, node);
+      };
       if (w.cancelled != nullptr && w.cancelled->load()) {
-        s.live.erase(w.node.value());
-        DropDependents(d, w.node);
+        drop();
         continue;
       }
       // Outputs and workspace first: a node that cannot get its memory
@@ -364,8 +375,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
                    StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node),
                           ": memory allocation failed: ", alloc.message()),
                    {}});
-        s.live.erase(w.node.value());
-        DropDependents(d, w.node);
+        drop();
         continue;
       }
       // The start is recorded with the node's completion (one record per
@@ -384,6 +394,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     }
     mu_.Unlock();
     handed_back.clear();  // frees what the owner handed back, on this thread
+    WorkItem& w = *wp;  // this thread's alone until its slot is freed
 
     // The kernel runs without the lock.
     out_buffers.clear();
@@ -467,6 +478,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       Post(std::move(failed));
       DropDependents(d, w.node);
     }
+    s.free_items.push_back(item);
     // The lock stays held: the next iteration picks the next node.
   }
 }
