@@ -78,6 +78,13 @@ ExecutorSet::~ExecutorSet() {
 // Device threads
 
 void ExecutorSet::Post(Event e, bool stamp) {
+  const size_t d = e.device.value();
+  devices_[d].records.push_back(std::move(e));
+  Publish(d, stamp);
+}
+
+void ExecutorSet::Publish(size_t d, bool stamp) {
+  Event& e = devices_[d].records.back();
   if (stamp) e.time = clock_->Now();
   e.seq = seq_++;
   // Plain stores (mu_ is held): no locked read-modify-write per operator.
@@ -87,10 +94,7 @@ void ExecutorSet::Post(Event e, bool stamp) {
   }
   num_records_.store(num_records_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // What the owner must act on promptly (see "Owner waits").
-  const bool urgent = e.kind != Event::Kind::kFinished || e.hands_off;
-  const size_t d = e.device.value();
-  devices_[d].records.push_back(std::move(e));
-  MaybeWakeOwner(d, urgent);
+  MaybeWakeOwner(d, /*urgent=*/e.kind != Event::Kind::kFinished || e.hands_off);
 }
 
 uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {
@@ -247,7 +251,12 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
            s.graveyard_bytes >= kGraveyardWakeBytes;
   };
   auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
-  Outputs outs;
+  // Per-operator scratch, kept across operators (no per-operator
+  // construction and destruction): the pool requests, their allocations
+  // (outputs, then workspace; the outputs' move to the record at the
+  // finish) and the output buffers the kernel fills.
+  absl::InlinedVector<DevicePool::Request, 3> requests;
+  absl::InlinedVector<Allocation, 3> allocs;
   OutputBuffers out_buffers;
   Timestamp started_at;  // the running node's start, for its record
   uint64_t started_seq = 0;
@@ -267,9 +276,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   };
   mu_.Lock();
   for (;;) {
-    WorkItem w;
+    // The item runs in its slot (no per-operator move; see
+    // DeviceState::items), which stays off the free list until its finish.
+    uint32_t item = kNoItem;
+    WorkItem* wp = nullptr;
     Allocation workspace;
-    outs.clear();
     {
       if (!can_go()) {
         if (!handed_back.empty()) {
@@ -324,18 +335,26 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         mu_.Unlock();
         return;
       }
-      uint32_t item = s.next;
+      item = s.next;
       if (item != kNoItem) {
         s.next = kNoItem;
         ++fast_path_ops_;
       } else {
         item = s.ready.Pop();
       }
-      w = std::move(s.items[item]);
-      s.free_items.push_back(item);
+      wp = &s.items[item];
+      WorkItem& w = *wp;
+      // A node dropped before it ran: its slot is emptied (its input
+      // references released, under the lock as before) and freed.
+      auto drop = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        const NodeId node = w.node;
+        w = WorkItem();
+        s.free_items.push_back(item);
+        s.live.erase(node.value());
+        DropDependents(d, node);
+      };
       if (w.cancelled != nullptr && w.cancelled->load()) {
-        s.live.erase(w.node.value());
-        DropDependents(d, w.node);
+        drop();
         continue;
       }
       // Outputs and workspace first: a node that cannot get its memory
@@ -343,25 +362,20 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // One pool critical section for all of them (same order, accounting
       // and failures as one Allocate() each).
       const size_t n_out = w.output_bytes.size();
-      absl::InlinedVector<DevicePool::Request, 3> requests;
+      requests.clear();
       for (Bytes b : w.output_bytes) requests.push_back({b, AllocPurpose::kOutput});
       requests.push_back({w.workspace, AllocPurpose::kWorkspace});
-      absl::InlinedVector<Allocation, 3> allocs(requests.size());
+      allocs.resize(requests.size());  // empty: the last pass moved them all out
       const absl::Status alloc = pool.AllocateEach(requests, std::span<Allocation>(allocs.data(), allocs.size()));
       if (alloc.ok()) {
-        for (size_t i = 0; i < n_out; ++i) {
-          outs.push_back(Held{Buffer{w.output_bytes[i], d, kNoPayload, nullptr}, std::move(allocs[i])});
-        }
         workspace = std::move(allocs[n_out]);
       } else {
         allocs.clear();  // releases what was allocated before the failure
-        outs.clear();
         Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
                    StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node),
                           ": memory allocation failed: ", alloc.message()),
                    {}});
-        s.live.erase(w.node.value());
-        DropDependents(d, w.node);
+        drop();
         continue;
       }
       // The start is recorded with the node's completion (one record per
@@ -380,10 +394,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     }
     mu_.Unlock();
     handed_back.clear();  // frees what the owner handed back, on this thread
+    WorkItem& w = *wp;  // this thread's alone until its slot is freed
 
     // The kernel runs without the lock.
     out_buffers.clear();
-    for (Held& h : outs) out_buffers.push_back(h.buffer);
+    for (Bytes b : w.output_bytes) out_buffers.push_back(Buffer{b, d, kNoPayload, nullptr});
     KernelCall call;
     call.node = w.node;
     call.instance = w.instance;
@@ -416,31 +431,43 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     }
     if (st.ok()) {
       // Keep the outputs' buffers (not their allocations) for dependents on
-      // this device until the owner has applied this completion.
-      LocalDone done;
-      done.outputs.reserve(outs.size());
-      for (size_t i = 0; i < outs.size(); ++i) {
-        outs[i].buffer.kind = out_buffers[i].kind;
-        outs[i].buffer.payload = std::move(out_buffers[i].payload);
-        done.outputs.push_back(outs[i].buffer);
+      // this device until the owner has applied this completion. Built in
+      // place (the table entry and the record): nothing per operator is
+      // moved or destroyed twice. Neither container changes size until the
+      // record is published, so both references stay valid.
+      for (size_t i = 0; i < out_buffers.size(); ++i) {
+        // The kernel fills kind and payload; size and place are the node's.
+        out_buffers[i].bytes = w.output_bytes[i];
+        out_buffers[i].device = d;
       }
+      LocalDone& done = s.finished[w.node.value()];
+      done.outputs = out_buffers;
       done.end = clock_->Now();
-      done.unread = w.readers;
+      done.unread = std::move(w.readers);  // (not read again)
       // Quiet when every successor was here, waiting for this node (the
       // owner is needed only where the work leaves the device).
       const int released = ReleaseDependents(d, w.node, done.end, done.outputs);
       ReleaseConsumed(d, w, &handed_back);
       // Stamped with the time the dependents saw.
-      Event fin{Event::Kind::kFinished, w.node, d, done.end, "", std::move(outs)};
+      Event& fin = s.records.emplace_back();
+      fin.kind = Event::Kind::kFinished;
+      fin.node = w.node;
+      fin.device = d;
+      fin.time = done.end;
+      const size_t n_out = out_buffers.size();
+      fin.outputs.resize(n_out);
+      for (size_t i = 0; i < n_out; ++i) {
+        fin.outputs[i].buffer = std::move(out_buffers[i]);
+        fin.outputs[i].alloc = std::move(allocs[i]);
+      }
       fin.quiet = w.successors > 0 && released == w.successors;
       fin.hands_off = w.hands_off;
       fin.started = true;
       fin.start = started_at;
       fin.start_seq = started_seq;
-      Post(std::move(fin), /*stamp=*/false);
-      s.finished.insert_or_assign(w.node.value(), std::move(done));
+      Publish(di, /*stamp=*/false);
     } else {
-      outs.clear();
+      allocs.clear();  // the outputs' allocations
       Event failed{Event::Kind::kFailed, w.node, d, Timestamp(),
                    StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), " on ", dev_name, ": ",
                           st.message()),
@@ -451,6 +478,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       Post(std::move(failed));
       DropDependents(d, w.node);
     }
+    s.free_items.push_back(item);
     // The lock stays held: the next iteration picks the next node.
   }
 }

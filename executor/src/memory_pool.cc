@@ -94,7 +94,14 @@ absl::Status DevicePool::AllocateEach(std::span<const Request> requests, std::sp
   {
     absl::MutexLock l(&mu_);
     for (; i < requests.size(); ++i) {
-      std::optional<absl::StatusOr<Allocation>> done = TryLocked(requests[i].bytes, requests[i].purpose);
+      const Bytes bytes = requests[i].bytes;
+      if (!hook_ && fail_next_ == 0 && bytes >= Bytes::Zero() && used_ + bytes <= capacity_) {
+        // The serving path, without a StatusOr per request: what
+        // TryLocked() would do.
+        out[i] = TakeLocked(bytes);
+        continue;
+      }
+      std::optional<absl::StatusOr<Allocation>> done = TryLocked(bytes, requests[i].purpose);
       if (!done.has_value()) break;  // a hook: the rest one by one, below
       if (!done->ok()) return done->status();
       out[i] = **std::move(done);
@@ -116,6 +123,10 @@ absl::StatusOr<Allocation> DevicePool::AccountLocked(Bytes bytes, AllocPurpose p
                bytes, " (", bytes.count(), " bytes requested, ", (capacity_ - used_).count(),
                " bytes free of ", capacity_.count(), ")"));
   }
+  return TakeLocked(bytes);
+}
+
+Allocation DevicePool::TakeLocked(Bytes bytes) {
   used_ += bytes;
   if (used_ > peak_) peak_ = used_;
   ++live_;

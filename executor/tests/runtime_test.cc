@@ -901,6 +901,44 @@ TEST(ExecutorSetTest, HigherPriorityArrivalWinsTheNextOperatorBoundary) {
   EXPECT_EQ(r.exec->stored_tensors(), 0u);
 }
 
+// A device runs its work item in place, without the lock (see
+// DeviceState::items): the owner handing the device many more items while one
+// runs must not move it. The running kernel's call (its attribute span points
+// into the item) reads the same after 64 more instances were queued behind
+// it, and every node, the running one included, finishes as itself.
+TEST(ExecutorSetTest, ARunningItemStaysPutWhileTheOwnerQueuesMore) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  TemplateBuilder b("attr1");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("op0", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"}).Attr("n3", "N*3");
+  const TemplateId one = *r.g.RegisterTemplate(*b.Build());
+  r.Start();
+  const InstanceId first = r.New(one, 8);
+  const NodeId first0 = r.g.FindInstance(first)->nodes[0].id;
+  absl::Notification entered, release;
+  std::vector<int64_t> before, after;
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node != first0) return;
+    before.assign(c.attrs.begin(), c.attrs.end());
+    entered.Notify();
+    release.WaitForNotification();
+    after.assign(c.attrs.begin(), c.attrs.end());
+  });
+  r.Place(first, {0});
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  for (int i = 0; i < 64; ++i) r.Place(r.New(one, 16 + i), {0});
+  release.Notify();
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(before, std::vector<int64_t>{24});  // N*3
+  EXPECT_EQ(after, before);
+  const std::vector<RetiredInstance> retired = r.g.TakeRetired();
+  EXPECT_EQ(retired.size(), 65u);
+  for (const RetiredInstance& ri : retired) EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes::Zero());
+}
+
 // Local readiness: a chain (and a diamond) on one device runs to its last
 // operator while the owner applies nothing: the device starts operator k+1
 // without waiting for the owner to apply operator k's completion. The GMG

@@ -119,6 +119,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -358,13 +359,20 @@ class ExecutorSet final : public ExecutionBackend {
   };
   static constexpr uint32_t kNoItem = 0xffffffffu;
   struct DeviceState {
+    DeviceState() = default;
+    DeviceState(DeviceState&&) = default;  // (devices_ is sized once)
+    DeviceState(const DeviceState&) = delete;
     ReadyQueue ready;
     // The fast path's next item (see "Local readiness"): set by a finish,
     // taken by the pick in the same critical section.
     uint32_t next = kNoItem;
     // This device's records for the owner, in posting order.
     std::vector<Event> records;
-    std::vector<WorkItem> items;  // ReadyQueue / pending item -> work
+    // ReadyQueue / pending item -> work. A deque: the device thread runs an
+    // item in its slot, without the lock, while the owner appends items (a
+    // deque's push_back moves no element). A slot is reused (free_items)
+    // only after its node's finish.
+    std::deque<WorkItem> items;
     std::vector<uint32_t> free_items;
     // Nodes handed here and not yet finished or dropped (queued, pending or
     // running).
@@ -398,6 +406,9 @@ class ExecutorSet final : public ExecutionBackend {
   // Queues `e` for the owner, stamped with the clock's now unless `stamp`
   // is false (e.time is then already set).
   void Post(Event e, bool stamp = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Post() for a record already appended to device `d`'s records (built in
+  // place there).
+  void Publish(size_t d, bool stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the owner blocks on (WaitForCompletion / WaitForFinish[Batch]).
   enum class OwnerWait : uint8_t { kNone, kEvent, kCompletions };
   // Reads only atomics: the owner checks it without the set's lock.

@@ -113,6 +113,8 @@ class DevicePool {
   // Checks the capacity and records the allocation.
   absl::StatusOr<Allocation> AccountLocked(Bytes bytes, AllocPurpose purpose)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Charges `bytes` (the caller checked that they fit).
+  Allocation TakeLocked(Bytes bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class Allocation;
   void Free(Bytes bytes);
 
