@@ -146,21 +146,21 @@ int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
   DeviceState& s = devices_[d.value()];
   auto wt = s.waiters.find(producer.value());
   if (wt == s.waiters.end()) return 0;
-  // Read in place and erased at the end: nothing below touches `waiters`.
-  const absl::InlinedVector<NodeId, 2>& deps = wt->second;
-  const int n_deps = static_cast<int>(deps.size());
+  const absl::InlinedVector<NodeId, 2> deps = std::move(wt->second);
+  s.waiters.erase(wt);
   for (NodeId dep : deps) {
     auto p = s.pending.find(dep.value());
     if (p == s.pending.end()) continue;  // dropped meanwhile
     const uint32_t item = p->second;
     WorkItem& w = s.items[item];
-    // A dependent reading two outputs of `producer` is listed once per input.
     for (const WorkItem::LocalInput& li : w.local) {
-      if (li.producer != producer) continue;
-      w.inputs[li.input] = outputs[li.output];
-      --w.waiting;
+      if (li.producer == producer) w.inputs[li.input] = outputs[li.output];
     }
     w.key.ready_ns = std::max(w.key.ready_ns, end.nanos());
+    // A dependent reading two outputs of `producer` is listed once per input.
+    w.waiting -= static_cast<int>(
+        std::count_if(w.local.begin(), w.local.end(),
+                      [&](const WorkItem::LocalInput& li) { return li.producer == producer; }));
     if (w.waiting > 0) continue;
     s.pending.erase(p);
     // The fast path: of the dependents released here, the one that runs
@@ -180,8 +180,7 @@ int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
     s.ready.Push(s.items[s.next].key, s.next);
     s.next = kNoItem;
   }
-  s.waiters.erase(wt);
-  return n_deps;
+  return static_cast<int>(deps.size());
 }
 
 void ExecutorSet::ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed) {
