@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <exception>
 #include <iterator>
 #include <utility>
@@ -18,6 +19,13 @@ namespace {
 std::string NodeLabel(const GraphTemplate* tpl, int op, NodeId id) {
   if (tpl == nullptr || op < 0) return id.ToString();
   return StrCat(id, " (", tpl->name(), "/", tpl->op(op).name, ")");
+}
+
+// Adds `delta` to one of the counters the owner's waits read without the
+// set's lock (see "Owner waits"). They are written only with mu_ held, so a
+// plain load and store does: no locked read-modify-write per operator.
+void AddLocked(std::atomic<size_t>& counter, ptrdiff_t delta) {
+  counter.store(counter.load(std::memory_order_relaxed) + static_cast<size_t>(delta), std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -87,12 +95,8 @@ void ExecutorSet::Publish(size_t d, bool stamp) {
   Event& e = devices_[d].records.back();
   if (stamp) e.time = clock_->Now();
   e.seq = seq_++;
-  // Plain stores (mu_ is held): no locked read-modify-write per operator.
-  if (!e.quiet) {
-    pending_completions_.store(pending_completions_.load(std::memory_order_relaxed) + 1,
-                               std::memory_order_relaxed);
-  }
-  num_records_.store(num_records_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (!e.quiet) AddLocked(pending_completions_, 1);
+  AddLocked(num_records_, 1);
   // What the owner must act on promptly (see "Owner waits").
   MaybeWakeOwner(d, /*urgent=*/e.kind != Event::Kind::kFinished || e.hands_off);
 }
@@ -725,8 +729,7 @@ bool ExecutorSet::NoteWork(DeviceState& s) {
   const bool busy = s.next != kNoItem || !s.ready.empty() || !s.pending.empty() || s.running.valid();
   if (busy == s.busy) return false;
   s.busy = busy;
-  const size_t n = busy_devices_.load(std::memory_order_relaxed);
-  busy_devices_.store(busy ? n + 1 : n - 1, std::memory_order_relaxed);
+  AddLocked(busy_devices_, busy ? 1 : -1);
   return !busy;
 }
 
@@ -868,10 +871,7 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
       const DeviceId dev(static_cast<uint16_t>(d));
       size_t k = 0;
       for (; k < s.records.size() && s.records[k].time <= t; ++k) {
-        if (!s.records[k].quiet) {
-          pending_completions_.store(pending_completions_.load(std::memory_order_relaxed) - 1,
-                                     std::memory_order_relaxed);
-        }
+        if (!s.records[k].quiet) AddLocked(pending_completions_, -1);
         batch.push_back(std::move(s.records[k]));
       }
       for (size_t i = k; i < s.records.size(); ++i) {
@@ -879,7 +879,7 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
         if (e.started && e.start <= t) late.push_back({e.start_seq, e.node, dev, e.start});
       }
       s.records.erase(s.records.begin(), s.records.begin() + static_cast<std::ptrdiff_t>(k));
-      num_records_.store(num_records_.load(std::memory_order_relaxed) - k, std::memory_order_relaxed);
+      AddLocked(num_records_, -static_cast<ptrdiff_t>(k));
       if (s.running.valid() && s.running_start <= t) {
         late.push_back({s.running_seq, s.running, dev, s.running_start});
       }
