@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/base/internal/raw_logging.h"
+#include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
 namespace slicesched {
@@ -42,7 +43,7 @@ DevicePool::~DevicePool() {
   ABSL_RAW_CHECK(live_ == 0, "DevicePool destroyed while allocations are live");
 }
 
-std::optional<absl::StatusOr<Allocation>> DevicePool::TryLocked(Bytes bytes, AllocPurpose purpose) {
+std::optional<absl::Status> DevicePool::TryLocked(Bytes bytes, AllocPurpose purpose, Allocation* out) {
   if (bytes < Bytes::Zero()) {
     return absl::InvalidArgumentError(
         StrCat("device ", name_, ": negative allocation of ", bytes.count(), " bytes"));
@@ -55,7 +56,7 @@ std::optional<absl::StatusOr<Allocation>> DevicePool::TryLocked(Bytes bytes, All
                " (injected failure; ", capacity_ - used_, " free of ", capacity_, ")"));
   }
   // No hook (the serving path): account in this same critical section.
-  if (!hook_) return AccountLocked(bytes, purpose);
+  if (!hook_) return AccountLocked(bytes, purpose, out);
   return std::nullopt;
 }
 
@@ -63,8 +64,12 @@ absl::StatusOr<Allocation> DevicePool::Allocate(Bytes bytes, AllocPurpose purpos
   FailureHook hook;
   {
     absl::MutexLock l(&mu_);
-    std::optional<absl::StatusOr<Allocation>> done = TryLocked(bytes, purpose);
-    if (done.has_value()) return *std::move(done);
+    Allocation a;
+    std::optional<absl::Status> done = TryLocked(bytes, purpose, &a);
+    if (done.has_value()) {
+      SLICESCHED_RETURN_IF_ERROR(*done);
+      return a;
+    }
     hook = hook_;
   }
   // The hook runs outside the lock so it may inspect the pool.
@@ -76,7 +81,9 @@ absl::StatusOr<Allocation> DevicePool::Allocate(Bytes bytes, AllocPurpose purpos
                " (injected failure; ", capacity_ - used_, " free of ", capacity_, ")"));
   }
   absl::MutexLock l(&mu_);
-  return AccountLocked(bytes, purpose);
+  Allocation a;
+  SLICESCHED_RETURN_IF_ERROR(AccountLocked(bytes, purpose, &a));
+  return a;
 }
 
 absl::Status DevicePool::AllocateEach(std::span<const Request> requests, std::span<Allocation> out) {
@@ -94,17 +101,9 @@ absl::Status DevicePool::AllocateEach(std::span<const Request> requests, std::sp
   {
     absl::MutexLock l(&mu_);
     for (; i < requests.size(); ++i) {
-      const Bytes bytes = requests[i].bytes;
-      if (!hook_ && fail_next_ == 0 && bytes >= Bytes::Zero() && used_ + bytes <= capacity_) {
-        // The serving path, without a StatusOr per request: what
-        // TryLocked() would do.
-        out[i] = TakeLocked(bytes);
-        continue;
-      }
-      std::optional<absl::StatusOr<Allocation>> done = TryLocked(bytes, requests[i].purpose);
+      std::optional<absl::Status> done = TryLocked(requests[i].bytes, requests[i].purpose, &out[i]);
       if (!done.has_value()) break;  // a hook: the rest one by one, below
-      if (!done->ok()) return done->status();
-      out[i] = **std::move(done);
+      SLICESCHED_RETURN_IF_ERROR(*done);
     }
   }
   for (; i < requests.size(); ++i) {
@@ -115,7 +114,7 @@ absl::Status DevicePool::AllocateEach(std::span<const Request> requests, std::sp
   return absl::OkStatus();
 }
 
-absl::StatusOr<Allocation> DevicePool::AccountLocked(Bytes bytes, AllocPurpose purpose) {
+absl::Status DevicePool::AccountLocked(Bytes bytes, AllocPurpose purpose, Allocation* out) {
   if (used_ + bytes > capacity_) {
     ++failures_;
     return absl::ResourceExhaustedError(
@@ -123,15 +122,12 @@ absl::StatusOr<Allocation> DevicePool::AccountLocked(Bytes bytes, AllocPurpose p
                bytes, " (", bytes.count(), " bytes requested, ", (capacity_ - used_).count(),
                " bytes free of ", capacity_.count(), ")"));
   }
-  return TakeLocked(bytes);
-}
-
-Allocation DevicePool::TakeLocked(Bytes bytes) {
   used_ += bytes;
   if (used_ > peak_) peak_ = used_;
   ++live_;
   ++allocations_;
-  return Allocation(this, bytes);
+  *out = Allocation(this, bytes);
+  return absl::OkStatus();
 }
 
 void DevicePool::Free(Bytes bytes) {

@@ -106,15 +106,14 @@ class DevicePool {
   void SetFailureHook(FailureHook hook);
 
  private:
-  // The negative-size and FailNext... checks, then (no hook) the accounting;
-  // with a hook, returns nullopt for the caller to consult it outside the lock.
-  std::optional<absl::StatusOr<Allocation>> TryLocked(Bytes bytes, AllocPurpose purpose)
+  // The negative-size and FailNext... checks, then (no hook) the accounting
+  // into *out; with a hook, returns nullopt for the caller to consult it
+  // outside the lock. A Status and an out-parameter, not a StatusOr: the
+  // serving path allocates a few times per operator.
+  std::optional<absl::Status> TryLocked(Bytes bytes, AllocPurpose purpose, Allocation* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks the capacity and records the allocation.
-  absl::StatusOr<Allocation> AccountLocked(Bytes bytes, AllocPurpose purpose)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Charges `bytes` (the caller checked that they fit).
-  Allocation TakeLocked(Bytes bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks the capacity and records the allocation into *out.
+  absl::Status AccountLocked(Bytes bytes, AllocPurpose purpose, Allocation* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class Allocation;
   void Free(Bytes bytes);
 
