@@ -4,8 +4,9 @@
 // TransferBackend that moves their payloads between (CPU) devices.
 //
 // Payloads (Buffer::kind / Buffer::payload):
-//   kTensorPayload   std::shared_ptr<executor::Tensor>: hidden states, logits,
-//                    sampled token ids
+//   kTensorPayload   an executor::Tensor's own shared state (no wrapper of its
+//                    own: SetTensorPayload / TensorPayloadOf): hidden states,
+//                    logits, sampled token ids
 //   kKvCachePayload  std::shared_ptr<executor::KvCache>: a fused group's KV
 //                    cache (the retained "kv" output of a prefill group; the
 //                    same object is grown in place by every decode step that
@@ -100,7 +101,7 @@
 namespace slicesched::executor {
 
 enum : uint32_t {
-  kTensorPayload = kFirstLibraryPayload,         // std::shared_ptr<Tensor>
+  kTensorPayload = kFirstLibraryPayload,         // a Tensor's shared state (SetTensorPayload)
   kKvCachePayload = kFirstLibraryPayload + 1,    // std::shared_ptr<KvCache>
   kGroupTapePayload = kFirstLibraryPayload + 2,  // std::shared_ptr<GroupTape>
   kLoraGradsPayload = kFirstLibraryPayload + 3,  // std::shared_ptr<LoraGroupGrads> (immutable)
@@ -120,8 +121,11 @@ struct HeadGrads {
   std::vector<Tensor> slots;
 };
 
-// Payload accessors: null when the buffer holds another kind (or nothing).
-const Tensor* TensorPayloadOf(const Buffer& b);
+// Payload accessors. TensorPayloadOf: a handle sharing the payload's tensor,
+// undefined when the buffer holds another kind (or nothing); the payload is
+// the tensor's own shared state, so it lives while the buffer or any handle
+// does. KvCachePayloadOf: null when the buffer holds another kind.
+Tensor TensorPayloadOf(const Buffer& b);
 KvCache* KvCachePayloadOf(const Buffer& b);
 void SetTensorPayload(Buffer& b, Tensor t);
 void SetKvCachePayload(Buffer& b, std::shared_ptr<KvCache> cache);
