@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,7 +31,7 @@ std::optional<int64_t> Attr(const KernelCall& call, std::string_view name) {
   return std::nullopt;
 }
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
+std::string ShapeStr(std::span<const int64_t> s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
   return out + "]";
@@ -133,16 +134,14 @@ size_t LlamaKernelRunner::num_requests() const {
   return requests_.size() + train_requests_.size();
 }
 
-int64_t LlamaKernelRunner::calls() const { return calls_.load(std::memory_order_relaxed); }
-
-absl::StatusOr<LlamaRequest> LlamaKernelRunner::Lookup(InstanceId instance) const {
+absl::StatusOr<SamplingParams> LlamaKernelRunner::LookupSampling(InstanceId instance) const {
   absl::ReaderMutexLock l(&mu_);
   auto it = requests_.find(instance.value());
   if (it == requests_.end()) {
     return absl::FailedPreconditionError(
         StrCat("no Llama request registered for instance ", instance));
   }
-  return it->second;
+  return it->second.sampling;
 }
 
 absl::StatusOr<Tensor> LlamaKernelRunner::LookupTokens(InstanceId instance) const {
@@ -169,7 +168,6 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
   if (call.tpl == nullptr || call.op_index < 0 || call.op_index >= call.tpl->num_ops()) {
     return absl::InvalidArgumentError(StrCat("kernel call for node ", call.node, " has no op"));
   }
-  calls_.fetch_add(1, std::memory_order_relaxed);
   // One core per device thread (see SetIntraOpThreadsForThisThread), and
   // tensor memory from the thread's own cache (see cpu_allocator.h).
   thread_local bool threads_set = false;
@@ -205,8 +203,8 @@ absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
   const std::optional<int64_t> batch = Attr(call, "batch");
   const std::optional<int64_t> news = Attr(call, "new_tokens");
   if (batch.has_value() && news.has_value()) {
-    const std::vector<int64_t> want = {*batch, *news};
-    if (tokens.shape() != want) {
+    const int64_t want[] = {*batch, *news};
+    if (!tokens.HasShape(want)) {
       return absl::InvalidArgumentError(StrCat(Label(call), ": $tokens has shape ",
                                                ShapeStr(tokens.shape()), ", the instance expects ",
                                                ShapeStr(want)));
@@ -288,9 +286,9 @@ absl::Status LlamaKernelRunner::RunLmHead(const KernelCall& call) {
 absl::Status LlamaKernelRunner::RunSample(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
   SLICESCHED_ASSIGN_OR_RETURN(const Tensor logits, InputTensor(call, 0));
-  absl::StatusOr<LlamaRequest> req = Lookup(call.instance);
-  if (!req.ok()) return Annotate(req.status(), Label(call));
-  absl::StatusOr<Tensor> tokens = Sample(logits, req->sampling);
+  absl::StatusOr<SamplingParams> sampling = LookupSampling(call.instance);
+  if (!sampling.ok()) return Annotate(sampling.status(), Label(call));
+  absl::StatusOr<Tensor> tokens = Sample(logits, *sampling);
   if (!tokens.ok()) return Annotate(tokens.status(), Label(call));
   if (sink_) sink_(call.instance, *tokens);
   SetTensorPayload(call.outputs[0], std::move(*tokens));

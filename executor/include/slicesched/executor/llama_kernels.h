@@ -77,7 +77,6 @@
 // called from device threads.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -199,11 +198,11 @@ class LlamaKernelRunner final : public KernelRunner {
 
   const LlamaWeights& weights() const { return *weights_; }
   const std::shared_ptr<const LlamaWeights>& shared_weights() const { return weights_; }
-  int64_t calls() const;
 
  private:
   LlamaKernelRunner(std::shared_ptr<const LlamaWeights> weights, const LlamaDims& dims);
-  absl::StatusOr<LlamaRequest> Lookup(InstanceId instance) const;
+  // The sampling parameters of the instance's serving request.
+  absl::StatusOr<SamplingParams> LookupSampling(InstanceId instance) const;
   absl::Status RunEmbedding(const KernelCall& call);
   absl::Status RunFusedLayers(const KernelCall& call);
   absl::Status RunLmHead(const KernelCall& call);
@@ -225,7 +224,6 @@ class LlamaKernelRunner final : public KernelRunner {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, LlamaRequest> requests_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, LlamaTrainRequest> train_requests_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int64_t> calls_{0};
 };
 
 // Moves Llama payloads between CPU devices: a kTensorPayload is shared (the
