@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/cpu_allocator.h"
+#include "tensor_internal.h"
 
 namespace slicesched::executor {
 namespace {
@@ -29,19 +31,19 @@ std::optional<int64_t> Attr(const KernelCall& call, std::string_view name) {
   return std::nullopt;
 }
 
-std::string ShapeStr(const std::vector<int64_t>& s) {
+std::string ShapeStr(std::span<const int64_t> s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
   return out + "]";
 }
 
 // The Tensor payload of op input `i` (an op output).
-absl::StatusOr<const Tensor*> InputTensor(const KernelCall& call, size_t i) {
+absl::StatusOr<Tensor> InputTensor(const KernelCall& call, size_t i) {
   if (i >= call.inputs.size()) {
     return absl::InvalidArgumentError(StrCat(Label(call), ": missing input ", i));
   }
-  const Tensor* t = TensorPayloadOf(call.inputs[i]);
-  if (t == nullptr || !t->defined()) {
+  Tensor t = TensorPayloadOf(call.inputs[i]);
+  if (!t.defined()) {
     return absl::FailedPreconditionError(
         StrCat(Label(call), ": input ", i, " ('", call.op().input_names[i],
                "') holds no tensor payload (payload kind ", call.inputs[i].kind, ")"));
@@ -68,8 +70,8 @@ bool SameDims(const LlamaDims& a, const LlamaDims& b) {
 // ---------------------------------------------------------------------------
 // Payloads
 
-const Tensor* TensorPayloadOf(const Buffer& b) {
-  return b.kind == kTensorPayload ? static_cast<const Tensor*>(b.payload.get()) : nullptr;
+Tensor TensorPayloadOf(const Buffer& b) {
+  return b.kind == kTensorPayload ? TensorAccess::Shared(b.payload) : Tensor();
 }
 
 KvCache* KvCachePayloadOf(const Buffer& b) {
@@ -78,7 +80,7 @@ KvCache* KvCachePayloadOf(const Buffer& b) {
 
 void SetTensorPayload(Buffer& b, Tensor t) {
   b.kind = kTensorPayload;
-  b.payload = std::make_shared<Tensor>(std::move(t));
+  b.payload = TensorAccess::Share(std::move(t));
 }
 
 void SetKvCachePayload(Buffer& b, std::shared_ptr<KvCache> cache) {
@@ -132,16 +134,14 @@ size_t LlamaKernelRunner::num_requests() const {
   return requests_.size() + train_requests_.size();
 }
 
-int64_t LlamaKernelRunner::calls() const { return calls_.load(std::memory_order_relaxed); }
-
-absl::StatusOr<LlamaRequest> LlamaKernelRunner::Lookup(InstanceId instance) const {
+absl::StatusOr<SamplingParams> LlamaKernelRunner::LookupSampling(InstanceId instance) const {
   absl::ReaderMutexLock l(&mu_);
   auto it = requests_.find(instance.value());
   if (it == requests_.end()) {
     return absl::FailedPreconditionError(
         StrCat("no Llama request registered for instance ", instance));
   }
-  return it->second;
+  return it->second.sampling;
 }
 
 absl::StatusOr<Tensor> LlamaKernelRunner::LookupTokens(InstanceId instance) const {
@@ -168,7 +168,6 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
   if (call.tpl == nullptr || call.op_index < 0 || call.op_index >= call.tpl->num_ops()) {
     return absl::InvalidArgumentError(StrCat("kernel call for node ", call.node, " has no op"));
   }
-  calls_.fetch_add(1, std::memory_order_relaxed);
   // One core per device thread (see SetIntraOpThreadsForThisThread), and
   // tensor memory from the thread's own cache (see cpu_allocator.h).
   thread_local bool threads_set = false;
@@ -204,8 +203,8 @@ absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
   const std::optional<int64_t> batch = Attr(call, "batch");
   const std::optional<int64_t> news = Attr(call, "new_tokens");
   if (batch.has_value() && news.has_value()) {
-    const std::vector<int64_t> want = {*batch, *news};
-    if (tokens.shape() != want) {
+    const int64_t want[] = {*batch, *news};
+    if (!tokens.HasShape(want)) {
       return absl::InvalidArgumentError(StrCat(Label(call), ": $tokens has shape ",
                                                ShapeStr(tokens.shape()), ", the instance expects ",
                                                ShapeStr(want)));
@@ -239,12 +238,12 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
   if (!hidden_in.has_value()) {
     return absl::InvalidArgumentError(StrCat(Label(call), ": no hidden-state input"));
   }
-  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, *hidden_in));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor hidden, InputTensor(call, *hidden_in));
 
   if (!ckpt_in.has_value()) {
     // Prefill: a fresh cache, kept as the retained output's payload.
     auto cache = std::make_shared<KvCache>();
-    absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, *hidden, cache.get(), 0);
+    absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, hidden, cache.get(), 0);
     if (!out.ok()) return Annotate(out.status(), Label(call));
     SetTensorPayload(call.outputs[0], std::move(*out));
     SetKvCachePayload(call.outputs[1], std::move(cache));
@@ -266,7 +265,7 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
     return absl::FailedPreconditionError(StrCat(Label(call), ": the attached KV cache holds ", start,
                                                 " tokens, the instance expects context ", *ctx));
   }
-  absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, *hidden, cache, start);
+  absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, hidden, cache, start);
   if (!out.ok()) return Annotate(out.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(*out));
   // The update output is the checkpoint itself (grown in place).
@@ -277,8 +276,8 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
 
 absl::Status LlamaKernelRunner::RunLmHead(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
-  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, 0));
-  absl::StatusOr<Tensor> logits = LmHead(*weights_, *hidden);
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor hidden, InputTensor(call, 0));
+  absl::StatusOr<Tensor> logits = LmHead(*weights_, hidden);
   if (!logits.ok()) return Annotate(logits.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(*logits));
   return absl::OkStatus();
@@ -286,10 +285,10 @@ absl::Status LlamaKernelRunner::RunLmHead(const KernelCall& call) {
 
 absl::Status LlamaKernelRunner::RunSample(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
-  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* logits, InputTensor(call, 0));
-  absl::StatusOr<LlamaRequest> req = Lookup(call.instance);
-  if (!req.ok()) return Annotate(req.status(), Label(call));
-  absl::StatusOr<Tensor> tokens = Sample(*logits, req->sampling);
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor logits, InputTensor(call, 0));
+  absl::StatusOr<SamplingParams> sampling = LookupSampling(call.instance);
+  if (!sampling.ok()) return Annotate(sampling.status(), Label(call));
+  absl::StatusOr<Tensor> tokens = Sample(logits, *sampling);
   if (!tokens.ok()) return Annotate(tokens.status(), Label(call));
   if (sink_) sink_(call.instance, *tokens);
   SetTensorPayload(call.outputs[0], std::move(*tokens));
@@ -362,13 +361,13 @@ absl::Status LlamaKernelRunner::RunTrainForward(const KernelCall& call) {
   SLICESCHED_ASSIGN_OR_RETURN(const int64_t group, GroupOf(call));
   absl::StatusOr<LlamaTrainRequest> req = LookupTrain(call.instance);
   if (!req.ok()) return Annotate(req.status(), Label(call));
-  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, 0));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor hidden, InputTensor(call, 0));
   SLICESCHED_ASSIGN_OR_RETURN(const std::vector<LlamaTrainJob*> jobs, SlotJobs(call, *req));
   const std::vector<TaskAdapters> params = CurrentAdapters(jobs);
   const std::vector<const TaskAdapters*> slots = SlotPointers(params);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<GroupForwardResult> f =
-      TrainGroupForward(*weights_, group, slots, req->batch.row_task, *hidden, req->batch.row_pad);
+      TrainGroupForward(*weights_, group, slots, req->batch.row_task, hidden, req->batch.row_pad);
   if (!f.ok()) return Annotate(f.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(f->hidden_out));
   call.outputs[1].kind = kGroupTapePayload;
@@ -380,13 +379,13 @@ absl::Status LlamaKernelRunner::RunTrainLoss(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 3));
   absl::StatusOr<LlamaTrainRequest> req = LookupTrain(call.instance);
   if (!req.ok()) return Annotate(req.status(), Label(call));
-  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* hidden, InputTensor(call, 0));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor hidden, InputTensor(call, 0));
   SLICESCHED_ASSIGN_OR_RETURN(const std::vector<LlamaTrainJob*> jobs, SlotJobs(call, *req));
   const std::vector<TaskAdapters> params = CurrentAdapters(jobs);
   const std::vector<const TaskAdapters*> slots = SlotPointers(params);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<HeadLossResult> r =
-      TrainHeadLoss(*weights_, slots, req->batch.row_task, *hidden, req->batch.labels,
+      TrainHeadLoss(*weights_, slots, req->batch.row_task, hidden, req->batch.labels,
                     req->batch.row_pad);
   if (!r.ok()) return Annotate(r.status(), Label(call));
   std::vector<float> loss;
@@ -408,14 +407,14 @@ absl::Status LlamaKernelRunner::RunTrainLoss(const KernelCall& call) {
 absl::Status LlamaKernelRunner::RunTrainBackward(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 2));
   SLICESCHED_ASSIGN_OR_RETURN(const int64_t group, GroupOf(call));
-  SLICESCHED_ASSIGN_OR_RETURN(const Tensor* d_out, InputTensor(call, 0));
+  SLICESCHED_ASSIGN_OR_RETURN(const Tensor d_out, InputTensor(call, 0));
   if (call.inputs.size() < 2 || call.inputs[1].kind != kGroupTapePayload ||
       call.inputs[1].payload == nullptr) {
     return absl::FailedPreconditionError(
         StrCat(Label(call), ": input 1 holds no training tape (the forward's 'tape' output)"));
   }
   auto* tape = static_cast<GroupTape*>(call.inputs[1].payload.get());
-  absl::StatusOr<GroupBackwardResult> r = TrainGroupBackward(*tape, *d_out);
+  absl::StatusOr<GroupBackwardResult> r = TrainGroupBackward(*tape, d_out);
   if (!r.ok()) return Annotate(r.status(), Label(call));
   const int64_t tasks = Attr(call, "tasks").value_or(1);
   if (static_cast<int64_t>(r->grads.size()) != tasks || r->grads.empty()) {
@@ -483,15 +482,15 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
       if (in.kind == kHeadGradsPayload && in.payload != nullptr) {
         heads = static_cast<const HeadGrads*>(in.payload.get())->slots;
       } else {
-        SLICESCHED_ASSIGN_OR_RETURN(const Tensor* t, InputTensor(call, i));
-        heads = {*t};
+        SLICESCHED_ASSIGN_OR_RETURN(const Tensor t, InputTensor(call, i));
+        heads = {t};
       }
     } else if (name.ends_with(":loss")) {
-      SLICESCHED_ASSIGN_OR_RETURN(const Tensor* t, InputTensor(call, i));
-      losses = t->ToFloat();
+      SLICESCHED_ASSIGN_OR_RETURN(const Tensor t, InputTensor(call, i));
+      losses = t.ToFloat();
       if (losses.size() != T) {
         return absl::InvalidArgumentError(
-            StrCat(Label(call), ": loss input is ", t->DebugString(), ", expected ", T, " values"));
+            StrCat(Label(call), ": loss input is ", t.DebugString(), ", expected ", T, " values"));
       }
     } else {
       return absl::InvalidArgumentError(

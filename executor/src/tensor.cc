@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -98,6 +99,12 @@ std::vector<int64_t> Tensor::shape() const {
   if (!defined()) return {};
   const auto sizes = impl_->t.sizes();
   return std::vector<int64_t>(sizes.begin(), sizes.end());
+}
+
+bool Tensor::HasShape(std::span<const int64_t> dims) const {
+  if (!defined()) return false;
+  const auto sizes = impl_->t.sizes();
+  return std::equal(sizes.begin(), sizes.end(), dims.begin(), dims.end());
 }
 
 int64_t Tensor::numel() const { return defined() ? impl_->t.numel() : 0; }

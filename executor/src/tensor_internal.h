@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,18 @@ struct TensorAccess {
   // The wrapped tensor; a static undefined at::Tensor for an undefined handle.
   static const at::Tensor& Unwrap(const Tensor& t);
   static Tensor Wrap(at::Tensor t);
+
+  // The handle's shared state as an opaque owner, and back: what a Buffer
+  // holds as a tensor payload (llama_kernels.h). The owner is the handle's
+  // own shared_ptr, so a payload adds no allocation and no control block of
+  // its own; null for an undefined handle. Shared() requires an owner that
+  // Share() made (or null, which gives an undefined handle).
+  static std::shared_ptr<void> Share(Tensor&& t) { return std::move(t.impl_); }
+  static Tensor Shared(const std::shared_ptr<void>& owner) {
+    Tensor out;
+    out.impl_ = std::static_pointer_cast<Tensor::Impl>(owner);
+    return out;
+  }
 };
 
 namespace internal {

@@ -992,6 +992,51 @@ TEST(LlamaSnapshotTest, SimulatorReconstructionMatchesTheExecutorsOnFourDevices)
   EXPECT_EQ(exec.failed_nodes(), 0);
 }
 
+// A tensor payload is the tensor's own shared state, not a wrapper around it:
+// the buffer, the buffer the transfer backend shared it into and the handles
+// read from either all hold the one tensor (one owner count), and it is freed
+// only once the last of them lets go, whichever buffer goes first.
+TEST(LlamaPayloadTest, ATensorReadThroughTwoBuffersIsFreedOnlyAfterBoth) {
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  Buffer a;
+  SetTensorPayload(a, Tensor::FromFloat(values, {1, 3}));
+  ASSERT_EQ(a.kind, kTensorPayload);
+  const std::weak_ptr<void> state = a.payload;
+  EXPECT_EQ(state.use_count(), 1);  // the buffer alone: no wrapper owns it
+
+  Buffer b;
+  TransferCall call;
+  call.from = &a;
+  call.to = &b;
+  LlamaTransferBackend transfers;
+  ASSERT_TRUE(transfers.Send(call).ok());
+  ASSERT_EQ(b.kind, kTensorPayload);
+  Tensor first = TensorPayloadOf(a);
+  EXPECT_EQ(state.use_count(), 3);  // a, b and the handle
+
+  a = Buffer();  // the producer's copy goes first
+  EXPECT_EQ(first.ToFloat(), values);
+  Tensor second = TensorPayloadOf(b);
+  b = Buffer();
+  EXPECT_EQ(second.ToFloat(), values);
+  first = Tensor();
+  EXPECT_FALSE(state.expired());
+  EXPECT_EQ(second.ToFloat(), values);
+  second = Tensor();
+  EXPECT_TRUE(state.expired());
+}
+
+TEST(LlamaPayloadTest, OtherPayloadKindsReadAsNoTensor) {
+  Buffer kv;
+  SetKvCachePayload(kv, std::make_shared<KvCache>());
+  EXPECT_FALSE(TensorPayloadOf(kv).defined());
+  EXPECT_FALSE(TensorPayloadOf(Buffer()).defined());
+  Buffer t;
+  SetTensorPayload(t, Tensor());  // an undefined tensor: no state to hold
+  EXPECT_FALSE(TensorPayloadOf(t).defined());
+  EXPECT_EQ(KvCachePayloadOf(t), nullptr);
+}
+
 TEST(LlamaKernelRunnerTest, RejectsDimsThatDoNotMatchTheWeights) {
   auto dims = LlamaPreset("tiny");
   ASSERT_TRUE(dims.ok());

@@ -317,6 +317,19 @@ TEST(LlamaOpsTest, SampleSemantics) {
 }
 
 // (e) Exceptions inside LibTorch and invalid inputs come back as Status.
+TEST(TensorTest, HasShapeComparesEveryDimension) {
+  const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6};
+  const Tensor t = Tensor::FromInt64(ids, {2, 3});
+  const std::vector<int64_t> same = {2, 3}, swapped = {3, 2}, longer = {2, 3, 1}, shorter = {2};
+  EXPECT_TRUE(t.HasShape(same));
+  EXPECT_FALSE(t.HasShape(swapped));
+  EXPECT_FALSE(t.HasShape(longer));
+  EXPECT_FALSE(t.HasShape(shorter));
+  EXPECT_FALSE(Tensor().HasShape({}));
+  const std::vector<int64_t> none;
+  EXPECT_TRUE(Tensor::FromInt64(std::vector<int64_t>{7}, {}).HasShape(none));  // a scalar
+}
+
 TEST(LlamaOpsTest, ErrorsComeBackAsStatus) {
   auto w = TinyWeights();
   // A NaN reaches at::multinomial, which throws c10::Error.

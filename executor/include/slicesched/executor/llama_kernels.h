@@ -4,8 +4,9 @@
 // TransferBackend that moves their payloads between (CPU) devices.
 //
 // Payloads (Buffer::kind / Buffer::payload):
-//   kTensorPayload   std::shared_ptr<executor::Tensor>: hidden states, logits,
-//                    sampled token ids
+//   kTensorPayload   an executor::Tensor's own shared state (no wrapper of its
+//                    own: SetTensorPayload / TensorPayloadOf): hidden states,
+//                    logits, sampled token ids
 //   kKvCachePayload  std::shared_ptr<executor::KvCache>: a fused group's KV
 //                    cache (the retained "kv" output of a prefill group; the
 //                    same object is grown in place by every decode step that
@@ -76,7 +77,6 @@
 // called from device threads.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -100,7 +100,7 @@
 namespace slicesched::executor {
 
 enum : uint32_t {
-  kTensorPayload = kFirstLibraryPayload,         // std::shared_ptr<Tensor>
+  kTensorPayload = kFirstLibraryPayload,         // a Tensor's shared state (SetTensorPayload)
   kKvCachePayload = kFirstLibraryPayload + 1,    // std::shared_ptr<KvCache>
   kGroupTapePayload = kFirstLibraryPayload + 2,  // std::shared_ptr<GroupTape>
   kLoraGradsPayload = kFirstLibraryPayload + 3,  // std::shared_ptr<LoraGroupGrads> (immutable)
@@ -120,8 +120,11 @@ struct HeadGrads {
   std::vector<Tensor> slots;
 };
 
-// Payload accessors: null when the buffer holds another kind (or nothing).
-const Tensor* TensorPayloadOf(const Buffer& b);
+// Payload accessors. TensorPayloadOf: a handle sharing the payload's tensor,
+// undefined when the buffer holds another kind (or nothing); the payload is
+// the tensor's own shared state, so it lives while the buffer or any handle
+// does. KvCachePayloadOf: null when the buffer holds another kind.
+Tensor TensorPayloadOf(const Buffer& b);
 KvCache* KvCachePayloadOf(const Buffer& b);
 void SetTensorPayload(Buffer& b, Tensor t);
 void SetKvCachePayload(Buffer& b, std::shared_ptr<KvCache> cache);
@@ -195,11 +198,11 @@ class LlamaKernelRunner final : public KernelRunner {
 
   const LlamaWeights& weights() const { return *weights_; }
   const std::shared_ptr<const LlamaWeights>& shared_weights() const { return weights_; }
-  int64_t calls() const;
 
  private:
   LlamaKernelRunner(std::shared_ptr<const LlamaWeights> weights, const LlamaDims& dims);
-  absl::StatusOr<LlamaRequest> Lookup(InstanceId instance) const;
+  // The sampling parameters of the instance's serving request.
+  absl::StatusOr<SamplingParams> LookupSampling(InstanceId instance) const;
   absl::Status RunEmbedding(const KernelCall& call);
   absl::Status RunFusedLayers(const KernelCall& call);
   absl::Status RunLmHead(const KernelCall& call);
@@ -221,7 +224,6 @@ class LlamaKernelRunner final : public KernelRunner {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, LlamaRequest> requests_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, LlamaTrainRequest> train_requests_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int64_t> calls_{0};
 };
 
 // Moves Llama payloads between CPU devices: a kTensorPayload is shared (the

@@ -39,6 +39,9 @@ class Tensor {
 
   bool defined() const;
   std::vector<int64_t> shape() const;  // empty when undefined
+  // Whether the tensor is defined and has exactly these dimensions (unlike
+  // comparing shape(), copies nothing).
+  bool HasShape(std::span<const int64_t> dims) const;
   int64_t numel() const;               // 0 when undefined
   DType dtype() const;                 // kF32 when undefined
   Bytes bytes() const;                 // numel x element size; 0 when undefined
