@@ -51,8 +51,7 @@ ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunn
     absl::MutexLock l(&mu_);
     devices_.resize(n);
   }
-  device_cpu_ = std::make_unique<std::atomic<int>[]>(n);
-  for (size_t d = 0; d < n; ++d) device_cpu_[d].store(-1, std::memory_order_relaxed);
+  device_cpu_ = std::make_unique<DeviceCpu[]>(n);
   int workers = options.transfer_threads > 0 ? options.transfer_threads
                                              : std::max<int>(1, static_cast<int>(n / 2));
   transfer_pool_ = std::make_unique<ThreadPool>(workers);
@@ -357,7 +356,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         s.live.erase(node.value());
         DropDependents(d, node);
       };
-      if (w.cancelled != nullptr && w.cancelled->load()) {
+      if (w.cancelled != nullptr && w.cancelled->set.load()) {
         drop();
         continue;
       }
@@ -385,7 +384,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // The start is recorded with the node's completion (one record per
       // operator); until then the owner reads it here (see Drain()).
       s.running = w.node;
-      device_cpu_[di].store(sched_getcpu(), std::memory_order_relaxed);  // (vDSO: no system call)
+      // (vDSO: no system call.) Stored only when it changes: the owner reads
+      // it per nap, and a store would take the line back from its cache.
+      if (const int on = sched_getcpu(); device_cpu_[di].cpu.load(std::memory_order_relaxed) != on) {
+        device_cpu_[di].cpu.store(on, std::memory_order_relaxed);
+      }
       s.running_start = clock_->Now();
       s.running_seq = seq_++;
       started_at = s.running_start;
@@ -598,7 +601,7 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
     }
   }
   auto& flag = inst_cancel_[n->instance.value()];
-  if (flag == nullptr) flag = std::make_shared<std::atomic<bool>>(false);
+  if (flag == nullptr) flag = std::make_shared<CancelFlag>();
   w.cancelled = flag;
   // A locally ready node's ready time is its last local producer's finish
   // time, filled in by the device.
@@ -764,7 +767,7 @@ bool ExecutorSet::OwnerBesideADevice() const {
   const int cpu = sched_getcpu();
   if (cpu < 0) return false;
   for (size_t d = 0; d < pools_.size(); ++d) {
-    if (device_cpu_[d].load(std::memory_order_relaxed) == cpu) return true;
+    if (device_cpu_[d].cpu.load(std::memory_order_relaxed) == cpu) return true;
   }
   return false;
 }
@@ -1098,7 +1101,7 @@ absl::Status ExecutorSet::FailNode(NodeId id, absl::string_view reason, Timestam
 void ExecutorSet::CancelInstanceWork(InstanceId inst_id) {
   auto flag = inst_cancel_.find(inst_id.value());
   if (flag != inst_cancel_.end()) {
-    flag->second->store(true);
+    flag->second->set.store(true);
     inst_cancel_.erase(flag);
   }
   const uint64_t lo = inst_id.value() << kOpIndexBits, hi = (inst_id.value() + 1) << kOpIndexBits;
@@ -1206,7 +1209,7 @@ void ExecutorSet::Reconcile() {
     const Instance* inst = gmg_->FindInstance(InstanceId(it->first));
     if (inst == nullptr || inst->state == InstanceState::kDone ||
         inst->state == InstanceState::kFailed || inst->state == InstanceState::kCancelled) {
-      if (inst != nullptr && inst->state != InstanceState::kDone) it->second->store(true);
+      if (inst != nullptr && inst->state != InstanceState::kDone) it->second->set.store(true);
       inst_cancel_.erase(it++);
     } else {
       ++it;

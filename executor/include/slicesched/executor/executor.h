@@ -126,6 +126,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/optimization.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
@@ -293,6 +294,13 @@ class ExecutorSet final : public ExecutionBackend {
   // round trip per block per operator.
   using Outputs = absl::InlinedVector<Held, 2>;
   using OutputBuffers = absl::InlinedVector<Buffer, 2>;
+  // An instance's cancellation flag (set once it failed), read by its
+  // device thread per operator. On a cache line of its own: the owner copies
+  // the shared_ptr per item it hands over, which writes the control block's
+  // counts (make_shared puts them just before the object).
+  struct alignas(ABSL_CACHELINE_SIZE) CancelFlag {
+    std::atomic<bool> set{false};
+  };
   // A ready operator, self-contained for its device thread.
   struct WorkItem {
     NodeId node;
@@ -303,7 +311,7 @@ class ExecutorSet final : public ExecutionBackend {
     absl::InlinedVector<Buffer, 4> inputs;
     absl::InlinedVector<Bytes, 2> output_bytes;
     Bytes workspace;
-    std::shared_ptr<std::atomic<bool>> cancelled;
+    std::shared_ptr<CancelFlag> cancelled;
     // Ready-queue key; for a pending item ready_ns is the latest finish time
     // of its local producers, final once the last one finished.
     DisciplineKey key;
@@ -489,9 +497,11 @@ class ExecutorSet final : public ExecutionBackend {
   std::vector<std::unique_ptr<DevicePool>> pools_;
 
   // ---- owner thread only ----
-  CommGraph comm_;
+  // (From a new cache line: the device threads read the members above per
+  // operator, the owner writes these.)
+  alignas(ABSL_CACHELINE_SIZE) CommGraph comm_;
   absl::flat_hash_set<uint64_t> queued_;       // compute nodes handed to a device
-  absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<bool>>> inst_cancel_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<CancelFlag>> inst_cancel_;
   absl::btree_map<TensorKey, absl::btree_map<uint16_t, Held>> tensors_;
   absl::btree_map<uint64_t, std::vector<Held>> checkpoints_;  // by CheckpointId
   absl::btree_set<TensorKey> touched_;
@@ -511,39 +521,53 @@ class ExecutorSet final : public ExecutionBackend {
   int64_t failed_nodes_ = 0;
 
   // ---- shared ----
-  mutable absl::Mutex mu_;
-  std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  // Cache lines: a device thread reads and writes these per operator while
+  // the owner, on another CPU, writes its own state per nap. What the two
+  // write at different times sits on different lines, so that a device
+  // misses in its cache only where the owner changed what it reads
+  // (docs/experiments.md, issue 5, tenth session).
+  //
+  // The lock's line: what a device thread reads and writes with mu_ held,
+  // on the line its Lock() has just taken. The counters are what the
+  // owner's waits look at (see "Owner waits"): written with mu_ held, read
+  // by the owner without it.
+  alignas(ABSL_CACHELINE_SIZE) mutable absl::Mutex mu_;
   // Next sequence number of a stamp (records and starts).
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
-  // What the owner's waits look at (see "Owner waits"): written with mu_
-  // held, read by the owner without it.
   // Records held in the devices' buffers.
   std::atomic<size_t> num_records_{0};
+  // Records WaitForFinish wakes for (not quiet).
+  std::atomic<size_t> pending_completions_{0};
+  // Devices whose busy flag is set (see NoteWork).
+  std::atomic<size_t> busy_devices_{0};
   // A node started since the owner's last drain (WaitForCompletion and
   // NextEventTime report it; it is applied from DeviceState::running).
   std::atomic<bool> start_unseen_{false};
-  // Devices whose busy flag is set (see NoteWork).
-  std::atomic<size_t> busy_devices_{0};
-  // Records WaitForFinish wakes for (not quiet).
-  std::atomic<size_t> pending_completions_{0};
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t fast_path_ops_ ABSL_GUARDED_BY(mu_) = 0;
-  // The owner's sleep: what it waits for (set before owner_sleep_), the
-  // flag device threads read before waking it, and its own lock and
-  // condition (a device takes owner_mu_ only to wake it).
-  const absl::Duration owner_nap_;
-  std::atomic<OwnerWait> owner_wait_{OwnerWait::kNone};
+  // The owner's sleep: what it waits for (set before owner_sleep_) and the
+  // flag device threads read before waking it. Written by the owner per
+  // nap, read by the devices per event.
+  alignas(ABSL_CACHELINE_SIZE) std::atomic<OwnerWait> owner_wait_{OwnerWait::kNone};
   std::atomic<size_t> owner_wait_min_{0};
   std::atomic<OwnerSleep> owner_sleep_{OwnerSleep::kAwake};
-  // By device: the CPU its thread last started an operator on (-1: none).
-  std::unique_ptr<std::atomic<int>[]> device_cpu_;
-  std::atomic<int64_t> owner_wakes_{0};
-  absl::Mutex owner_mu_;
+  // The owner's own lock and condition (a device takes owner_mu_ only to
+  // wake it).
+  alignas(ABSL_CACHELINE_SIZE) absl::Mutex owner_mu_;
   absl::CondVar owner_cv_;          // napping, with owner_mu_
   absl::CondVar owner_blocked_cv_;  // blocked, with mu_
   bool owner_woken_ ABSL_GUARDED_BY(owner_mu_) = false;
-  bool paused_ ABSL_GUARDED_BY(mu_) = false;
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-
+  std::atomic<int64_t> owner_wakes_{0};
+  // Constant once the threads run (the vector; its states are guarded).
+  alignas(ABSL_CACHELINE_SIZE) std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  const absl::Duration owner_nap_;
+  // By device: the CPU its thread last started an operator on (-1: none),
+  // a line each (the owner reads them per nap; see DeviceLoop).
+  struct alignas(ABSL_CACHELINE_SIZE) DeviceCpu {
+    std::atomic<int> cpu{-1};
+  };
+  std::unique_ptr<DeviceCpu[]> device_cpu_;
   std::function<void()> notify_;  // constant once work is issued
 
   std::vector<std::thread> threads_;
