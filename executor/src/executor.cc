@@ -114,12 +114,14 @@ uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {
 void ExecutorSet::Hand(DeviceId d, WorkItem w) {
   DeviceState& s = devices_[d.value()];
   int64_t ready_ns = w.key.ready_ns;
+  absl::InlinedVector<uint32_t, 2> producers;  // the items of the live ones
   for (const WorkItem::LocalInput& li : w.local) {
     if (auto f = s.finished.find(li.producer.value()); f != s.finished.end()) {
       w.inputs[li.input] = f->second.outputs[li.output];
       ready_ns = std::max(ready_ns, f->second.end.nanos());
-    } else if (s.live.contains(li.producer.value())) {
+    } else if (auto l = s.live.find(li.producer.value()); l != s.live.end()) {
       ++w.waiting;
+      producers.push_back(l->second);
     } else {
       Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
                  StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), ": its input producer ",
@@ -130,51 +132,59 @@ void ExecutorSet::Hand(DeviceId d, WorkItem w) {
   }
   w.key.ready_ns = ready_ns;
   const NodeId node = w.node;
-  s.live.insert(node.value());
-  if (w.waiting == 0) {
-    const DisciplineKey key = w.key;
-    s.ready.Push(key, StoreItem(s, std::move(w)));
+  const DisciplineKey key = w.key;
+  const bool pending = w.waiting > 0;
+  const uint32_t item = StoreItem(s, std::move(w));
+  s.live.emplace(node.value(), item);
+  if (!pending) {
+    s.ready.Push(key, item);
     return;
   }
-  for (const WorkItem::LocalInput& li : w.local) {
-    if (s.finished.contains(li.producer.value())) continue;
-    absl::InlinedVector<NodeId, 2>& v = s.waiters[li.producer.value()];
-    if (v.empty() || v.back() != node) v.push_back(node);  // once per producer
+  ++s.num_pending;
+  for (uint32_t p : producers) {
+    absl::InlinedVector<WorkItem::Dependent, 2>& deps = s.items[p].dependents;
+    if (deps.empty() || deps.back().node != node) deps.push_back({item, node});  // once per producer
   }
-  s.pending.emplace(node.value(), StoreItem(s, std::move(w)));
 }
 
-int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
+bool ExecutorSet::Waits(const DeviceState& s, const WorkItem::Dependent& dep) {
+  const WorkItem& w = s.items[dep.item];
+  return w.node == dep.node && w.waiting > 0;
+}
+
+ExecutorSet::WorkItem ExecutorSet::TakeItem(DeviceState& s, uint32_t item) {
+  WorkItem w = std::move(s.items[item]);
+  s.items[item] = WorkItem();
+  s.free_items.push_back(item);
+  return w;
+}
+
+int ExecutorSet::ReleaseDependents(DeviceId d, WorkItem& producer, Timestamp end,
                                    std::span<const Buffer> outputs) {
+  if (producer.dependents.empty()) return 0;
   DeviceState& s = devices_[d.value()];
-  auto wt = s.waiters.find(producer.value());
-  if (wt == s.waiters.end()) return 0;
-  const absl::InlinedVector<NodeId, 2> deps = std::move(wt->second);
-  s.waiters.erase(wt);
-  for (NodeId dep : deps) {
-    auto p = s.pending.find(dep.value());
-    if (p == s.pending.end()) continue;  // dropped meanwhile
-    const uint32_t item = p->second;
-    WorkItem& w = s.items[item];
+  const NodeId p = producer.node;
+  for (const WorkItem::Dependent& dep : producer.dependents) {
+    if (!Waits(s, dep)) continue;  // dropped meanwhile
+    WorkItem& w = s.items[dep.item];
     for (const WorkItem::LocalInput& li : w.local) {
-      if (li.producer == producer) w.inputs[li.input] = outputs[li.output];
+      if (li.producer == p) w.inputs[li.input] = outputs[li.output];
     }
     w.key.ready_ns = std::max(w.key.ready_ns, end.nanos());
     // A dependent reading two outputs of `producer` is listed once per input.
     w.waiting -= static_cast<int>(
-        std::count_if(w.local.begin(), w.local.end(),
-                      [&](const WorkItem::LocalInput& li) { return li.producer == producer; }));
+        std::count_if(w.local.begin(), w.local.end(), [&](const WorkItem::LocalInput& li) { return li.producer == p; }));
     if (w.waiting > 0) continue;
-    s.pending.erase(p);
+    --s.num_pending;
     // The fast path: of the dependents released here, the one that runs
     // first is kept as the device's next item, the others are queued.
     if (s.next == kNoItem) {
-      s.next = item;
+      s.next = dep.item;
     } else if (RunsBefore(w.key, s.items[s.next].key)) {
       s.ready.Push(s.items[s.next].key, s.next);
-      s.next = item;
+      s.next = dep.item;
     } else {
-      s.ready.Push(w.key, item);
+      s.ready.Push(w.key, dep.item);
     }
   }
   // Anything queued that runs before it (a newly queued higher-priority
@@ -183,7 +193,9 @@ int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
     s.ready.Push(s.items[s.next].key, s.next);
     s.next = kNoItem;
   }
-  return static_cast<int>(deps.size());
+  const int released = static_cast<int>(producer.dependents.size());
+  producer.dependents.clear();
+  return released;
 }
 
 void ExecutorSet::ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed) {
@@ -206,29 +218,29 @@ void ExecutorSet::ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std
   }
 }
 
-void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
+void ExecutorSet::DropDependents(DeviceId d, NodeId producer,
+                                 absl::InlinedVector<WorkItem::Dependent, 2> dependents) {
+  if (dependents.empty()) return;
   DeviceState& s = devices_[d.value()];
-  std::vector<NodeId> worklist{producer};
+  struct Dropped {
+    NodeId producer;
+    absl::InlinedVector<WorkItem::Dependent, 2> dependents;
+  };
+  std::vector<Dropped> worklist;
+  worklist.push_back({producer, std::move(dependents)});
   while (!worklist.empty()) {
-    const NodeId p = worklist.back();
+    const Dropped p = std::move(worklist.back());
     worklist.pop_back();
-    auto wt = s.waiters.find(p.value());
-    if (wt == s.waiters.end()) continue;
-    const absl::InlinedVector<NodeId, 2> deps = std::move(wt->second);
-    s.waiters.erase(wt);
-    for (NodeId dep : deps) {
-      auto it = s.pending.find(dep.value());
-      if (it == s.pending.end()) continue;  // already dropped (a second input of p)
-      const uint32_t item = it->second;
-      s.pending.erase(it);
-      WorkItem dead = std::move(s.items[item]);
-      s.free_items.push_back(item);
-      s.live.erase(dep.value());
-      Post(Event{Event::Kind::kFailed, dep, d, Timestamp(),
-                 StrCat("node ", NodeLabel(dead.tpl, dead.op_index, dep), ": its input producer ",
-                        p, " did not finish"),
+    for (const WorkItem::Dependent& dep : p.dependents) {
+      if (!Waits(s, dep)) continue;  // already dropped (a second input of p)
+      WorkItem dead = TakeItem(s, dep.item);
+      --s.num_pending;
+      s.live.erase(dep.node.value());
+      Post(Event{Event::Kind::kFailed, dep.node, d, Timestamp(),
+                 StrCat("node ", NodeLabel(dead.tpl, dead.op_index, dep.node), ": its input producer ",
+                        p.producer, " did not finish"),
                  {}});
-      worklist.push_back(dep);
+      worklist.push_back({dep.node, std::move(dead.dependents)});
     }
   }
 }
@@ -320,18 +332,20 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
           s.next = kNoItem;
         }
         auto fail = [&](uint32_t item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          WorkItem dead = std::move(s.items[item]);
-          s.free_items.push_back(item);
+          const WorkItem dead = TakeItem(s, item);
           Post(Event{Event::Kind::kFailed, dead.node, d, Timestamp(),
                      StrCat("device ", dev_name, " stopped before node ",
                             NodeLabel(dead.tpl, dead.op_index, dead.node), " ran"),
                      {}});
         };
         while (!s.ready.empty()) fail(s.ready.Pop());
-        absl::btree_map<uint64_t, uint32_t> pending(s.pending.begin(), s.pending.end());
+        std::vector<std::pair<uint64_t, uint32_t>> pending;  // (node, item), by node
+        for (uint32_t i = 0; i < s.items.size(); ++i) {
+          if (s.items[i].waiting > 0) pending.emplace_back(s.items[i].node.value(), i);
+        }
+        std::sort(pending.begin(), pending.end());
         for (const auto& [node, item] : pending) fail(item);
-        s.pending.clear();
-        s.waiters.clear();
+        s.num_pending = 0;
         s.live.clear();
         s.exited = true;
         MaybeWakeOwner(di);  // it holds no work now
@@ -350,11 +364,9 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // A node dropped before it ran: its slot is emptied (its input
       // references released, under the lock as before) and freed.
       auto drop = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        const NodeId node = w.node;
-        w = WorkItem();
-        s.free_items.push_back(item);
-        s.live.erase(node.value());
-        DropDependents(d, node);
+        WorkItem dead = TakeItem(s, item);
+        s.live.erase(dead.node.value());
+        DropDependents(d, dead.node, std::move(dead.dependents));
       };
       if (w.cancelled != nullptr && w.cancelled->set.load()) {
         drop();
@@ -453,7 +465,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       done.unread = std::move(w.readers);  // (not read again)
       // Quiet when every successor was here, waiting for this node (the
       // owner is needed only where the work leaves the device).
-      const int released = ReleaseDependents(d, w.node, done.end, done.outputs);
+      const int released = ReleaseDependents(d, w, done.end, done.outputs);
       ReleaseConsumed(d, w, &handed_back);
       // Stamped with the time the dependents saw.
       Event& fin = s.records.emplace_back();
@@ -483,7 +495,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       failed.start = started_at;
       failed.start_seq = started_seq;
       Post(std::move(failed));
-      DropDependents(d, w.node);
+      DropDependents(d, w.node, std::move(w.dependents));
     }
     s.free_items.push_back(item);
     // The lock stays held: the next iteration picks the next node.
@@ -729,7 +741,7 @@ bool ExecutorSet::OwnerWaitSatisfied() const {
 }
 
 bool ExecutorSet::NoteWork(DeviceState& s) {
-  const bool busy = s.next != kNoItem || !s.ready.empty() || !s.pending.empty() || s.running.valid();
+  const bool busy = s.next != kNoItem || !s.ready.empty() || s.num_pending > 0 || s.running.valid();
   if (busy == s.busy) return false;
   s.busy = busy;
   AddLocked(busy_devices_, busy ? 1 : -1);

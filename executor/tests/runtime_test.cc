@@ -1457,5 +1457,81 @@ TEST(ExecutorSetTest, FailureInsideALocalChainFailsOnlyItsInstance) {
   EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
 }
 
+// A producer's list of pending dependents names their item slots. A
+// dependent dropped before the producer runs (its other producer failed)
+// frees its slot, and the owner may hand another item into it before the
+// producer finishes: that item, pending on the same producer and on one more,
+// must be released once, by each producer's own entry, not also by the stale
+// one (which would release it before its other producer ran, without that
+// input).
+TEST(ExecutorSetTest, AFreedDependentSlotReusedBeforeItsProducerRunsIsNotReleasedTwice) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  TemplateBuilder b("reuse");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("q", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("p", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("d", OpKind::kGeneric).Inputs({"p", "q"}).Output("x", DType::kF32, {"N"});
+  b.Op("r", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("e", OpKind::kGeneric).Inputs({"p", "r"}).Output("x", DType::kF32, {"N"});
+  const TemplateId tpl = *r.g.RegisterTemplate(*b.Build());
+  r.Start();
+  const InstanceId a = r.New(tpl, 8);
+  const Instance* in = r.g.FindInstance(a);
+  const NodeId q = in->nodes[0].id, e = in->nodes[4].id;
+  const InstanceId hold = r.New(r.chain, 8);
+  const NodeId hold0 = r.g.FindInstance(hold)->nodes[0].id;
+  absl::Notification held, release, e_ran;
+  std::atomic<bool> e_had_r{false};
+  r.kernels.FailWhen([=](const KernelCall& c) { return c.node == q; }, absl::InternalError("q fails"));
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node == hold0) {
+      held.Notify();
+      release.WaitForNotification();
+    } else if (c.instance == a && c.op_index == 3) {  // r: a payload for e
+      auto hb = std::make_shared<HostBytes>();
+      hb->data.assign(8, std::byte{3});
+      c.outputs[0].kind = kHostBytesPayload;
+      c.outputs[0].payload = hb;
+    } else if (c.node == e) {
+      e_had_r = c.inputs[1].kind == kHostBytesPayload && c.inputs[1].payload != nullptr;
+      e_ran.Notify();
+    }
+  });
+  auto issue = [&](std::initializer_list<int> ops) {
+    std::vector<NodePlacement> p;
+    for (int op : ops) p.push_back({in->nodes[op].id, DeviceId(0)});
+    auto issued = IssuePlacements(r.g, p, 0, r.clock.Now());
+    ASSERT_TRUE(issued.ok()) << issued.status();
+    for (NodeId n : *issued) r.exec->NodeIssued(n);
+  };
+  // Ready times order the device's picks: q, the holding chain, p.
+  r.exec->Pause();
+  issue({0});
+  r.clock.Advance(Duration::Micros(1));
+  r.Place(hold, {0});
+  r.clock.Advance(Duration::Micros(1));
+  issue({1, 2});  // d pends on p and q
+  r.exec->Resume();
+  // q failed (d dropped, its slot freed); the device holds in the chain,
+  // before p. r, then e (pending on p and r), take the freed slots.
+  ASSERT_TRUE(held.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  r.clock.Advance(Duration::Micros(1));
+  issue({3, 4});
+  release.Notify();
+  // The owner applies nothing until e ran (q's failure would cancel it).
+  ASSERT_TRUE(e_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(e_had_r.load()) << "e ran before its producer r finished";
+  ASSERT_TRUE(r.Run().ok());
+  std::map<uint64_t, RetiredInstance> by_id;
+  for (RetiredInstance& ri : r.g.TakeRetired()) by_id[ri.id.value()] = ri;
+  ASSERT_EQ(by_id.size(), 2u);
+  EXPECT_EQ(by_id[hold.value()].state, InstanceState::kDone);
+  EXPECT_EQ(by_id[a.value()].state, InstanceState::kFailed);
+  EXPECT_THAT(by_id[a.value()].failure, HasSubstr("q fails"));
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
 }  // namespace
 }  // namespace slicesched

@@ -39,7 +39,7 @@
 //     - finished here but not yet applied by the owner (DeviceState::finished):
 //       the input is resolved at once from its output buffers;
 //     - live here (DeviceState::live: queued, pending or running): the item
-//       waits for it (DeviceState::waiters);
+//       waits for it (listed in the producer's WorkItem::dependents);
 //     - neither: it failed or was dropped, so the item fails too.
 //   When a device thread finishes a producer it resolves its waiters' inputs
 //   from the buffers it just produced and pushes those whose last producer
@@ -334,6 +334,16 @@ class ExecutorSet final : public ExecutionBackend {
     // a plain output (0 for retained outputs and checkpoint growth: never
     // released early; see ReleaseConsumed()).
     absl::InlinedVector<int32_t, 2> readers;
+    // The items pending on this one (see "Local readiness"), by slot: its
+    // finish resolves their inputs without a look-up in a table the owner
+    // writes. Written by the owner, read by the device, both with the lock
+    // held (never by the device thread running the item without it). A
+    // dependent dropped meanwhile has left its slot (see Waits()).
+    struct Dependent {
+      uint32_t item;
+      NodeId node;
+    };
+    absl::InlinedVector<Dependent, 2> dependents;
   };
   struct Event {
     enum class Kind : uint8_t { kFinished, kFailed, kTransferDone, kTransferFailed };
@@ -383,10 +393,10 @@ class ExecutorSet final : public ExecutionBackend {
     std::deque<WorkItem> items;
     std::vector<uint32_t> free_items;
     // Nodes handed here and not yet finished or dropped (queued, pending or
-    // running).
-    absl::flat_hash_set<uint64_t> live;
-    absl::flat_hash_map<uint64_t, uint32_t> pending;               // node -> item
-    absl::flat_hash_map<uint64_t, absl::InlinedVector<NodeId, 2>> waiters;  // producer -> pending
+    // running), and their items.
+    absl::flat_hash_map<uint64_t, uint32_t> live;
+    // Items pending on local producers (WorkItem::waiting > 0).
+    int num_pending = 0;
     absl::flat_hash_map<uint64_t, LocalDone> finished;             // by node
     // Payloads of this device's buffers the owner no longer needs, handed
     // back so that the device thread, not the owner, drops the last
@@ -447,13 +457,19 @@ class ExecutorSet final : public ExecutionBackend {
   // Hands `w` to device `d`: ready, or pending on its local producers.
   void Hand(DeviceId d, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t StoreItem(DeviceState& s, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `producer` finished on `d` at `end` with `outputs`: its pending
-  // dependents get those inputs; the ones now complete become ready. The
-  // one the queue discipline picks next, if it is one of them, goes to
-  // `s.next` (the fast path) instead of the ReadyQueue. Returns how many
-  // dependents it had.
-  int ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
-                        std::span<const Buffer> outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties slot `item` (a node dropped or failed before it ran: no
+  // dependent list can name it any more) and frees it; returns what it held.
+  WorkItem TakeItem(DeviceState& s, uint32_t item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `dep` still waits in its slot (neither dropped nor the slot
+  // reused since it was listed).
+  static bool Waits(const DeviceState& s, const WorkItem::Dependent& dep);
+  // `producer`, the item running on `d`, finished at `end` with `outputs`:
+  // its pending dependents get those inputs; the ones now complete become
+  // ready. The one the queue discipline picks next, if it is one of them,
+  // goes to `s.next` (the fast path) instead of the ReadyQueue. Returns how
+  // many dependents it had.
+  int ReleaseDependents(DeviceId d, WorkItem& producer, Timestamp end, std::span<const Buffer> outputs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `w` finished on `d`: each local input whose every reader has now run on
   // this device loses its payload (moved to `freed`, dropped by the device
   // thread after unlocking), in the device's unapplied-completion table and
@@ -463,9 +479,10 @@ class ExecutorSet final : public ExecutionBackend {
   // mirrors) stays with the record until the GMG frees the tensor.
   void ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `producer` will not finish on `d`: its pending dependents (and theirs)
-  // fail.
-  void DropDependents(DeviceId d, NodeId producer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `producer` will not finish on `d`: its pending `dependents` (taken from
+  // its item) and theirs fail.
+  void DropDependents(DeviceId d, NodeId producer, absl::InlinedVector<WorkItem::Dependent, 2> dependents)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Owner-thread helpers.
   // Queues `id` if it is ready or locally ready (then also tries its
