@@ -275,6 +275,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   OutputBuffers out_buffers;
   Timestamp started_at;  // the running node's start, for its record
   uint64_t started_seq = 0;
+  // The last finish's time while the lock has been held since: a node
+  // picked in that same critical section starts then (one clock read per
+  // operator boundary, not two; the end of one operator is the start of the
+  // next). Never once the lock was let go or a node dropped.
+  Timestamp boundary = Timestamp::Never();
   // Payloads handed back by the owner, taken from the graveyard under the
   // lock and freed here after unlocking.
   std::vector<std::shared_ptr<void>> handed_back;
@@ -298,6 +303,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     Allocation workspace;
     {
       if (!can_go()) {
+        boundary = Timestamp::Never();
         if (!handed_back.empty()) {
           // Free what the last operator's finish released before waiting.
           mu_.Unlock();
@@ -319,6 +325,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       DeviceState& s = devices_[di];
       if (!s.stopped && (paused_ || (s.next == kNoItem && s.ready.empty()))) {
         // Woken only to free what was handed back.
+        boundary = Timestamp::Never();
         mu_.Unlock();
         handed_back.clear();
         mu_.Lock();
@@ -364,6 +371,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // A node dropped before it ran: its slot is emptied (its input
       // references released, under the lock as before) and freed.
       auto drop = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        boundary = Timestamp::Never();
         WorkItem dead = TakeItem(s, item);
         s.live.erase(dead.node.value());
         DropDependents(d, dead.node, std::move(dead.dependents));
@@ -401,7 +409,8 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       if (const int on = sched_getcpu(); device_cpu_[di].cpu.load(std::memory_order_relaxed) != on) {
         device_cpu_[di].cpu.store(on, std::memory_order_relaxed);
       }
-      s.running_start = clock_->Now();
+      s.running_start = boundary.is_never() ? clock_->Now() : boundary;
+      boundary = Timestamp::Never();
       s.running_seq = seq_++;
       started_at = s.running_start;
       started_seq = s.running_seq;
@@ -462,6 +471,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       LocalDone& done = s.finished[w.node.value()];
       done.outputs = out_buffers;
       done.end = clock_->Now();
+      boundary = done.end;
       done.unread = std::move(w.readers);  // (not read again)
       // Quiet when every successor was here, waiting for this node (the
       // owner is needed only where the work leaves the device).

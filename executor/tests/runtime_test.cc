@@ -1533,5 +1533,50 @@ TEST(ExecutorSetTest, AFreedDependentSlotReusedBeforeItsProducerRunsIsNotRelease
   EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
 }
 
+// On the fast path one clock read serves an operator boundary: the end of an
+// operator is the start of the next one picked in the same critical section.
+// A chain handed over at once therefore costs its device thread one read per
+// operator plus the first start, and the GMG records each start at its
+// predecessor's end.
+TEST(ExecutorSetTest, AChainReadsTheClockOncePerOperatorBoundary) {
+  Watchdog watchdog(absl::Minutes(2));
+  constexpr int kLen = 16;
+  // Counts the reads of threads other than the owner (this one).
+  class CountingClock final : public Clock {
+   public:
+    explicit CountingClock(const Clock* inner) : inner_(inner), owner_(std::this_thread::get_id()) {}
+    Timestamp Now() const override {
+      if (std::this_thread::get_id() != owner_) reads_.fetch_add(1);
+      return inner_->Now();
+    }
+    int64_t reads() const { return reads_.load(); }
+
+   private:
+    const Clock* inner_;
+    std::thread::id owner_;
+    mutable std::atomic<int64_t> reads_{0};
+  };
+  Rig r(1);
+  const TemplateId chain = *r.g.RegisterTemplate(Chain(kLen));
+  CountingClock clock(&r.clock);
+  r.exec = std::make_unique<ExecutorSet>(&r.g, &clock, &r.kernels, &r.host);
+  const InstanceId c = r.New(chain, 32);
+  r.exec->Pause();  // the whole chain is handed over before its first start
+  r.Place(c, {0});
+  r.exec->Resume();
+  ASSERT_TRUE(r.Run().ok());
+  auto retired = r.g.TakeRetired();
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].state, InstanceState::kDone) << retired[0].failure;
+  EXPECT_EQ(clock.reads(), kLen + 1);
+  EXPECT_EQ(r.exec->fast_path_ops(), kLen - 1);
+  std::vector<const Feedback*> ops(kLen, nullptr);
+  for (const Feedback& f : r.feedback) ops[f.op] = &f;
+  for (int k = 1; k < kLen; ++k) {
+    ASSERT_NE(ops[k], nullptr);
+    EXPECT_EQ(ops[k - 1]->end, ops[k]->start) << k;
+  }
+}
+
 }  // namespace
 }  // namespace slicesched
