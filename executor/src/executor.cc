@@ -376,7 +376,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         s.live.erase(dead.node.value());
         DropDependents(d, dead.node, std::move(dead.dependents));
       };
-      if (w.cancelled != nullptr && w.cancelled->set.load()) {
+      if (w.cancelled) {
         drop();
         continue;
       }
@@ -622,9 +622,7 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
       if (t.update_of < 0 && !t.retained) ++w.readers[r.output];
     }
   }
-  auto& flag = inst_cancel_[n->instance.value()];
-  if (flag == nullptr) flag = std::make_shared<CancelFlag>();
-  w.cancelled = flag;
+  handed_instances_.insert(n->instance.value());
   // A locally ready node's ready time is its last local producer's finish
   // time, filled in by the device.
   const int64_t ready_ns =
@@ -1121,11 +1119,7 @@ absl::Status ExecutorSet::FailNode(NodeId id, absl::string_view reason, Timestam
 // The instance failed (its nodes are terminal in the GMG): drop its queued
 // work, its pending transfers and, via Reconcile, its tensors.
 void ExecutorSet::CancelInstanceWork(InstanceId inst_id) {
-  auto flag = inst_cancel_.find(inst_id.value());
-  if (flag != inst_cancel_.end()) {
-    flag->second->set.store(true);
-    inst_cancel_.erase(flag);
-  }
+  if (handed_instances_.erase(inst_id.value()) > 0) CancelItems(inst_id);
   const uint64_t lo = inst_id.value() << kOpIndexBits, hi = (inst_id.value() + 1) << kOpIndexBits;
   for (auto it = queued_.begin(); it != queued_.end();) {
     const uint64_t v = *it;
@@ -1152,6 +1146,17 @@ void ExecutorSet::CancelInstanceWork(InstanceId inst_id) {
   for (uint64_t q : drop) {
     (void)comm_.Abort(q);
     queued_.erase(q);
+  }
+}
+
+void ExecutorSet::CancelItems(InstanceId inst) {
+  absl::MutexLock l(&mu_);
+  // Free slots keep their last item's instance: marked too, harmlessly (a
+  // slot is reused only by move-assigning a new item).
+  for (DeviceState& s : devices_) {
+    for (WorkItem& w : s.items) {
+      if (w.instance == inst) w.cancelled = true;
+    }
   }
 }
 
@@ -1227,12 +1232,13 @@ void ExecutorSet::Reconcile() {
     }
   }
   FlushBuried();
-  for (auto it = inst_cancel_.begin(); it != inst_cancel_.end();) {
-    const Instance* inst = gmg_->FindInstance(InstanceId(it->first));
+  for (auto it = handed_instances_.begin(); it != handed_instances_.end();) {
+    const InstanceId id(*it);
+    const Instance* inst = gmg_->FindInstance(id);
     if (inst == nullptr || inst->state == InstanceState::kDone ||
         inst->state == InstanceState::kFailed || inst->state == InstanceState::kCancelled) {
-      if (inst != nullptr && inst->state != InstanceState::kDone) it->second->set.store(true);
-      inst_cancel_.erase(it++);
+      if (inst != nullptr && inst->state != InstanceState::kDone) CancelItems(id);
+      handed_instances_.erase(it++);
     } else {
       ++it;
     }

@@ -294,13 +294,6 @@ class ExecutorSet final : public ExecutionBackend {
   // round trip per block per operator.
   using Outputs = absl::InlinedVector<Held, 2>;
   using OutputBuffers = absl::InlinedVector<Buffer, 2>;
-  // An instance's cancellation flag (set once it failed), read by its
-  // device thread per operator. On a cache line of its own: the owner copies
-  // the shared_ptr per item it hands over, which writes the control block's
-  // counts (make_shared puts them just before the object).
-  struct alignas(ABSL_CACHELINE_SIZE) CancelFlag {
-    std::atomic<bool> set{false};
-  };
   // A ready operator, self-contained for its device thread.
   struct WorkItem {
     NodeId node;
@@ -311,7 +304,11 @@ class ExecutorSet final : public ExecutionBackend {
     absl::InlinedVector<Buffer, 4> inputs;
     absl::InlinedVector<Bytes, 2> output_bytes;
     Bytes workspace;
-    std::shared_ptr<CancelFlag> cancelled;
+    // Set by the owner (lock held) once the instance failed or was
+    // cancelled (CancelItems): the device drops the item instead of running
+    // it. In the item, which the pick reads anyway, not behind a pointer: a
+    // flag elsewhere is one more cache miss per operator.
+    bool cancelled = false;
     // Ready-queue key; for a pending item ready_ns is the latest finish time
     // of its local producers, final once the last one finished.
     DisciplineKey key;
@@ -496,6 +493,8 @@ class ExecutorSet final : public ExecutionBackend {
   absl::Status ArbitrateTransfers(Timestamp now);
   absl::Status FailNode(NodeId id, absl::string_view reason, Timestamp now);
   void CancelInstanceWork(InstanceId inst);
+  // Marks every item of `inst` on every device cancelled.
+  void CancelItems(InstanceId inst);
   void Reconcile();
   void ReconcileTensor(const TensorKey& key);
   void Touch(NodeId producer, int output) { touched_.insert({producer.value(), output}); }
@@ -518,7 +517,7 @@ class ExecutorSet final : public ExecutionBackend {
   // operator, the owner writes these.)
   alignas(ABSL_CACHELINE_SIZE) CommGraph comm_;
   absl::flat_hash_set<uint64_t> queued_;       // compute nodes handed to a device
-  absl::flat_hash_map<uint64_t, std::shared_ptr<CancelFlag>> inst_cancel_;
+  absl::flat_hash_set<uint64_t> handed_instances_;  // with compute nodes handed to a device
   absl::btree_map<TensorKey, absl::btree_map<uint16_t, Held>> tensors_;
   absl::btree_map<uint64_t, std::vector<Held>> checkpoints_;  // by CheckpointId
   absl::btree_set<TensorKey> touched_;
