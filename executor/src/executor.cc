@@ -119,7 +119,8 @@ void ExecutorSet::Hand(DeviceId d, WorkItem w) {
     if (auto f = s.finished.find(li.producer.value()); f != s.finished.end()) {
       w.inputs[li.input] = f->second.outputs[li.output];
       ready_ns = std::max(ready_ns, f->second.end.nanos());
-    } else if (auto l = s.live.find(li.producer.value()); l != s.live.end()) {
+    } else if (auto l = s.live.find(li.producer.value());
+               l != s.live.end() && s.items[l->second].node == li.producer) {
       ++w.waiting;
       producers.push_back(l->second);
     } else {
@@ -453,7 +454,6 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     if (!may_finish()) mu_.Await(absl::Condition(&may_finish));
     DeviceState& s = devices_[di];
     s.running = NodeId();
-    s.live.erase(w.node.value());
     if (st.ok() && s.stopped) {
       st = absl::AbortedError(StrCat("device ", dev_name, " stopped while the node ran"));
     }
@@ -507,6 +507,9 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       Post(std::move(failed));
       DropDependents(d, w.node, std::move(w.dependents));
     }
+    // Not live any more (see DeviceState::live): the owner erases its entry
+    // when it drains the record, not this thread, per operator.
+    w.node = NodeId();
     s.free_items.push_back(item);
     // The lock stays held: the next iteration picks the next node.
   }
@@ -927,7 +930,7 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
   }
   std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.seq < b.seq; });
   absl::Status status;
-  bool finished = false;
+  bool ended = false;  // an operator's record (finished or failed)
   for (const Step& step : steps) {
     absl::Status s;
     if (step.what == Step::What::kLateStart) {
@@ -936,17 +939,21 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
     } else if (Event& e = batch[step.index]; step.what == Step::What::kRecordStart) {
       s = ApplyStart(e.node, e.device, e.start);
     } else {
-      finished = finished || e.kind == Event::Kind::kFinished;
+      ended = ended || e.kind == Event::Kind::kFinished || e.kind == Event::Kind::kFailed;
       s = Apply(e, feedback);
     }
     if (!s.ok() && status.ok()) status = s;
   }
-  if (finished) {
-    // The GMG knows these nodes are done now: their dependents' inputs come
-    // from the tensor store from here on.
+  if (ended) {
+    // The GMG knows these nodes are done (or failed) now: their dependents'
+    // inputs come from the tensor store from here on, and their devices'
+    // live entries (stale since the finish) go.
     absl::MutexLock l(&mu_);
     for (const Event& e : batch) {
-      if (e.kind == Event::Kind::kFinished) devices_[e.device.value()].finished.erase(e.node.value());
+      if (e.kind != Event::Kind::kFinished && e.kind != Event::Kind::kFailed) continue;
+      DeviceState& s = devices_[e.device.value()];
+      if (e.kind == Event::Kind::kFinished) s.finished.erase(e.node.value());
+      s.live.erase(e.node.value());
     }
   }
   Reconcile();

@@ -1578,5 +1578,60 @@ TEST(ExecutorSetTest, AChainReadsTheClockOncePerOperatorBoundary) {
   }
 }
 
+// A node that failed on its device stays in the device's live table until
+// the owner drains its record. A dependent the owner hands over in between
+// (its producer still running or queued as far as the GMG knows) must fail at
+// once, not wait on the failed producer's slot: a waiting item would keep the
+// device busy for ever, which a batched wait sees.
+TEST(ExecutorSetTest, ADependentHandedAfterItsProducerFailedUnappliedFailsAtOnce) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  r.Start();
+  const InstanceId a = r.New(r.chain, 8);
+  const Instance* in = r.g.FindInstance(a);
+  const NodeId first = in->nodes[0].id;
+  absl::Notification first_ran;
+  r.kernels.FailWhen([=](const KernelCall& c) { return c.node == first; }, absl::InternalError("op0 fails"));
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node == first) first_ran.Notify();
+  });
+  auto issue = [&](std::vector<NodePlacement> p) {
+    auto issued = IssuePlacements(r.g, p, 0, r.clock.Now());
+    ASSERT_TRUE(issued.ok()) << issued.status();
+    for (NodeId n : *issued) r.exec->NodeIssued(n);
+  };
+  issue({{first, DeviceId(0)}});
+  ASSERT_TRUE(first_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  while (r.exec->RunningNow()[0].valid()) absl::SleepFor(absl::Milliseconds(1));
+  // op0 failed on the device; the GMG still has it issued.
+  EXPECT_EQ(r.g.FindNode(first)->state, NodeState::kIssued);
+  std::vector<NodePlacement> rest;
+  for (int op = 1; op < 4; ++op) rest.push_back({in->nodes[op].id, DeviceId(0)});
+  issue(rest);
+  ASSERT_TRUE(r.Run().ok());
+
+  auto retired = r.g.TakeRetired();
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].state, InstanceState::kFailed);
+  EXPECT_THAT(retired[0].failure, HasSubstr("op0 fails"));
+  // One more instance completes (handed over whole, so that only its last
+  // completion is one the batch waits for); with nothing left on the device
+  // a batch of two returns with that one completion at once.
+  const InstanceId b = r.New(r.chain, 8);
+  absl::Notification last_ran;
+  const NodeId b_last = r.g.FindInstance(b)->nodes[3].id;
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node == b_last) last_ran.Notify();
+  });
+  r.exec->Pause();
+  r.Place(b, {0});
+  r.exec->Resume();
+  ASSERT_TRUE(last_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(r.exec->WaitForFinishBatch(absl::Seconds(5), 2)) << "the device still holds work";
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
 }  // namespace
 }  // namespace slicesched

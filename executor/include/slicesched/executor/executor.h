@@ -389,8 +389,11 @@ class ExecutorSet final : public ExecutionBackend {
     // only after its node's finish.
     std::deque<WorkItem> items;
     std::vector<uint32_t> free_items;
-    // Nodes handed here and not yet finished or dropped (queued, pending or
-    // running), and their items.
+    // Nodes handed here, by item slot: queued, pending or running while
+    // their slot still names them. A dropped node leaves at once; a node
+    // that finished or failed clears its slot's node, and the owner erases
+    // its entry when it drains the node's record (the device thread does no
+    // hash-table work on a table the owner writes for it).
     absl::flat_hash_map<uint64_t, uint32_t> live;
     // Items pending on local producers (WorkItem::waiting > 0).
     int num_pending = 0;
