@@ -121,6 +121,11 @@ struct Rig {
     for (int op : in->tpl->topo_order()) {
       p.push_back({in->nodes[op].id, DeviceId(devs[op % devs.size()])});
     }
+    Issue(p, transfer_priority);
+  }
+  // Issues the placed nodes (part of an instance will do) and tells the
+  // executors.
+  void Issue(const std::vector<NodePlacement>& p, int32_t transfer_priority = 0) {
     auto issued = IssuePlacements(g, p, transfer_priority, clock.Now());
     ASSERT_TRUE(issued.ok()) << issued.status();
     for (NodeId n : *issued) exec->NodeIssued(n);
@@ -1501,9 +1506,7 @@ TEST(ExecutorSetTest, AFreedDependentSlotReusedBeforeItsProducerRunsIsNotRelease
   auto issue = [&](std::initializer_list<int> ops) {
     std::vector<NodePlacement> p;
     for (int op : ops) p.push_back({in->nodes[op].id, DeviceId(0)});
-    auto issued = IssuePlacements(r.g, p, 0, r.clock.Now());
-    ASSERT_TRUE(issued.ok()) << issued.status();
-    for (NodeId n : *issued) r.exec->NodeIssued(n);
+    r.Issue(p);
   };
   // Ready times order the device's picks: q, the holding chain, p.
   r.exec->Pause();
@@ -1595,19 +1598,14 @@ TEST(ExecutorSetTest, ADependentHandedAfterItsProducerFailedUnappliedFailsAtOnce
   r.kernels.SetHook([&](const KernelCall& c) {
     if (c.node == first) first_ran.Notify();
   });
-  auto issue = [&](std::vector<NodePlacement> p) {
-    auto issued = IssuePlacements(r.g, p, 0, r.clock.Now());
-    ASSERT_TRUE(issued.ok()) << issued.status();
-    for (NodeId n : *issued) r.exec->NodeIssued(n);
-  };
-  issue({{first, DeviceId(0)}});
+  r.Issue({{first, DeviceId(0)}});
   ASSERT_TRUE(first_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
   while (r.exec->RunningNow()[0].valid()) absl::SleepFor(absl::Milliseconds(1));
   // op0 failed on the device; the GMG still has it issued.
   EXPECT_EQ(r.g.FindNode(first)->state, NodeState::kIssued);
   std::vector<NodePlacement> rest;
   for (int op = 1; op < 4; ++op) rest.push_back({in->nodes[op].id, DeviceId(0)});
-  issue(rest);
+  r.Issue(rest);
   ASSERT_TRUE(r.Run().ok());
 
   auto retired = r.g.TakeRetired();
