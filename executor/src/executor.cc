@@ -174,7 +174,8 @@ int ExecutorSet::ReleaseDependents(DeviceId d, WorkItem& producer, Timestamp end
     w.key.ready_ns = std::max(w.key.ready_ns, end.nanos());
     // A dependent reading two outputs of `producer` is listed once per input.
     w.waiting -= static_cast<int>(
-        std::count_if(w.local.begin(), w.local.end(), [&](const WorkItem::LocalInput& li) { return li.producer == p; }));
+        std::count_if(w.local.begin(), w.local.end(),
+                      [&](const WorkItem::LocalInput& li) { return li.producer == p; }));
     if (w.waiting > 0) continue;
     --s.num_pending;
     // The fast path: of the dependents released here, the one that runs
