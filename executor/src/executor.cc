@@ -51,8 +51,7 @@ ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunn
     absl::MutexLock l(&mu_);
     devices_.resize(n);
   }
-  device_cpu_ = std::make_unique<std::atomic<int>[]>(n);
-  for (size_t d = 0; d < n; ++d) device_cpu_[d].store(-1, std::memory_order_relaxed);
+  device_cpu_ = std::make_unique<DeviceCpu[]>(n);
   int workers = options.transfer_threads > 0 ? options.transfer_threads
                                              : std::max<int>(1, static_cast<int>(n / 2));
   transfer_pool_ = std::make_unique<ThreadPool>(workers);
@@ -115,12 +114,15 @@ uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {
 void ExecutorSet::Hand(DeviceId d, WorkItem w) {
   DeviceState& s = devices_[d.value()];
   int64_t ready_ns = w.key.ready_ns;
+  absl::InlinedVector<uint32_t, 2> producers;  // the items of the live ones
   for (const WorkItem::LocalInput& li : w.local) {
     if (auto f = s.finished.find(li.producer.value()); f != s.finished.end()) {
       w.inputs[li.input] = f->second.outputs[li.output];
       ready_ns = std::max(ready_ns, f->second.end.nanos());
-    } else if (s.live.contains(li.producer.value())) {
+    } else if (auto l = s.live.find(li.producer.value());
+               l != s.live.end() && s.items[l->second].node == li.producer) {
       ++w.waiting;
+      producers.push_back(l->second);
     } else {
       Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
                  StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), ": its input producer ",
@@ -131,51 +133,60 @@ void ExecutorSet::Hand(DeviceId d, WorkItem w) {
   }
   w.key.ready_ns = ready_ns;
   const NodeId node = w.node;
-  s.live.insert(node.value());
-  if (w.waiting == 0) {
-    const DisciplineKey key = w.key;
-    s.ready.Push(key, StoreItem(s, std::move(w)));
+  const DisciplineKey key = w.key;
+  const bool pending = w.waiting > 0;
+  const uint32_t item = StoreItem(s, std::move(w));
+  s.live.emplace(node.value(), item);
+  if (!pending) {
+    s.ready.Push(key, item);
     return;
   }
-  for (const WorkItem::LocalInput& li : w.local) {
-    if (s.finished.contains(li.producer.value())) continue;
-    absl::InlinedVector<NodeId, 2>& v = s.waiters[li.producer.value()];
-    if (v.empty() || v.back() != node) v.push_back(node);  // once per producer
+  ++s.num_pending;
+  for (uint32_t p : producers) {
+    absl::InlinedVector<WorkItem::Dependent, 2>& deps = s.items[p].dependents;
+    if (deps.empty() || deps.back().node != node) deps.push_back({item, node});  // once per producer
   }
-  s.pending.emplace(node.value(), StoreItem(s, std::move(w)));
 }
 
-int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
+bool ExecutorSet::Waits(const DeviceState& s, const WorkItem::Dependent& dep) {
+  const WorkItem& w = s.items[dep.item];
+  return w.node == dep.node && w.waiting > 0;
+}
+
+ExecutorSet::WorkItem ExecutorSet::TakeItem(DeviceState& s, uint32_t item) {
+  WorkItem w = std::move(s.items[item]);
+  s.items[item] = WorkItem();
+  s.free_items.push_back(item);
+  return w;
+}
+
+int ExecutorSet::ReleaseDependents(DeviceId d, WorkItem& producer, Timestamp end,
                                    std::span<const Buffer> outputs) {
+  if (producer.dependents.empty()) return 0;
   DeviceState& s = devices_[d.value()];
-  auto wt = s.waiters.find(producer.value());
-  if (wt == s.waiters.end()) return 0;
-  const absl::InlinedVector<NodeId, 2> deps = std::move(wt->second);
-  s.waiters.erase(wt);
-  for (NodeId dep : deps) {
-    auto p = s.pending.find(dep.value());
-    if (p == s.pending.end()) continue;  // dropped meanwhile
-    const uint32_t item = p->second;
-    WorkItem& w = s.items[item];
+  const NodeId p = producer.node;
+  for (const WorkItem::Dependent& dep : producer.dependents) {
+    if (!Waits(s, dep)) continue;  // dropped meanwhile
+    WorkItem& w = s.items[dep.item];
     for (const WorkItem::LocalInput& li : w.local) {
-      if (li.producer == producer) w.inputs[li.input] = outputs[li.output];
+      if (li.producer == p) w.inputs[li.input] = outputs[li.output];
     }
     w.key.ready_ns = std::max(w.key.ready_ns, end.nanos());
     // A dependent reading two outputs of `producer` is listed once per input.
     w.waiting -= static_cast<int>(
         std::count_if(w.local.begin(), w.local.end(),
-                      [&](const WorkItem::LocalInput& li) { return li.producer == producer; }));
+                      [&](const WorkItem::LocalInput& li) { return li.producer == p; }));
     if (w.waiting > 0) continue;
-    s.pending.erase(p);
+    --s.num_pending;
     // The fast path: of the dependents released here, the one that runs
     // first is kept as the device's next item, the others are queued.
     if (s.next == kNoItem) {
-      s.next = item;
+      s.next = dep.item;
     } else if (RunsBefore(w.key, s.items[s.next].key)) {
       s.ready.Push(s.items[s.next].key, s.next);
-      s.next = item;
+      s.next = dep.item;
     } else {
-      s.ready.Push(w.key, item);
+      s.ready.Push(w.key, dep.item);
     }
   }
   // Anything queued that runs before it (a newly queued higher-priority
@@ -184,7 +195,9 @@ int ExecutorSet::ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
     s.ready.Push(s.items[s.next].key, s.next);
     s.next = kNoItem;
   }
-  return static_cast<int>(deps.size());
+  const int released = static_cast<int>(producer.dependents.size());
+  producer.dependents.clear();
+  return released;
 }
 
 void ExecutorSet::ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed) {
@@ -207,29 +220,29 @@ void ExecutorSet::ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std
   }
 }
 
-void ExecutorSet::DropDependents(DeviceId d, NodeId producer) {
+void ExecutorSet::DropDependents(DeviceId d, NodeId producer,
+                                 absl::InlinedVector<WorkItem::Dependent, 2> dependents) {
+  if (dependents.empty()) return;
   DeviceState& s = devices_[d.value()];
-  std::vector<NodeId> worklist{producer};
+  struct Dropped {
+    NodeId producer;
+    absl::InlinedVector<WorkItem::Dependent, 2> dependents;
+  };
+  std::vector<Dropped> worklist;
+  worklist.push_back({producer, std::move(dependents)});
   while (!worklist.empty()) {
-    const NodeId p = worklist.back();
+    const Dropped p = std::move(worklist.back());
     worklist.pop_back();
-    auto wt = s.waiters.find(p.value());
-    if (wt == s.waiters.end()) continue;
-    const absl::InlinedVector<NodeId, 2> deps = std::move(wt->second);
-    s.waiters.erase(wt);
-    for (NodeId dep : deps) {
-      auto it = s.pending.find(dep.value());
-      if (it == s.pending.end()) continue;  // already dropped (a second input of p)
-      const uint32_t item = it->second;
-      s.pending.erase(it);
-      WorkItem dead = std::move(s.items[item]);
-      s.free_items.push_back(item);
-      s.live.erase(dep.value());
-      Post(Event{Event::Kind::kFailed, dep, d, Timestamp(),
-                 StrCat("node ", NodeLabel(dead.tpl, dead.op_index, dep), ": its input producer ",
-                        p, " did not finish"),
+    for (const WorkItem::Dependent& dep : p.dependents) {
+      if (!Waits(s, dep)) continue;  // already dropped (a second input of p)
+      WorkItem dead = TakeItem(s, dep.item);
+      --s.num_pending;
+      s.live.erase(dep.node.value());
+      Post(Event{Event::Kind::kFailed, dep.node, d, Timestamp(),
+                 StrCat("node ", NodeLabel(dead.tpl, dead.op_index, dep.node), ": its input producer ",
+                        p.producer, " did not finish"),
                  {}});
-      worklist.push_back(dep);
+      worklist.push_back({dep.node, std::move(dead.dependents)});
     }
   }
 }
@@ -264,6 +277,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   OutputBuffers out_buffers;
   Timestamp started_at;  // the running node's start, for its record
   uint64_t started_seq = 0;
+  // The last finish's time while the lock has been held since: a node
+  // picked in that same critical section starts then (one clock read per
+  // operator boundary, not two; the end of one operator is the start of the
+  // next). Never once the lock was let go or a node dropped.
+  Timestamp boundary = Timestamp::Never();
   // Payloads handed back by the owner, taken from the graveyard under the
   // lock and freed here after unlocking.
   std::vector<std::shared_ptr<void>> handed_back;
@@ -287,6 +305,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     Allocation workspace;
     {
       if (!can_go()) {
+        boundary = Timestamp::Never();
         if (!handed_back.empty()) {
           // Free what the last operator's finish released before waiting.
           mu_.Unlock();
@@ -308,6 +327,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       DeviceState& s = devices_[di];
       if (!s.stopped && (paused_ || (s.next == kNoItem && s.ready.empty()))) {
         // Woken only to free what was handed back.
+        boundary = Timestamp::Never();
         mu_.Unlock();
         handed_back.clear();
         mu_.Lock();
@@ -321,18 +341,20 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
           s.next = kNoItem;
         }
         auto fail = [&](uint32_t item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          WorkItem dead = std::move(s.items[item]);
-          s.free_items.push_back(item);
+          const WorkItem dead = TakeItem(s, item);
           Post(Event{Event::Kind::kFailed, dead.node, d, Timestamp(),
                      StrCat("device ", dev_name, " stopped before node ",
                             NodeLabel(dead.tpl, dead.op_index, dead.node), " ran"),
                      {}});
         };
         while (!s.ready.empty()) fail(s.ready.Pop());
-        absl::btree_map<uint64_t, uint32_t> pending(s.pending.begin(), s.pending.end());
+        std::vector<std::pair<uint64_t, uint32_t>> pending;  // (node, item), by node
+        for (uint32_t i = 0; i < s.items.size(); ++i) {
+          if (s.items[i].waiting > 0) pending.emplace_back(s.items[i].node.value(), i);
+        }
+        std::sort(pending.begin(), pending.end());
         for (const auto& [node, item] : pending) fail(item);
-        s.pending.clear();
-        s.waiters.clear();
+        s.num_pending = 0;
         s.live.clear();
         s.exited = true;
         MaybeWakeOwner(di);  // it holds no work now
@@ -351,13 +373,12 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // A node dropped before it ran: its slot is emptied (its input
       // references released, under the lock as before) and freed.
       auto drop = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        const NodeId node = w.node;
-        w = WorkItem();
-        s.free_items.push_back(item);
-        s.live.erase(node.value());
-        DropDependents(d, node);
+        boundary = Timestamp::Never();
+        WorkItem dead = TakeItem(s, item);
+        s.live.erase(dead.node.value());
+        DropDependents(d, dead.node, std::move(dead.dependents));
       };
-      if (w.cancelled != nullptr && w.cancelled->load()) {
+      if (w.cancelled) {
         drop();
         continue;
       }
@@ -385,8 +406,13 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       // The start is recorded with the node's completion (one record per
       // operator); until then the owner reads it here (see Drain()).
       s.running = w.node;
-      device_cpu_[di].store(sched_getcpu(), std::memory_order_relaxed);  // (vDSO: no system call)
-      s.running_start = clock_->Now();
+      // (vDSO: no system call.) Stored only when it changes: the owner reads
+      // it per nap, and a store would take the line back from its cache.
+      if (const int on = sched_getcpu(); device_cpu_[di].cpu.load(std::memory_order_relaxed) != on) {
+        device_cpu_[di].cpu.store(on, std::memory_order_relaxed);
+      }
+      s.running_start = boundary.is_never() ? clock_->Now() : boundary;
+      boundary = Timestamp::Never();
       s.running_seq = seq_++;
       started_at = s.running_start;
       started_seq = s.running_seq;
@@ -429,7 +455,6 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     if (!may_finish()) mu_.Await(absl::Condition(&may_finish));
     DeviceState& s = devices_[di];
     s.running = NodeId();
-    s.live.erase(w.node.value());
     if (st.ok() && s.stopped) {
       st = absl::AbortedError(StrCat("device ", dev_name, " stopped while the node ran"));
     }
@@ -447,10 +472,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       LocalDone& done = s.finished[w.node.value()];
       done.outputs = out_buffers;
       done.end = clock_->Now();
+      boundary = done.end;
       done.unread = std::move(w.readers);  // (not read again)
       // Quiet when every successor was here, waiting for this node (the
       // owner is needed only where the work leaves the device).
-      const int released = ReleaseDependents(d, w.node, done.end, done.outputs);
+      const int released = ReleaseDependents(d, w, done.end, done.outputs);
       ReleaseConsumed(d, w, &handed_back);
       // Stamped with the time the dependents saw.
       Event& fin = s.records.emplace_back();
@@ -480,8 +506,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       failed.start = started_at;
       failed.start_seq = started_seq;
       Post(std::move(failed));
-      DropDependents(d, w.node);
+      DropDependents(d, w.node, std::move(w.dependents));
     }
+    // Not live any more (see DeviceState::live): the owner erases its entry
+    // when it drains the record, not this thread, per operator.
+    w.node = NodeId();
     s.free_items.push_back(item);
     // The lock stays held: the next iteration picks the next node.
   }
@@ -597,9 +626,7 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
       if (t.update_of < 0 && !t.retained) ++w.readers[r.output];
     }
   }
-  auto& flag = inst_cancel_[n->instance.value()];
-  if (flag == nullptr) flag = std::make_shared<std::atomic<bool>>(false);
-  w.cancelled = flag;
+  handed_instances_.insert(n->instance.value());
   // A locally ready node's ready time is its last local producer's finish
   // time, filled in by the device.
   const int64_t ready_ns =
@@ -726,7 +753,7 @@ bool ExecutorSet::OwnerWaitSatisfied() const {
 }
 
 bool ExecutorSet::NoteWork(DeviceState& s) {
-  const bool busy = s.next != kNoItem || !s.ready.empty() || !s.pending.empty() || s.running.valid();
+  const bool busy = s.next != kNoItem || !s.ready.empty() || s.num_pending > 0 || s.running.valid();
   if (busy == s.busy) return false;
   s.busy = busy;
   AddLocked(busy_devices_, busy ? 1 : -1);
@@ -764,7 +791,7 @@ bool ExecutorSet::OwnerBesideADevice() const {
   const int cpu = sched_getcpu();
   if (cpu < 0) return false;
   for (size_t d = 0; d < pools_.size(); ++d) {
-    if (device_cpu_[d].load(std::memory_order_relaxed) == cpu) return true;
+    if (device_cpu_[d].cpu.load(std::memory_order_relaxed) == cpu) return true;
   }
   return false;
 }
@@ -904,7 +931,7 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
   }
   std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.seq < b.seq; });
   absl::Status status;
-  bool finished = false;
+  bool ended = false;  // an operator's record (finished or failed)
   for (const Step& step : steps) {
     absl::Status s;
     if (step.what == Step::What::kLateStart) {
@@ -913,17 +940,21 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
     } else if (Event& e = batch[step.index]; step.what == Step::What::kRecordStart) {
       s = ApplyStart(e.node, e.device, e.start);
     } else {
-      finished = finished || e.kind == Event::Kind::kFinished;
+      ended = ended || e.kind == Event::Kind::kFinished || e.kind == Event::Kind::kFailed;
       s = Apply(e, feedback);
     }
     if (!s.ok() && status.ok()) status = s;
   }
-  if (finished) {
-    // The GMG knows these nodes are done now: their dependents' inputs come
-    // from the tensor store from here on.
+  if (ended) {
+    // The GMG knows these nodes are done (or failed) now: their dependents'
+    // inputs come from the tensor store from here on, and their devices'
+    // live entries (stale since the finish) go.
     absl::MutexLock l(&mu_);
     for (const Event& e : batch) {
-      if (e.kind == Event::Kind::kFinished) devices_[e.device.value()].finished.erase(e.node.value());
+      if (e.kind != Event::Kind::kFinished && e.kind != Event::Kind::kFailed) continue;
+      DeviceState& s = devices_[e.device.value()];
+      if (e.kind == Event::Kind::kFinished) s.finished.erase(e.node.value());
+      s.live.erase(e.node.value());
     }
   }
   Reconcile();
@@ -1096,11 +1127,7 @@ absl::Status ExecutorSet::FailNode(NodeId id, absl::string_view reason, Timestam
 // The instance failed (its nodes are terminal in the GMG): drop its queued
 // work, its pending transfers and, via Reconcile, its tensors.
 void ExecutorSet::CancelInstanceWork(InstanceId inst_id) {
-  auto flag = inst_cancel_.find(inst_id.value());
-  if (flag != inst_cancel_.end()) {
-    flag->second->store(true);
-    inst_cancel_.erase(flag);
-  }
+  if (handed_instances_.erase(inst_id.value()) > 0) CancelItems(inst_id);
   const uint64_t lo = inst_id.value() << kOpIndexBits, hi = (inst_id.value() + 1) << kOpIndexBits;
   for (auto it = queued_.begin(); it != queued_.end();) {
     const uint64_t v = *it;
@@ -1127,6 +1154,17 @@ void ExecutorSet::CancelInstanceWork(InstanceId inst_id) {
   for (uint64_t q : drop) {
     (void)comm_.Abort(q);
     queued_.erase(q);
+  }
+}
+
+void ExecutorSet::CancelItems(InstanceId inst) {
+  absl::MutexLock l(&mu_);
+  // Free slots keep their last item's instance: marked too, harmlessly (a
+  // slot is reused only by move-assigning a new item).
+  for (DeviceState& s : devices_) {
+    for (WorkItem& w : s.items) {
+      if (w.instance == inst) w.cancelled = true;
+    }
   }
 }
 
@@ -1202,12 +1240,13 @@ void ExecutorSet::Reconcile() {
     }
   }
   FlushBuried();
-  for (auto it = inst_cancel_.begin(); it != inst_cancel_.end();) {
-    const Instance* inst = gmg_->FindInstance(InstanceId(it->first));
+  for (auto it = handed_instances_.begin(); it != handed_instances_.end();) {
+    const InstanceId id(*it);
+    const Instance* inst = gmg_->FindInstance(id);
     if (inst == nullptr || inst->state == InstanceState::kDone ||
         inst->state == InstanceState::kFailed || inst->state == InstanceState::kCancelled) {
-      if (inst != nullptr && inst->state != InstanceState::kDone) it->second->store(true);
-      inst_cancel_.erase(it++);
+      if (inst != nullptr && inst->state != InstanceState::kDone) CancelItems(id);
+      handed_instances_.erase(it++);
     } else {
       ++it;
     }

@@ -31,7 +31,9 @@ Allocation& Allocation::operator=(Allocation&& o) noexcept {
 
 void Allocation::Release() {
   if (pool_ == nullptr) return;
-  pool_->Free(bytes_);
+  // A zero-byte allocation (an operator without workspace) charged nothing
+  // and is not counted live: no lock round trip to give it back.
+  if (bytes_ > Bytes::Zero()) pool_->Free(bytes_);
   pool_ = nullptr;
 }
 
@@ -124,7 +126,7 @@ absl::Status DevicePool::AccountLocked(Bytes bytes, AllocPurpose purpose, Alloca
   }
   used_ += bytes;
   if (used_ > peak_) peak_ = used_;
-  ++live_;
+  if (bytes > Bytes::Zero()) ++live_;  // (see Allocation::Release)
   ++allocations_;
   *out = Allocation(this, bytes);
   return absl::OkStatus();

@@ -121,6 +121,11 @@ struct Rig {
     for (int op : in->tpl->topo_order()) {
       p.push_back({in->nodes[op].id, DeviceId(devs[op % devs.size()])});
     }
+    Issue(p, transfer_priority);
+  }
+  // Issues the placed nodes (part of an instance will do) and tells the
+  // executors.
+  void Issue(const std::vector<NodePlacement>& p, int32_t transfer_priority = 0) {
     auto issued = IssuePlacements(g, p, transfer_priority, clock.Now());
     ASSERT_TRUE(issued.ok()) << issued.status();
     for (NodeId n : *issued) exec->NodeIssued(n);
@@ -1455,6 +1460,175 @@ TEST(ExecutorSetTest, FailureInsideALocalChainFailsOnlyItsInstance) {
   EXPECT_EQ(r.exec->stored_tensors(), 0u);
   EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
   EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
+}
+
+// A producer's list of pending dependents names their item slots. A
+// dependent dropped before the producer runs (its other producer failed)
+// frees its slot, and the owner may hand another item into it before the
+// producer finishes: that item, pending on the same producer and on one more,
+// must be released once, by each producer's own entry, not also by the stale
+// one (which would release it before its other producer ran, without that
+// input).
+TEST(ExecutorSetTest, AFreedDependentSlotReusedBeforeItsProducerRunsIsNotReleasedTwice) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  TemplateBuilder b("reuse");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("q", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("p", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("d", OpKind::kGeneric).Inputs({"p", "q"}).Output("x", DType::kF32, {"N"});
+  b.Op("r", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("e", OpKind::kGeneric).Inputs({"p", "r"}).Output("x", DType::kF32, {"N"});
+  const TemplateId tpl = *r.g.RegisterTemplate(*b.Build());
+  r.Start();
+  const InstanceId a = r.New(tpl, 8);
+  const Instance* in = r.g.FindInstance(a);
+  const NodeId q = in->nodes[0].id, e = in->nodes[4].id;
+  const InstanceId hold = r.New(r.chain, 8);
+  const NodeId hold0 = r.g.FindInstance(hold)->nodes[0].id;
+  absl::Notification held, release, e_ran;
+  std::atomic<bool> e_had_r{false};
+  r.kernels.FailWhen([=](const KernelCall& c) { return c.node == q; }, absl::InternalError("q fails"));
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node == hold0) {
+      held.Notify();
+      release.WaitForNotification();
+    } else if (c.instance == a && c.op_index == 3) {  // r: a payload for e
+      auto hb = std::make_shared<HostBytes>();
+      hb->data.assign(8, std::byte{3});
+      c.outputs[0].kind = kHostBytesPayload;
+      c.outputs[0].payload = hb;
+    } else if (c.node == e) {
+      e_had_r = c.inputs[1].kind == kHostBytesPayload && c.inputs[1].payload != nullptr;
+      e_ran.Notify();
+    }
+  });
+  auto issue = [&](std::initializer_list<int> ops) {
+    std::vector<NodePlacement> p;
+    for (int op : ops) p.push_back({in->nodes[op].id, DeviceId(0)});
+    r.Issue(p);
+  };
+  // Ready times order the device's picks: q, the holding chain, p.
+  r.exec->Pause();
+  issue({0});
+  r.clock.Advance(Duration::Micros(1));
+  r.Place(hold, {0});
+  r.clock.Advance(Duration::Micros(1));
+  issue({1, 2});  // d pends on p and q
+  r.exec->Resume();
+  // q failed (d dropped, its slot freed); the device holds in the chain,
+  // before p. r, then e (pending on p and r), take the freed slots.
+  ASSERT_TRUE(held.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  r.clock.Advance(Duration::Micros(1));
+  issue({3, 4});
+  release.Notify();
+  // The owner applies nothing until e ran (q's failure would cancel it).
+  ASSERT_TRUE(e_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(e_had_r.load()) << "e ran before its producer r finished";
+  ASSERT_TRUE(r.Run().ok());
+  std::map<uint64_t, RetiredInstance> by_id;
+  for (RetiredInstance& ri : r.g.TakeRetired()) by_id[ri.id.value()] = ri;
+  ASSERT_EQ(by_id.size(), 2u);
+  EXPECT_EQ(by_id[hold.value()].state, InstanceState::kDone);
+  EXPECT_EQ(by_id[a.value()].state, InstanceState::kFailed);
+  EXPECT_THAT(by_id[a.value()].failure, HasSubstr("q fails"));
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
+// On the fast path one clock read serves an operator boundary: the end of an
+// operator is the start of the next one picked in the same critical section.
+// A chain handed over at once therefore costs its device thread one read per
+// operator plus the first start, and the GMG records each start at its
+// predecessor's end.
+TEST(ExecutorSetTest, AChainReadsTheClockOncePerOperatorBoundary) {
+  Watchdog watchdog(absl::Minutes(2));
+  constexpr int kLen = 16;
+  // Counts the reads of threads other than the owner (this one).
+  class CountingClock final : public Clock {
+   public:
+    explicit CountingClock(const Clock* inner) : inner_(inner), owner_(std::this_thread::get_id()) {}
+    Timestamp Now() const override {
+      if (std::this_thread::get_id() != owner_) reads_.fetch_add(1);
+      return inner_->Now();
+    }
+    int64_t reads() const { return reads_.load(); }
+
+   private:
+    const Clock* inner_;
+    std::thread::id owner_;
+    mutable std::atomic<int64_t> reads_{0};
+  };
+  Rig r(1);
+  const TemplateId chain = *r.g.RegisterTemplate(Chain(kLen));
+  CountingClock clock(&r.clock);
+  r.exec = std::make_unique<ExecutorSet>(&r.g, &clock, &r.kernels, &r.host);
+  const InstanceId c = r.New(chain, 32);
+  r.exec->Pause();  // the whole chain is handed over before its first start
+  r.Place(c, {0});
+  r.exec->Resume();
+  ASSERT_TRUE(r.Run().ok());
+  auto retired = r.g.TakeRetired();
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].state, InstanceState::kDone) << retired[0].failure;
+  EXPECT_EQ(clock.reads(), kLen + 1);
+  EXPECT_EQ(r.exec->fast_path_ops(), kLen - 1);
+  std::vector<const Feedback*> ops(kLen, nullptr);
+  for (const Feedback& f : r.feedback) ops[f.op] = &f;
+  for (int k = 1; k < kLen; ++k) {
+    ASSERT_NE(ops[k], nullptr);
+    EXPECT_EQ(ops[k - 1]->end, ops[k]->start) << k;
+  }
+}
+
+// A node that failed on its device stays in the device's live table until
+// the owner drains its record. A dependent the owner hands over in between
+// (its producer still running or queued as far as the GMG knows) must fail at
+// once, not wait on the failed producer's slot: a waiting item would keep the
+// device busy for ever, which a batched wait sees.
+TEST(ExecutorSetTest, ADependentHandedAfterItsProducerFailedUnappliedFailsAtOnce) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  r.Start();
+  const InstanceId a = r.New(r.chain, 8);
+  const Instance* in = r.g.FindInstance(a);
+  const NodeId first = in->nodes[0].id;
+  absl::Notification first_ran;
+  r.kernels.FailWhen([=](const KernelCall& c) { return c.node == first; }, absl::InternalError("op0 fails"));
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node == first) first_ran.Notify();
+  });
+  r.Issue({{first, DeviceId(0)}});
+  ASSERT_TRUE(first_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  while (r.exec->RunningNow()[0].valid()) absl::SleepFor(absl::Milliseconds(1));
+  // op0 failed on the device; the GMG still has it issued.
+  EXPECT_EQ(r.g.FindNode(first)->state, NodeState::kIssued);
+  std::vector<NodePlacement> rest;
+  for (int op = 1; op < 4; ++op) rest.push_back({in->nodes[op].id, DeviceId(0)});
+  r.Issue(rest);
+  ASSERT_TRUE(r.Run().ok());
+
+  auto retired = r.g.TakeRetired();
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].state, InstanceState::kFailed);
+  EXPECT_THAT(retired[0].failure, HasSubstr("op0 fails"));
+  // One more instance completes (handed over whole, so that only its last
+  // completion is one the batch waits for); with nothing left on the device
+  // a batch of two returns with that one completion at once.
+  const InstanceId b = r.New(r.chain, 8);
+  absl::Notification last_ran;
+  const NodeId b_last = r.g.FindInstance(b)->nodes[3].id;
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node == b_last) last_ran.Notify();
+  });
+  r.exec->Pause();
+  r.Place(b, {0});
+  r.exec->Resume();
+  ASSERT_TRUE(last_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(r.exec->WaitForFinishBatch(absl::Seconds(5), 2)) << "the device still holds work";
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
 }
 
 }  // namespace

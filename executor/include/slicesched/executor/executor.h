@@ -39,7 +39,7 @@
 //     - finished here but not yet applied by the owner (DeviceState::finished):
 //       the input is resolved at once from its output buffers;
 //     - live here (DeviceState::live: queued, pending or running): the item
-//       waits for it (DeviceState::waiters);
+//       waits for it (listed in the producer's WorkItem::dependents);
 //     - neither: it failed or was dropped, so the item fails too.
 //   When a device thread finishes a producer it resolves its waiters' inputs
 //   from the buffers it just produced and pushes those whose last producer
@@ -126,6 +126,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/optimization.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
@@ -303,7 +304,11 @@ class ExecutorSet final : public ExecutionBackend {
     absl::InlinedVector<Buffer, 4> inputs;
     absl::InlinedVector<Bytes, 2> output_bytes;
     Bytes workspace;
-    std::shared_ptr<std::atomic<bool>> cancelled;
+    // Set by the owner (lock held) once the instance failed or was
+    // cancelled (CancelItems): the device drops the item instead of running
+    // it. In the item, which the pick reads anyway, not behind a pointer: a
+    // flag elsewhere is one more cache miss per operator.
+    bool cancelled = false;
     // Ready-queue key; for a pending item ready_ns is the latest finish time
     // of its local producers, final once the last one finished.
     DisciplineKey key;
@@ -326,6 +331,16 @@ class ExecutorSet final : public ExecutionBackend {
     // a plain output (0 for retained outputs and checkpoint growth: never
     // released early; see ReleaseConsumed()).
     absl::InlinedVector<int32_t, 2> readers;
+    // The items pending on this one (see "Local readiness"), by slot: its
+    // finish resolves their inputs without a look-up in a table the owner
+    // writes. Written by the owner, read by the device, both with the lock
+    // held (never by the device thread running the item without it). A
+    // dependent dropped meanwhile has left its slot (see Waits()).
+    struct Dependent {
+      uint32_t item;
+      NodeId node;
+    };
+    absl::InlinedVector<Dependent, 2> dependents;
   };
   struct Event {
     enum class Kind : uint8_t { kFinished, kFailed, kTransferDone, kTransferFailed };
@@ -374,11 +389,14 @@ class ExecutorSet final : public ExecutionBackend {
     // only after its node's finish.
     std::deque<WorkItem> items;
     std::vector<uint32_t> free_items;
-    // Nodes handed here and not yet finished or dropped (queued, pending or
-    // running).
-    absl::flat_hash_set<uint64_t> live;
-    absl::flat_hash_map<uint64_t, uint32_t> pending;               // node -> item
-    absl::flat_hash_map<uint64_t, absl::InlinedVector<NodeId, 2>> waiters;  // producer -> pending
+    // Nodes handed here, by item slot: queued, pending or running while
+    // their slot still names them. A dropped node leaves at once; a node
+    // that finished or failed clears its slot's node, and the owner erases
+    // its entry when it drains the node's record (the device thread does no
+    // hash-table work on a table the owner writes for it).
+    absl::flat_hash_map<uint64_t, uint32_t> live;
+    // Items pending on local producers (WorkItem::waiting > 0).
+    int num_pending = 0;
     absl::flat_hash_map<uint64_t, LocalDone> finished;             // by node
     // Payloads of this device's buffers the owner no longer needs, handed
     // back so that the device thread, not the owner, drops the last
@@ -439,13 +457,19 @@ class ExecutorSet final : public ExecutionBackend {
   // Hands `w` to device `d`: ready, or pending on its local producers.
   void Hand(DeviceId d, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t StoreItem(DeviceState& s, WorkItem w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `producer` finished on `d` at `end` with `outputs`: its pending
-  // dependents get those inputs; the ones now complete become ready. The
-  // one the queue discipline picks next, if it is one of them, goes to
-  // `s.next` (the fast path) instead of the ReadyQueue. Returns how many
-  // dependents it had.
-  int ReleaseDependents(DeviceId d, NodeId producer, Timestamp end,
-                        std::span<const Buffer> outputs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties slot `item` (a node dropped or failed before it ran: no
+  // dependent list can name it any more) and frees it; returns what it held.
+  WorkItem TakeItem(DeviceState& s, uint32_t item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `dep` still waits in its slot (neither dropped nor the slot
+  // reused since it was listed).
+  static bool Waits(const DeviceState& s, const WorkItem::Dependent& dep);
+  // `producer`, the item running on `d`, finished at `end` with `outputs`:
+  // its pending dependents get those inputs; the ones now complete become
+  // ready. The one the queue discipline picks next, if it is one of them,
+  // goes to `s.next` (the fast path) instead of the ReadyQueue. Returns how
+  // many dependents it had.
+  int ReleaseDependents(DeviceId d, WorkItem& producer, Timestamp end, std::span<const Buffer> outputs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `w` finished on `d`: each local input whose every reader has now run on
   // this device loses its payload (moved to `freed`, dropped by the device
   // thread after unlocking), in the device's unapplied-completion table and
@@ -455,9 +479,10 @@ class ExecutorSet final : public ExecutionBackend {
   // mirrors) stays with the record until the GMG frees the tensor.
   void ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `producer` will not finish on `d`: its pending dependents (and theirs)
-  // fail.
-  void DropDependents(DeviceId d, NodeId producer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `producer` will not finish on `d`: its pending `dependents` (taken from
+  // its item) and theirs fail.
+  void DropDependents(DeviceId d, NodeId producer, absl::InlinedVector<WorkItem::Dependent, 2> dependents)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Owner-thread helpers.
   // Queues `id` if it is ready or locally ready (then also tries its
@@ -471,6 +496,8 @@ class ExecutorSet final : public ExecutionBackend {
   absl::Status ArbitrateTransfers(Timestamp now);
   absl::Status FailNode(NodeId id, absl::string_view reason, Timestamp now);
   void CancelInstanceWork(InstanceId inst);
+  // Marks every item of `inst` on every device cancelled.
+  void CancelItems(InstanceId inst);
   void Reconcile();
   void ReconcileTensor(const TensorKey& key);
   void Touch(NodeId producer, int output) { touched_.insert({producer.value(), output}); }
@@ -489,9 +516,11 @@ class ExecutorSet final : public ExecutionBackend {
   std::vector<std::unique_ptr<DevicePool>> pools_;
 
   // ---- owner thread only ----
-  CommGraph comm_;
+  // (From a new cache line: the device threads read the members above per
+  // operator, the owner writes these.)
+  alignas(ABSL_CACHELINE_SIZE) CommGraph comm_;
   absl::flat_hash_set<uint64_t> queued_;       // compute nodes handed to a device
-  absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<bool>>> inst_cancel_;
+  absl::flat_hash_set<uint64_t> handed_instances_;  // with compute nodes handed to a device
   absl::btree_map<TensorKey, absl::btree_map<uint16_t, Held>> tensors_;
   absl::btree_map<uint64_t, std::vector<Held>> checkpoints_;  // by CheckpointId
   absl::btree_set<TensorKey> touched_;
@@ -511,39 +540,53 @@ class ExecutorSet final : public ExecutionBackend {
   int64_t failed_nodes_ = 0;
 
   // ---- shared ----
-  mutable absl::Mutex mu_;
-  std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  // Cache lines: a device thread reads and writes these per operator while
+  // the owner, on another CPU, writes its own state per nap. What the two
+  // write at different times sits on different lines, so that a device
+  // misses in its cache only where the owner changed what it reads
+  // (docs/experiments.md, issue 5, tenth session).
+  //
+  // The lock's line: what a device thread reads and writes with mu_ held,
+  // on the line its Lock() has just taken. The counters are what the
+  // owner's waits look at (see "Owner waits"): written with mu_ held, read
+  // by the owner without it.
+  alignas(ABSL_CACHELINE_SIZE) mutable absl::Mutex mu_;
   // Next sequence number of a stamp (records and starts).
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
-  // What the owner's waits look at (see "Owner waits"): written with mu_
-  // held, read by the owner without it.
   // Records held in the devices' buffers.
   std::atomic<size_t> num_records_{0};
+  // Records WaitForFinish wakes for (not quiet).
+  std::atomic<size_t> pending_completions_{0};
+  // Devices whose busy flag is set (see NoteWork).
+  std::atomic<size_t> busy_devices_{0};
   // A node started since the owner's last drain (WaitForCompletion and
   // NextEventTime report it; it is applied from DeviceState::running).
   std::atomic<bool> start_unseen_{false};
-  // Devices whose busy flag is set (see NoteWork).
-  std::atomic<size_t> busy_devices_{0};
-  // Records WaitForFinish wakes for (not quiet).
-  std::atomic<size_t> pending_completions_{0};
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int64_t fast_path_ops_ ABSL_GUARDED_BY(mu_) = 0;
-  // The owner's sleep: what it waits for (set before owner_sleep_), the
-  // flag device threads read before waking it, and its own lock and
-  // condition (a device takes owner_mu_ only to wake it).
-  const absl::Duration owner_nap_;
-  std::atomic<OwnerWait> owner_wait_{OwnerWait::kNone};
+  // The owner's sleep: what it waits for (set before owner_sleep_) and the
+  // flag device threads read before waking it. Written by the owner per
+  // nap, read by the devices per event.
+  alignas(ABSL_CACHELINE_SIZE) std::atomic<OwnerWait> owner_wait_{OwnerWait::kNone};
   std::atomic<size_t> owner_wait_min_{0};
   std::atomic<OwnerSleep> owner_sleep_{OwnerSleep::kAwake};
-  // By device: the CPU its thread last started an operator on (-1: none).
-  std::unique_ptr<std::atomic<int>[]> device_cpu_;
-  std::atomic<int64_t> owner_wakes_{0};
-  absl::Mutex owner_mu_;
+  // The owner's own lock and condition (a device takes owner_mu_ only to
+  // wake it).
+  alignas(ABSL_CACHELINE_SIZE) absl::Mutex owner_mu_;
   absl::CondVar owner_cv_;          // napping, with owner_mu_
   absl::CondVar owner_blocked_cv_;  // blocked, with mu_
   bool owner_woken_ ABSL_GUARDED_BY(owner_mu_) = false;
-  bool paused_ ABSL_GUARDED_BY(mu_) = false;
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-
+  std::atomic<int64_t> owner_wakes_{0};
+  // Constant once the threads run (the vector; its states are guarded).
+  alignas(ABSL_CACHELINE_SIZE) std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  const absl::Duration owner_nap_;
+  // By device: the CPU its thread last started an operator on (-1: none),
+  // a line each (the owner reads them per nap; see DeviceLoop).
+  struct alignas(ABSL_CACHELINE_SIZE) DeviceCpu {
+    std::atomic<int> cpu{-1};
+  };
+  std::unique_ptr<DeviceCpu[]> device_cpu_;
   std::function<void()> notify_;  // constant once work is issued
 
   std::vector<std::thread> threads_;

@@ -123,7 +123,7 @@ class DevicePool {
   mutable absl::Mutex mu_;
   Bytes used_ ABSL_GUARDED_BY(mu_);
   Bytes peak_ ABSL_GUARDED_BY(mu_);
-  int64_t live_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t live_ ABSL_GUARDED_BY(mu_) = 0;  // allocations of more than zero bytes
   int64_t allocations_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_next_ ABSL_GUARDED_BY(mu_) = 0;
