@@ -589,7 +589,7 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
                  (p.state == NodeState::kRunning ||
                   (p.state == NodeState::kIssued && queued_.contains(p.id.value())))) {
         // Produced here by a node the device already has: resolved there.
-        w.local.push_back({static_cast<int>(w.inputs.size()), p.id, r.output});
+        w.local.push_back({p.id, static_cast<int32_t>(w.inputs.size()), r.output});
       } else {
         return false;
       }
