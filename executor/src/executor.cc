@@ -427,8 +427,13 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     WorkItem& w = *wp;  // this thread's alone until its slot is freed
 
     // The kernel runs without the lock.
-    out_buffers.clear();
-    for (Bytes b : w.output_bytes) out_buffers.push_back(Buffer{b, d, kNoPayload, nullptr});
+    // Filled in place, not push_back(): the owner's QueueOne pushes into a
+    // vector of the same type (WorkItem::inputs), which gets the compiler to
+    // call push_back out of line here too.
+    out_buffers.resize(w.output_bytes.size());
+    for (size_t i = 0; i < out_buffers.size(); ++i) {
+      out_buffers[i] = Buffer{w.output_bytes[i], d, kNoPayload, nullptr};
+    }
     KernelCall call;
     call.node = w.node;
     call.instance = w.instance;

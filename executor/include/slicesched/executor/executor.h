@@ -354,7 +354,8 @@ class ExecutorSet final : public ExecutionBackend {
     absl::InlinedVector<Dependent, 2> dependents;
   };
   // A later field or a larger capacity that adds a cache line shows here.
-  static_assert(sizeof(WorkItem) <= 5 * ABSL_CACHELINE_SIZE, "WorkItem spans more than 5 cache lines");
+  static_assert(sizeof(WorkItem) <= 5 * ABSL_CACHELINE_SIZE,
+                "WorkItem spans more than 5 cache lines");
   struct Event {
     enum class Kind : uint8_t { kFinished, kFailed, kTransferDone, kTransferFailed };
     Kind kind;
