@@ -427,8 +427,13 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
     WorkItem& w = *wp;  // this thread's alone until its slot is freed
 
     // The kernel runs without the lock.
-    out_buffers.clear();
-    for (Bytes b : w.output_bytes) out_buffers.push_back(Buffer{b, d, kNoPayload, nullptr});
+    // Filled in place, not push_back(): the owner's QueueOne pushes into a
+    // vector of the same type (WorkItem::inputs), which gets the compiler to
+    // call push_back out of line here too.
+    out_buffers.resize(w.output_bytes.size());
+    for (size_t i = 0; i < out_buffers.size(); ++i) {
+      out_buffers[i] = Buffer{w.output_bytes[i], d, kNoPayload, nullptr};
+    }
     KernelCall call;
     call.node = w.node;
     call.instance = w.instance;
@@ -446,6 +451,12 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       st = absl::InternalError(StrCat("kernel threw: ", e.what()));
     } catch (...) {
       st = absl::InternalError("kernel threw a non-standard exception");
+    }
+    // The kernel evicted the item, and the finish reads (and writes) all of
+    // its lines: fetched while the workspace goes back to its pool and the
+    // lock is taken, not one miss after another.
+    for (size_t at = 0; at < sizeof(WorkItem); at += ABSL_CACHELINE_SIZE) {
+      __builtin_prefetch(reinterpret_cast<const char*>(&w) + at, /*rw=*/1);
     }
     workspace.Release();
     // Drop this thread's input references before taking the lock.
@@ -589,7 +600,7 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
                  (p.state == NodeState::kRunning ||
                   (p.state == NodeState::kIssued && queued_.contains(p.id.value())))) {
         // Produced here by a node the device already has: resolved there.
-        w.local.push_back({static_cast<int>(w.inputs.size()), p.id, r.output});
+        w.local.push_back({p.id, static_cast<int32_t>(w.inputs.size()), r.output});
       } else {
         return false;
       }

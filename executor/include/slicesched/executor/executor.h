@@ -287,46 +287,57 @@ class ExecutorSet final : public ExecutionBackend {
     Allocation alloc;
   };
   // Per-operator containers are inlined at the sizes operators have (a
-  // Llama op has at most 3 inputs and 2 outputs; larger ones spill to the
-  // heap), so that the device thread's path between kernels allocates
+  // Llama serving op has at most 2 inputs and 2 outputs; the training
+  // step's loss and optimizer spill to the heap, once per step), so that the device thread's path between kernels allocates
   // nothing: every heap block a WorkItem, an Event or a LocalDone carried
   // was allocated on one thread and freed on the other, a glibc arena
   // round trip per block per operator.
   using Outputs = absl::InlinedVector<Held, 2>;
   using OutputBuffers = absl::InlinedVector<Buffer, 2>;
-  // A ready operator, self-contained for its device thread.
-  struct WorkItem {
+  // A ready operator, self-contained for its device thread. Nearly every
+  // field is read once per operator by whichever thread touches the item
+  // first (the pick, the kernel call, the finish, a producer's finish
+  // releasing it), so what counts is the number of cache lines it spans:
+  // it starts on a line of its own and the inline capacities are the
+  // operators' (see Outputs above), 5 lines instead of the 7 or 8 a 408-byte
+  // item spanned. Fields a producer's finish reads in a dependent (node,
+  // waiting, key, local, then the inputs it fills) come first.
+  struct alignas(ABSL_CACHELINE_SIZE) WorkItem {
     NodeId node;
     InstanceId instance;
     const GraphTemplate* tpl = nullptr;
     int op_index = -1;
-    absl::InlinedVector<int64_t, 4> attrs;
-    absl::InlinedVector<Buffer, 4> inputs;
-    absl::InlinedVector<Bytes, 2> output_bytes;
-    Bytes workspace;
+    // Inputs still to come from producers on this device (see "Local
+    // readiness"): how many of them have not finished yet.
+    int waiting = 0;
+    // The node's successors (template ops): when the device releases that
+    // many local dependents at its finish, the owner need not wake for it.
+    int successors = 0;
     // Set by the owner (lock held) once the instance failed or was
     // cancelled (CancelItems): the device drops the item instead of running
     // it. In the item, which the pick reads anyway, not behind a pointer: a
     // flag elsewhere is one more cache miss per operator.
     bool cancelled = false;
-    // Ready-queue key; for a pending item ready_ns is the latest finish time
-    // of its local producers, final once the last one finished.
-    DisciplineKey key;
-    // Inputs still to come from producers on this device (see "Local
-    // readiness"), and how many of them have not finished yet.
-    struct LocalInput {
-      int input;
-      NodeId producer;
-      int output;
-    };
-    absl::InlinedVector<LocalInput, 2> local;
-    int waiting = 0;
-    // The node's successors (template ops): when the device releases that
-    // many local dependents at its finish, the owner need not wake for it.
-    int successors = 0;
     // A successor is a transfer or runs on another device: the owner has to
     // act on this node's completion promptly (see "Owner waits").
     bool hands_off = false;
+    // Ready-queue key; for a pending item ready_ns is the latest finish time
+    // of its local producers, final once the last one finished.
+    DisciplineKey key;
+    // The local inputs: which input slot, from which producer's output.
+    struct LocalInput {
+      NodeId producer;
+      int32_t input;
+      int32_t output;
+    };
+    absl::InlinedVector<LocalInput, 2> local;
+    // Inline for the serving ops (one or two inputs: the hidden state, and a
+    // decode group's KV cache); the training step's optimizer, which reads
+    // every group's gradients, spills to the heap once per step.
+    absl::InlinedVector<Buffer, 2> inputs;
+    absl::InlinedVector<Bytes, 2> output_bytes;
+    Bytes workspace;
+    absl::InlinedVector<int64_t, 4> attrs;
     // Per output, how many inputs of the template's ops read it, when it is
     // a plain output (0 for retained outputs and checkpoint growth: never
     // released early; see ReleaseConsumed()).
@@ -342,6 +353,9 @@ class ExecutorSet final : public ExecutionBackend {
     };
     absl::InlinedVector<Dependent, 2> dependents;
   };
+  // A later field or a larger capacity that adds a cache line shows here.
+  static_assert(sizeof(WorkItem) <= 5 * ABSL_CACHELINE_SIZE,
+                "WorkItem spans more than 5 cache lines");
   struct Event {
     enum class Kind : uint8_t { kFinished, kFailed, kTransferDone, kTransferFailed };
     Kind kind;
