@@ -288,10 +288,11 @@ class ExecutorSet final : public ExecutionBackend {
   };
   // Per-operator containers are inlined at the sizes operators have (a
   // Llama serving op has at most 2 inputs and 2 outputs; the training
-  // step's loss and optimizer spill to the heap, once per step), so that the device thread's path between kernels allocates
-  // nothing: every heap block a WorkItem, an Event or a LocalDone carried
-  // was allocated on one thread and freed on the other, a glibc arena
-  // round trip per block per operator.
+  // step's loss and optimizer spill to the heap, once per step), so that
+  // the device thread's path between kernels allocates nothing: every heap
+  // block a WorkItem, an Event or a LocalDone carried was allocated on one
+  // thread and freed on the other, a glibc arena round trip per block per
+  // operator.
   using Outputs = absl::InlinedVector<Held, 2>;
   using OutputBuffers = absl::InlinedVector<Buffer, 2>;
   // A ready operator, self-contained for its device thread. Nearly every
