@@ -217,6 +217,7 @@ TEST(DevicePoolTest, AllocateEachMatchesOneAllocatePerRequest) {
     std::vector<Allocation> out(3);
     ASSERT_TRUE(pool.AllocateEach(req, out).ok());
     EXPECT_EQ(pool.used(), Bytes(70));
+    EXPECT_EQ(pool.peak(), Bytes(70));
     EXPECT_EQ(pool.num_allocations(), 3);
     for (const Allocation& a : out) EXPECT_TRUE(a.held());
     // Out of memory at the second request: the first stays charged.
