@@ -107,7 +107,7 @@ uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {
     s.items[item] = std::move(w);
     return item;
   }
-  s.items.push_back(std::move(w));
+  s.items.emplace_back() = std::move(w);
   s.done.emplace_back();
   return static_cast<uint32_t>(s.items.size() - 1);
 }
@@ -1190,8 +1190,8 @@ void ExecutorSet::CancelItems(InstanceId inst) {
   // Free slots keep their last item's instance: marked too, harmlessly (a
   // slot is reused only by move-assigning a new item).
   for (DeviceState& s : devices_) {
-    for (WorkItem& w : s.items) {
-      if (w.instance == inst) w.cancelled = true;
+    for (size_t i = 0; i < s.items.size(); ++i) {
+      if (s.items[i].instance == inst) s.items[i].cancelled = true;
     }
   }
 }

@@ -120,7 +120,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -402,6 +401,35 @@ class ExecutorSet final : public ExecutionBackend {
     absl::InlinedVector<int32_t, 2> unread;
   };
   static constexpr uint32_t kNoItem = 0xffffffffu;
+  // Slots that never move once created (a device thread runs an item in its
+  // slot without the lock while the owner appends more, lock held), in
+  // chunks of 2^kChunkBits: an access is a shift, a mask and two loads.
+  // (std::deque holds one 320-byte WorkItem per node and indexes through
+  // its iterator arithmetic: ~15 instructions and two branches per access,
+  // several accesses per operator.) Every slot of a chunk is constructed
+  // with the chunk.
+  template <typename T>
+  class Slots {
+   public:
+    static constexpr size_t kChunkBits = 4;
+    static constexpr size_t kChunk = size_t{1} << kChunkBits;
+    T& operator[](size_t i) { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
+    const T& operator[](size_t i) const { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
+    size_t size() const { return size_; }
+    // Appends a default-constructed slot; returns it.
+    T& emplace_back() {
+      if (size_ == chunks_.size() * kChunk) chunks_.push_back(std::make_unique<T[]>(kChunk));
+      return (*this)[size_++];
+    }
+    void clear() {
+      chunks_.clear();
+      size_ = 0;
+    }
+
+   private:
+    std::vector<std::unique_ptr<T[]>> chunks_;
+    size_t size_ = 0;
+  };
   struct DeviceState {
     DeviceState() = default;
     DeviceState(DeviceState&&) = default;  // (devices_ is sized once)
@@ -412,12 +440,12 @@ class ExecutorSet final : public ExecutionBackend {
     uint32_t next = kNoItem;
     // This device's records for the owner, in posting order.
     std::vector<Event> records;
-    // ReadyQueue / pending item -> work. A deque: the device thread runs an
-    // item in its slot, without the lock, while the owner appends items (a
-    // deque's push_back moves no element). A slot is reused (free_items)
+    // ReadyQueue / pending item -> work. Slots: the device thread runs an
+    // item in its slot, without the lock, while the owner appends items. A
+    // slot is reused (free_items)
     // only after its node failed or was dropped, or once the owner has
     // applied its finish.
-    std::deque<WorkItem> items;
+    Slots<WorkItem> items;
     std::vector<uint32_t> free_items;
     // Nodes handed here, by item slot: queued, pending, running or finished
     // (WorkItem::done) while their slot still names them. A dropped node
@@ -432,7 +460,7 @@ class ExecutorSet final : public ExecutionBackend {
     // finished here (WorkItem::done) until the owner applies it. A slot, not
     // a table by node: the finish writes it and a dependent's finish reads
     // it without hashing (no per-operator insert, look-up and erase).
-    std::deque<LocalDone> done;
+    Slots<LocalDone> done;
     // Payloads of this device's buffers the owner no longer needs, handed
     // back so that the device thread, not the owner, drops the last
     // reference (and frees the memory) before its next operator: the direct
