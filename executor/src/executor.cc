@@ -75,7 +75,7 @@ ExecutorSet::~ExecutorSet() {
   for (DeviceState& s : devices_) {
     s.records.clear();
     s.items.clear();
-    s.finished.clear();
+    s.done.clear();
     s.graveyard.clear();
     s.graveyard_bytes = 0;
   }
@@ -107,7 +107,8 @@ uint32_t ExecutorSet::StoreItem(DeviceState& s, WorkItem w) {
     s.items[item] = std::move(w);
     return item;
   }
-  s.items.push_back(std::move(w));
+  s.items.emplace_back() = std::move(w);
+  s.done.emplace_back();
   return static_cast<uint32_t>(s.items.size() - 1);
 }
 
@@ -115,14 +116,18 @@ void ExecutorSet::Hand(DeviceId d, WorkItem w) {
   DeviceState& s = devices_[d.value()];
   int64_t ready_ns = w.key.ready_ns;
   absl::InlinedVector<uint32_t, 2> producers;  // the items of the live ones
-  for (const WorkItem::LocalInput& li : w.local) {
-    if (auto f = s.finished.find(li.producer.value()); f != s.finished.end()) {
-      w.inputs[li.input] = f->second.outputs[li.output];
-      ready_ns = std::max(ready_ns, f->second.end.nanos());
-    } else if (auto l = s.live.find(li.producer.value());
-               l != s.live.end() && s.items[l->second].node == li.producer) {
-      ++w.waiting;
-      producers.push_back(l->second);
+  for (WorkItem::LocalInput& li : w.local) {
+    if (auto l = s.live.find(li.producer.value());
+        l != s.live.end() && s.items[l->second].node == li.producer) {
+      li.item = l->second;
+      if (s.items[li.item].done) {  // finished, not applied yet
+        const LocalDone& done = s.done[li.item];
+        w.inputs[li.input] = done.outputs[li.output];
+        ready_ns = std::max(ready_ns, done.end.nanos());
+      } else {
+        ++w.waiting;
+        producers.push_back(li.item);
+      }
     } else {
       Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
                  StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node), ": its input producer ",
@@ -203,9 +208,9 @@ int ExecutorSet::ReleaseDependents(DeviceId d, WorkItem& producer, Timestamp end
 void ExecutorSet::ReleaseConsumed(DeviceId d, const WorkItem& w, std::vector<std::shared_ptr<void>>* freed) {
   DeviceState& s = devices_[d.value()];
   for (const WorkItem::LocalInput& li : w.local) {
-    auto f = s.finished.find(li.producer.value());
-    if (f == s.finished.end()) continue;  // applied: the owner's store frees it
-    LocalDone& done = f->second;
+    const WorkItem& p = s.items[li.item];
+    if (p.node != li.producer || !p.done) continue;  // applied: the owner's store frees it
+    LocalDone& done = s.done[li.item];
     const auto o = static_cast<size_t>(li.output);
     if (o >= done.unread.size() || done.unread[o] <= 0 || --done.unread[o] > 0) continue;
     if (done.outputs[o].payload != nullptr) freed->push_back(std::move(done.outputs[o].payload));
@@ -480,7 +485,8 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         out_buffers[i].bytes = w.output_bytes[i];
         out_buffers[i].device = d;
       }
-      LocalDone& done = s.finished[w.node.value()];
+      LocalDone& done = s.done[item];
+      w.done = true;
       done.outputs = out_buffers;
       done.end = clock_->Now();
       boundary = done.end;
@@ -506,6 +512,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       fin.started = true;
       fin.start = started_at;
       fin.start_seq = started_seq;
+      fin.item = item;
       Publish(di, /*stamp=*/false);
     } else {
       allocs.clear();  // the outputs' allocations
@@ -518,11 +525,12 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       failed.start_seq = started_seq;
       Post(std::move(failed));
       DropDependents(d, w.node, std::move(w.dependents));
+      // Not live any more (see DeviceState::live): the owner erases its
+      // entry when it drains the record, not this thread.
+      w.node = NodeId();
+      s.free_items.push_back(item);
     }
-    // Not live any more (see DeviceState::live): the owner erases its entry
-    // when it drains the record, not this thread, per operator.
-    w.node = NodeId();
-    s.free_items.push_back(item);
+    // A finished node keeps its slot (done) until the owner applied it.
     // The lock stays held: the next iteration picks the next node.
   }
 }
@@ -597,10 +605,14 @@ bool ExecutorSet::QueueOne(NodeId id, Timestamp now) {
           if (c != it->second.end()) b = c->second.buffer;
         }
       } else if (p.device == d && t.update_of < 0 && !t.retained &&
+                 w.inputs.size() <= WorkItem::kMaxLocalIndex &&
+                 static_cast<size_t>(r.output) <= WorkItem::kMaxLocalIndex &&
                  (p.state == NodeState::kRunning ||
                   (p.state == NodeState::kIssued && queued_.contains(p.id.value())))) {
-        // Produced here by a node the device already has: resolved there.
-        w.local.push_back({p.id, static_cast<int32_t>(w.inputs.size()), r.output});
+        // Produced here by a node the device already has: resolved there
+        // (the producer's slot is filled in by Hand).
+        w.local.push_back({p.id, kNoItem, static_cast<uint16_t>(w.inputs.size()),
+                           static_cast<uint16_t>(r.output)});
       } else {
         return false;
       }
@@ -964,7 +976,12 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
     for (const Event& e : batch) {
       if (e.kind != Event::Kind::kFinished && e.kind != Event::Kind::kFailed) continue;
       DeviceState& s = devices_[e.device.value()];
-      if (e.kind == Event::Kind::kFinished) s.finished.erase(e.node.value());
+      if (e.kind == Event::Kind::kFinished && e.item != kNoItem && s.items[e.item].node == e.node &&
+          s.items[e.item].done) {
+        s.items[e.item] = WorkItem();
+        s.done[e.item] = LocalDone();
+        s.free_items.push_back(e.item);
+      }
       s.live.erase(e.node.value());
     }
   }
@@ -1173,8 +1190,8 @@ void ExecutorSet::CancelItems(InstanceId inst) {
   // Free slots keep their last item's instance: marked too, harmlessly (a
   // slot is reused only by move-assigning a new item).
   for (DeviceState& s : devices_) {
-    for (WorkItem& w : s.items) {
-      if (w.instance == inst) w.cancelled = true;
+    for (size_t i = 0; i < s.items.size(); ++i) {
+      if (s.items[i].instance == inst) s.items[i].cancelled = true;
     }
   }
 }

@@ -102,6 +102,7 @@ absl::Status DevicePool::AllocateEach(std::span<const Request> requests, std::sp
   size_t i = 0;
   {
     absl::MutexLock l(&mu_);
+    if (AccountAllLocked(requests, out)) return absl::OkStatus();
     for (; i < requests.size(); ++i) {
       std::optional<absl::Status> done = TryLocked(requests[i].bytes, requests[i].purpose, &out[i]);
       if (!done.has_value()) break;  // a hook: the rest one by one, below
@@ -114,6 +115,24 @@ absl::Status DevicePool::AllocateEach(std::span<const Request> requests, std::sp
     out[i] = *std::move(a);
   }
   return absl::OkStatus();
+}
+
+bool DevicePool::AccountAllLocked(std::span<const Request> requests, std::span<Allocation> out) {
+  if (hook_ || fail_next_ > 0) return false;
+  Bytes total;
+  for (const Request& r : requests) {
+    if (r.bytes < Bytes::Zero()) return false;
+    total += r.bytes;
+  }
+  if (used_ + total > capacity_) return false;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].bytes > Bytes::Zero()) ++live_;  // (see Allocation::Release)
+    out[i] = Allocation(this, requests[i].bytes);
+  }
+  used_ += total;
+  if (used_ > peak_) peak_ = used_;
+  allocations_ += static_cast<int64_t>(requests.size());
+  return true;
 }
 
 absl::Status DevicePool::AccountLocked(Bytes bytes, AllocPurpose purpose, Allocation* out) {

@@ -217,6 +217,7 @@ TEST(DevicePoolTest, AllocateEachMatchesOneAllocatePerRequest) {
     std::vector<Allocation> out(3);
     ASSERT_TRUE(pool.AllocateEach(req, out).ok());
     EXPECT_EQ(pool.used(), Bytes(70));
+    EXPECT_EQ(pool.peak(), Bytes(70));
     EXPECT_EQ(pool.num_allocations(), 3);
     for (const Allocation& a : out) EXPECT_TRUE(a.held());
     // Out of memory at the second request: the first stays charged.
@@ -1627,6 +1628,47 @@ TEST(ExecutorSetTest, ADependentHandedAfterItsProducerFailedUnappliedFailsAtOnce
   ASSERT_TRUE(last_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(r.exec->WaitForFinishBatch(absl::Seconds(5), 2)) << "the device still holds work";
   ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
+// A local input names its input slot and its producer's output in 16 bits
+// (WorkItem::LocalInput). An operator reading its producer more often than
+// that on the same device still gets every input: those past the limit come
+// through the owner once the GMG has applied the producer, and the
+// operator waits for them.
+TEST(ExecutorSetTest, InputsPastTheLocalIndexLimitAllReachTheConsumer) {
+  Watchdog watchdog(absl::Minutes(2));
+  constexpr int kReads = 0x10000 + 2;
+  Rig r(1);
+  TemplateBuilder b("wide");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("p", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"});
+  b.Op("c", OpKind::kGeneric)
+      .Inputs(std::vector<std::string>(kReads, "p"))
+      .Output("y", DType::kF32, {"N"});
+  const TemplateId tpl = *r.g.RegisterTemplate(*b.Build());
+  r.Start();
+  const InstanceId a = r.New(tpl, 8);
+  std::atomic<int> with_payload{-1};
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.op_index == 0) {
+      auto hb = std::make_shared<HostBytes>();
+      hb->data.assign(8, std::byte{5});
+      c.outputs[0].kind = kHostBytesPayload;
+      c.outputs[0].payload = hb;
+      return;
+    }
+    with_payload = static_cast<int>(std::count_if(c.inputs.begin(), c.inputs.end(), [](const Buffer& in) {
+      return in.kind == kHostBytesPayload && in.payload != nullptr;
+    }));
+  });
+  r.Place(a, {0});
+  ASSERT_TRUE(r.Run().ok());
+  auto retired = r.g.TakeRetired();
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].state, InstanceState::kDone) << retired[0].failure;
+  EXPECT_EQ(with_payload.load(), kReads);
   EXPECT_EQ(r.exec->stored_tensors(), 0u);
   EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
 }

@@ -36,8 +36,9 @@
 //   inputs satisfy the GMG's rule already, it hands the item over "pending on
 //   local producers" (WorkItem::local). Under the lock, each local producer is
 //   then
-//     - finished here but not yet applied by the owner (DeviceState::finished):
-//       the input is resolved at once from its output buffers;
+//     - finished here but not yet applied by the owner (its slot is done,
+//       DeviceState::done holds its outputs): the input is resolved at once
+//       from its output buffers;
 //     - live here (DeviceState::live: queued, pending or running): the item
 //       waits for it (listed in the producer's WorkItem::dependents);
 //     - neither: it failed or was dropped, so the item fails too.
@@ -57,8 +58,8 @@
 //   newly queued higher-priority operator included), the device keeps it as
 //   its next item (DeviceState::next) and runs it without the ReadyQueue
 //   round trip, in the same critical section; the owner is not involved.
-//   The owner drops DeviceState::finished entries once it has applied their
-//   kFinished (from then on the GMG says the producer is done and inputs come
+//   The owner frees a finished node's slot (and its DeviceState::done
+//   entry) once it has applied its kFinished (from then on the GMG says the producer is done and inputs come
 //   from the tensor store). Output buffers still travel to the owner with
 //   kFinished and are accounted as before; a dependent holds only Buffer
 //   copies (payload references), never an Allocation.
@@ -119,7 +120,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -322,15 +322,25 @@ class ExecutorSet final : public ExecutionBackend {
     // A successor is a transfer or runs on another device: the owner has to
     // act on this node's completion promptly (see "Owner waits").
     bool hands_off = false;
+    // Finished here, its outputs in DeviceState::done[slot], and not yet
+    // applied by the owner, who frees the slot when it drains the record.
+    bool done = false;
     // Ready-queue key; for a pending item ready_ns is the latest finish time
     // of its local producers, final once the last one finished.
     DisciplineKey key;
-    // The local inputs: which input slot, from which producer's output.
+    // The local inputs: which input slot, from which producer's output, and
+    // the producer's item slot (set by Hand(): the finish of this item
+    // reaches the producer's DeviceState::done entry by slot, not through a
+    // table; the slot still names the producer until the owner applied it).
+    // 16 bit indices keep the entry at 16 bytes (the item at 5 lines);
+    // QueueOne resolves larger indices through the owner instead.
     struct LocalInput {
       NodeId producer;
-      int32_t input;
-      int32_t output;
+      uint32_t item;
+      uint16_t input;
+      uint16_t output;
     };
+    static constexpr size_t kMaxLocalIndex = 0xffff;
     absl::InlinedVector<LocalInput, 2> local;
     // Inline for the serving ops (one or two inputs: the hidden state, and a
     // decode group's KV cache); the training step's optimizer, which reads
@@ -377,6 +387,9 @@ class ExecutorSet final : public ExecutionBackend {
     uint64_t start_seq = 0;
     // Place in the posting order (set by Post).
     uint64_t seq = 0;
+    // kFinished of an operator: its item slot, done until the owner has
+    // applied this record and frees it.
+    uint32_t item = 0xffffffffu;
   };
   // Outputs of a node finished on its device whose kFinished the owner has
   // not applied yet.
@@ -388,6 +401,35 @@ class ExecutorSet final : public ExecutionBackend {
     absl::InlinedVector<int32_t, 2> unread;
   };
   static constexpr uint32_t kNoItem = 0xffffffffu;
+  // Slots that never move once created (a device thread runs an item in its
+  // slot without the lock while the owner appends more, lock held), in
+  // chunks of 2^kChunkBits: an access is a shift, a mask and two loads.
+  // (std::deque holds one 320-byte WorkItem per node and indexes through
+  // its iterator arithmetic: ~15 instructions and two branches per access,
+  // several accesses per operator.) Every slot of a chunk is constructed
+  // with the chunk.
+  template <typename T>
+  class Slots {
+   public:
+    static constexpr size_t kChunkBits = 4;
+    static constexpr size_t kChunk = size_t{1} << kChunkBits;
+    T& operator[](size_t i) { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
+    const T& operator[](size_t i) const { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
+    size_t size() const { return size_; }
+    // Appends a default-constructed slot; returns it.
+    T& emplace_back() {
+      if (size_ == chunks_.size() * kChunk) chunks_.push_back(std::make_unique<T[]>(kChunk));
+      return (*this)[size_++];
+    }
+    void clear() {
+      chunks_.clear();
+      size_ = 0;
+    }
+
+   private:
+    std::vector<std::unique_ptr<T[]>> chunks_;
+    size_t size_ = 0;
+  };
   struct DeviceState {
     DeviceState() = default;
     DeviceState(DeviceState&&) = default;  // (devices_ is sized once)
@@ -398,21 +440,27 @@ class ExecutorSet final : public ExecutionBackend {
     uint32_t next = kNoItem;
     // This device's records for the owner, in posting order.
     std::vector<Event> records;
-    // ReadyQueue / pending item -> work. A deque: the device thread runs an
-    // item in its slot, without the lock, while the owner appends items (a
-    // deque's push_back moves no element). A slot is reused (free_items)
-    // only after its node's finish.
-    std::deque<WorkItem> items;
+    // ReadyQueue / pending item -> work. Slots: the device thread runs an
+    // item in its slot, without the lock, while the owner appends items. A
+    // slot is reused (free_items)
+    // only after its node failed or was dropped, or once the owner has
+    // applied its finish.
+    Slots<WorkItem> items;
     std::vector<uint32_t> free_items;
-    // Nodes handed here, by item slot: queued, pending or running while
-    // their slot still names them. A dropped node leaves at once; a node
-    // that finished or failed clears its slot's node, and the owner erases
-    // its entry when it drains the node's record (the device thread does no
-    // hash-table work on a table the owner writes for it).
+    // Nodes handed here, by item slot: queued, pending, running or finished
+    // (WorkItem::done) while their slot still names them. A dropped node
+    // leaves at once; a node that failed clears its slot's node; the owner
+    // erases the entry when it drains the node's record, and frees a
+    // finished node's slot then (the device thread does no hash-table work
+    // on a table the owner writes for it).
     absl::flat_hash_map<uint64_t, uint32_t> live;
     // Items pending on local producers (WorkItem::waiting > 0).
     int num_pending = 0;
-    absl::flat_hash_map<uint64_t, LocalDone> finished;             // by node
+    // By item slot, beside `items`: the outputs of the slot's node once it
+    // finished here (WorkItem::done) until the owner applies it. A slot, not
+    // a table by node: the finish writes it and a dependent's finish reads
+    // it without hashing (no per-operator insert, look-up and erase).
+    Slots<LocalDone> done;
     // Payloads of this device's buffers the owner no longer needs, handed
     // back so that the device thread, not the owner, drops the last
     // reference (and frees the memory) before its next operator: the direct
@@ -487,7 +535,7 @@ class ExecutorSet final : public ExecutionBackend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `w` finished on `d`: each local input whose every reader has now run on
   // this device loses its payload (moved to `freed`, dropped by the device
-  // thread after unlocking), in the device's unapplied-completion table and
+  // thread after unlocking), in its producer's DeviceState::done entry and
   // in its producer's record if the owner has not drained it yet, so its
   // memory returns to this thread's heap before the next kernel, as the
   // direct loop frees its tensors. The Allocation (the accounting the GMG
