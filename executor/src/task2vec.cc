@@ -167,6 +167,7 @@ absl::Status YmirExperimentOptions::Validate() const {
     }
   }
   SLICESCHED_RETURN_IF_ERROR(ymir::StopLossOptions{.window_epochs = stop_loss_window_epochs}.Validate());
+  SLICESCHED_RETURN_IF_ERROR(iter_plateau.Validate());
   if (!(target_fraction > 0 && target_fraction <= 1)) {
     return absl::InvalidArgumentError(
         StrCat("target_fraction must be in (0, 1], got ", target_fraction));
@@ -430,6 +431,10 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   // the repeats whose fit never reached the target.
   std::vector<std::vector<double>> pred_normal_sum(fractions.size(), std::vector<double>(n, 0.0));
   std::vector<std::vector<int64_t>> unreachable(fractions.size(), std::vector<int64_t>(n, 0));
+  // The online estimate (iter_online), per task over repeats: predicted
+  // steps, runs without an estimate, the steps seen, runs with a plateau.
+  std::vector<double> online_sum(n, 0.0), observed_sum(n, 0.0), observed_max(n, 0.0);
+  std::vector<int64_t> online_missing(n, 0), online_plateaus(n, 0);
   // The area gain (kArea): per task the sum over repeats of the normal grid
   // curve continued to max_steps, per pair the sum of the transfer's window
   // mean, and the window's steps.
@@ -538,6 +543,20 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                                                         .fit_from_step = fit->fit_from_step,
                                                         .fitted_points = fit->fitted_points,
                                                         .convergence_step = fit->ConvergenceStep(0.001)});
+        }
+      }
+      if (o.iter_online) {
+        auto est = ymir::EstimateOnline(c, static_cast<double>(o.IterPrefixSteps()), target[i],
+                                        o.iter_fit, o.iter_plateau);
+        if (!est.ok()) return Annotate(est.status(), StrCat("online iteration estimate on ", data[i].spec.name));
+        online_sum[i] += est->steps ? *est->steps : censored;
+        online_missing[i] += est->steps ? 0 : 1;
+        online_plateaus[i] += est->plateau ? 1 : 0;
+        observed_sum[i] += est->observed_until;
+        observed_max[i] = std::max(observed_max[i], est->observed_until);
+        if (r == 0) {
+          rep.iteration_fits[i].plateau = est->plateau;
+          rep.iteration_fits[i].onset = est->onset;
         }
       }
       normal_curve[i] = c;
@@ -895,29 +914,26 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   rep.scores.push_back(all);
 
   // Iteration estimator: normal runs, then transfer runs through the
-  // leave-one-out predicted gain (task2vec.h), for every prefix.
-  for (size_t f = 0; f < fractions.size(); ++f) {
+  // leave-one-out predicted gain (task2vec.h), for every prefix and the
+  // online estimate. `pred_sum` and `missing` are per task over repeats; the
+  // headline's predictions are the pairs' predicted_steps_transfer.
+  auto iteration_errors = [&](const std::vector<double>& pred_sum, const std::vector<int64_t>& missing,
+                              bool headline) {
     YmirIterationErrors e;
-    e.fraction = fractions[f];
-    e.prefix_steps = o.PrefixSteps(fractions[f]);
     std::vector<double> pred_normal(n);
     for (size_t i = 0; i < n; ++i) {
-      pred_normal[i] = pred_normal_sum[f][i] / static_cast<double>(o.repeats);
-      e.unreachable += unreachable[f][i];
+      pred_normal[i] = pred_sum[i] / static_cast<double>(o.repeats);
+      e.unreachable += missing[i];
       const double err = 100.0 * std::abs(pred_normal[i] - rep.normal_steps[i]) / rep.normal_steps[i];
       e.normal_pct += err / static_cast<double>(n);
       e.normal_max_pct = std::max(e.normal_max_pct, err);
-      if (f == 0) {
-        rep.iteration_fits[i].predicted_steps = pred_normal[i];
-        rep.iteration_fits[i].unreachable = unreachable[f][i];
-      }
     }
     double sum_nogain = 0, sum_mode[2] = {0, 0};
     int64_t count_mode[2] = {0, 0};
     for (size_t k = 0; k < rep.pairs.size(); ++k) {
       YmirPair& p = rep.pairs[k];
       const double predicted = pred_normal[pair_dst[k]] / (1.0 + std::max(-0.9, p.predicted_gain));
-      if (f == 0) p.predicted_steps_transfer = predicted;
+      if (headline) p.predicted_steps_transfer = predicted;
       if (p.censored) continue;
       const double err = 100.0 * std::abs(predicted - p.steps_transfer) / p.steps_transfer;
       e.transfer_pct += err;
@@ -933,11 +949,37 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     e.transfer_nogain_pct = sum_nogain / c;
     e.transfer_temporal_pct = sum_mode[0] / static_cast<double>(std::max<int64_t>(count_mode[0], 1));
     e.transfer_spatial_pct = sum_mode[1] / static_cast<double>(std::max<int64_t>(count_mode[1], 1));
+    return e;
+  };
+  for (size_t f = 0; f < fractions.size(); ++f) {
+    YmirIterationErrors e = iteration_errors(pred_normal_sum[f], unreachable[f], f == 0 && !o.iter_online);
+    e.fraction = fractions[f];
+    e.prefix_steps = o.PrefixSteps(fractions[f]);
+    e.observed_steps_mean = e.observed_steps_max = static_cast<double>(e.prefix_steps);
     if (f == 0) {
+      for (size_t i = 0; i < n; ++i) {
+        rep.iteration_fits[i].predicted_steps = pred_normal_sum[f][i] / static_cast<double>(o.repeats);
+        rep.iteration_fits[i].unreachable = unreachable[f][i];
+      }
+      rep.iteration_first_window = e;
       rep.iteration = e;
     } else {
       rep.iteration_sweep.push_back(e);
     }
+  }
+  if (o.iter_online) {
+    YmirIterationErrors e = iteration_errors(online_sum, online_missing, true);
+    e.fraction = fractions[0];
+    e.prefix_steps = o.PrefixSteps(fractions[0]);
+    e.online = true;
+    for (size_t i = 0; i < n; ++i) {
+      e.observed_steps_mean += observed_sum[i] / static_cast<double>(o.repeats * static_cast<int64_t>(n));
+      e.observed_steps_max = std::max(e.observed_steps_max, observed_max[i]);
+      e.plateaus += online_plateaus[i];
+      rep.iteration_fits[i].observed_until = observed_sum[i] / static_cast<double>(o.repeats);
+      rep.iteration_fits[i].online_predicted_steps = online_sum[i] / static_cast<double>(o.repeats);
+    }
+    rep.iteration = e;
   }
   // Negative pairs and who caught them.
   for (const YmirPair& p : rep.pairs) {
@@ -969,11 +1011,14 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "  \"transfer_cls_accuracy\": %.1f,\n  \"gain_mape_pct\": %.1f,\n"
         "  \"iter_err_normal_pct\": %.1f,\n  \"iter_err_transfer_pct\": %.1f,\n"
+        "  \"iter_observed_steps_mean\": %.1f,\n  \"iter_err_normal_first_window_pct\": %.1f,\n"
+        "  \"iter_err_transfer_first_window_pct\": %.1f,\n"
         "  \"transfer_cls_accuracy_non_neutral\": %.1f,\n  \"neutral_pairs\": %d,\n"
         "  \"neutral_band\": %.4f,\n",
         all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
-        iteration.transfer_pct, all ? all->non_neutral_accuracy_pct : 0.0, all ? all->neutral : 0,
-        neutral_band);
+        iteration.transfer_pct, iteration.observed_steps_mean, iteration_first_window.normal_pct,
+        iteration_first_window.transfer_pct, all ? all->non_neutral_accuracy_pct : 0.0,
+        all ? all->neutral : 0, neutral_band);
   }
   {
     const YmirExperimentOptions& o = options;
@@ -1026,12 +1071,16 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"iter_err_normal_max_pct\": %.1f, \"iter_err_transfer_pct\": %.1f, "
         "\"iter_err_transfer_max_pct\": %.1f, \"iter_err_transfer_temporal_pct\": %.1f, "
         "\"iter_err_transfer_spatial_pct\": %.1f, \"iter_err_transfer_nogain_pct\": %.1f, "
-        "\"transfer_pairs_scored\": %d, \"unreachable_fits\": %d}",
+        "\"transfer_pairs_scored\": %d, \"unreachable_fits\": %d, \"online\": %s, "
+        "\"observed_steps_mean\": %.1f, \"observed_steps_max\": %.0f, \"plateaus\": %d}",
         e.fraction, e.prefix_steps, e.normal_pct, e.normal_max_pct, e.transfer_pct,
         e.transfer_max_pct, e.transfer_temporal_pct, e.transfer_spatial_pct, e.transfer_nogain_pct,
-        e.transfer_pairs, e.unreachable);
+        e.transfer_pairs, e.unreachable, e.online ? "true" : "false", e.observed_steps_mean,
+        e.observed_steps_max, e.plateaus);
   };
-  j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n  \"iteration_prefix_sweep\": [";
+  j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n";
+  j += "  \"iteration_first_window\": " + iter_json(iteration_first_window) + ",\n";
+  j += "  \"iteration_prefix_sweep\": [";
   for (size_t k = 0; k < iteration_sweep.size(); ++k) {
     j += (k ? ",\n    " : "\n    ") + iter_json(iteration_sweep[k]);
   }
@@ -1073,6 +1122,12 @@ std::string YmirEstimatorReport::ToJson() const {
           "\"convergence_step\": %d}",
           f.predicted_steps, f.unreachable, f.r, f.d, f.b1, f.b2, f.scale, f.rmse, f.prefix_points,
           f.fit_from_step, f.fitted_points, f.convergence_step);
+      if (options.iter_online) {
+        j += absl::StrFormat(
+            ", \"online\": {\"plateau\": %s, \"onset\": %.0f, \"observed_until\": %.1f, "
+            "\"predicted_steps_to_target\": %.2f}",
+            f.plateau ? "true" : "false", f.onset, f.observed_until, f.online_predicted_steps);
+      }
     }
     if (i < normal_curves.size()) {
       j += ", \"curve\": [";

@@ -185,13 +185,47 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
     EXPECT_GE(f.r, 0.0);
     EXPECT_GE(f.d, 0.0);
   }
+  // The headline is the online estimate (iteration_estimator.h,
+  // EstimateOnline): it says which steps it saw, from the first window P = 3
+  // to the end of the normal run (6 steps), and the fixed-prefix figure at P
+  // is reported beside it; each is the mean error of its own per-task
+  // predictions.
+  ASSERT_TRUE(o.iter_online);
+  EXPECT_TRUE(r->iteration.online);
+  EXPECT_FALSE(r->iteration_first_window.online);
+  EXPECT_EQ(r->iteration_first_window.prefix_steps, 3);
+  EXPECT_EQ(r->iteration_first_window.observed_steps_mean, 3.0);
+  double online_err = 0, fixed_err = 0, seen = 0, seen_max = 0;
+  int64_t plateaus = 0;
+  for (size_t i = 0; i < r->iteration_fits.size(); ++i) {
+    const YmirIterationFit& f = r->iteration_fits[i];
+    EXPECT_GE(f.observed_until, 3.0);
+    EXPECT_LE(f.observed_until, 6.0);
+    // Without a plateau the estimate is the first window's fit, seen at P.
+    if (!f.plateau) {
+      EXPECT_EQ(f.observed_until, 3.0);
+      EXPECT_DOUBLE_EQ(f.online_predicted_steps, f.predicted_steps);
+    }
+    plateaus += f.plateau ? 1 : 0;
+    seen += f.observed_until / 3.0;
+    seen_max = std::max(seen_max, f.observed_until);
+    online_err += 100.0 * std::abs(f.online_predicted_steps - r->normal_steps[i]) / r->normal_steps[i] / 3.0;
+    fixed_err += 100.0 * std::abs(f.predicted_steps - r->normal_steps[i]) / r->normal_steps[i] / 3.0;
+  }
+  EXPECT_EQ(r->iteration.plateaus, plateaus);
+  EXPECT_NEAR(r->iteration.observed_steps_mean, seen, 1e-9);
+  EXPECT_EQ(r->iteration.observed_steps_max, seen_max);
+  EXPECT_NEAR(r->iteration.normal_pct, online_err, 1e-9);
+  EXPECT_NEAR(r->iteration_first_window.normal_pct, fixed_err, 1e-9);
   int64_t scored = 0, negative = 0;
   for (const YmirPair& p : r->pairs) {
-    // The transfer prediction is the task's normal prediction through the gain.
+    // The transfer prediction is the task's (online) normal prediction
+    // through the gain.
     size_t dst = 0;
     while (r->tasks[dst] != p.task_b) ++dst;
     EXPECT_NEAR(p.predicted_steps_transfer,
-                r->iteration_fits[dst].predicted_steps / (1.0 + std::max(-0.9, p.predicted_gain)), 1e-9);
+                r->iteration_fits[dst].online_predicted_steps / (1.0 + std::max(-0.9, p.predicted_gain)),
+                1e-9);
     scored += p.censored ? 0 : 1;
     negative += p.gain < 0 ? 1 : 0;
     // Decoupling never changes a temporal run; a kept pairing is unchanged.
@@ -216,13 +250,18 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   const std::string json = r->ToJson();
   for (const char* key : {"\"transfer_cls_accuracy\"", "\"iter_err_normal_pct\"",
                           "\"iter_err_transfer_pct\"", "\"best_pairs\"", "\"negative_caught\"",
-                          "\"steps_transfer_stop_loss\"", "\"fit_from_step\"", "\"fitted_points\""}) {
+                          "\"steps_transfer_stop_loss\"", "\"fit_from_step\"", "\"fitted_points\"",
+                          "\"iter_observed_steps_mean\"", "\"iteration_first_window\"", "\"observed_until\""}) {
     EXPECT_THAT(json, testing::HasSubstr(key));
   }
   YmirExperimentOptions bad = o;
   bad.iter_prefix_fraction = 0;
   EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
               testing::HasSubstr("iter_prefix_fraction"));
+  bad = o;
+  bad.iter_plateau.min_points = 2;
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
+              testing::HasSubstr("min_points"));
 }
 
 // A clock that advances by 1 ms at every reading: the profiler's entries are

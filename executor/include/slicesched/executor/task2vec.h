@@ -85,6 +85,16 @@
 // (1 + predicted gain). Errors |pred - meas| / meas are averaged over the
 // tasks (normal) and over the uncensored pairs (transfer); a prediction
 // whose fitted curve never reaches the target counts as max_steps + 1.
+// Online (iter_online, the default since the eleventh session): the
+// headline prediction is ymir::EstimateOnline on the normal run's
+// evaluations (to normal_steps) with the first window P: a window that is a
+// plateau is not fitted, the window grows until the curve has left the
+// plateau and the part after the drop is fitted (iter_plateau); a task whose
+// plateau outlasts the run has no estimate and counts as max_steps + 1. The
+// report says which steps it saw: the mean and max of the step at which each
+// estimate became available (observed_steps_mean / _max; P for a task
+// without a plateau), and the fixed-prefix figure at P is reported beside it
+// (YmirEstimatorReport::iteration_first_window).
 //
 // Stop-loss (slicesched/ymir/stop_loss.h) on every transfer run: an "epoch"
 // here is `stop_loss_epoch_steps` steps (the normal run, 80 steps of 16, is
@@ -314,6 +324,10 @@ struct YmirExperimentOptions {
   // See above (the defaults: transient rule, b2 = 0; --iter-time-shift on
   // fits a time origin, for curves that start flat).
   ymir::FitOptions iter_fit;
+  // The online estimate through a plateau (above; slicesim --iter-online
+  // on|off): off makes the fixed prefix P the headline again.
+  bool iter_online = true;
+  ymir::PlateauOptions iter_plateau;
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language = {.vocab = 32};  // 32 of the backbone's 256 token ids
@@ -392,6 +406,14 @@ struct YmirIterationErrors {
   double transfer_nogain_pct = 0;
   int64_t transfer_pairs = 0;  // uncensored pairs scored
   int64_t unreachable = 0;     // task fits (over repeats) that never reach the target
+  // What the estimator saw: the step at which each task's estimate became
+  // available, mean and max over tasks and repeats (prefix_steps for a fixed
+  // prefix); online: whether these are EstimateOnline's, and how many task
+  // runs (over repeats) had a plateau in the first window.
+  bool online = false;
+  double observed_steps_mean = 0;
+  double observed_steps_max = 0;
+  int64_t plateaus = 0;
 };
 
 // The iteration estimator on one task's normal run (repeat 0's fit).
@@ -403,6 +425,13 @@ struct YmirIterationFit {
   int64_t convergence_step = 0;    // improvement <= 0.001 per step
   double predicted_steps = 0;      // to the task's target, averaged over repeats
   int64_t unreachable = 0;         // repeats whose fitted curve never reached it
+  // The online estimate (iter_online): repeat 0's plateau flag and onset,
+  // the step at which the estimate became available and the prediction
+  // (max_steps + 1 without one), averaged over repeats.
+  bool plateau = false;
+  double onset = 0;
+  double observed_until = 0;
+  double online_predicted_steps = 0;
 };
 
 struct YmirModeScore {
@@ -444,8 +473,10 @@ struct YmirEstimatorReport {
   std::vector<NullRun> null_runs;
   double neutral_band = 0;
   std::vector<YmirModeScore> scores;  // temporal, spatial, all
-  // Iteration estimator errors for the headline prefix, and for the sweep.
+  // Iteration estimator errors: the headline (online, or the fixed prefix P
+  // with iter_online off), the fixed prefix P, and the sweep's prefixes.
   YmirIterationErrors iteration;
+  YmirIterationErrors iteration_first_window;
   std::vector<YmirIterationErrors> iteration_sweep;
   // Negative pairs (measured gain < 0) and how many were caught: by the
   // estimator (leave-one-out predicted gain <= 0, so Ymir would not pair
