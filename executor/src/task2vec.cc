@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <span>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/train_ops.h"
@@ -168,6 +171,26 @@ absl::Status YmirExperimentOptions::Validate() const {
   }
   SLICESCHED_RETURN_IF_ERROR(ymir::StopLossOptions{.window_epochs = stop_loss_window_epochs}.Validate());
   SLICESCHED_RETURN_IF_ERROR(iter_plateau.Validate());
+  if (!fit_on.empty()) {
+    // Enough rows of each mode for the model's weights (YmirDirection).
+    const size_t need = direction == YmirDirection::kAsymmetry ? 3 : 2;
+    for (const char* mode : {"temporal", "spatial"}) {
+      size_t rows = 0;
+      for (const YmirTrainingPair& t : fit_on) {
+        if (t.mode != "temporal" && t.mode != "spatial") {
+          return absl::InvalidArgumentError(StrCat("fit_on: mode '", t.mode, "' is not temporal or spatial"));
+        }
+        if (!std::isfinite(t.similarity) || !std::isfinite(t.asymmetry) || !std::isfinite(t.gain)) {
+          return absl::InvalidArgumentError("fit_on: a row's similarity, asymmetry or gain is not finite");
+        }
+        rows += t.mode == mode ? 1 : 0;
+      }
+      if (rows < need) {
+        return absl::InvalidArgumentError(StrCat("fit_on (slicesim --fit-on) has ", rows, " ", mode,
+                                                 " rows; the gain model needs at least ", need));
+      }
+    }
+  }
   if (!(target_fraction > 0 && target_fraction <= 1)) {
     return absl::InvalidArgumentError(
         StrCat("target_fraction must be in (0, 1], got ", target_fraction));
@@ -310,6 +333,71 @@ LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
   f.slope = sxx > 0 ? sxy / sxx : 0.0;
   f.intercept = my - f.slope * mx;
   return f;
+}
+
+std::vector<double> FitLeastSquares(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
+  if (x.empty()) return {};
+  const size_t k = x[0].size();
+  // Normal equations [X'X | X'y], a relative ridge of 1e-12 on every column
+  // but the first (a constant or all-zero regressor gets weight ~0), and
+  // Gauss-Jordan elimination with partial pivoting.
+  std::vector<std::vector<double>> m(k, std::vector<double>(k + 1, 0.0));
+  for (size_t n = 0; n < x.size(); ++n) {
+    for (size_t i = 0; i < k; ++i) {
+      for (size_t j = 0; j < k; ++j) m[i][j] += x[n][i] * x[n][j];
+      m[i][k] += x[n][i] * y[n];
+    }
+  }
+  double trace = 0;
+  for (size_t i = 0; i < k; ++i) trace += m[i][i];
+  for (size_t i = 1; i < k; ++i) m[i][i] += 1e-12 * std::max(trace, 1.0);
+  for (size_t c = 0; c < k; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < k; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[piv][c])) piv = r;
+    }
+    std::swap(m[c], m[piv]);
+    if (m[c][c] == 0.0) continue;  // an all-zero column: its weight stays 0
+    for (size_t r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (size_t q = c; q <= k; ++q) m[r][q] -= f * m[c][q];
+    }
+  }
+  std::vector<double> w(k, 0.0);
+  for (size_t i = 0; i < k; ++i) w[i] = m[i][i] != 0.0 ? m[i][k] / m[i][i] : 0.0;
+  return w;
+}
+
+absl::StatusOr<std::vector<YmirTrainingPair>> ParseYmirPairsCsv(const std::string& text) {
+  const std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
+  constexpr char kHeader[] = "task_a,task_b,mode,similarity,asymmetry,gain";
+  if (lines.empty() || lines[0] != kHeader) {
+    return absl::InvalidArgumentError(StrCat("Ymir pairs CSV: the first line must be '", kHeader, "'"));
+  }
+  std::vector<YmirTrainingPair> rows;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> f = absl::StrSplit(lines[i], ',');
+    if (f.size() != 6) {
+      return absl::InvalidArgumentError(
+          StrCat("Ymir pairs CSV line ", i + 1, ": expected 6 fields, got ", f.size()));
+    }
+    YmirTrainingPair row{.mode = f[2]};
+    if (row.mode != "temporal" && row.mode != "spatial") {
+      return absl::InvalidArgumentError(
+          StrCat("Ymir pairs CSV line ", i + 1, ": mode '", row.mode, "' is not temporal or spatial"));
+    }
+    const char* names[] = {"similarity", "asymmetry", "gain"};
+    double* out[] = {&row.similarity, &row.asymmetry, &row.gain};
+    for (int k = 0; k < 3; ++k) {
+      if (!absl::SimpleAtod(f[3 + k], out[k]) || !std::isfinite(*out[k])) {
+        return absl::InvalidArgumentError(StrCat("Ymir pairs CSV line ", i + 1, ": ", names[k], " '",
+                                                 f[3 + k], "' is not a finite number"));
+      }
+    }
+    rows.push_back(row);
+  }
+  return rows;
 }
 
 absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
@@ -486,7 +574,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         YmirPair p{.task_a = o.tasks[src].name,
                    .task_b = o.tasks[dst].name,
                    .mode = mode,
-                   .similarity = sim};
+                   .similarity = sim,
+                   .asymmetry = rep.similarity[src][dst] - rep.similarity[dst][src]};
         rep.pairs.push_back(p);
         pair_dst.push_back(dst);
       }
@@ -852,26 +941,52 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                            &p.gain_clamped);
   }
 
-  // Regression per mode, leave-one-out predictions, scores.
+  // The gain model per mode (YmirDirection): fitted on fit_on's rows of
+  // the mode (out of sample), else leave-one-out on this run's pairs; scores.
+  auto regressors = [&](double similarity, double asymmetry) {
+    std::vector<double> r = {1.0, similarity};
+    if (o.direction == YmirDirection::kAsymmetry) r.push_back(asymmetry);
+    return r;
+  };
+  auto predict = [](const std::vector<double>& w, const std::vector<double>& r) {
+    double g = 0;
+    for (size_t i = 0; i < w.size(); ++i) g += w[i] * r[i];
+    return g;
+  };
   for (const char* mode : {"temporal", "spatial"}) {
     std::vector<size_t> idx;
     for (size_t i = 0; i < rep.pairs.size(); ++i) {
       if (rep.pairs[i].mode == mode) idx.push_back(i);
     }
     std::vector<double> x, y;
-    for (size_t i : idx) x.push_back(rep.pairs[i].similarity), y.push_back(rep.pairs[i].gain);
+    std::vector<std::vector<double>> rows;
+    for (size_t i : idx) {
+      const YmirPair& p = rep.pairs[i];
+      x.push_back(p.similarity), y.push_back(p.gain), rows.push_back(regressors(p.similarity, p.asymmetry));
+    }
     YmirModeScore sc;
     sc.mode = mode;
     sc.pairs = static_cast<int64_t>(idx.size());
     sc.fit = FitLine(x, y);
     sc.correlation = Pearson(x, y);
-    for (size_t k = 0; k < idx.size(); ++k) {
-      std::vector<double> xs, ys;
-      for (size_t j = 0; j < idx.size(); ++j) {
-        if (j != k) xs.push_back(x[j]), ys.push_back(y[j]);
+    if (!o.fit_on.empty()) {
+      std::vector<std::vector<double>> train;
+      std::vector<double> train_y;
+      for (const YmirTrainingPair& t : o.fit_on) {
+        if (t.mode == mode) train.push_back(regressors(t.similarity, t.asymmetry)), train_y.push_back(t.gain);
       }
-      const LinearFit f = FitLine(xs, ys);
-      rep.pairs[idx[k]].predicted_gain = f.intercept + f.slope * x[k];
+      sc.model = FitLeastSquares(train, train_y);
+      for (size_t k = 0; k < idx.size(); ++k) rep.pairs[idx[k]].predicted_gain = predict(sc.model, rows[k]);
+    } else {
+      sc.model = FitLeastSquares(rows, y);
+      for (size_t k = 0; k < idx.size(); ++k) {
+        std::vector<std::vector<double>> rs;
+        std::vector<double> ys;
+        for (size_t j = 0; j < idx.size(); ++j) {
+          if (j != k) rs.push_back(rows[j]), ys.push_back(y[j]);
+        }
+        rep.pairs[idx[k]].predicted_gain = predict(FitLeastSquares(rs, ys), rows[k]);
+      }
     }
     rep.scores.push_back(sc);
   }
@@ -880,8 +995,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     double ape = 0, ape_in = 0;
     for (const YmirPair& p : rep.pairs) {
       if (mode != "all" && p.mode != mode) continue;
-      const LinearFit& f = rep.scores[p.mode == "temporal" ? 0 : 1].fit;
-      const double in = f.intercept + f.slope * p.similarity;
+      const double in =
+          predict(rep.scores[p.mode == "temporal" ? 0 : 1].model, regressors(p.similarity, p.asymmetry));
       measured.push_back(p.gain);
       loo.push_back(p.predicted_gain);
       in_sample.push_back(in);
@@ -1003,6 +1118,15 @@ std::string YmirEstimatorReport::GainsCsv() const {
   return out;
 }
 
+std::string YmirEstimatorReport::PairsCsv() const {
+  std::string out = "task_a,task_b,mode,similarity,asymmetry,gain\n";
+  for (const YmirPair& p : pairs) {
+    out += absl::StrFormat("%s,%s,%s,%.6f,%.6f,%.6f\n", p.task_a, p.task_b, p.mode, p.similarity,
+                           p.asymmetry, p.gain);
+  }
+  return out;
+}
+
 std::string YmirEstimatorReport::ToJson() const {
   std::string j = "{\n";
   // The headline numbers (the "all" scores are leave-one-out over both modes).
@@ -1033,7 +1157,8 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"fisher_examples\": %d, \"fisher\": \"%s\", \"embed\": \"%s\", \"distance\": \"%s\", "
         "\"null_runs\": %d, \"band_k\": %g, "
         "\"gain_measure\": \"%s\", \"gain_window\": %d, \"iter_fit\": {\"envelope\": "
-        "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}},\n",
+        "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}, "
+        "\"iter_online\": %s, \"direction\": \"%s\", \"fit_on_rows\": %d},\n",
         o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
         o.spatial_rule == JointStepRule::kSum ? "sum" : "mean", o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
         o.probe == YmirProbe::kHead ? "head" : "trained", o.fisher_examples,
@@ -1044,7 +1169,8 @@ std::string YmirEstimatorReport::ToJson() const {
         o.gain_measure == YmirGainMeasure::kArea ? o.GainWindow() : 0,
         o.iter_fit.envelope == ymir::Envelope::kIsotonic ? "isotonic" : "min",
         o.iter_fit.time_shift ? "true" : "false", o.iter_fit.recency_half_life,
-        o.iter_fit.quadratic ? "true" : "false");
+        o.iter_fit.quadratic ? "true" : "false", o.iter_online ? "true" : "false",
+        o.direction == YmirDirection::kAsymmetry ? "asymmetry" : "none", o.fit_on.size());
   }
   j += "  \"similarity_matrix\": {\"tasks\": [";
   for (size_t i = 0; i < tasks.size(); ++i) j += absl::StrFormat("%s\"%s\"", i ? ", " : "", tasks[i]);
@@ -1150,22 +1276,22 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"non_neutral_majority_pct\": %.1f, \"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": "
         "%.1f, "
         "\"in_sample_gain_mape_pct\": %.1f, \"correlation\": %.3f, \"fit\": {\"intercept\": %.4f, "
-        "\"slope\": %.4f}}",
+        "\"slope\": %.4f}, \"model\": [%s]}",
         i ? "," : "", s.mode, s.pairs, s.positive, s.accuracy_pct, s.majority_accuracy_pct, s.neutral,
         s.non_neutral_accuracy_pct, s.non_neutral_majority_pct, s.mape_pct, s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept,
-        s.fit.slope);
+        s.fit.slope, absl::StrJoin(s.model, ", ", [](std::string* out, double w) { absl::StrAppendFormat(out, "%.4f", w); }));
   }
   j += "],\n  \"pairs\": [";
   for (size_t i = 0; i < pairs.size(); ++i) {
     const YmirPair& p = pairs[i];
     j += absl::StrFormat(
         "%s\n    {\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"similarity\": %.4f, "
-        "\"steps_normal\": %.2f, "
+        "\"asymmetry\": %.4f, \"steps_normal\": %.2f, "
         "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"gain_steps\": %.4f, "
         "\"gain_clamped\": %s, \"predicted_gain\": %.4f, "
         "\"predicted_steps_transfer\": %.2f, \"stop_loss_decoupled\": %d, \"stop_loss_step\": %d, "
         "\"steps_transfer_stop_loss\": %.2f}",
-        i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.steps_normal, p.steps_transfer,
+        i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.asymmetry, p.steps_normal, p.steps_transfer,
         p.censored ? "true" : "false", p.gain, p.gain_steps, p.gain_clamped ? "true" : "false",
         p.predicted_gain, p.predicted_steps_transfer,
         p.stop_loss_decoupled, p.stop_loss_step, p.steps_transfer_stop_loss);

@@ -598,6 +598,103 @@ TEST(Task2Vec, SimilaritiesOnlyAndTheNeutralBandAreWired) {
   EXPECT_EQ(no_null->scores[2].non_neutral_accuracy_pct, no_null->scores[2].accuracy_pct);
 }
 
+// The gain model with the direction term (YmirDirection::kAsymmetry):
+// leave-one-out on the run's own pairs by default, or fitted on a training
+// seed's PairsCsv (fit_on) and applied out of sample.
+TEST(Task2Vec, DirectionTermIsFittedLeaveOneOutOrOnTrainingSeeds) {
+  // Least squares recovers a known plane; an all-zero regressor gets 0; with
+  // one regressor it is FitLine.
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  for (double a : {0.0, 1.0, 2.0, 3.0}) {
+    for (double b : {-1.0, 0.5, 2.0}) x.push_back({1.0, a, b, 0.0}), y.push_back(1 + 2 * a - 3 * b);
+  }
+  const std::vector<double> w = FitLeastSquares(x, y);
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_NEAR(w[0], 1.0, 1e-8);
+  EXPECT_NEAR(w[1], 2.0, 1e-8);
+  EXPECT_NEAR(w[2], -3.0, 1e-8);
+  EXPECT_EQ(w[3], 0.0);
+  const std::vector<double> line = FitLeastSquares({{1, 0}, {1, 1}, {1, 2}, {1, 4}}, {1, 2, 6, 7});
+  const LinearFit f = FitLine({0, 1, 2, 4}, {1, 2, 6, 7});
+  EXPECT_NEAR(line[0], f.intercept, 1e-9);
+  EXPECT_NEAR(line[1], f.slope, 1e-9);
+
+  auto wts = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(wts.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  ASSERT_EQ(o.direction, YmirDirection::kAsymmetry);  // the default
+  auto r = RunYmirEstimators(**wts, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto row = [](const YmirPair& p) { return std::vector<double>{1.0, p.similarity, p.asymmetry}; };
+  auto dot = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+  };
+  auto index = [&](const std::string& t) {
+    return static_cast<size_t>(std::find(r->tasks.begin(), r->tasks.end(), t) - r->tasks.begin());
+  };
+  for (size_t k = 0; k < r->pairs.size(); ++k) {
+    const YmirPair& p = r->pairs[k];
+    const size_t a = index(p.task_a), b = index(p.task_b);
+    EXPECT_DOUBLE_EQ(p.asymmetry, r->similarity[a][b] - r->similarity[b][a]);
+    std::vector<std::vector<double>> rows;
+    std::vector<double> gains;
+    for (size_t j = 0; j < r->pairs.size(); ++j) {
+      if (j != k && r->pairs[j].mode == p.mode) rows.push_back(row(r->pairs[j])), gains.push_back(r->pairs[j].gain);
+    }
+    EXPECT_NEAR(p.predicted_gain, dot(FitLeastSquares(rows, gains), row(p)), 1e-9) << p.task_a << "->" << p.task_b;
+  }
+  EXPECT_EQ(r->scores[0].model.size(), 3u);
+  EXPECT_THAT(r->ToJson(), testing::HasSubstr("\"direction\": \"asymmetry\""));
+  // A training seed's pairs, through their CSV, fit the model for seed 1.
+  YmirExperimentOptions train = o;
+  train.seed = 2;
+  auto t = RunYmirEstimators(**wts, train);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto rows = ParseYmirPairsCsv(t->PairsCsv());
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), t->pairs.size());
+  for (size_t k = 0; k < rows->size(); ++k) {
+    EXPECT_EQ((*rows)[k].mode, t->pairs[k].mode);
+    EXPECT_NEAR((*rows)[k].asymmetry, t->pairs[k].asymmetry, 5e-7);  // 6 decimals
+    EXPECT_NEAR((*rows)[k].gain, t->pairs[k].gain, 5e-7);
+  }
+  o.fit_on = *rows;
+  auto held = RunYmirEstimators(**wts, o);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->GainsCsv(), r->GainsCsv());  // the measurements do not change
+  for (int m = 0; m < 2; ++m) {
+    std::vector<std::vector<double>> xs;
+    std::vector<double> ys;
+    for (const YmirTrainingPair& p : *rows) {
+      if (p.mode == held->scores[m].mode) xs.push_back({1.0, p.similarity, p.asymmetry}), ys.push_back(p.gain);
+    }
+    const std::vector<double> model = FitLeastSquares(xs, ys);
+    for (size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(held->scores[m].model[i], model[i]);
+    for (const YmirPair& p : held->pairs) {
+      if (p.mode == held->scores[m].mode) {
+        EXPECT_NEAR(p.predicted_gain, dot(held->scores[m].model, row(p)), 1e-12);
+      }
+    }
+  }
+  // Bad CSV text and too few training rows are named.
+  EXPECT_THAT(std::string(ParseYmirPairsCsv("a,b\n").status().message()), testing::HasSubstr("first line"));
+  EXPECT_THAT(std::string(ParseYmirPairsCsv("task_a,task_b,mode,similarity,asymmetry,gain\n"
+                                            "x,y,temporal,0.5,zz,0.1\n")
+                              .status()
+                              .message()),
+              testing::HasSubstr("line 2: asymmetry 'zz'"));
+  EXPECT_THAT(std::string(ParseYmirPairsCsv("task_a,task_b,mode,similarity,asymmetry,gain\n"
+                                            "x,y,sideways,0.5,0,0.1\n")
+                              .status()
+                              .message()),
+              testing::HasSubstr("mode 'sideways'"));
+  o.fit_on.resize(2);
+  EXPECT_THAT(std::string(RunYmirEstimators(**wts, o).status().message()), testing::HasSubstr("--fit-on"));
+}
+
 TEST(Task2Vec, RejectsBadOptions) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(w.ok());

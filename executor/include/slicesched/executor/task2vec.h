@@ -196,6 +196,29 @@ enum class YmirGainMeasure : uint8_t {
   kArea,
 };
 
+// The regressors of the gain model (slicesim --direction). Task2Vec's
+// similarity is almost symmetric (S(A, B) - S(B, A) = alpha (d(A, trivial)
+// - d(B, trivial)), the complexity term), while transfer is not (the
+// source that sits on a plateau, first-class, is the most negative level as a
+// source and positive as a target: docs/experiments.md, "Ninth session").
+enum class YmirDirection : uint8_t {
+  kNone,       // gain ~ w0 + w1 S (Ymir's)
+  kAsymmetry,  // gain ~ w0 + w1 S + w2 (S(A, B) - S(B, A)), YmirPair::asymmetry
+};
+
+// One row of a training seed's pairs (YmirEstimatorReport::PairsCsv), for a
+// gain model fitted on other seeds than the one it is judged on.
+struct YmirTrainingPair {
+  std::string mode;  // "temporal" or "spatial"
+  double similarity = 0;
+  double asymmetry = 0;
+  double gain = 0;
+};
+// Parses PairsCsv's text: the header line, then task_a, task_b, mode,
+// similarity, asymmetry, gain per line. InvalidArgument naming the line and
+// field that is wrong.
+absl::StatusOr<std::vector<YmirTrainingPair>> ParseYmirPairsCsv(const std::string& text);
+
 // The area-equivalent speed-up above: `reference` is the normal curve (any
 // points, sorted by step; made non-increasing here), `steps` the transfer
 // run's evaluation steps in the window and `transfer_mean` its mean loss
@@ -296,6 +319,13 @@ struct YmirExperimentOptions {
   // ("Sixth session").
   YmirProbe probe = YmirProbe::kHead;
   YmirGainMeasure gain_measure = YmirGainMeasure::kArea;
+  // The gain model's regressors (YmirDirection; kNone until the eleventh
+  // session) and what it is fitted on: with fit_on empty, per mode on this
+  // run's other pairs (leave-one-out, as before); otherwise on these rows of
+  // training seeds (slicesim --fit-on FILE,...; PairsCsv of earlier runs), so
+  // every prediction of this run is out of sample and no pair is left out.
+  YmirDirection direction = YmirDirection::kAsymmetry;
+  std::vector<YmirTrainingPair> fit_on;
   // W of kArea, a multiple of eval_every; 0 = normal_steps (the whole normal
   // run). Until the ninth session 0 meant normal_steps / 2; the whole run
   // lowers the neutral band (seed 1: 0.93 -> 0.34, seed 2: 0.50 -> 0.41,
@@ -368,11 +398,17 @@ struct LinearFit {
 };
 // Least squares y ~ intercept + slope x (slope 0 when x is constant).
 LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
+// Least squares y ~ x w over rows x (each of the same size k, the first
+// column the intercept's 1): the weights w (k of them; empty for no rows). A
+// regressor that is 0 in every row, or collinear with the others, gets a
+// weight of ~0 (a relative ridge of 1e-12 on every column but the first).
+std::vector<double> FitLeastSquares(const std::vector<std::vector<double>>& x, const std::vector<double>& y);
 
 struct YmirPair {
   std::string task_a, task_b;
   std::string mode;  // "temporal" (A then B) or "spatial" (A with B); the gain is B's
   double similarity = 0;
+  double asymmetry = 0;       // S(A, B) - S(B, A), for both modes (the regressor of kAsymmetry)
   double steps_normal = 0;    // of B (interpolated, see below)
   double steps_transfer = 0;  // of B; max_steps + 1 when censored
   bool censored = false;
@@ -448,7 +484,10 @@ struct YmirModeScore {
   double in_sample_accuracy_pct = 0;  // with the fit on all pairs
   double in_sample_mape_pct = 0;
   double correlation = 0;  // Pearson r(similarity, gain)
-  LinearFit fit;           // on all pairs
+  LinearFit fit;           // gain ~ similarity on all pairs of this run
+  // The gain model's weights (w0, w1[, w2], see YmirDirection) on all its
+  // rows: this run's pairs of the mode, or fit_on's.
+  std::vector<double> model;
 };
 
 struct YmirEstimatorReport {
@@ -493,6 +532,8 @@ struct YmirEstimatorReport {
   std::string ToJson() const;
   // "task_a,task_b,mode,gain" with a header line; gain as defined above.
   std::string GainsCsv() const;
+  // task_a,task_b,mode,similarity,asymmetry,gain per pair (ParseYmirPairsCsv).
+  std::string PairsCsv() const;
 };
 
 // Runs the whole experiment on `backbone` (f32).
