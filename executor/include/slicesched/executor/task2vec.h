@@ -109,9 +109,12 @@
 // target are the pair's steps with stop-loss. A run that reaches its target
 // before the window ends is kept.
 //
-// Regression and scores. Per mode, gain ~ w0 + w1 S by least squares; the
-// reported predictions are leave-one-out (each pair's gain predicted by the
-// fit on the other pairs of its mode), so the scores are out of sample.
+// Regression and scores. Per mode, gain ~ w0 + w1 S by least squares, plus
+// w2 (S(A, B) - S(B, A)) with direction = kAsymmetry (the default since the
+// eleventh session); the reported predictions are leave-one-out (each pair's
+// gain predicted by the fit on the other pairs of its mode), or, with
+// fit_on, the model fitted on training seeds' pairs: either way the scores
+// are out of sample.
 // Classification accuracy: predicted and measured gain on the same side of 0,
 // over all pairs and over the non-neutral ones (|measured gain| >= the
 // neutral band of NeutralBand, from `null_runs` null runs per task: a pair
