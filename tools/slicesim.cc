@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <utility>
 #include <string>
 #include <tuple>
@@ -36,6 +38,7 @@
 #include "slicesched/executor/lut_profile.h"
 #include "slicesched/executor/task2vec.h"
 #include "slicesched/common/clock.h"
+#include "slicesched/common/status.h"
 #include "slicesched/common/json.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/ymir/time_lut.h"
@@ -175,6 +178,9 @@ int Usage(FILE* to) {
                "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
                "         [--iter-prefix-fraction F] [--iter-quadratic] [--stop-loss-epoch-steps N]\n"
                "         [--iter-envelope min|isotonic] [--iter-time-shift on|off] [--iter-half-life H]\n"
+               "         [--iter-online on|off] [--iter-plateau-k K] [--iter-plateau-drop D]\n"
+               "         [--iter-plateau-span N] [--direction none|asymmetry] [--fit-on FILE,...]\n"
+               "         [--pairs-out FILE]\n"
                "         [--label-margin M] [--language-vocab V] [--language-classes K]\n"
                "         [--lora-alpha A] [--train-examples N] [--batch-size B] [--curves-only]\n"
                "         [--similarities-only] [--fisher empirical|model] [--embed lora|lora+head]\n"
@@ -182,6 +188,10 @@ int Usage(FILE* to) {
                "         [--gains-out FILE] [--json]  (--steps >= 20, the Task2Vec probe's steps;\n"
                "         --iter-quadratic: fit the b2 term after the warm-up too; a task name\n"
                "         may carry a data salt, NAME@K; --curves-only: the normal runs only;\n"
+               "         --iter-online: a plateaued first window is not fitted, the estimate\n"
+               "         waits for the drop (ymir::EstimateOnline; off: the fixed prefix);\n"
+               "         --fit-on: fit the gain model on training seeds' --pairs-out files\n"
+               "         instead of leave-one-out on this run;\n"
                "         --similarities-only: the Task2Vec similarity matrix only; pairs with\n"
                "         |gain| < K x RMS of the null runs' gains are neutral, scored apart;\n"
                "         without --backbone the backbone is pretrained on the tasks' language;\n"
@@ -655,6 +665,9 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string head = o.zero_head ? "zero" : "random", tasks;
   std::string envelope = o.iter_fit.envelope == slicesched::ymir::Envelope::kIsotonic ? "isotonic" : "min";
   std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
+  std::string online = o.iter_online ? "on" : "off";
+  std::string direction = o.direction == slicesched::executor::YmirDirection::kAsymmetry ? "asymmetry" : "none";
+  std::string fit_on, pairs_out;
   std::string spatial_step = o.spatial_rule == slicesched::executor::JointStepRule::kSum ? "sum" : "mean";
   std::string probe = o.probe == slicesched::executor::YmirProbe::kHead ? "head" : "trained";
   std::string gain_measure = o.gain_measure == slicesched::executor::YmirGainMeasure::kArea ? "area" : "steps";
@@ -688,6 +701,13 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Choice("--iter-envelope", {"min", "isotonic"}, &envelope)
                    .Choice("--iter-time-shift", {"on", "off"}, &time_shift)
                    .Num("--iter-half-life", &o.iter_fit.recency_half_life)
+                   .Choice("--iter-online", {"on", "off"}, &online)
+                   .Num("--iter-plateau-k", &o.iter_plateau.noise_k)
+                   .Num("--iter-plateau-drop", &o.iter_plateau.min_drop)
+                   .Num("--iter-plateau-span", &o.iter_plateau.min_span)
+                   .Choice("--direction", {"none", "asymmetry"}, &direction)
+                   .Text("--fit-on", &fit_on)
+                   .Text("--pairs-out", &pairs_out)
                    .Text("--gains-out", &gains_out)
                    .Switch("--curves-only", &o.curves_only)
                    .Switch("--similarities-only", &o.similarities_only)
@@ -717,6 +737,17 @@ int YmirEstimators(const std::vector<std::string>& args) {
   o.iter_fit.envelope =
       envelope == "min" ? slicesched::ymir::Envelope::kRunningMin : slicesched::ymir::Envelope::kIsotonic;
   o.iter_fit.time_shift = time_shift == "on";
+  o.iter_online = online == "on";
+  o.direction = direction == "asymmetry" ? ex::YmirDirection::kAsymmetry : ex::YmirDirection::kNone;
+  for (const std::string& path : std::vector<std::string>(absl::StrSplit(fit_on, ',', absl::SkipEmpty()))) {
+    std::ifstream in(path);
+    if (!in) return Failed("ymir-estimators", absl::NotFoundError("--fit-on: cannot read " + path));
+    std::stringstream text;
+    text << in.rdbuf();
+    auto rows = ex::ParseYmirPairsCsv(text.str());
+    if (!rows.ok()) return Failed("ymir-estimators", slicesched::Annotate(rows.status(), "--fit-on " + path));
+    o.fit_on.insert(o.fit_on.end(), rows->begin(), rows->end());
+  }
   if (!tasks.empty()) {
     // NAME[:CLASSES],... (CLASSES defaults to 2).
     o.tasks.clear();
@@ -758,12 +789,12 @@ int YmirEstimators(const std::vector<std::string>& args) {
   }
   auto rep = slicesched::executor::RunYmirEstimators(*w, o);
   if (!rep.ok()) return Failed("ymir-estimators", rep.status());
-  if (!gains_out.empty()) {
-    FILE* f = std::fopen(gains_out.c_str(), "w");
-    if (f == nullptr) return Failed("ymir-estimators", absl::UnavailableError("cannot write " + gains_out));
-    const std::string csv = rep->GainsCsv();
+  for (const auto& [path, csv] : {std::pair{gains_out, rep->GainsCsv()}, std::pair{pairs_out, rep->PairsCsv()}}) {
+    if (path.empty()) continue;
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) return Failed("ymir-estimators", absl::UnavailableError("cannot write " + path));
     const bool ok = std::fwrite(csv.data(), 1, csv.size(), f) == csv.size();
-    if (std::fclose(f) != 0 || !ok) return Failed("ymir-estimators", absl::DataLossError("writing " + gains_out));
+    if (std::fclose(f) != 0 || !ok) return Failed("ymir-estimators", absl::DataLossError("writing " + path));
   }
   if (json) {
     std::printf("%s\n", rep->ToJson().c_str());
@@ -783,10 +814,17 @@ int YmirEstimators(const std::vector<std::string>& args) {
     }
     std::printf("neutral band %.4f (%g x RMS of %zu null-run gains)\n", rep->neutral_band, o.band_k,
                 rep->null_runs.size());
-    std::printf("iteration estimator (prefix %lld steps): error normal %.1f%%, transfer %.1f%% (%lld pairs; "
-                "ignoring the gain %.1f%%)\n",
-                static_cast<long long>(o.IterPrefixSteps()), rep->iteration.normal_pct, rep->iteration.transfer_pct,
+    std::printf("iteration estimator (%s, first window %lld steps, estimates available at step %.1f on "
+                "average, %lld plateaus): error normal %.1f%%, transfer %.1f%% (%lld pairs; ignoring the gain %.1f%%)\n",
+                rep->iteration.online ? "online" : "fixed prefix", static_cast<long long>(o.IterPrefixSteps()),
+                rep->iteration.observed_steps_mean, static_cast<long long>(rep->iteration.plateaus),
+                rep->iteration.normal_pct, rep->iteration.transfer_pct,
                 static_cast<long long>(rep->iteration.transfer_pairs), rep->iteration.transfer_nogain_pct);
+    if (rep->iteration.online) {
+      std::printf("  fixed prefix %lld steps: error normal %.1f%%, transfer %.1f%%\n",
+                  static_cast<long long>(rep->iteration_first_window.prefix_steps),
+                  rep->iteration_first_window.normal_pct, rep->iteration_first_window.transfer_pct);
+    }
     for (const auto& e : rep->iteration_sweep) {
       std::printf("  prefix %lld steps: error normal %.1f%%, transfer %.1f%%\n", static_cast<long long>(e.prefix_steps),
                   e.normal_pct, e.transfer_pct);

@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <span>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/train_ops.h"
@@ -167,6 +170,27 @@ absl::Status YmirExperimentOptions::Validate() const {
     }
   }
   SLICESCHED_RETURN_IF_ERROR(ymir::StopLossOptions{.window_epochs = stop_loss_window_epochs}.Validate());
+  SLICESCHED_RETURN_IF_ERROR(iter_plateau.Validate());
+  if (!fit_on.empty()) {
+    // Enough rows of each mode for the model's weights (YmirDirection).
+    const size_t need = direction == YmirDirection::kAsymmetry ? 3 : 2;
+    for (const char* mode : {"temporal", "spatial"}) {
+      size_t rows = 0;
+      for (const YmirTrainingPair& t : fit_on) {
+        if (t.mode != "temporal" && t.mode != "spatial") {
+          return absl::InvalidArgumentError(StrCat("fit_on: mode '", t.mode, "' is not temporal or spatial"));
+        }
+        if (!std::isfinite(t.similarity) || !std::isfinite(t.asymmetry) || !std::isfinite(t.gain)) {
+          return absl::InvalidArgumentError("fit_on: a row's similarity, asymmetry or gain is not finite");
+        }
+        rows += t.mode == mode ? 1 : 0;
+      }
+      if (rows < need) {
+        return absl::InvalidArgumentError(StrCat("fit_on (slicesim --fit-on) has ", rows, " ", mode,
+                                                 " rows; the gain model needs at least ", need));
+      }
+    }
+  }
   if (!(target_fraction > 0 && target_fraction <= 1)) {
     return absl::InvalidArgumentError(
         StrCat("target_fraction must be in (0, 1], got ", target_fraction));
@@ -311,6 +335,71 @@ LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
   return f;
 }
 
+std::vector<double> FitLeastSquares(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
+  if (x.empty()) return {};
+  const size_t k = x[0].size();
+  // Normal equations [X'X | X'y], a relative ridge of 1e-12 on every column
+  // but the first (a constant or all-zero regressor gets weight ~0), and
+  // Gauss-Jordan elimination with partial pivoting.
+  std::vector<std::vector<double>> m(k, std::vector<double>(k + 1, 0.0));
+  for (size_t n = 0; n < x.size(); ++n) {
+    for (size_t i = 0; i < k; ++i) {
+      for (size_t j = 0; j < k; ++j) m[i][j] += x[n][i] * x[n][j];
+      m[i][k] += x[n][i] * y[n];
+    }
+  }
+  double trace = 0;
+  for (size_t i = 0; i < k; ++i) trace += m[i][i];
+  for (size_t i = 1; i < k; ++i) m[i][i] += 1e-12 * std::max(trace, 1.0);
+  for (size_t c = 0; c < k; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < k; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[piv][c])) piv = r;
+    }
+    std::swap(m[c], m[piv]);
+    if (m[c][c] == 0.0) continue;  // an all-zero column: its weight stays 0
+    for (size_t r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (size_t q = c; q <= k; ++q) m[r][q] -= f * m[c][q];
+    }
+  }
+  std::vector<double> w(k, 0.0);
+  for (size_t i = 0; i < k; ++i) w[i] = m[i][i] != 0.0 ? m[i][k] / m[i][i] : 0.0;
+  return w;
+}
+
+absl::StatusOr<std::vector<YmirTrainingPair>> ParseYmirPairsCsv(const std::string& text) {
+  const std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
+  constexpr char kHeader[] = "task_a,task_b,mode,similarity,asymmetry,gain";
+  if (lines.empty() || lines[0] != kHeader) {
+    return absl::InvalidArgumentError(StrCat("Ymir pairs CSV: the first line must be '", kHeader, "'"));
+  }
+  std::vector<YmirTrainingPair> rows;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> f = absl::StrSplit(lines[i], ',');
+    if (f.size() != 6) {
+      return absl::InvalidArgumentError(
+          StrCat("Ymir pairs CSV line ", i + 1, ": expected 6 fields, got ", f.size()));
+    }
+    YmirTrainingPair row{.mode = f[2]};
+    if (row.mode != "temporal" && row.mode != "spatial") {
+      return absl::InvalidArgumentError(
+          StrCat("Ymir pairs CSV line ", i + 1, ": mode '", row.mode, "' is not temporal or spatial"));
+    }
+    const char* names[] = {"similarity", "asymmetry", "gain"};
+    double* out[] = {&row.similarity, &row.asymmetry, &row.gain};
+    for (int k = 0; k < 3; ++k) {
+      if (!absl::SimpleAtod(f[3 + k], out[k]) || !std::isfinite(*out[k])) {
+        return absl::InvalidArgumentError(StrCat("Ymir pairs CSV line ", i + 1, ": ", names[k], " '",
+                                                 f[3 + k], "' is not a finite number"));
+      }
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                                                       const YmirExperimentOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(o.Validate());
@@ -430,6 +519,10 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   // the repeats whose fit never reached the target.
   std::vector<std::vector<double>> pred_normal_sum(fractions.size(), std::vector<double>(n, 0.0));
   std::vector<std::vector<int64_t>> unreachable(fractions.size(), std::vector<int64_t>(n, 0));
+  // The online estimate (iter_online), per task over repeats: predicted
+  // steps, runs without an estimate, the steps seen, runs with a plateau.
+  std::vector<double> online_sum(n, 0.0), observed_sum(n, 0.0), observed_max(n, 0.0);
+  std::vector<int64_t> online_missing(n, 0), online_plateaus(n, 0);
   // The area gain (kArea): per task the sum over repeats of the normal grid
   // curve continued to max_steps, per pair the sum of the transfer's window
   // mean, and the window's steps.
@@ -481,7 +574,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         YmirPair p{.task_a = o.tasks[src].name,
                    .task_b = o.tasks[dst].name,
                    .mode = mode,
-                   .similarity = sim};
+                   .similarity = sim,
+                   .asymmetry = rep.similarity[src][dst] - rep.similarity[dst][src]};
         rep.pairs.push_back(p);
         pair_dst.push_back(dst);
       }
@@ -538,6 +632,20 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                                                         .fit_from_step = fit->fit_from_step,
                                                         .fitted_points = fit->fitted_points,
                                                         .convergence_step = fit->ConvergenceStep(0.001)});
+        }
+      }
+      if (o.iter_online) {
+        auto est = ymir::EstimateOnline(c, static_cast<double>(o.IterPrefixSteps()), target[i],
+                                        o.iter_fit, o.iter_plateau);
+        if (!est.ok()) return Annotate(est.status(), StrCat("online iteration estimate on ", data[i].spec.name));
+        online_sum[i] += est->steps ? *est->steps : censored;
+        online_missing[i] += est->steps ? 0 : 1;
+        online_plateaus[i] += est->plateau ? 1 : 0;
+        observed_sum[i] += est->observed_until;
+        observed_max[i] = std::max(observed_max[i], est->observed_until);
+        if (r == 0) {
+          rep.iteration_fits[i].plateau = est->plateau;
+          rep.iteration_fits[i].onset = est->onset;
         }
       }
       normal_curve[i] = c;
@@ -833,26 +941,52 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                            &p.gain_clamped);
   }
 
-  // Regression per mode, leave-one-out predictions, scores.
+  // The gain model per mode (YmirDirection): fitted on fit_on's rows of
+  // the mode (out of sample), else leave-one-out on this run's pairs; scores.
+  auto regressors = [&](double similarity, double asymmetry) {
+    std::vector<double> r = {1.0, similarity};
+    if (o.direction == YmirDirection::kAsymmetry) r.push_back(asymmetry);
+    return r;
+  };
+  auto predict = [](const std::vector<double>& w, const std::vector<double>& r) {
+    double g = 0;
+    for (size_t i = 0; i < w.size(); ++i) g += w[i] * r[i];
+    return g;
+  };
   for (const char* mode : {"temporal", "spatial"}) {
     std::vector<size_t> idx;
     for (size_t i = 0; i < rep.pairs.size(); ++i) {
       if (rep.pairs[i].mode == mode) idx.push_back(i);
     }
     std::vector<double> x, y;
-    for (size_t i : idx) x.push_back(rep.pairs[i].similarity), y.push_back(rep.pairs[i].gain);
+    std::vector<std::vector<double>> rows;
+    for (size_t i : idx) {
+      const YmirPair& p = rep.pairs[i];
+      x.push_back(p.similarity), y.push_back(p.gain), rows.push_back(regressors(p.similarity, p.asymmetry));
+    }
     YmirModeScore sc;
     sc.mode = mode;
     sc.pairs = static_cast<int64_t>(idx.size());
     sc.fit = FitLine(x, y);
     sc.correlation = Pearson(x, y);
-    for (size_t k = 0; k < idx.size(); ++k) {
-      std::vector<double> xs, ys;
-      for (size_t j = 0; j < idx.size(); ++j) {
-        if (j != k) xs.push_back(x[j]), ys.push_back(y[j]);
+    if (!o.fit_on.empty()) {
+      std::vector<std::vector<double>> train;
+      std::vector<double> train_y;
+      for (const YmirTrainingPair& t : o.fit_on) {
+        if (t.mode == mode) train.push_back(regressors(t.similarity, t.asymmetry)), train_y.push_back(t.gain);
       }
-      const LinearFit f = FitLine(xs, ys);
-      rep.pairs[idx[k]].predicted_gain = f.intercept + f.slope * x[k];
+      sc.model = FitLeastSquares(train, train_y);
+      for (size_t k = 0; k < idx.size(); ++k) rep.pairs[idx[k]].predicted_gain = predict(sc.model, rows[k]);
+    } else {
+      sc.model = FitLeastSquares(rows, y);
+      for (size_t k = 0; k < idx.size(); ++k) {
+        std::vector<std::vector<double>> rs;
+        std::vector<double> ys;
+        for (size_t j = 0; j < idx.size(); ++j) {
+          if (j != k) rs.push_back(rows[j]), ys.push_back(y[j]);
+        }
+        rep.pairs[idx[k]].predicted_gain = predict(FitLeastSquares(rs, ys), rows[k]);
+      }
     }
     rep.scores.push_back(sc);
   }
@@ -861,8 +995,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     double ape = 0, ape_in = 0;
     for (const YmirPair& p : rep.pairs) {
       if (mode != "all" && p.mode != mode) continue;
-      const LinearFit& f = rep.scores[p.mode == "temporal" ? 0 : 1].fit;
-      const double in = f.intercept + f.slope * p.similarity;
+      const double in =
+          predict(rep.scores[p.mode == "temporal" ? 0 : 1].model, regressors(p.similarity, p.asymmetry));
       measured.push_back(p.gain);
       loo.push_back(p.predicted_gain);
       in_sample.push_back(in);
@@ -895,29 +1029,26 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   rep.scores.push_back(all);
 
   // Iteration estimator: normal runs, then transfer runs through the
-  // leave-one-out predicted gain (task2vec.h), for every prefix.
-  for (size_t f = 0; f < fractions.size(); ++f) {
+  // leave-one-out predicted gain (task2vec.h), for every prefix and the
+  // online estimate. `pred_sum` and `missing` are per task over repeats; the
+  // headline's predictions are the pairs' predicted_steps_transfer.
+  auto iteration_errors = [&](const std::vector<double>& pred_sum, const std::vector<int64_t>& missing,
+                              bool headline) {
     YmirIterationErrors e;
-    e.fraction = fractions[f];
-    e.prefix_steps = o.PrefixSteps(fractions[f]);
     std::vector<double> pred_normal(n);
     for (size_t i = 0; i < n; ++i) {
-      pred_normal[i] = pred_normal_sum[f][i] / static_cast<double>(o.repeats);
-      e.unreachable += unreachable[f][i];
+      pred_normal[i] = pred_sum[i] / static_cast<double>(o.repeats);
+      e.unreachable += missing[i];
       const double err = 100.0 * std::abs(pred_normal[i] - rep.normal_steps[i]) / rep.normal_steps[i];
       e.normal_pct += err / static_cast<double>(n);
       e.normal_max_pct = std::max(e.normal_max_pct, err);
-      if (f == 0) {
-        rep.iteration_fits[i].predicted_steps = pred_normal[i];
-        rep.iteration_fits[i].unreachable = unreachable[f][i];
-      }
     }
     double sum_nogain = 0, sum_mode[2] = {0, 0};
     int64_t count_mode[2] = {0, 0};
     for (size_t k = 0; k < rep.pairs.size(); ++k) {
       YmirPair& p = rep.pairs[k];
       const double predicted = pred_normal[pair_dst[k]] / (1.0 + std::max(-0.9, p.predicted_gain));
-      if (f == 0) p.predicted_steps_transfer = predicted;
+      if (headline) p.predicted_steps_transfer = predicted;
       if (p.censored) continue;
       const double err = 100.0 * std::abs(predicted - p.steps_transfer) / p.steps_transfer;
       e.transfer_pct += err;
@@ -933,11 +1064,37 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     e.transfer_nogain_pct = sum_nogain / c;
     e.transfer_temporal_pct = sum_mode[0] / static_cast<double>(std::max<int64_t>(count_mode[0], 1));
     e.transfer_spatial_pct = sum_mode[1] / static_cast<double>(std::max<int64_t>(count_mode[1], 1));
+    return e;
+  };
+  for (size_t f = 0; f < fractions.size(); ++f) {
+    YmirIterationErrors e = iteration_errors(pred_normal_sum[f], unreachable[f], f == 0 && !o.iter_online);
+    e.fraction = fractions[f];
+    e.prefix_steps = o.PrefixSteps(fractions[f]);
+    e.observed_steps_mean = e.observed_steps_max = static_cast<double>(e.prefix_steps);
     if (f == 0) {
+      for (size_t i = 0; i < n; ++i) {
+        rep.iteration_fits[i].predicted_steps = pred_normal_sum[f][i] / static_cast<double>(o.repeats);
+        rep.iteration_fits[i].unreachable = unreachable[f][i];
+      }
+      rep.iteration_first_window = e;
       rep.iteration = e;
     } else {
       rep.iteration_sweep.push_back(e);
     }
+  }
+  if (o.iter_online) {
+    YmirIterationErrors e = iteration_errors(online_sum, online_missing, true);
+    e.fraction = fractions[0];
+    e.prefix_steps = o.PrefixSteps(fractions[0]);
+    e.online = true;
+    for (size_t i = 0; i < n; ++i) {
+      e.observed_steps_mean += observed_sum[i] / static_cast<double>(o.repeats * static_cast<int64_t>(n));
+      e.observed_steps_max = std::max(e.observed_steps_max, observed_max[i]);
+      e.plateaus += online_plateaus[i];
+      rep.iteration_fits[i].observed_until = observed_sum[i] / static_cast<double>(o.repeats);
+      rep.iteration_fits[i].online_predicted_steps = online_sum[i] / static_cast<double>(o.repeats);
+    }
+    rep.iteration = e;
   }
   // Negative pairs and who caught them.
   for (const YmirPair& p : rep.pairs) {
@@ -961,6 +1118,15 @@ std::string YmirEstimatorReport::GainsCsv() const {
   return out;
 }
 
+std::string YmirEstimatorReport::PairsCsv() const {
+  std::string out = "task_a,task_b,mode,similarity,asymmetry,gain\n";
+  for (const YmirPair& p : pairs) {
+    out += absl::StrFormat("%s,%s,%s,%.6f,%.6f,%.6f\n", p.task_a, p.task_b, p.mode, p.similarity,
+                           p.asymmetry, p.gain);
+  }
+  return out;
+}
+
 std::string YmirEstimatorReport::ToJson() const {
   std::string j = "{\n";
   // The headline numbers (the "all" scores are leave-one-out over both modes).
@@ -969,11 +1135,14 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "  \"transfer_cls_accuracy\": %.1f,\n  \"gain_mape_pct\": %.1f,\n"
         "  \"iter_err_normal_pct\": %.1f,\n  \"iter_err_transfer_pct\": %.1f,\n"
+        "  \"iter_observed_steps_mean\": %.1f,\n  \"iter_err_normal_first_window_pct\": %.1f,\n"
+        "  \"iter_err_transfer_first_window_pct\": %.1f,\n"
         "  \"transfer_cls_accuracy_non_neutral\": %.1f,\n  \"neutral_pairs\": %d,\n"
         "  \"neutral_band\": %.4f,\n",
         all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
-        iteration.transfer_pct, all ? all->non_neutral_accuracy_pct : 0.0, all ? all->neutral : 0,
-        neutral_band);
+        iteration.transfer_pct, iteration.observed_steps_mean, iteration_first_window.normal_pct,
+        iteration_first_window.transfer_pct, all ? all->non_neutral_accuracy_pct : 0.0,
+        all ? all->neutral : 0, neutral_band);
   }
   {
     const YmirExperimentOptions& o = options;
@@ -988,7 +1157,8 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"fisher_examples\": %d, \"fisher\": \"%s\", \"embed\": \"%s\", \"distance\": \"%s\", "
         "\"null_runs\": %d, \"band_k\": %g, "
         "\"gain_measure\": \"%s\", \"gain_window\": %d, \"iter_fit\": {\"envelope\": "
-        "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}},\n",
+        "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}, "
+        "\"iter_online\": %s, \"direction\": \"%s\", \"fit_on_rows\": %d},\n",
         o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
         o.spatial_rule == JointStepRule::kSum ? "sum" : "mean", o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
         o.probe == YmirProbe::kHead ? "head" : "trained", o.fisher_examples,
@@ -999,7 +1169,8 @@ std::string YmirEstimatorReport::ToJson() const {
         o.gain_measure == YmirGainMeasure::kArea ? o.GainWindow() : 0,
         o.iter_fit.envelope == ymir::Envelope::kIsotonic ? "isotonic" : "min",
         o.iter_fit.time_shift ? "true" : "false", o.iter_fit.recency_half_life,
-        o.iter_fit.quadratic ? "true" : "false");
+        o.iter_fit.quadratic ? "true" : "false", o.iter_online ? "true" : "false",
+        o.direction == YmirDirection::kAsymmetry ? "asymmetry" : "none", o.fit_on.size());
   }
   j += "  \"similarity_matrix\": {\"tasks\": [";
   for (size_t i = 0; i < tasks.size(); ++i) j += absl::StrFormat("%s\"%s\"", i ? ", " : "", tasks[i]);
@@ -1026,12 +1197,16 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"iter_err_normal_max_pct\": %.1f, \"iter_err_transfer_pct\": %.1f, "
         "\"iter_err_transfer_max_pct\": %.1f, \"iter_err_transfer_temporal_pct\": %.1f, "
         "\"iter_err_transfer_spatial_pct\": %.1f, \"iter_err_transfer_nogain_pct\": %.1f, "
-        "\"transfer_pairs_scored\": %d, \"unreachable_fits\": %d}",
+        "\"transfer_pairs_scored\": %d, \"unreachable_fits\": %d, \"online\": %s, "
+        "\"observed_steps_mean\": %.1f, \"observed_steps_max\": %.0f, \"plateaus\": %d}",
         e.fraction, e.prefix_steps, e.normal_pct, e.normal_max_pct, e.transfer_pct,
         e.transfer_max_pct, e.transfer_temporal_pct, e.transfer_spatial_pct, e.transfer_nogain_pct,
-        e.transfer_pairs, e.unreachable);
+        e.transfer_pairs, e.unreachable, e.online ? "true" : "false", e.observed_steps_mean,
+        e.observed_steps_max, e.plateaus);
   };
-  j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n  \"iteration_prefix_sweep\": [";
+  j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n";
+  j += "  \"iteration_first_window\": " + iter_json(iteration_first_window) + ",\n";
+  j += "  \"iteration_prefix_sweep\": [";
   for (size_t k = 0; k < iteration_sweep.size(); ++k) {
     j += (k ? ",\n    " : "\n    ") + iter_json(iteration_sweep[k]);
   }
@@ -1073,6 +1248,12 @@ std::string YmirEstimatorReport::ToJson() const {
           "\"convergence_step\": %d}",
           f.predicted_steps, f.unreachable, f.r, f.d, f.b1, f.b2, f.scale, f.rmse, f.prefix_points,
           f.fit_from_step, f.fitted_points, f.convergence_step);
+      if (options.iter_online) {
+        j += absl::StrFormat(
+            ", \"online\": {\"plateau\": %s, \"onset\": %.0f, \"observed_until\": %.1f, "
+            "\"predicted_steps_to_target\": %.2f}",
+            f.plateau ? "true" : "false", f.onset, f.observed_until, f.online_predicted_steps);
+      }
     }
     if (i < normal_curves.size()) {
       j += ", \"curve\": [";
@@ -1095,22 +1276,22 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"non_neutral_majority_pct\": %.1f, \"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": "
         "%.1f, "
         "\"in_sample_gain_mape_pct\": %.1f, \"correlation\": %.3f, \"fit\": {\"intercept\": %.4f, "
-        "\"slope\": %.4f}}",
+        "\"slope\": %.4f}, \"model\": [%s]}",
         i ? "," : "", s.mode, s.pairs, s.positive, s.accuracy_pct, s.majority_accuracy_pct, s.neutral,
         s.non_neutral_accuracy_pct, s.non_neutral_majority_pct, s.mape_pct, s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept,
-        s.fit.slope);
+        s.fit.slope, absl::StrJoin(s.model, ", ", [](std::string* out, double w) { absl::StrAppendFormat(out, "%.4f", w); }));
   }
   j += "],\n  \"pairs\": [";
   for (size_t i = 0; i < pairs.size(); ++i) {
     const YmirPair& p = pairs[i];
     j += absl::StrFormat(
         "%s\n    {\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"similarity\": %.4f, "
-        "\"steps_normal\": %.2f, "
+        "\"asymmetry\": %.4f, \"steps_normal\": %.2f, "
         "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"gain_steps\": %.4f, "
         "\"gain_clamped\": %s, \"predicted_gain\": %.4f, "
         "\"predicted_steps_transfer\": %.2f, \"stop_loss_decoupled\": %d, \"stop_loss_step\": %d, "
         "\"steps_transfer_stop_loss\": %.2f}",
-        i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.steps_normal, p.steps_transfer,
+        i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.asymmetry, p.steps_normal, p.steps_transfer,
         p.censored ? "true" : "false", p.gain, p.gain_steps, p.gain_clamped ? "true" : "false",
         p.predicted_gain, p.predicted_steps_transfer,
         p.stop_loss_decoupled, p.stop_loss_step, p.steps_transfer_stop_loss);

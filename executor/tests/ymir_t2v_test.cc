@@ -185,13 +185,47 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
     EXPECT_GE(f.r, 0.0);
     EXPECT_GE(f.d, 0.0);
   }
+  // The headline is the online estimate (iteration_estimator.h,
+  // EstimateOnline): it says which steps it saw, from the first window P = 3
+  // to the end of the normal run (6 steps), and the fixed-prefix figure at P
+  // is reported beside it; each is the mean error of its own per-task
+  // predictions.
+  ASSERT_TRUE(o.iter_online);
+  EXPECT_TRUE(r->iteration.online);
+  EXPECT_FALSE(r->iteration_first_window.online);
+  EXPECT_EQ(r->iteration_first_window.prefix_steps, 3);
+  EXPECT_EQ(r->iteration_first_window.observed_steps_mean, 3.0);
+  double online_err = 0, fixed_err = 0, seen = 0, seen_max = 0;
+  int64_t plateaus = 0;
+  for (size_t i = 0; i < r->iteration_fits.size(); ++i) {
+    const YmirIterationFit& f = r->iteration_fits[i];
+    EXPECT_GE(f.observed_until, 3.0);
+    EXPECT_LE(f.observed_until, 6.0);
+    // Without a plateau the estimate is the first window's fit, seen at P.
+    if (!f.plateau) {
+      EXPECT_EQ(f.observed_until, 3.0);
+      EXPECT_DOUBLE_EQ(f.online_predicted_steps, f.predicted_steps);
+    }
+    plateaus += f.plateau ? 1 : 0;
+    seen += f.observed_until / 3.0;
+    seen_max = std::max(seen_max, f.observed_until);
+    online_err += 100.0 * std::abs(f.online_predicted_steps - r->normal_steps[i]) / r->normal_steps[i] / 3.0;
+    fixed_err += 100.0 * std::abs(f.predicted_steps - r->normal_steps[i]) / r->normal_steps[i] / 3.0;
+  }
+  EXPECT_EQ(r->iteration.plateaus, plateaus);
+  EXPECT_NEAR(r->iteration.observed_steps_mean, seen, 1e-9);
+  EXPECT_EQ(r->iteration.observed_steps_max, seen_max);
+  EXPECT_NEAR(r->iteration.normal_pct, online_err, 1e-9);
+  EXPECT_NEAR(r->iteration_first_window.normal_pct, fixed_err, 1e-9);
   int64_t scored = 0, negative = 0;
   for (const YmirPair& p : r->pairs) {
-    // The transfer prediction is the task's normal prediction through the gain.
+    // The transfer prediction is the task's (online) normal prediction
+    // through the gain.
     size_t dst = 0;
     while (r->tasks[dst] != p.task_b) ++dst;
     EXPECT_NEAR(p.predicted_steps_transfer,
-                r->iteration_fits[dst].predicted_steps / (1.0 + std::max(-0.9, p.predicted_gain)), 1e-9);
+                r->iteration_fits[dst].online_predicted_steps / (1.0 + std::max(-0.9, p.predicted_gain)),
+                1e-9);
     scored += p.censored ? 0 : 1;
     negative += p.gain < 0 ? 1 : 0;
     // Decoupling never changes a temporal run; a kept pairing is unchanged.
@@ -216,13 +250,18 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   const std::string json = r->ToJson();
   for (const char* key : {"\"transfer_cls_accuracy\"", "\"iter_err_normal_pct\"",
                           "\"iter_err_transfer_pct\"", "\"best_pairs\"", "\"negative_caught\"",
-                          "\"steps_transfer_stop_loss\"", "\"fit_from_step\"", "\"fitted_points\""}) {
+                          "\"steps_transfer_stop_loss\"", "\"fit_from_step\"", "\"fitted_points\"",
+                          "\"iter_observed_steps_mean\"", "\"iteration_first_window\"", "\"observed_until\""}) {
     EXPECT_THAT(json, testing::HasSubstr(key));
   }
   YmirExperimentOptions bad = o;
   bad.iter_prefix_fraction = 0;
   EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
               testing::HasSubstr("iter_prefix_fraction"));
+  bad = o;
+  bad.iter_plateau.min_points = 2;
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
+              testing::HasSubstr("min_points"));
 }
 
 // A clock that advances by 1 ms at every reading: the profiler's entries are
@@ -557,6 +596,103 @@ TEST(Task2Vec, SimilaritiesOnlyAndTheNeutralBandAreWired) {
   EXPECT_EQ(no_null->GainsCsv(), full->GainsCsv());
   EXPECT_EQ(no_null->neutral_band, 0.0);
   EXPECT_EQ(no_null->scores[2].non_neutral_accuracy_pct, no_null->scores[2].accuracy_pct);
+}
+
+// The gain model with the direction term (YmirDirection::kAsymmetry):
+// leave-one-out on the run's own pairs by default, or fitted on a training
+// seed's PairsCsv (fit_on) and applied out of sample.
+TEST(Task2Vec, DirectionTermIsFittedLeaveOneOutOrOnTrainingSeeds) {
+  // Least squares recovers a known plane; an all-zero regressor gets 0; with
+  // one regressor it is FitLine.
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  for (double a : {0.0, 1.0, 2.0, 3.0}) {
+    for (double b : {-1.0, 0.5, 2.0}) x.push_back({1.0, a, b, 0.0}), y.push_back(1 + 2 * a - 3 * b);
+  }
+  const std::vector<double> w = FitLeastSquares(x, y);
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_NEAR(w[0], 1.0, 1e-8);
+  EXPECT_NEAR(w[1], 2.0, 1e-8);
+  EXPECT_NEAR(w[2], -3.0, 1e-8);
+  EXPECT_EQ(w[3], 0.0);
+  const std::vector<double> line = FitLeastSquares({{1, 0}, {1, 1}, {1, 2}, {1, 4}}, {1, 2, 6, 7});
+  const LinearFit f = FitLine({0, 1, 2, 4}, {1, 2, 6, 7});
+  EXPECT_NEAR(line[0], f.intercept, 1e-9);
+  EXPECT_NEAR(line[1], f.slope, 1e-9);
+
+  auto wts = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(wts.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  ASSERT_EQ(o.direction, YmirDirection::kAsymmetry);  // the default
+  auto r = RunYmirEstimators(**wts, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto row = [](const YmirPair& p) { return std::vector<double>{1.0, p.similarity, p.asymmetry}; };
+  auto dot = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+  };
+  auto index = [&](const std::string& t) {
+    return static_cast<size_t>(std::find(r->tasks.begin(), r->tasks.end(), t) - r->tasks.begin());
+  };
+  for (size_t k = 0; k < r->pairs.size(); ++k) {
+    const YmirPair& p = r->pairs[k];
+    const size_t a = index(p.task_a), b = index(p.task_b);
+    EXPECT_DOUBLE_EQ(p.asymmetry, r->similarity[a][b] - r->similarity[b][a]);
+    std::vector<std::vector<double>> rows;
+    std::vector<double> gains;
+    for (size_t j = 0; j < r->pairs.size(); ++j) {
+      if (j != k && r->pairs[j].mode == p.mode) rows.push_back(row(r->pairs[j])), gains.push_back(r->pairs[j].gain);
+    }
+    EXPECT_NEAR(p.predicted_gain, dot(FitLeastSquares(rows, gains), row(p)), 1e-9) << p.task_a << "->" << p.task_b;
+  }
+  EXPECT_EQ(r->scores[0].model.size(), 3u);
+  EXPECT_THAT(r->ToJson(), testing::HasSubstr("\"direction\": \"asymmetry\""));
+  // A training seed's pairs, through their CSV, fit the model for seed 1.
+  YmirExperimentOptions train = o;
+  train.seed = 2;
+  auto t = RunYmirEstimators(**wts, train);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto rows = ParseYmirPairsCsv(t->PairsCsv());
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), t->pairs.size());
+  for (size_t k = 0; k < rows->size(); ++k) {
+    EXPECT_EQ((*rows)[k].mode, t->pairs[k].mode);
+    EXPECT_NEAR((*rows)[k].asymmetry, t->pairs[k].asymmetry, 5e-7);  // 6 decimals
+    EXPECT_NEAR((*rows)[k].gain, t->pairs[k].gain, 5e-7);
+  }
+  o.fit_on = *rows;
+  auto held = RunYmirEstimators(**wts, o);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->GainsCsv(), r->GainsCsv());  // the measurements do not change
+  for (int m = 0; m < 2; ++m) {
+    std::vector<std::vector<double>> xs;
+    std::vector<double> ys;
+    for (const YmirTrainingPair& p : *rows) {
+      if (p.mode == held->scores[m].mode) xs.push_back({1.0, p.similarity, p.asymmetry}), ys.push_back(p.gain);
+    }
+    const std::vector<double> model = FitLeastSquares(xs, ys);
+    for (size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(held->scores[m].model[i], model[i]);
+    for (const YmirPair& p : held->pairs) {
+      if (p.mode == held->scores[m].mode) {
+        EXPECT_NEAR(p.predicted_gain, dot(held->scores[m].model, row(p)), 1e-12);
+      }
+    }
+  }
+  // Bad CSV text and too few training rows are named.
+  EXPECT_THAT(std::string(ParseYmirPairsCsv("a,b\n").status().message()), testing::HasSubstr("first line"));
+  EXPECT_THAT(std::string(ParseYmirPairsCsv("task_a,task_b,mode,similarity,asymmetry,gain\n"
+                                            "x,y,temporal,0.5,zz,0.1\n")
+                              .status()
+                              .message()),
+              testing::HasSubstr("line 2: asymmetry 'zz'"));
+  EXPECT_THAT(std::string(ParseYmirPairsCsv("task_a,task_b,mode,similarity,asymmetry,gain\n"
+                                            "x,y,sideways,0.5,0,0.1\n")
+                              .status()
+                              .message()),
+              testing::HasSubstr("mode 'sideways'"));
+  o.fit_on.resize(2);
+  EXPECT_THAT(std::string(RunYmirEstimators(**wts, o).status().message()), testing::HasSubstr("--fit-on"));
 }
 
 TEST(Task2Vec, RejectsBadOptions) {

@@ -132,7 +132,151 @@ void Polish(Params& p, const std::vector<WPoint>& pts, int iterations, bool quad
   }
 }
 
+// Every point a valid observation, at >= 3 distinct steps (`what` names the
+// caller in the error).
+absl::Status ValidatePoints(const std::vector<LossPoint>& points, const char* what) {
+  std::set<double> steps;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const LossPoint& p = points[i];
+    if (!std::isfinite(p.step) || p.step < 0) {
+      return absl::InvalidArgumentError(StrCat("loss point ", i, ": step ", p.step, " is not >= 0"));
+    }
+    if (!std::isfinite(p.loss) || !(p.loss > 0)) {
+      return absl::InvalidArgumentError(StrCat("loss point ", i, " (step ", p.step, "): loss ", p.loss,
+                                               " is not finite and > 0"));
+    }
+    steps.insert(p.step);
+  }
+  if (steps.size() < 3) {
+    return absl::InvalidArgumentError(
+        StrCat(what, " needs points at >= 3 distinct steps, got ", steps.size()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<LossPoint> SortedByStep(std::vector<LossPoint> pts) {
+  std::stable_sort(pts.begin(), pts.end(),
+                   [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });
+  return pts;
+}
+
+// The per-point noise of a sorted window: RMS of successive differences / sqrt(2).
+double SuccessiveNoise(const std::vector<LossPoint>& sorted) {
+  double s = 0;
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    const double d = sorted[i].loss - sorted[i - 1].loss;
+    s += d * d;
+  }
+  return sorted.size() > 1 ? std::sqrt(s / static_cast<double>(sorted.size() - 1) / 2.0) : 0.0;
+}
+
+// EstimateOnline's step 3: the fit of the points from `onset` on, in time
+// since the onset, on their monotone envelope; t0 = fit_from_step = onset.
+absl::StatusOr<LossCurve> FitFromOnset(const std::vector<LossPoint>& sorted, double onset,
+                                       const FitOptions& options) {
+  std::vector<LossPoint> after;
+  for (const LossPoint& p : sorted) {
+    if (p.step >= onset) after.push_back({p.step - onset, p.loss});
+  }
+  FitOptions o = options;
+  o.skip_transient = false;
+  if (options.envelope == Envelope::kRunningMin) {
+    for (size_t j = 1; j < after.size(); ++j) after[j].loss = std::min(after[j].loss, after[j - 1].loss);
+  } else {
+    after = IsotonicDecreasing(after);
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(LossCurve c, FitLossCurve(after, o));
+  c.t0 += onset;
+  c.fit_from_step += onset;
+  return c;
+}
+
 }  // namespace
+
+absl::Status PlateauOptions::Validate() const {
+  if (!(noise_k >= 0) || !std::isfinite(noise_k)) {
+    return absl::InvalidArgumentError(StrCat("PlateauOptions: noise_k must be finite and >= 0, got ", noise_k));
+  }
+  if (!(min_drop >= 0 && min_drop < 1)) {
+    return absl::InvalidArgumentError(StrCat("PlateauOptions: min_drop must be in [0, 1), got ", min_drop));
+  }
+  if (recent_points < 1) {
+    return absl::InvalidArgumentError(
+        StrCat("PlateauOptions: recent_points must be >= 1, got ", recent_points));
+  }
+  if (!(min_span >= 0) || !std::isfinite(min_span)) {
+    return absl::InvalidArgumentError(StrCat("PlateauOptions: min_span must be finite and >= 0, got ", min_span));
+  }
+  if (min_points < 3) {
+    return absl::InvalidArgumentError(StrCat("PlateauOptions: min_points must be >= 3, got ", min_points));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PlateauCheck> CheckPlateau(const std::vector<LossPoint>& window,
+                                          const PlateauOptions& options) {
+  SLICESCHED_RETURN_IF_ERROR(options.Validate());
+  SLICESCHED_RETURN_IF_ERROR(ValidatePoints(window, "the plateau test"));
+  const std::vector<LossPoint> pts = SortedByStep(window);
+  PlateauCheck c;
+  c.level = pts.front().loss;
+  const size_t k = std::min(pts.size(), static_cast<size_t>(options.recent_points));
+  double recent = 0;
+  for (size_t i = pts.size() - k; i < pts.size(); ++i) recent += pts[i].loss / static_cast<double>(k);
+  c.improvement = c.level - recent;
+  c.noise = SuccessiveNoise(pts);
+  c.threshold = std::max(options.noise_k * c.noise, options.min_drop * c.level);
+  c.plateau = c.improvement < c.threshold;
+  return c;
+}
+
+absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curve, double window,
+                                              double target_loss, const FitOptions& fit,
+                                              const PlateauOptions& plateau) {
+  if (!std::isfinite(target_loss) || !(target_loss > 0)) {
+    return absl::InvalidArgumentError(StrCat("online estimate: target loss ", target_loss,
+                                             " is not finite and > 0"));
+  }
+  SLICESCHED_RETURN_IF_ERROR(ValidatePoints(curve, "the online estimate"));
+  const std::vector<LossPoint> all = SortedByStep(curve);
+  const std::vector<LossPoint> first = Prefix(all, window);
+  SLICESCHED_ASSIGN_OR_RETURN(PlateauCheck check, CheckPlateau(first, plateau));
+  OnlineEstimate e;
+  e.observed_until = first.back().step;
+  if (!check.plateau) {
+    SLICESCHED_ASSIGN_OR_RETURN(LossCurve c, FitLossCurve(first, fit));
+    e.steps = c.StepsToLoss(target_loss);
+    e.curve = c;
+    return e;
+  }
+  e.plateau = true;
+  double floor = first.front().loss;
+  for (const LossPoint& p : first) floor = std::min(floor, p.loss);
+  const double threshold = floor - std::max(plateau.noise_k * check.noise, plateau.min_drop * floor);
+  const size_t recent = static_cast<size_t>(plateau.recent_points);
+  for (size_t end = first.size(); end < all.size(); ++end) {
+    // The observations up to and including all[end].
+    e.observed_until = all[end].step;
+    if (end + 1 < recent) continue;
+    bool left = true;
+    for (size_t i = end + 1 - recent; i <= end && left; ++i) left = all[i].loss < threshold;
+    if (!left) continue;
+    size_t onset = end;
+    while (onset > 0 && all[onset].loss < threshold) --onset;
+    const std::vector<LossPoint> seen(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(end + 1));
+    const auto points = static_cast<int64_t>(end - onset + 1);
+    if (all[end].step - all[onset].step < plateau.min_span || points < plateau.min_points) continue;
+    std::set<double> distinct;
+    for (size_t i = onset; i <= end; ++i) distinct.insert(all[i].step);
+    if (distinct.size() < 3) continue;
+    e.onset = all[onset].step;
+    SLICESCHED_ASSIGN_OR_RETURN(LossCurve c, FitFromOnset(seen, e.onset, fit));
+    e.curve = c;
+    e.steps = c.StepsToLoss(target_loss);
+    if (e.steps) return e;
+  }
+  return e;
+}
 
 double LossCurve::Normalised(double step) const {
   const double t = std::max(0.0, step - t0);
@@ -270,22 +414,7 @@ absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
     return absl::InvalidArgumentError(StrCat("FitOptions: recency_half_life must be finite and >= 0, got ",
                                              options.recency_half_life));
   }
-  std::set<double> steps;
-  for (size_t i = 0; i < points.size(); ++i) {
-    const LossPoint& p = points[i];
-    if (!std::isfinite(p.step) || p.step < 0) {
-      return absl::InvalidArgumentError(StrCat("loss point ", i, ": step ", p.step, " is not >= 0"));
-    }
-    if (!std::isfinite(p.loss) || !(p.loss > 0)) {
-      return absl::InvalidArgumentError(StrCat("loss point ", i, " (step ", p.step, "): loss ", p.loss,
-                                               " is not finite and > 0"));
-    }
-    steps.insert(p.step);
-  }
-  if (steps.size() < 3) {
-    return absl::InvalidArgumentError(
-        StrCat("fitting a loss curve needs points at >= 3 distinct steps, got ", steps.size()));
-  }
+  SLICESCHED_RETURN_IF_ERROR(ValidatePoints(points, "fitting a loss curve"));
   // Normalise by the loss at the earliest observation.
   const auto first = std::min_element(points.begin(), points.end(),
                                       [](const LossPoint& a, const LossPoint& b) { return a.step < b.step; });

@@ -1,5 +1,6 @@
 #include "slicesched/ymir/iteration_estimator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -310,6 +311,144 @@ TEST(IterationEstimator, RecencyWeightsFavourTheEndOfThePrefix) {
   FitOptions bad;
   bad.recency_half_life = -1;
   EXPECT_EQ(FitLossCurve(mixed, bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The experiment's evaluation schedule: every step up to 48, then every 4
+// steps up to 80; relative noise uniform in [-noise, noise] (seeded).
+std::vector<LossPoint> Observe(const LossCurve& c, double noise, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<LossPoint> out;
+  for (int t = 0; t <= 80; t += t < 48 ? 1 : 4) {
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
+    const double td = static_cast<double>(t);
+    out.push_back({td, c.Loss(td) * (1.0 + noise * (2.0 * u - 1.0))});
+  }
+  return out;
+}
+
+// Plateau-then-drop curves: flat at `scale` until t0, then the decay.
+LossCurve PlateauThenDrop(double r, double d, double b1, double t0) {
+  LossCurve c = Truth(r, d, b1, 0.0, 1.4);
+  c.t0 = t0;
+  return c;
+}
+
+TEST(IterationEstimator, OnlineEstimateRecoversPlateauThenDropCurves) {
+  struct Case {
+    LossCurve truth;
+    double target_step, onset;
+  };
+  for (const Case& k : {Case{PlateauThenDrop(0.4, 0.6, 0.15, 40), 70, 40},
+                        Case{PlateauThenDrop(0.3, 0.7, 0.3, 36), 60, 36}}) {
+    const double target = k.truth.Loss(k.target_step);
+    ASSERT_NEAR(*k.truth.StepsToLoss(target), k.target_step, 1e-9);
+    // Exact observations: the first 32 steps are flat, so a fit of them
+    // predicts "never"; the online estimate waits for the drop.
+    const std::vector<LossPoint> obs = Observe(k.truth, 0.0, 1);
+    EXPECT_EQ(PredictStepsToLoss(Prefix(obs, 32), target).status().code(), absl::StatusCode::kNotFound);
+    auto e = EstimateOnline(obs, 32, target);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_TRUE(e->plateau);
+    EXPECT_EQ(e->onset, k.onset);
+    // Available once min_span = 12 steps after the onset are observed.
+    EXPECT_EQ(e->observed_until, k.onset + 12);
+    ASSERT_TRUE(e->curve.has_value());
+    EXPECT_EQ(e->curve->t0, k.onset);
+    EXPECT_LT(e->curve->rmse, 1e-6);
+    ASSERT_TRUE(e->steps.has_value());
+    EXPECT_NEAR(*e->steps, k.target_step, 0.05);
+    // The curve under a gain divides the steps, onset included.
+    auto faster = e->curve->WithGain(1.0);
+    ASSERT_TRUE(faster.ok());
+    EXPECT_NEAR(*faster->StepsToLoss(target), k.target_step / 2, 0.05);
+    // Noisy observations (1%, 8 seeds): within 15%, available before the
+    // target is reached.
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      auto n = EstimateOnline(Observe(k.truth, 0.01, seed), 32, target);
+      ASSERT_TRUE(n.ok()) << n.status();
+      EXPECT_TRUE(n->plateau) << "seed " << seed;
+      ASSERT_TRUE(n->steps.has_value()) << "seed " << seed;
+      EXPECT_NEAR(*n->steps, k.target_step, 0.15 * k.target_step) << "seed " << seed;
+      EXPECT_LT(n->observed_until, k.target_step) << "seed " << seed;
+    }
+  }
+}
+
+TEST(IterationEstimator, AFlatPrefixIsFlaggedNotFitted) {
+  // Noisy flat prefix (2%), and one that overshoots above its start (a
+  // fresh head's warm-up): both are plateaus.
+  const LossCurve flat = Truth(1.0, 0.0, 0.0, 0.0, 1.386);
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    auto c = CheckPlateau(Prefix(Observe(flat, 0.02, seed), 32));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->plateau) << "seed " << seed;
+    EXPECT_GT(c->noise, 0.0);
+    EXPECT_DOUBLE_EQ(c->threshold, std::max(3.0 * c->noise, 0.05 * c->level));
+  }
+  std::vector<LossPoint> overshoot;
+  for (int t = 0; t <= 32; ++t) overshoot.push_back({double(t), 1.386 + 0.1 * std::sin(M_PI * t / 32.0)});
+  auto o = CheckPlateau(overshoot);
+  ASSERT_TRUE(o.ok());
+  EXPECT_TRUE(o->plateau);
+  // A decaying prefix is not one, and its online estimate is the plain fit
+  // of the first window, available at its end.
+  const LossCurve decay = Truth(0.4, 0.6, 0.1, 0.0, 1.386);
+  const std::vector<LossPoint> obs = Observe(decay, 0.0, 1);
+  auto d = CheckPlateau(Prefix(obs, 32));
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->plateau);
+  const double target = decay.Loss(60);
+  auto e = EstimateOnline(obs, 32, target);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_FALSE(e->plateau);
+  EXPECT_EQ(e->observed_until, 32.0);
+  auto plain = PredictStepsToLoss(Prefix(obs, 32), target);
+  ASSERT_TRUE(plain.ok() && e->steps.has_value());
+  EXPECT_DOUBLE_EQ(*e->steps, *plain);
+  // A plateau that outlasts the observations gives no estimate (and no
+  // fit), having watched to the end.
+  auto never = EstimateOnline(Observe(flat, 0.02, 3), 32, 1.0);
+  ASSERT_TRUE(never.ok()) << never.status();
+  EXPECT_TRUE(never->plateau);
+  EXPECT_FALSE(never->steps.has_value());
+  EXPECT_FALSE(never->curve.has_value());
+  EXPECT_EQ(never->observed_until, 80.0);
+}
+
+TEST(IterationEstimator, OnlineEstimateKeepsWatchingWhenTheFitFallsShort) {
+  // The curve drops, stalls and drops again (0.1 of its level per phase): a
+  // fit of the first stall never reaches the target, so the estimate waits
+  // for the next drop instead of reporting "never".
+  std::vector<LossPoint> obs;
+  for (int t = 0; t <= 80; t += t < 48 ? 1 : 4) {
+    const double td = static_cast<double>(t);
+    double l = 1.4;
+    if (t > 36) l -= 0.2 * std::min(1.0, (td - 36) / 4);  // 1.2 from step 40
+    if (t > 56) l -= 0.6 * std::min(1.0, (td - 56) / 12);  // 0.6 from step 68
+    obs.push_back({td, l});
+  }
+  auto e = EstimateOnline(obs, 32, 0.8);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->plateau);
+  ASSERT_TRUE(e->steps.has_value());
+  EXPECT_GT(e->observed_until, 56.0);  // seen into the second drop
+  EXPECT_GT(*e->steps, 56.0);
+}
+
+TEST(IterationEstimator, BadPlateauInputsAreNamed) {
+  const std::vector<LossPoint> obs = Observe(PlateauThenDrop(0.4, 0.6, 0.15, 40), 0.0, 1);
+  auto field = [&](PlateauOptions o) { return std::string(EstimateOnline(obs, 32, 1.0, {}, o).status().message()); };
+  EXPECT_NE(field({.noise_k = -1}).find("noise_k"), std::string::npos);
+  EXPECT_NE(field({.min_drop = 1.0}).find("min_drop"), std::string::npos);
+  EXPECT_NE(field({.recent_points = 0}).find("recent_points"), std::string::npos);
+  EXPECT_NE(field({.min_span = -2}).find("min_span"), std::string::npos);
+  EXPECT_NE(field({.min_points = 2}).find("min_points"), std::string::npos);
+  EXPECT_NE(std::string(EstimateOnline(obs, 32, -1.0).status().message()).find("target loss"),
+            std::string::npos);
+  EXPECT_NE(std::string(EstimateOnline(obs, 1, 1.0).status().message()).find("3 distinct steps"),
+            std::string::npos);
+  EXPECT_NE(std::string(CheckPlateau({{0, 1.0}, {1, 0.0}, {2, 1.0}}).status().message()).find("loss point 1"),
+            std::string::npos);
 }
 
 TEST(IterationEstimator, BadInputsAreNamed) {

@@ -169,6 +169,77 @@ absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
 // The points with step <= max_step (the early prefix a prediction may see).
 std::vector<LossPoint> Prefix(const std::vector<LossPoint>& points, double max_step);
 
+// ---------------------------------------------------------------------------
+// Online estimation through a plateau (docs/experiments.md, "Eleventh
+// session"). Some curves sit at their starting level for a long time and then
+// drop (a zero head that must grow before the adapters get a gradient; the
+// synthetic first-class task sits at chance for ~40 steps). A fit of such a
+// prefix says nothing about when the drop comes; a scheduler does not trust
+// it but keeps watching. EstimateOnline does that:
+//
+//  1. Plateau test on the first window (the points with step <= window): the
+//     improvement is level - (mean of the last `recent_points` losses), level
+//     = the first observed loss; the per-point noise sigma is the RMS of
+//     successive differences / sqrt(2) (noise of one point when the curve is
+//     flat). The window is a PLATEAU when improvement < max(noise_k sigma,
+//     min_drop level): no improvement beyond noise. Otherwise the estimate is
+//     FitLossCurve of the window, available at the window's end.
+//  2. A plateau is not fitted. The observation window grows one observation
+//     at a time; the curve has LEFT the plateau when its last `recent_points`
+//     losses all lie below floor - max(noise_k sigma, min_drop floor), floor
+//     = the lowest loss of the first window (sigma as above). The ONSET is
+//     the last observation at or above that threshold.
+//  3. Once min_span steps and min_points points are observed from the onset
+//     on, the points from the onset are fitted in time since the onset, on
+//     their monotone envelope (FitOptions::envelope; the warm-up rule is not
+//     applied: the drop is the decay itself), normalised by the loss at the
+//     onset; the curve gets t0 = fit_from_step = onset, so its steps to a
+//     target count from step 0 (the elapsed steps added). A fit that never
+//     reaches the target is not an estimate: the window grows and the fit is
+//     redone at the next observation.
+//  4. observed_until is the last step the estimator had seen when its
+//     estimate became available (the window's end without a plateau); with
+//     no estimate by the last observation, steps is nullopt.
+struct PlateauOptions {
+  double noise_k = 3.0;
+  double min_drop = 0.05;     // fraction of the level
+  int64_t recent_points = 3;  // >= 1
+  double min_span = 12;       // steps observed from the onset before fitting, >= 0
+  int64_t min_points = 4;     // points from the onset on before fitting, >= 3
+  // InvalidArgument naming the field out of range.
+  absl::Status Validate() const;
+};
+
+struct PlateauCheck {
+  bool plateau = false;
+  double level = 0;        // the first observed loss
+  double improvement = 0;  // level - mean of the last recent_points losses
+  double noise = 0;        // sigma, in loss units
+  double threshold = 0;    // max(noise_k sigma, min_drop level)
+};
+
+// Step 1 above on `window` (any order). InvalidArgument like FitLossCurve
+// (bad points, fewer than 3 distinct steps) or for bad options.
+absl::StatusOr<PlateauCheck> CheckPlateau(const std::vector<LossPoint>& window,
+                                          const PlateauOptions& options = {});
+
+struct OnlineEstimate {
+  bool plateau = false;       // the first window was a plateau
+  double observed_until = 0;  // the last step seen when the estimate was made
+  double onset = 0;           // plateau: where the fitted decay starts
+  // The curve the estimate comes from (for a plateau, the last fit tried;
+  // nullopt when the plateau was never left in the observations).
+  std::optional<LossCurve> curve;
+  std::optional<double> steps;  // to target_loss, from step 0; nullopt: no estimate
+};
+
+// Steps 1-4 above: `curve` is every observation of the run (any order), the
+// first window the points with step <= window. InvalidArgument like
+// CheckPlateau, or when target_loss is not finite and > 0.
+absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curve, double window,
+                                              double target_loss, const FitOptions& fit = {},
+                                              const PlateauOptions& plateau = {});
+
 // One prediction, as the experiment and the job runner use it: fit the
 // prefix, then the steps until `target_loss` under transfer gain `gain`
 // (0 = normal training). Fails like FitLossCurve / WithGain; NotFound when the

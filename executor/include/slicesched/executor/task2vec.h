@@ -85,6 +85,16 @@
 // (1 + predicted gain). Errors |pred - meas| / meas are averaged over the
 // tasks (normal) and over the uncensored pairs (transfer); a prediction
 // whose fitted curve never reaches the target counts as max_steps + 1.
+// Online (iter_online, the default since the eleventh session): the
+// headline prediction is ymir::EstimateOnline on the normal run's
+// evaluations (to normal_steps) with the first window P: a window that is a
+// plateau is not fitted, the window grows until the curve has left the
+// plateau and the part after the drop is fitted (iter_plateau); a task whose
+// plateau outlasts the run has no estimate and counts as max_steps + 1. The
+// report says which steps it saw: the mean and max of the step at which each
+// estimate became available (observed_steps_mean / _max; P for a task
+// without a plateau), and the fixed-prefix figure at P is reported beside it
+// (YmirEstimatorReport::iteration_first_window).
 //
 // Stop-loss (slicesched/ymir/stop_loss.h) on every transfer run: an "epoch"
 // here is `stop_loss_epoch_steps` steps (the normal run, 80 steps of 16, is
@@ -99,9 +109,12 @@
 // target are the pair's steps with stop-loss. A run that reaches its target
 // before the window ends is kept.
 //
-// Regression and scores. Per mode, gain ~ w0 + w1 S by least squares; the
-// reported predictions are leave-one-out (each pair's gain predicted by the
-// fit on the other pairs of its mode), so the scores are out of sample.
+// Regression and scores. Per mode, gain ~ w0 + w1 S by least squares, plus
+// w2 (S(A, B) - S(B, A)) with direction = kAsymmetry (the default since the
+// eleventh session); the reported predictions are leave-one-out (each pair's
+// gain predicted by the fit on the other pairs of its mode), or, with
+// fit_on, the model fitted on training seeds' pairs: either way the scores
+// are out of sample.
 // Classification accuracy: predicted and measured gain on the same side of 0,
 // over all pairs and over the non-neutral ones (|measured gain| >= the
 // neutral band of NeutralBand, from `null_runs` null runs per task: a pair
@@ -185,6 +198,29 @@ enum class YmirGainMeasure : uint8_t {
   // (YmirPair::gain_clamped). Transfer runs train at least W steps.
   kArea,
 };
+
+// The regressors of the gain model (slicesim --direction). Task2Vec's
+// similarity is almost symmetric (S(A, B) - S(B, A) = alpha (d(A, trivial)
+// - d(B, trivial)), the complexity term), while transfer is not (the
+// source that sits on a plateau, first-class, is the most negative level as a
+// source and positive as a target: docs/experiments.md, "Ninth session").
+enum class YmirDirection : uint8_t {
+  kNone,       // gain ~ w0 + w1 S (Ymir's)
+  kAsymmetry,  // gain ~ w0 + w1 S + w2 (S(A, B) - S(B, A)), YmirPair::asymmetry
+};
+
+// One row of a training seed's pairs (YmirEstimatorReport::PairsCsv), for a
+// gain model fitted on other seeds than the one it is judged on.
+struct YmirTrainingPair {
+  std::string mode;  // "temporal" or "spatial"
+  double similarity = 0;
+  double asymmetry = 0;
+  double gain = 0;
+};
+// Parses PairsCsv's text: the header line, then task_a, task_b, mode,
+// similarity, asymmetry, gain per line. InvalidArgument naming the line and
+// field that is wrong.
+absl::StatusOr<std::vector<YmirTrainingPair>> ParseYmirPairsCsv(const std::string& text);
 
 // The area-equivalent speed-up above: `reference` is the normal curve (any
 // points, sorted by step; made non-increasing here), `steps` the transfer
@@ -286,6 +322,13 @@ struct YmirExperimentOptions {
   // ("Sixth session").
   YmirProbe probe = YmirProbe::kHead;
   YmirGainMeasure gain_measure = YmirGainMeasure::kArea;
+  // The gain model's regressors (YmirDirection; kNone until the eleventh
+  // session) and what it is fitted on: with fit_on empty, per mode on this
+  // run's other pairs (leave-one-out, as before); otherwise on these rows of
+  // training seeds (slicesim --fit-on FILE,...; PairsCsv of earlier runs), so
+  // every prediction of this run is out of sample and no pair is left out.
+  YmirDirection direction = YmirDirection::kAsymmetry;
+  std::vector<YmirTrainingPair> fit_on;
   // W of kArea, a multiple of eval_every; 0 = normal_steps (the whole normal
   // run). Until the ninth session 0 meant normal_steps / 2; the whole run
   // lowers the neutral band (seed 1: 0.93 -> 0.34, seed 2: 0.50 -> 0.41,
@@ -314,6 +357,10 @@ struct YmirExperimentOptions {
   // See above (the defaults: transient rule, b2 = 0; --iter-time-shift on
   // fits a time origin, for curves that start flat).
   ymir::FitOptions iter_fit;
+  // The online estimate through a plateau (above; slicesim --iter-online
+  // on|off): off makes the fixed prefix P the headline again.
+  bool iter_online = true;
+  ymir::PlateauOptions iter_plateau;
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language = {.vocab = 32};  // 32 of the backbone's 256 token ids
@@ -354,11 +401,17 @@ struct LinearFit {
 };
 // Least squares y ~ intercept + slope x (slope 0 when x is constant).
 LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
+// Least squares y ~ x w over rows x (each of the same size k, the first
+// column the intercept's 1): the weights w (k of them; empty for no rows). A
+// regressor that is 0 in every row, or collinear with the others, gets a
+// weight of ~0 (a relative ridge of 1e-12 on every column but the first).
+std::vector<double> FitLeastSquares(const std::vector<std::vector<double>>& x, const std::vector<double>& y);
 
 struct YmirPair {
   std::string task_a, task_b;
   std::string mode;  // "temporal" (A then B) or "spatial" (A with B); the gain is B's
   double similarity = 0;
+  double asymmetry = 0;       // S(A, B) - S(B, A), for both modes (the regressor of kAsymmetry)
   double steps_normal = 0;    // of B (interpolated, see below)
   double steps_transfer = 0;  // of B; max_steps + 1 when censored
   bool censored = false;
@@ -392,6 +445,14 @@ struct YmirIterationErrors {
   double transfer_nogain_pct = 0;
   int64_t transfer_pairs = 0;  // uncensored pairs scored
   int64_t unreachable = 0;     // task fits (over repeats) that never reach the target
+  // What the estimator saw: the step at which each task's estimate became
+  // available, mean and max over tasks and repeats (prefix_steps for a fixed
+  // prefix); online: whether these are EstimateOnline's, and how many task
+  // runs (over repeats) had a plateau in the first window.
+  bool online = false;
+  double observed_steps_mean = 0;
+  double observed_steps_max = 0;
+  int64_t plateaus = 0;
 };
 
 // The iteration estimator on one task's normal run (repeat 0's fit).
@@ -403,6 +464,13 @@ struct YmirIterationFit {
   int64_t convergence_step = 0;    // improvement <= 0.001 per step
   double predicted_steps = 0;      // to the task's target, averaged over repeats
   int64_t unreachable = 0;         // repeats whose fitted curve never reached it
+  // The online estimate (iter_online): repeat 0's plateau flag and onset,
+  // the step at which the estimate became available and the prediction
+  // (max_steps + 1 without one), averaged over repeats.
+  bool plateau = false;
+  double onset = 0;
+  double observed_until = 0;
+  double online_predicted_steps = 0;
 };
 
 struct YmirModeScore {
@@ -419,7 +487,10 @@ struct YmirModeScore {
   double in_sample_accuracy_pct = 0;  // with the fit on all pairs
   double in_sample_mape_pct = 0;
   double correlation = 0;  // Pearson r(similarity, gain)
-  LinearFit fit;           // on all pairs
+  LinearFit fit;           // gain ~ similarity on all pairs of this run
+  // The gain model's weights (w0, w1[, w2], see YmirDirection) on all its
+  // rows: this run's pairs of the mode, or fit_on's.
+  std::vector<double> model;
 };
 
 struct YmirEstimatorReport {
@@ -444,8 +515,10 @@ struct YmirEstimatorReport {
   std::vector<NullRun> null_runs;
   double neutral_band = 0;
   std::vector<YmirModeScore> scores;  // temporal, spatial, all
-  // Iteration estimator errors for the headline prefix, and for the sweep.
+  // Iteration estimator errors: the headline (online, or the fixed prefix P
+  // with iter_online off), the fixed prefix P, and the sweep's prefixes.
   YmirIterationErrors iteration;
+  YmirIterationErrors iteration_first_window;
   std::vector<YmirIterationErrors> iteration_sweep;
   // Negative pairs (measured gain < 0) and how many were caught: by the
   // estimator (leave-one-out predicted gain <= 0, so Ymir would not pair
@@ -462,6 +535,8 @@ struct YmirEstimatorReport {
   std::string ToJson() const;
   // "task_a,task_b,mode,gain" with a header line; gain as defined above.
   std::string GainsCsv() const;
+  // task_a,task_b,mode,similarity,asymmetry,gain per pair (ParseYmirPairsCsv).
+  std::string PairsCsv() const;
 };
 
 // Runs the whole experiment on `backbone` (f32).
