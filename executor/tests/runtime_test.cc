@@ -1463,6 +1463,44 @@ TEST(ExecutorSetTest, FailureInsideALocalChainFailsOnlyItsInstance) {
   EXPECT_EQ(r.g.memory(DeviceId(0)).total(), Bytes(0));
 }
 
+// The device thread keeps its per-operator scratch (output buffers,
+// allocations) across operators. What a failed kernel put in its outputs
+// must still be let go, also when the next operator has fewer outputs and
+// does not overwrite them all.
+TEST(ExecutorSetTest, OutputsOfAFailedKernelAreNotKeptByTheNextOperator) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  TemplateBuilder b("two");
+  b.ExternalInput("in", DType::kI64, {"N"});
+  b.Op("t", OpKind::kGeneric).Inputs({"$in"}).Output("x", DType::kF32, {"N"}).Output("y", DType::kF32, {"N"});
+  const TemplateId two = *r.g.RegisterTemplate(*b.Build());
+  r.Start();
+  const InstanceId bad = r.New(two, 8);
+  const NodeId t = r.g.FindInstance(bad)->nodes[0].id;
+  std::weak_ptr<void> kept[2];
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node != t) return;
+    for (int i = 0; i < 2; ++i) {
+      auto hb = std::make_shared<HostBytes>();
+      hb->data.assign(8, std::byte{1});
+      c.outputs[i].kind = kHostBytesPayload;
+      c.outputs[i].payload = hb;
+      kept[i] = hb;
+    }
+  });
+  r.kernels.FailWhen([=](const KernelCall& c) { return c.node == t; }, absl::InternalError("t fails"));
+  r.Place(bad, {0});
+  r.clock.Advance(Duration::Micros(1));
+  const InstanceId after = r.New(r.chain, 8);  // one output per op
+  r.Place(after, {0});
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(r.exec->failed_nodes(), 1);
+  EXPECT_EQ(r.exec->completed_ops(), 4);
+  EXPECT_TRUE(kept[0].expired());
+  EXPECT_TRUE(kept[1].expired());
+  EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes(0));
+}
+
 // A producer's list of pending dependents names their item slots. A
 // dependent dropped before the producer runs (its other producer failed)
 // frees its slot, and the owner may hand another item into it before the
