@@ -311,6 +311,45 @@ TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
   EXPECT_NEAR(v, 1 - (1 / (1 - 0.180377) + 1 / (1 - 0.250722)) / 2, 1e-9);
 }
 
+// configs/ymir/gains_synth.csv: the estimators' default family (the graded
+// one with a negative level), --repeats 3; the values are the file's rows.
+TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
+  auto g = LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-bins", "fa-bins@1", "fb-bins", "first-class"}));
+  EXPECT_EQ(g->size(), 18u);  // 12 directed temporal + 6 merged spatial
+  double v = 0;
+  // The identical rule (row fa-bins,fa-bins@1,temporal,1.000000: the clamp).
+  ASSERT_TRUE(g->Get("fa-bins", "fa-bins@1", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, 0.5, 1e-9);
+  // The negative level, first-class as the source (first-class,fa-bins,temporal,-0.405454).
+  ASSERT_TRUE(g->Get("first-class", "fa-bins", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, -0.405454 / (1 - 0.405454), 1e-9);
+  // The two rows of one joint run merged (fa-bins,fa-bins@1 0.449872 and fa-bins@1,fa-bins 0.675705).
+  ASSERT_TRUE(g->Get("fa-bins@1", "fa-bins", ymir::Mode::kSpatial, &v));
+  EXPECT_NEAR(v, 1 - (1 / (1 + 0.449872) + 1 / (1 + 0.675705)) / 2, 1e-9);
+  YmirGains r = g->WithBackbones({"vit-base", "roberta-base"});
+  EXPECT_EQ(r.Tasks().size(), 8u);
+  EXPECT_EQ(r.size(), 36u);
+  ASSERT_TRUE(r.Get("roberta-base/first-class", "roberta-base/fa-bins", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, -0.405454 / (1 - 0.405454), 1e-9);
+  EXPECT_FALSE(r.Get("vit-base/fa-bins", "roberta-base/fa-bins@1", ymir::Mode::kTemporal, &v));
+  // The comparison replicates it onto the default three backbones and runs.
+  YmirCompareOptions o;
+  o.trace = kFixture;
+  o.gains = std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv";
+  o.config.gpus = 16;
+  o.nodes = 4;
+  o.jobs = 30;
+  o.policy = "Ymir";
+  auto res = RunYmirCompare(o);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_THAT(res->gains, HasSubstr("replicated per backbone: vit-base roberta-base vicuna-7b"));
+  o.gains_definition = "saved";  // contradicts the file's directive
+  EXPECT_FALSE(RunYmirCompare(o).ok());
+  o.gains_definition = "bogus";
+  EXPECT_FALSE(RunYmirCompare(o).ok());
+}
 
 TEST(YmirSim, DefaultGainsAreTheDocumentedStandIn) {
   YmirGains g = DefaultYmirGains();
