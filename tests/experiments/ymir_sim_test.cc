@@ -297,8 +297,10 @@ TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
   EXPECT_THAT(std::string(dup.status().message()), HasSubstr("s7.csv:7: duplicate spatial gain for x, y"));
 }
 
-TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
-  auto g = LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv");
+// The first setup's table stays for tools/ymir_real_run, whose job mix is
+// that family (fab-major -> fb-major is its positive pair).
+TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
+  auto g = LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_first_setup.csv");
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-inv", "fa-major", "fab-major", "fb-major", "last-class"}));
   EXPECT_EQ(g->size(), 30u);  // 20 directed temporal + 10 merged spatial
@@ -307,12 +309,31 @@ TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
   EXPECT_NEAR(v, 0.858098 / 1.858098, 1e-9);
   ASSERT_TRUE(g->Get("fb-major", "fab-major", ymir::Mode::kSpatial, &v));
   EXPECT_NEAR(v, 1 - (1 / (1 - 0.180377) + 1 / (1 - 0.250722)) / 2, 1e-9);
+}
+
+// configs/ymir/gains_synth.csv: the estimators' default family (the graded
+// one with a negative level), --repeats 3; the values are the file's rows.
+TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
+  auto g = LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-bins", "fa-bins@1", "fb-bins", "first-class"}));
+  EXPECT_EQ(g->size(), 18u);  // 12 directed temporal + 6 merged spatial
+  double v = 0;
+  // The identical rule (row fa-bins,fa-bins@1,temporal,1.000000: the clamp).
+  ASSERT_TRUE(g->Get("fa-bins", "fa-bins@1", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, 0.5, 1e-9);
+  // The negative level, first-class as the source (first-class,fa-bins,temporal,-0.405454).
+  ASSERT_TRUE(g->Get("first-class", "fa-bins", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, -0.405454 / (1 - 0.405454), 1e-9);
+  // The two rows of one joint run merged (fa-bins,fa-bins@1 0.449872 and fa-bins@1,fa-bins 0.675705).
+  ASSERT_TRUE(g->Get("fa-bins@1", "fa-bins", ymir::Mode::kSpatial, &v));
+  EXPECT_NEAR(v, 1 - (1 / (1 + 0.449872) + 1 / (1 + 0.675705)) / 2, 1e-9);
   YmirGains r = g->WithBackbones({"vit-base", "roberta-base"});
-  EXPECT_EQ(r.Tasks().size(), 10u);
-  EXPECT_EQ(r.size(), 60u);
-  ASSERT_TRUE(r.Get("roberta-base/fab-major", "roberta-base/fb-major", ymir::Mode::kTemporal, &v));
-  EXPECT_NEAR(v, 0.858098 / 1.858098, 1e-9);
-  EXPECT_FALSE(r.Get("vit-base/fab-major", "roberta-base/fb-major", ymir::Mode::kTemporal, &v));
+  EXPECT_EQ(r.Tasks().size(), 8u);
+  EXPECT_EQ(r.size(), 36u);
+  ASSERT_TRUE(r.Get("roberta-base/first-class", "roberta-base/fa-bins", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, -0.405454 / (1 - 0.405454), 1e-9);
+  EXPECT_FALSE(r.Get("vit-base/fa-bins", "roberta-base/fa-bins@1", ymir::Mode::kTemporal, &v));
   // The comparison replicates it onto the default three backbones and runs.
   YmirCompareOptions o;
   o.trace = kFixture;

@@ -24,10 +24,10 @@
 //    the paper's 27 FMF tasks. All jobs allow sharing and share one trust
 //    domain.
 //  * Measured gains (--gains configs/ymir/gains_synth.csv): the estimators'
-//    table (definition: steps(normal)/steps(transfer) - 1, converted on load,
-//    see YmirGainsDefinition) names 5 tasks without a backbone; the
-//    comparison replicates them onto the 3 backbones of `backbones`
-//    (YmirGains::WithBackbones), so jobs draw one of 15 tasks.
+//    table (a speed-up minus 1, converted on load, see YmirGainsDefinition)
+//    names 4 tasks without a backbone; the comparison replicates them onto
+//    the 3 backbones of `backbones` (YmirGains::WithBackbones), so jobs draw
+//    one of 12 tasks.
 //  * Gains. DefaultYmirGains is a STAND-IN with the paper's reported
 //    distribution (Sec. 2, Fig. 3/5: positive transfer for related tasks, up
 //    to 2-2.3x fewer epochs, negative transfer for unrelated ones), NOT

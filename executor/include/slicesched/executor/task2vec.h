@@ -276,7 +276,7 @@ struct YmirExperimentOptions {
   // the other direction is positive, synth/tasks.h). The first
   // setup of the earlier sessions (fa-major, fa-inv, fb-major, fab-major,
   // last-class:4 at length 8 over 256 tokens, random head, 40 steps; its
-  // gains are configs/ymir/gains_synth.csv) is all flags: --tasks
+  // gains: configs/ymir/gains_first_setup.csv) is all flags: --tasks
   // fa-major,fa-inv,fb-major,fab-major,last-class:4 --language-vocab 256
   // --sequence-length 8 --label-margin 0 --eval-examples 64 --warmup-steps 0
   // --head random --steps 40 --probe-steps 20 --spatial-step mean --gain
