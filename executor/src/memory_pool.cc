@@ -125,13 +125,11 @@ bool DevicePool::AccountAllLocked(std::span<const Request> requests, std::span<A
     total += r.bytes;
   }
   if (used_ + total > capacity_) return false;
+  // Each request fits in turn now (sizes are not negative): the one
+  // accounting path, which cannot fail here.
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].bytes > Bytes::Zero()) ++live_;  // (see Allocation::Release)
-    out[i] = Allocation(this, requests[i].bytes);
+    AccountLocked(requests[i].bytes, requests[i].purpose, &out[i]).IgnoreError();
   }
-  used_ += total;
-  if (used_ > peak_) peak_ = used_;
-  allocations_ += static_cast<int64_t>(requests.size());
   return true;
 }
 

@@ -112,10 +112,11 @@ class DevicePool {
   // serving path allocates a few times per operator.
   std::optional<absl::Status> TryLocked(Bytes bytes, AllocPurpose purpose, Allocation* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AllocateEach's common case in one pass: without a hook, an injected
-  // failure or a negative size, and when the requests fit together (each
-  // then fits in turn, as sizes are not negative), accounts them all into
-  // out[i] and returns true: the same statistics as one by one. Otherwise
+  // AllocateEach's common case with one check for all: without a hook, an
+  // injected failure or a negative size, and when the requests fit together
+  // (each then fits in turn, as sizes are not negative), accounts each into
+  // out[i] through AccountLocked and returns true (TryLocked's per-request
+  // checks skipped; the same statistics as one by one). Otherwise
   // changes nothing and returns false (the caller goes request by request,
   // for the same errors).
   bool AccountAllLocked(std::span<const Request> requests, std::span<Allocation> out)
