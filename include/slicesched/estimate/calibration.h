@@ -36,6 +36,12 @@
 // device factor learns only from keys that ran on two devices or more, an
 // overlap factor only from keys also seen without overlap).
 //
+// Persistence (Save / Restore): the factors' state (per device its group,
+// name where known, the weighted means, weight and sample count; the two
+// overlap factors likewise) as versioned YAML, so a restarted daemon does not
+// start cold. Restore checks the text against this calibration's devices
+// (count, groups, names) and changes nothing when any of it is wrong.
+//
 // Only informative samples move a factor: model > 0, measured > 0 and
 // measured / model <= 10 (a model that far off is a cold key, not a speed).
 // Callers should not feed operators whose estimator has no model yet (its
@@ -44,12 +50,30 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
+
+#include "absl/status/status.h"
 
 #include "slicesched/common/ids.h"
 #include "slicesched/gmg/accelerator.h"
 
 namespace slicesched {
+
+// What a factor has learned, for status reports and tests.
+struct CalibrationFactorView {
+  double factor = 1.0;  // as used by the simulator (a device's: pinned)
+  double raw = 1.0;     // a device's before pinning its group; = factor otherwise
+  double weight = 0;    // of the samples against the prior 1, 0..1
+  int64_t samples = 0;  // informative samples taken
+};
+struct CalibrationView {
+  std::vector<CalibrationFactorView> devices;  // by device id
+  std::vector<int> device_groups;
+  CalibrationFactorView overlap, transfer_overlap;
+};
 
 class RuntimeCalibration {
  public:
@@ -63,6 +87,15 @@ class RuntimeCalibration {
   double device_factor(DeviceId d) const { return device_[d.value()]; }
   double overlap_factor() const { return overlap_.factor; }
   double transfer_overlap_factor() const { return transfer_overlap_.factor; }
+  size_t num_devices() const { return groups_.size(); }
+  CalibrationView View() const;
+
+  // Versioned YAML of the learned state (see above).
+  std::string Save() const;
+  // Replaces the learned state with a Save() text; an error naming what does
+  // not match (version, device count, a device's group or name, a value out
+  // of range) leaves this calibration unchanged.
+  absl::Status Restore(std::string_view text);
 
   // `model_ns` is the estimator's prediction without any factor.
   void ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped);
@@ -83,6 +116,9 @@ class RuntimeCalibration {
   struct Ratio {
     double measured = 0, model = 0, weight = 0;
     double factor = 1.0;
+    int64_t samples = 0;
+    // factor from the means and weight (clamped).
+    void Refresh();
     // Adds one sample; false if ignored.
     bool Step(double model_ns, double measured_ns, double smoothing);
   };
@@ -90,6 +126,7 @@ class RuntimeCalibration {
 
   double smoothing_;
   std::vector<int> groups_;
+  std::vector<std::string> names_;  // device names where known (else empty)
   std::vector<Ratio> raw_;      // per device, before pinning
   std::vector<double> device_;  // per device, pinned
   Ratio overlap_, transfer_overlap_;
