@@ -32,12 +32,16 @@ RuntimeCalibration::RuntimeCalibration(const AcceleratorSet& accelerators, doubl
   }
   raw_.resize(groups_.size());
   device_.assign(groups_.size(), 1.0);
+  last_sample_.assign(groups_.size(), Timestamp::Never());
+  aged_to_.assign(groups_.size(), Timestamp::Never());
 }
 
 RuntimeCalibration::RuntimeCalibration(std::vector<int> device_groups, double smoothing)
     : smoothing_(smoothing), groups_(std::move(device_groups)) {
   raw_.resize(groups_.size());
   device_.assign(groups_.size(), 1.0);
+  last_sample_.assign(groups_.size(), Timestamp::Never());
+  aged_to_.assign(groups_.size(), Timestamp::Never());
 }
 
 bool RuntimeCalibration::Ratio::Step(double model_ns, double measured_ns, double smoothing) {
@@ -54,7 +58,7 @@ bool RuntimeCalibration::Ratio::Step(double model_ns, double measured_ns, double
 }
 
 void RuntimeCalibration::Ratio::Refresh() {
-  factor = weight > 0 && model > 0 ? std::clamp((1.0 - weight) + weight * (measured / model), 0.25, 4.0) : 1.0;
+  factor = std::clamp(weight > 0 && model > 0 ? (1.0 - weight) * prior + weight * (measured / model) : prior, 0.25, 4.0);
 }
 
 void RuntimeCalibration::PinGroup(int group) {
@@ -73,11 +77,53 @@ void RuntimeCalibration::PinGroup(int group) {
   }
 }
 
+double RuntimeCalibration::GroupPrior(size_t device) const {
+  double log_sum = 0;
+  int n = 0;
+  for (size_t e = 0; e < groups_.size(); ++e) {
+    if (e == device || groups_[e] != groups_[device] || !(raw_[e].weight > 0)) continue;
+    log_sum += std::log(raw_[e].factor);
+    ++n;
+  }
+  return n == 0 ? 1.0 : std::exp(log_sum / n);
+}
+
+void RuntimeCalibration::AgeTo(Timestamp now) {
+  if (now_.is_never()) {
+    now_ = now;
+    std::fill(last_sample_.begin(), last_sample_.end(), now);
+    std::fill(aged_to_.begin(), aged_to_.end(), now);
+    return;
+  }
+  if (now <= now_) return;
+  now_ = now;
+  if (ageing_.half_life == Duration::Infinite()) return;
+  std::vector<int> touched;
+  for (size_t d = 0; d < groups_.size(); ++d) {
+    const Timestamp from = std::max(aged_to_[d], last_sample_[d] + ageing_.grace);
+    if (now <= from) continue;
+    aged_to_[d] = now;
+    Ratio& r = raw_[d];
+    if (!(r.weight > 0)) continue;
+    const double keep = std::exp2(-static_cast<double>((now - from).nanos()) /
+                                  static_cast<double>(std::max<int64_t>(1, ageing_.half_life.nanos())));
+    r.measured *= keep;
+    r.model *= keep;
+    r.weight *= keep;
+    r.prior = GroupPrior(d);
+    r.Refresh();
+    if (std::find(touched.begin(), touched.end(), groups_[d]) == touched.end()) touched.push_back(groups_[d]);
+  }
+  for (int g : touched) PinGroup(g);
+}
+
 void RuntimeCalibration::ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped) {
   if (!(model_ns > 0.0) || d.value() >= device_.size()) return;
   if (overlapped) {
     overlap_.Step(model_ns * device_[d.value()], measured_ns, smoothing_);
   } else if (raw_[d.value()].Step(model_ns, measured_ns, smoothing_)) {
+    last_sample_[d.value()] = now_;
+    aged_to_[d.value()] = std::max(aged_to_[d.value()], now_);
     PinGroup(groups_[d.value()]);
   }
 }
@@ -103,11 +149,13 @@ CalibrationView RuntimeCalibration::View() const {
 
 namespace {
 
-void EmitRatio(YAML::Emitter& out, double measured, double model, double weight, int64_t samples) {
-  out << YAML::Key << "measured_ns" << YAML::Value << measured;
-  out << YAML::Key << "model_ns" << YAML::Value << model;
-  out << YAML::Key << "weight" << YAML::Value << weight;
-  out << YAML::Key << "samples" << YAML::Value << samples;
+template <typename Ratio>
+void EmitRatio(YAML::Emitter& out, const Ratio& r) {
+  out << YAML::Key << "measured_ns" << YAML::Value << r.measured;
+  out << YAML::Key << "model_ns" << YAML::Value << r.model;
+  out << YAML::Key << "weight" << YAML::Value << r.weight;
+  out << YAML::Key << "prior" << YAML::Value << r.prior;
+  out << YAML::Key << "samples" << YAML::Value << r.samples;
 }
 
 }  // namespace
@@ -121,14 +169,14 @@ std::string RuntimeCalibration::Save() const {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "id" << YAML::Value << d;
     if (!names_.empty()) out << YAML::Key << "name" << YAML::Value << names_[d];
     out << YAML::Key << "group" << YAML::Value << groups_[d];
-    EmitRatio(out, raw_[d].measured, raw_[d].model, raw_[d].weight, raw_[d].samples);
+    EmitRatio(out, raw_[d]);
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
   for (const auto& [key, r] : {std::pair<const char*, const Ratio*>{"overlap", &overlap_},
                                std::pair<const char*, const Ratio*>{"transfer_overlap", &transfer_overlap_}}) {
     out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
-    EmitRatio(out, r->measured, r->model, r->weight, r->samples);
+    EmitRatio(out, *r);
     out << YAML::EndMap;
   }
   out << YAML::EndMap;
@@ -143,11 +191,13 @@ void ReadRatio(const ConfigReader& e, Ratio* r) {
   r->measured = e.Required<double>("measured_ns");
   r->model = e.Required<double>("model_ns");
   r->weight = e.Required<double>("weight");
+  r->prior = e.Required<double>("prior");
   r->samples = e.Required<int64_t>("samples");
   e.Check(std::isfinite(r->measured) && r->measured >= 0, "measured_ns",
           StrCat("must be a non-negative number, got ", r->measured));
   e.Check(std::isfinite(r->model) && r->model >= 0, "model_ns", StrCat("must be a non-negative number, got ", r->model));
   e.Check(r->weight >= 0 && r->weight < 1, "weight", StrCat("must be in [0, 1), got ", r->weight));
+  e.Check(r->prior >= 0.25 && r->prior <= 4, "prior", StrCat("must be in [0.25, 4], got ", r->prior));
   e.Check(r->samples >= 0, "samples", StrCat("must be non-negative, got ", r->samples));
   if (r->weight > 0) e.Check(r->model > 0, "model_ns", "must be positive when weight is");
   r->Refresh();
@@ -182,7 +232,7 @@ absl::Status RuntimeCalibration::Restore(std::string_view text) {
         e.Error("expected a map");
         continue;
       }
-      e.RejectUnknownKeys({"id", "name", "group", "measured_ns", "model_ns", "weight", "samples"});
+      e.RejectUnknownKeys({"id", "name", "group", "measured_ns", "model_ns", "weight", "prior", "samples"});
       const int64_t id = e.Required<int64_t>("id");
       e.Check(!e.Has("id") || id == static_cast<int64_t>(d), "id", StrCat("expected ", d, ", got ", id));
       const int64_t group = e.Required<int64_t>("group");
@@ -206,7 +256,7 @@ absl::Status RuntimeCalibration::Restore(std::string_view text) {
       e.Error("expected a map");
       continue;
     }
-    e.RejectUnknownKeys({"measured_ns", "model_ns", "weight", "samples"});
+    e.RejectUnknownKeys({"measured_ns", "model_ns", "weight", "prior", "samples"});
     ReadRatio(e, out);
   }
   SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());
