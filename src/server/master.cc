@@ -318,29 +318,30 @@ struct Master::Impl {
             {.kind = "calibration", .text = calibration.Save()}};
   }
 
-  // One log line per calibration factor that moved (see the header).
+  // One log line per calibration factor that moved (see the header). Runs
+  // every loop iteration with feedback: reads the factors only, builds a
+  // line only for one that moved.
   void LogCalibration(Timestamp now) {
-    const CalibrationView v = calibration.View();
-    std::vector<std::pair<std::string, CalibrationFactorView>> factors;
-    for (size_t d = 0; d < v.devices.size(); ++d) {
-      factors.emplace_back(StrCat("device ", gmg.accelerators().device(DeviceId(static_cast<uint16_t>(d))).name,
-                                  " speed"),
-                           v.devices[d]);
-    }
-    factors.emplace_back("overlap", v.overlap);
-    factors.emplace_back("transfer overlap", v.transfer_overlap);
+    const size_t nd = calibration.num_devices();
     if (logged_factor.empty()) {
-      logged_factor.assign(factors.size(), 1.0);
-      logged_at.assign(factors.size(), Timestamp::Never());
+      logged_factor.assign(nd + 2, 1.0);  // the devices, overlap, transfer overlap
+      logged_at.assign(nd + 2, Timestamp::Never());
     }
-    for (size_t i = 0; i < factors.size(); ++i) {
-      const CalibrationFactorView& f = factors[i].second;
-      if (std::abs(f.factor / logged_factor[i] - 1.0) <= kCalibrationLogChange) continue;
+    for (size_t i = 0; i < nd + 2; ++i) {
+      const double factor = i < nd    ? calibration.device_factor(DeviceId(static_cast<uint16_t>(i)))
+                            : i == nd ? calibration.overlap_factor()
+                                      : calibration.transfer_overlap_factor();
+      if (std::abs(factor / logged_factor[i] - 1.0) <= kCalibrationLogChange) continue;
       if (logged_at[i] != Timestamp::Never() && now - logged_at[i] < kCalibrationLogInterval) continue;
-      spdlog::info("calibration: {} factor {:.3f} -> {:.3f} (raw {:.3f}, weight {:.3f}, {} samples, {} ops on it)",
-                   factors[i].first, logged_factor[i], f.factor, f.raw, f.weight, f.samples,
-                   i < ops_done.size() ? ops_done[i] : 0);
-      logged_factor[i] = f.factor;
+      const CalibrationView v = calibration.View();
+      const CalibrationFactorView& f = i < nd ? v.devices[i] : i == nd ? v.overlap : v.transfer_overlap;
+      const std::string name =
+          i < nd ? StrCat("device ", gmg.accelerators().device(DeviceId(static_cast<uint16_t>(i))).name, " speed")
+                 : std::string(i == nd ? "overlap" : "transfer overlap");
+      spdlog::info("calibration: {} factor {:.3f} -> {:.3f} (raw {:.3f}, weight {:.3f}, {} samples{})", name,
+                   logged_factor[i], f.factor, f.raw, f.weight, f.samples,
+                   i < nd ? StrCat(", ", ops_done[i], " ops on it") : "");
+      logged_factor[i] = factor;
       logged_at[i] = now;
     }
   }
