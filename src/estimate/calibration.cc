@@ -58,7 +58,8 @@ bool RuntimeCalibration::Ratio::Step(double model_ns, double measured_ns, double
 }
 
 void RuntimeCalibration::Ratio::Refresh() {
-  factor = std::clamp(weight > 0 && model > 0 ? (1.0 - weight) * prior + weight * (measured / model) : prior, 0.25, 4.0);
+  const double learned = weight > 0 && model > 0 ? (1.0 - weight) * prior + weight * (measured / model) : prior;
+  factor = std::clamp(learned, 0.25, 4.0);
 }
 
 void RuntimeCalibration::PinGroup(int group) {
@@ -137,7 +138,8 @@ CalibrationView RuntimeCalibration::View() const {
   CalibrationView v;
   v.device_groups = groups_;
   for (size_t d = 0; d < groups_.size(); ++d) {
-    v.devices.push_back({.factor = device_[d], .raw = raw_[d].factor, .weight = raw_[d].weight, .samples = raw_[d].samples});
+    v.devices.push_back(
+        {.factor = device_[d], .raw = raw_[d].factor, .weight = raw_[d].weight, .samples = raw_[d].samples});
   }
   auto view = [](const Ratio& r) {
     return CalibrationFactorView{.factor = r.factor, .raw = r.factor, .weight = r.weight, .samples = r.samples};
@@ -195,7 +197,8 @@ void ReadRatio(const ConfigReader& e, Ratio* r) {
   r->samples = e.Required<int64_t>("samples");
   e.Check(std::isfinite(r->measured) && r->measured >= 0, "measured_ns",
           StrCat("must be a non-negative number, got ", r->measured));
-  e.Check(std::isfinite(r->model) && r->model >= 0, "model_ns", StrCat("must be a non-negative number, got ", r->model));
+  e.Check(std::isfinite(r->model) && r->model >= 0, "model_ns",
+          StrCat("must be a non-negative number, got ", r->model));
   e.Check(r->weight >= 0 && r->weight < 1, "weight", StrCat("must be in [0, 1), got ", r->weight));
   e.Check(r->prior >= 0.25 && r->prior <= 4, "prior", StrCat("must be in [0.25, 4], got ", r->prior));
   e.Check(r->samples >= 0, "samples", StrCat("must be non-negative, got ", r->samples));
@@ -263,6 +266,8 @@ absl::Status RuntimeCalibration::Restore(std::string_view text) {
   raw_ = std::move(raw);
   overlap_ = overlap;
   transfer_overlap_ = transfer_overlap;
+  std::fill(last_sample_.begin(), last_sample_.end(), now_);
+  std::fill(aged_to_.begin(), aged_to_.end(), now_);
   for (int g : groups_) PinGroup(g);
   return absl::OkStatus();
 }

@@ -52,7 +52,7 @@
 // Time comes from the caller (the feedback's timestamps): deterministic.
 //
 // Persistence (Save / Restore): the factors' state (per device its group,
-// name where known, the weighted means, weight and sample count; the two
+// name where known, the weighted means, weight, prior and sample count; the two
 // overlap factors likewise) as versioned YAML, so a restarted daemon does not
 // start cold. Restore checks the text against this calibration's devices
 // (count, groups, names) and changes nothing when any of it is wrong.
@@ -71,19 +71,19 @@
 #include <vector>
 
 #include "absl/status/status.h"
-
 #include "slicesched/common/ids.h"
 #include "slicesched/common/units.h"
 #include "slicesched/gmg/accelerator.h"
 
 namespace slicesched {
 
-// What a factor has learned, for status reports and tests.
+// When a device factor's evidence ages (see above).
 struct CalibrationAgeing {
   Duration grace = Duration::Seconds(1);      // without samples before ageing starts
   Duration half_life = Duration::Seconds(2);  // of the evidence after that; Infinite(): never age
 };
 
+// What a factor has learned, for status reports and tests.
 struct CalibrationFactorView {
   double factor = 1.0;  // as used by the simulator (a device's: pinned)
   double raw = 1.0;     // a device's before pinning its group; = factor otherwise
@@ -115,7 +115,8 @@ class RuntimeCalibration {
   std::string Save() const;
   // Replaces the learned state with a Save() text; an error naming what does
   // not match (version, device count, a device's group or name, a value out
-  // of range) leaves this calibration unchanged.
+  // of range) leaves this calibration unchanged. Restored evidence ages like
+  // new evidence, from the time of the restore (or the first AgeTo).
   absl::Status Restore(std::string_view text);
 
   void set_ageing(CalibrationAgeing ageing) { ageing_ = ageing; }
@@ -138,7 +139,8 @@ class RuntimeCalibration {
 
  private:
   // Exponentially weighted means of measured and model times, and the
-  // weight w of the samples in them (the rest is the prior factor 1).
+  // weight w of the samples in them (the rest is `prior`: 1, or the group's
+  // value once aged).
   struct Ratio {
     double measured = 0, model = 0, weight = 0;
     double prior = 1.0;  // what the factor is with no weight
