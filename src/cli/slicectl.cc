@@ -17,6 +17,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "slicesched/common/strings.h"
@@ -388,6 +389,23 @@ int Status(Client& c) {
       {"policy", r.policy()},
       {"state dir", r.state_dir()},
   });
+  // The runtime calibration: what the simulator multiplies its predictions by.
+  const v1::Calibration& cal = r.calibration();
+  if (cal.devices().empty()) return kSlicectlOk;
+  std::vector<std::vector<std::string>> rows;
+  auto row = [&rows](const std::string& name, const v1::CalibrationFactor& f, const std::string& ops,
+                     const std::string& busy) {
+    rows.push_back({name, absl::StrFormat("%.3f", f.factor()), absl::StrFormat("%.3f", f.raw()),
+                    absl::StrFormat("%.3f", f.weight()), StrCat(f.samples()), ops, busy});
+  };
+  for (const v1::DeviceCalibration& d : cal.devices()) {
+    row(d.name().empty() ? StrCat("device ", d.device()) : d.name(), d.speed(), StrCat(d.operators()),
+        absl::StrFormat("%.1f s", d.busy_seconds()));
+  }
+  row("overlap", cal.overlap(), "-", "-");
+  row("transfer overlap", cal.transfer_overlap(), "-", "-");
+  c.out() << "\ncalibration (speed factor per device, > 1 slower; overlap slowdowns)\n"
+          << FormatTable({"FACTOR OF", "VALUE", "RAW", "WEIGHT", "SAMPLES", "OPERATORS", "BUSY"}, rows);
   return kSlicectlOk;
 }
 

@@ -2,9 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
+#include "slicesched/common/config.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "yaml-cpp/yaml.h"
+
 namespace slicesched {
+namespace {
+
+constexpr int kCalibrationStateVersion = 1;
+constexpr absl::string_view kCalibrationSource = "<calibration state>";
+
+}  // namespace
 
 RuntimeCalibration::RuntimeCalibration(size_t devices, double smoothing)
     : RuntimeCalibration(std::vector<int>(devices, 0), smoothing) {}
@@ -15,16 +27,21 @@ RuntimeCalibration::RuntimeCalibration(const AcceleratorSet& accelerators, doubl
   for (const DeviceSpec& d : accelerators.devices()) {
     auto it = std::find(types.begin(), types.end(), d.type);
     groups_.push_back(static_cast<int>(it - types.begin()));
+    names_.push_back(d.name);
     if (it == types.end()) types.push_back(d.type);
   }
   raw_.resize(groups_.size());
   device_.assign(groups_.size(), 1.0);
+  last_sample_.assign(groups_.size(), Timestamp::Never());
+  aged_to_.assign(groups_.size(), Timestamp::Never());
 }
 
 RuntimeCalibration::RuntimeCalibration(std::vector<int> device_groups, double smoothing)
     : smoothing_(smoothing), groups_(std::move(device_groups)) {
   raw_.resize(groups_.size());
   device_.assign(groups_.size(), 1.0);
+  last_sample_.assign(groups_.size(), Timestamp::Never());
+  aged_to_.assign(groups_.size(), Timestamp::Never());
 }
 
 bool RuntimeCalibration::Ratio::Step(double model_ns, double measured_ns, double smoothing) {
@@ -35,8 +52,14 @@ bool RuntimeCalibration::Ratio::Step(double model_ns, double measured_ns, double
   measured += smoothing * (measured_ns - measured);
   model += smoothing * (model_ns - model);
   weight += smoothing * (1.0 - weight);
-  factor = std::clamp((1.0 - weight) + weight * (measured / model), 0.25, 4.0);
+  ++samples;
+  Refresh();
   return true;
+}
+
+void RuntimeCalibration::Ratio::Refresh() {
+  const double learned = weight > 0 && model > 0 ? (1.0 - weight) * prior + weight * (measured / model) : prior;
+  factor = std::clamp(learned, 0.25, 4.0);
 }
 
 void RuntimeCalibration::PinGroup(int group) {
@@ -55,11 +78,53 @@ void RuntimeCalibration::PinGroup(int group) {
   }
 }
 
+double RuntimeCalibration::GroupPrior(size_t device) const {
+  double log_sum = 0;
+  int n = 0;
+  for (size_t e = 0; e < groups_.size(); ++e) {
+    if (e == device || groups_[e] != groups_[device] || !(raw_[e].weight > 0)) continue;
+    log_sum += std::log(raw_[e].factor);
+    ++n;
+  }
+  return n == 0 ? 1.0 : std::exp(log_sum / n);
+}
+
+void RuntimeCalibration::AgeTo(Timestamp now) {
+  if (now_.is_never()) {
+    now_ = now;
+    std::fill(last_sample_.begin(), last_sample_.end(), now);
+    std::fill(aged_to_.begin(), aged_to_.end(), now);
+    return;
+  }
+  if (now <= now_) return;
+  now_ = now;
+  if (ageing_.half_life == Duration::Infinite()) return;
+  std::vector<int> touched;
+  for (size_t d = 0; d < groups_.size(); ++d) {
+    const Timestamp from = std::max(aged_to_[d], last_sample_[d] + ageing_.grace);
+    if (now <= from) continue;
+    aged_to_[d] = now;
+    Ratio& r = raw_[d];
+    if (!(r.weight > 0)) continue;
+    const double keep = std::exp2(-static_cast<double>((now - from).nanos()) /
+                                  static_cast<double>(std::max<int64_t>(1, ageing_.half_life.nanos())));
+    r.measured *= keep;
+    r.model *= keep;
+    r.weight *= keep;
+    r.prior = GroupPrior(d);
+    r.Refresh();
+    if (std::find(touched.begin(), touched.end(), groups_[d]) == touched.end()) touched.push_back(groups_[d]);
+  }
+  for (int g : touched) PinGroup(g);
+}
+
 void RuntimeCalibration::ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped) {
   if (!(model_ns > 0.0) || d.value() >= device_.size()) return;
   if (overlapped) {
     overlap_.Step(model_ns * device_[d.value()], measured_ns, smoothing_);
   } else if (raw_[d.value()].Step(model_ns, measured_ns, smoothing_)) {
+    last_sample_[d.value()] = now_;
+    aged_to_[d.value()] = std::max(aged_to_[d.value()], now_);
     PinGroup(groups_[d.value()]);
   }
 }
@@ -67,6 +132,144 @@ void RuntimeCalibration::ObserveOp(DeviceId d, double model_ns, double measured_
 void RuntimeCalibration::ObserveTransfer(double model_ns, double measured_ns, bool overlapped) {
   if (!overlapped || !(model_ns > 0.0)) return;
   transfer_overlap_.Step(model_ns, measured_ns, smoothing_);
+}
+
+CalibrationView RuntimeCalibration::View() const {
+  CalibrationView v;
+  v.device_groups = groups_;
+  for (size_t d = 0; d < groups_.size(); ++d) {
+    v.devices.push_back(
+        {.factor = device_[d], .raw = raw_[d].factor, .weight = raw_[d].weight, .samples = raw_[d].samples});
+  }
+  auto view = [](const Ratio& r) {
+    return CalibrationFactorView{.factor = r.factor, .raw = r.factor, .weight = r.weight, .samples = r.samples};
+  };
+  v.overlap = view(overlap_);
+  v.transfer_overlap = view(transfer_overlap_);
+  return v;
+}
+
+namespace {
+
+template <typename Ratio>
+void EmitRatio(YAML::Emitter& out, const Ratio& r) {
+  out << YAML::Key << "measured_ns" << YAML::Value << r.measured;
+  out << YAML::Key << "model_ns" << YAML::Value << r.model;
+  out << YAML::Key << "weight" << YAML::Value << r.weight;
+  out << YAML::Key << "prior" << YAML::Value << r.prior;
+  out << YAML::Key << "samples" << YAML::Value << r.samples;
+}
+
+}  // namespace
+
+std::string RuntimeCalibration::Save() const {
+  YAML::Emitter out;
+  out.SetDoublePrecision(std::numeric_limits<double>::max_digits10);  // exact round trip
+  out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << kCalibrationStateVersion;
+  out << YAML::Key << "devices" << YAML::Value << YAML::BeginSeq;
+  for (size_t d = 0; d < groups_.size(); ++d) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "id" << YAML::Value << d;
+    if (!names_.empty()) out << YAML::Key << "name" << YAML::Value << names_[d];
+    out << YAML::Key << "group" << YAML::Value << groups_[d];
+    EmitRatio(out, raw_[d]);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  for (const auto& [key, r] : {std::pair<const char*, const Ratio*>{"overlap", &overlap_},
+                               std::pair<const char*, const Ratio*>{"transfer_overlap", &transfer_overlap_}}) {
+    out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
+    EmitRatio(out, *r);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str());
+}
+
+namespace {
+
+// Reads one saved Ratio's fields into `r`, checking their ranges.
+template <typename Ratio>
+void ReadRatio(const ConfigReader& e, Ratio* r) {
+  r->measured = e.Required<double>("measured_ns");
+  r->model = e.Required<double>("model_ns");
+  r->weight = e.Required<double>("weight");
+  r->prior = e.Required<double>("prior");
+  r->samples = e.Required<int64_t>("samples");
+  e.Check(std::isfinite(r->measured) && r->measured >= 0, "measured_ns",
+          StrCat("must be a non-negative number, got ", r->measured));
+  e.Check(std::isfinite(r->model) && r->model >= 0, "model_ns",
+          StrCat("must be a non-negative number, got ", r->model));
+  e.Check(r->weight >= 0 && r->weight < 1, "weight", StrCat("must be in [0, 1), got ", r->weight));
+  e.Check(r->prior >= 0.25 && r->prior <= 4, "prior", StrCat("must be in [0.25, 4], got ", r->prior));
+  e.Check(r->samples >= 0, "samples", StrCat("must be non-negative, got ", r->samples));
+  if (r->weight > 0) e.Check(r->model > 0, "model_ns", "must be positive when weight is");
+  r->Refresh();
+}
+
+}  // namespace
+
+absl::Status RuntimeCalibration::Restore(std::string_view text) {
+  SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlString(ToAbsl(text), kCalibrationSource));
+  ConfigErrors errors;
+  ConfigReader r(root, kCalibrationSource, &errors);
+  if (!r.present() || !r.IsMap()) {
+    return absl::InvalidArgumentError(
+        StrCat(kCalibrationSource, ": must be a map with 'version', 'devices', 'overlap', 'transfer_overlap'"));
+  }
+  r.RejectUnknownKeys({"version", "devices", "overlap", "transfer_overlap"});
+  const int64_t version = r.Required<int64_t>("version");
+  if (r.Has("version")) {
+    r.Check(version == kCalibrationStateVersion, "version",
+            StrCat("unsupported version ", version, " (expected ", kCalibrationStateVersion, ")"));
+  }
+  std::vector<Ratio> raw(groups_.size());
+  const ConfigReader list = r.RequiredChild("devices");
+  if (list.present() && !list.IsList()) {
+    list.Error("expected a list");
+  } else if (list.present() && list.size() != groups_.size()) {
+    list.Error(StrCat("saved for ", list.size(), " devices, but this daemon has ", groups_.size()));
+  } else if (list.present()) {
+    for (size_t d = 0; d < groups_.size(); ++d) {
+      const ConfigReader e = list.At(d);
+      if (!e.IsMap()) {
+        e.Error("expected a map");
+        continue;
+      }
+      e.RejectUnknownKeys({"id", "name", "group", "measured_ns", "model_ns", "weight", "prior", "samples"});
+      const int64_t id = e.Required<int64_t>("id");
+      e.Check(!e.Has("id") || id == static_cast<int64_t>(d), "id", StrCat("expected ", d, ", got ", id));
+      const int64_t group = e.Required<int64_t>("group");
+      e.Check(!e.Has("group") || group == groups_[d], "group",
+              StrCat("device ", d, " was saved in device group ", group, " but is in group ", groups_[d],
+                     " now (its device type changed)"));
+      if (e.Has("name") && !names_.empty()) {
+        const std::string name = e.Required<std::string>("name");
+        e.Check(name == names_[d], "name",
+                StrCat("device ", d, " was saved as '", name, "' but is '", names_[d], "' now"));
+      }
+      ReadRatio(e, &raw[d]);
+    }
+  }
+  Ratio overlap, transfer_overlap;
+  for (const auto& [key, out] : {std::pair<const char*, Ratio*>{"overlap", &overlap},
+                                 std::pair<const char*, Ratio*>{"transfer_overlap", &transfer_overlap}}) {
+    const ConfigReader e = r.RequiredChild(key);
+    if (!e.present()) continue;
+    if (!e.IsMap()) {
+      e.Error("expected a map");
+      continue;
+    }
+    e.RejectUnknownKeys({"measured_ns", "model_ns", "weight", "prior", "samples"});
+    ReadRatio(e, out);
+  }
+  SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());
+  raw_ = std::move(raw);
+  overlap_ = overlap;
+  transfer_overlap_ = transfer_overlap;
+  std::fill(last_sample_.begin(), last_sample_.end(), now_);
+  std::fill(aged_to_.begin(), aged_to_.end(), now_);
+  for (int g : groups_) PinGroup(g);
+  return absl::OkStatus();
 }
 
 }  // namespace slicesched

@@ -127,6 +127,10 @@ bool SameModel(const LlamaDims& a, const LlamaDims& b) {
          a.ffn == b.ffn && a.vocab == b.vocab && a.dtype == b.dtype && a.fusion == b.fusion;
 }
 
+// Calibration log lines (see the header).
+constexpr double kCalibrationLogChange = 0.10;
+constexpr Duration kCalibrationLogInterval = Duration::Seconds(1);
+
 int64_t UnixMillisNow() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -187,7 +191,7 @@ struct Master::Impl {
         truth(gmg.accelerators(), GroundTruthOptions{}),
         cluster(&gmg, &truth, /*seed=*/1),
         transfers(gmg.accelerators()),
-        calibration(gmg.accelerators().size()),
+        calibration(gmg.accelerators()),
         ctx(&gmg.templates(), &ops, &transfers),
         learner(&gmg, &ctx, &ops, &transfers, &calibration),
         pool(std::max(1, options.scheduler_threads)),
@@ -220,6 +224,11 @@ struct Master::Impl {
   std::deque<BusySample> busy_samples;
   std::vector<int64_t> busy_ns;          // per device: measured operator time so far
   std::vector<int64_t> busy_offline_ns;  // the part of it spent on offline instances
+  std::vector<uint64_t> ops_done;        // per device: operators completed so far
+  // Calibration log lines (see the header): per factor (devices, then the
+  // overlap and transfer-overlap factors) the value last logged and when.
+  std::vector<double> logged_factor;
+  std::vector<Timestamp> logged_at;
   struct UnclassifiedBusy {
     uint64_t instance;
     uint16_t device;
@@ -300,6 +309,42 @@ struct Master::Impl {
     g.kv.clear();
   }
   std::unique_ptr<MasterObserved> obs;  // Timeline and Metrics
+
+  // What the StateStore keeps of the learned models ("op", "transfer",
+  // "calibration").
+  std::vector<EstimatorSnapshot> LearnedState() const {
+    return {{.kind = "op", .text = ops.Save()},
+            {.kind = "transfer", .text = transfers.Save()},
+            {.kind = "calibration", .text = calibration.Save()}};
+  }
+
+  // One log line per calibration factor that moved (see the header). Runs
+  // every loop iteration with feedback: reads the factors only, builds a
+  // line only for one that moved.
+  void LogCalibration(Timestamp now) {
+    const size_t nd = calibration.num_devices();
+    if (logged_factor.empty()) {
+      logged_factor.assign(nd + 2, 1.0);  // the devices, overlap, transfer overlap
+      logged_at.assign(nd + 2, Timestamp::Never());
+    }
+    for (size_t i = 0; i < nd + 2; ++i) {
+      const double factor = i < nd    ? calibration.device_factor(DeviceId(static_cast<uint16_t>(i)))
+                            : i == nd ? calibration.overlap_factor()
+                                      : calibration.transfer_overlap_factor();
+      if (std::abs(factor / logged_factor[i] - 1.0) <= kCalibrationLogChange) continue;
+      if (logged_at[i] != Timestamp::Never() && now - logged_at[i] < kCalibrationLogInterval) continue;
+      const CalibrationView v = calibration.View();
+      const CalibrationFactorView& f = i < nd ? v.devices[i] : i == nd ? v.overlap : v.transfer_overlap;
+      const std::string name =
+          i < nd ? StrCat("device ", gmg.accelerators().device(DeviceId(static_cast<uint16_t>(i))).name, " speed")
+                 : std::string(i == nd ? "overlap" : "transfer overlap");
+      spdlog::info("calibration: {} factor {:.3f} -> {:.3f} (raw {:.3f}, weight {:.3f}, {} samples{})", name,
+                   logged_factor[i], f.factor, f.raw, f.weight, f.samples,
+                   i < nd ? StrCat(", ", ops_done[i], " ops on it") : "");
+      logged_factor[i] = factor;
+      logged_at[i] = now;
+    }
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -335,6 +380,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   Impl& im = *m->impl_;
   im.busy_ns.assign(im.gmg.accelerators().size(), 0);
   im.busy_offline_ns.assign(im.gmg.accelerators().size(), 0);
+  im.ops_done.assign(im.gmg.accelerators().size(), 0);
   if (!cpu_devices.empty()) {
 #if SLICESCHED_SERVING_WITH_TORCH
     ExecutorOptions eo;
@@ -358,12 +404,13 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   im.obs = std::make_unique<MasterObserved>(std::max<size_t>(1, m->options_.timeline_capacity));
 
   // Estimators first, so keys registered with the deployments start warm.
-  for (const char* kind : {"op", "transfer"}) {
+  for (const std::string_view kind : {"op", "transfer", "calibration"}) {
     auto snap = m->store_->GetEstimator(kind);
     if (absl::IsNotFound(snap.status())) continue;
     if (!snap.ok()) return Annotate(snap.status(), StrCat("restoring the ", kind, " estimator"));
-    const absl::Status s = std::string_view(kind) == "op" ? im.ops.Restore(snap->text)
-                                                          : im.transfers.Restore(snap->text);
+    const absl::Status s = kind == "op"         ? im.ops.Restore(snap->text)
+                           : kind == "transfer" ? im.transfers.Restore(snap->text)
+                                                : im.calibration.Restore(snap->text);
     if (s.ok()) {
       spdlog::info("restored the {} estimator from {}", kind, m->store_->path());
     } else {
@@ -415,8 +462,7 @@ void Master::Shutdown() {
     for (auto& [id, t] : impl_->live) t.record->Close();
     for (auto& [id, g] : impl_->generations) g.record->Finish(GenerationEnd::kCancelled, "the daemon is shutting down");
     if (store_ != nullptr) {
-      const absl::Status s = store_->PutEstimators(
-          {{.kind = "op", .text = impl_->ops.Save()}, {.kind = "transfer", .text = impl_->transfers.Save()}});
+      const absl::Status s = store_->PutEstimators(impl_->LearnedState());
       if (!s.ok()) spdlog::error("saving the estimators at shutdown failed: {}", s.ToString());
     }
   }
@@ -496,6 +542,7 @@ void Master::Loop() {
       im.learner.Apply(f, /*score=*/true);
       if (f.kind != Feedback::Kind::kOp) continue;
       im.busy_ns[f.device.value()] += f.measured().nanos();
+      ++im.ops_done[f.device.value()];
       if (offline) im.busy_offline_ns[f.device.value()] += f.measured().nanos();
       if (!class_known) im.busy_unclassified.push_back({f.instance.value(), f.device.value(), f.measured().nanos()});
       if (auto g = im.step_owner.find(f.instance.value()); g != im.step_owner.end()) {
@@ -503,6 +550,8 @@ void Master::Loop() {
         if (gen.first_start == Timestamp::Never()) gen.first_start = f.start;
       }
     }
+
+    if (!im.feedback.empty()) im.LogCalibration(now);
 
     // Retired instances: their final state.
     const std::vector<RetiredInstance> retired = im.gmg.TakeRetired();
@@ -598,8 +647,7 @@ void Master::Loop() {
 
     if (now - im.last_save >= options_.estimator_save_interval) {
       im.last_save = now;
-      const absl::Status saved = store_->PutEstimators(
-          {{.kind = "op", .text = im.ops.Save()}, {.kind = "transfer", .text = im.transfers.Save()}});
+      const absl::Status saved = store_->PutEstimators(im.LearnedState());
       if (!saved.ok()) spdlog::warn("periodic estimator save failed: {}", saved.ToString());
     }
   }
@@ -1218,6 +1266,12 @@ absl::StatusOr<MasterStatus> Master::Status() {
     st.policy = std::string(im.scheduler.name());
     st.backend = backend_name_;
     st.state_dir = config_.state_dir;
+    st.calibration = im.calibration.View();
+    for (const DeviceSpec& d : im.gmg.accelerators().devices()) {
+      st.device_names.push_back(d.name);
+      st.device_operators.push_back(im.ops_done[d.id.value()]);
+      st.device_busy_seconds.push_back(static_cast<double>(im.busy_ns[d.id.value()]) / 1e9);
+    }
     if (!draining_.load()) {
       st.state = ServingStateKind::kServing;
     } else {
@@ -1310,10 +1364,7 @@ absl::StatusOr<EstimatorView> Master::Estimators() {
 
 absl::Status Master::SaveEstimators() {
   std::vector<EstimatorSnapshot> snaps;
-  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
-    snaps.push_back({.kind = "op", .text = impl_->ops.Save()});
-    snaps.push_back({.kind = "transfer", .text = impl_->transfers.Save()});
-  }));
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] { snaps = impl_->LearnedState(); }));
   return store_->PutEstimators(snaps);
 }
 

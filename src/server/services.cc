@@ -78,6 +78,26 @@ void FillDevice(const DeviceInfo& d, v1::Device* out) {
   out->set_memory_bytes(d.spec.memory.count());
 }
 
+void FillFactor(const CalibrationFactorView& f, v1::CalibrationFactor* out) {
+  out->set_factor(f.factor);
+  out->set_raw(f.raw);
+  out->set_weight(f.weight);
+  out->set_samples(static_cast<uint64_t>(f.samples));
+}
+
+void FillCalibration(const MasterStatus& st, v1::Calibration* out) {
+  for (size_t d = 0; d < st.calibration.devices.size(); ++d) {
+    v1::DeviceCalibration* dc = out->add_devices();
+    dc->set_device(static_cast<uint32_t>(d));
+    if (d < st.device_names.size()) dc->set_name(st.device_names[d]);
+    FillFactor(st.calibration.devices[d], dc->mutable_speed());
+    if (d < st.device_operators.size()) dc->set_operators(st.device_operators[d]);
+    if (d < st.device_busy_seconds.size()) dc->set_busy_seconds(st.device_busy_seconds[d]);
+  }
+  FillFactor(st.calibration.overlap, out->mutable_overlap());
+  FillFactor(st.calibration.transfer_overlap, out->mutable_transfer_overlap());
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, std::string_view field) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(StrCat(field, ": cannot read '", path, "'"));
@@ -241,6 +261,7 @@ grpc::Status AdminServiceImpl::Status(grpc::ServerContext* ctx, const v1::Status
   }
   out->set_policy(st->policy);
   out->set_state_dir(st->state_dir);
+  FillCalibration(*st, out->mutable_calibration());
   return grpc::Status::OK;
 }
 

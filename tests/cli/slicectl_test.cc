@@ -127,6 +127,30 @@ TEST_F(SlicectlTest, StatusTableAndJson) {
   EXPECT_EQ(j.fields().at("state").string_value(), "SERVING_STATE_SERVING");
   EXPECT_EQ(j.fields().at("num_devices").number_value(), 2);
   EXPECT_EQ(j.fields().at("deployments").list_value().values(0).string_value(), "tiny-a");
+
+  // The runtime calibration, per device and the overlap factors.
+  RunOneInstance();
+  r = Run({"status"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\ncalibration (speed factor per device"));
+  EXPECT_THAT(r.out, HasSubstr("FACTOR OF         VALUE  RAW    WEIGHT  SAMPLES  OPERATORS  BUSY"));
+  EXPECT_THAT(r.out, HasSubstr("\nv0                "));
+  EXPECT_THAT(r.out, HasSubstr("\noverlap           "));
+  EXPECT_THAT(r.out, HasSubstr("\ntransfer overlap  1.000"));
+  r = Run({"status", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto cal = ParseJson(r.out).fields().at("calibration").struct_value();
+  const auto& devices = cal.fields().at("devices").list_value();
+  ASSERT_EQ(devices.values_size(), 2);
+  int64_t operators = 0;
+  for (int d = 0; d < 2; ++d) {
+    const auto& dev = devices.values(d).struct_value().fields();
+    EXPECT_EQ(dev.at("name").string_value(), StrCat("v", d));
+    EXPECT_GT(dev.at("speed").struct_value().fields().at("factor").number_value(), 0.0);
+    if (dev.contains("operators")) operators += std::stoll(dev.at("operators").string_value());
+  }
+  EXPECT_GT(operators, 0);
+  EXPECT_TRUE(cal.fields().contains("overlap"));
 }
 
 TEST_F(SlicectlTest, DevicesAndDeploymentsTables) {

@@ -117,5 +117,159 @@ TEST(RuntimeCalibrationTest, EstimatorAndCalibrationDoNotDriftUnderSkewedNoise) 
   EXPECT_NEAR(cal.device_factor(DeviceId(1)), 1.1 / std::sqrt(0.99), 0.05);
 }
 
+TEST(RuntimeCalibrationTest, EvidenceOfADeviceWithoutSamplesAgesToItsGroup) {
+  auto at = [](double s) { return Timestamp::FromNanos(static_cast<int64_t>(s * 1e9)); };
+  RuntimeCalibration cal(std::vector<int>{0, 0, 0, 1}, 0.05);
+  cal.set_ageing({.grace = Duration::Seconds(1), .half_life = Duration::Seconds(2)});
+  // 0.2 s: device 2 looks 2x slow, device 3 (alone in its type) 3x.
+  double t = 0;
+  for (int i = 0; i < 400; ++i, t += 0.0005) {
+    cal.AgeTo(at(t));
+    cal.ObserveOp(DeviceId(i % 4), 1e6, (i % 4 == 2 ? 2.0 : i % 4 == 3 ? 3.0 : 1.0) * 1e6, false);
+  }
+  const double slow = cal.View().devices[2].raw;
+  EXPECT_GT(slow, 1.9);
+  // Then only devices 0 and 1 get samples. For the first second (the grace)
+  // device 2 keeps its evidence; after it, its weight halves every 2 s.
+  auto run_until = [&](double end) {
+    for (int i = 0; t < end; ++i, t += 0.0005) {
+      cal.AgeTo(at(t));
+      cal.ObserveOp(DeviceId(i % 2), 1e6, 1e6, false);
+    }
+  };
+  run_until(1.1);
+  EXPECT_NEAR(cal.View().devices[2].raw, slow, 0.01);
+  const double w0 = cal.View().devices[2].weight;
+  run_until(3.2);  // one half-life past the grace
+  EXPECT_NEAR(cal.View().devices[2].weight, w0 * 0.5, 0.02);
+  run_until(21.2);
+  const CalibrationView v = cal.View();
+  EXPECT_LT(v.devices[2].weight, 0.002);
+  EXPECT_NEAR(v.devices[2].factor, 1.0, 0.01);  // the group's value
+  EXPECT_NEAR(v.devices[0].factor, 1.0, 0.01);
+  EXPECT_GT(v.devices[0].weight, 0.99);  // sampled devices do not age
+  EXPECT_EQ(v.devices[2].samples, 100);
+  // Device 3 is alone in its type: pinned at 1 throughout.
+  EXPECT_DOUBLE_EQ(v.devices[3].factor, 1.0);
+  // Device 2's first new samples outweigh its aged ones: ten at the true
+  // speed (1) give weight ~0.4 of them, and no trace of the old 2x.
+  for (int i = 0; i < 10; ++i) {
+    cal.AgeTo(at(t += 0.0005));
+    cal.ObserveOp(DeviceId(2), 1e6, 1e6, false);
+  }
+  EXPECT_NEAR(cal.View().devices[2].raw, 1.0, 0.01);
+  // Ageing can be switched off: the evidence stays.
+  RuntimeCalibration kept(std::vector<int>{0, 0}, 0.05);
+  kept.set_ageing({.half_life = Duration::Infinite()});
+  kept.AgeTo(at(0));
+  for (int i = 0; i < 100; ++i) kept.ObserveOp(DeviceId(0), 1e6, 2e6, false);
+  const double before = kept.device_factor(DeviceId(0));
+  kept.AgeTo(at(100));
+  EXPECT_EQ(kept.device_factor(DeviceId(0)), before);
+}
+
+AcceleratorSet Devices(const std::vector<std::pair<std::string, std::string>>& name_type) {
+  std::vector<DeviceSpec> devs;
+  for (const auto& [name, type] : name_type) {
+    DeviceSpec d;
+    d.name = name;
+    d.type = type;
+    d.memory = Bytes::GiB(1);
+    devs.push_back(d);
+  }
+  auto accel = AcceleratorSet::Create(devs, LinkSpec{10e9, Duration::Micros(5)});
+  EXPECT_TRUE(accel.ok()) << accel.status();
+  return *std::move(accel);
+}
+
+void Learn(RuntimeCalibration& cal, int n) {
+  for (int i = 0; i < n; ++i) {
+    const int d = i % static_cast<int>(cal.num_devices());
+    cal.ObserveOp(DeviceId(d), 1e6, (0.8 + 0.1 * d) * 1e6, false);
+    cal.ObserveOp(DeviceId(d), 1e6, 1.2e6, true);
+    cal.ObserveTransfer(1e6, 1.3e6, true);
+  }
+}
+
+TEST(RuntimeCalibrationTest, ViewShowsFactorsWeightsAndSamples) {
+  RuntimeCalibration cal(std::vector<int>{0, 0, 1}, 0.05);
+  cal.ObserveOp(DeviceId(0), 1e6, 2e6, false);
+  cal.ObserveOp(DeviceId(1), 1e6, 1e6, false);
+  cal.ObserveOp(DeviceId(1), 1e6, 1e9, false);  // ignored: not counted
+  const CalibrationView v = cal.View();
+  ASSERT_EQ(v.devices.size(), 3u);
+  EXPECT_EQ(v.device_groups, (std::vector<int>{0, 0, 1}));
+  EXPECT_DOUBLE_EQ(v.devices[0].raw, 1.05);  // (1 - 0.05) + 0.05 * 2
+  EXPECT_DOUBLE_EQ(v.devices[0].factor, cal.device_factor(DeviceId(0)));
+  EXPECT_NEAR(v.devices[0].factor * v.devices[1].factor, 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(v.devices[0].weight, 0.05);
+  EXPECT_EQ(v.devices[0].samples, 1);
+  EXPECT_EQ(v.devices[1].samples, 1);
+  EXPECT_EQ(v.devices[2].samples, 0);
+  EXPECT_EQ(v.devices[2].weight, 0.0);
+  EXPECT_EQ(v.overlap.samples, 0);
+  EXPECT_EQ(v.overlap.factor, 1.0);
+}
+
+TEST(RuntimeCalibrationTest, SaveAndRestoreGiveTheSameFactors) {
+  const AcceleratorSet accel = Devices({{"a0", "A"}, {"a1", "A"}, {"b0", "B"}});
+  RuntimeCalibration cal(accel, 0.05);
+  Learn(cal, 300);
+  const std::string text = cal.Save();
+  RuntimeCalibration restored(accel, 0.05);
+  ASSERT_TRUE(restored.Restore(text).ok()) << restored.Restore(text) << "\n" << text;
+  const CalibrationView a = cal.View(), b = restored.View();
+  for (size_t d = 0; d < 3; ++d) {
+    EXPECT_EQ(a.devices[d].factor, b.devices[d].factor) << d;
+    EXPECT_EQ(a.devices[d].raw, b.devices[d].raw) << d;
+    EXPECT_EQ(a.devices[d].weight, b.devices[d].weight) << d;
+    EXPECT_EQ(a.devices[d].samples, b.devices[d].samples) << d;
+  }
+  EXPECT_NE(a.devices[0].factor, 1.0);
+  EXPECT_EQ(a.overlap.factor, b.overlap.factor);
+  EXPECT_EQ(a.overlap.samples, b.overlap.samples);
+  EXPECT_EQ(a.transfer_overlap.factor, b.transfer_overlap.factor);
+  // Learning goes on from the same state.
+  Learn(cal, 7);
+  Learn(restored, 7);
+  EXPECT_EQ(cal.Save(), restored.Save());
+}
+
+TEST(RuntimeCalibrationTest, RestoreRejectsAMismatchedOrCorruptStateAndKeepsItsOwn) {
+  RuntimeCalibration three(Devices({{"c0", "cpu"}, {"c1", "cpu"}, {"c2", "cpu"}}));
+  Learn(three, 200);
+  const std::string saved = three.Save();
+  auto rejected = [](RuntimeCalibration& cal, const std::string& text, const std::string& what) {
+    const std::string before = cal.Save();
+    const absl::Status s = cal.Restore(text);
+    EXPECT_FALSE(s.ok()) << text;
+    EXPECT_NE(std::string(s.message()).find(what), std::string::npos) << s;
+    EXPECT_EQ(cal.Save(), before);
+  };
+  RuntimeCalibration four(Devices({{"c0", "cpu"}, {"c1", "cpu"}, {"c2", "cpu"}, {"c3", "cpu"}}));
+  Learn(four, 50);
+  rejected(four, saved, "saved for 3 devices, but this daemon has 4");
+  RuntimeCalibration renamed(Devices({{"c0", "cpu"}, {"x1", "cpu"}, {"c2", "cpu"}}));
+  rejected(renamed, saved, "device 1 was saved as 'c1' but is 'x1' now");
+  RuntimeCalibration retyped(Devices({{"c0", "cpu"}, {"c1", "gpu"}, {"c2", "cpu"}}));
+  rejected(retyped, saved, "device 1 was saved in device group 0 but is in group 1");
+  RuntimeCalibration same(Devices({{"c0", "cpu"}, {"c1", "cpu"}, {"c2", "cpu"}}));
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string t = saved;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? t : t.replace(at, from.size(), to);
+  };
+  rejected(same, edit("version: 1", "version: 2"), "unsupported version 2 (expected 1)");
+  rejected(same, edit("weight: 0.", "weight: 1."), "weight: must be in [0, 1), got 1.");
+  rejected(same, edit("weight: 0.", "weight: -0."), "must be in [0, 1), got -0.");
+  rejected(same, edit("samples: ", "samples: -"), "samples: must be non-negative");
+  rejected(same, "{version: 1, devices: [", "calibration state");
+  rejected(same, "just text", "must be a map");
+  rejected(same, saved.substr(0, saved.find("overlap")), "overlap");
+  ASSERT_TRUE(same.Restore(saved).ok());
+  EXPECT_EQ(same.Save(), saved);
+}
+
 }  // namespace
 }  // namespace slicesched

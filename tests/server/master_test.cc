@@ -581,6 +581,78 @@ TEST_F(DaemonTest, DeploymentsAndEstimatorsSurviveRestart) {
   EXPECT_EQ(events.back().state(), v1::INSTANCE_STATE_DONE);
 }
 
+// The runtime calibration in Status (RPC), restored from the state dir at
+// start, saved at shutdown; a state saved for other devices is ignored (the
+// daemon starts with the default factors) rather than refused or applied.
+TEST_F(DaemonTest, CalibrationIsInStatusAndSurvivesRestart) {
+  auto status = [&] {
+    v1::StatusResponse r;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(admin_->Status(&ctx, v1::StatusRequest(), &r).ok());
+    return r;
+  };
+  auto plant = [&](const RuntimeCalibration& cal) {
+    StopDaemon();
+    {
+      auto store = StateStore::Open(config_.state_dir);
+      ASSERT_TRUE(store.ok()) << store.status();
+      ASSERT_TRUE((*store)->PutEstimator("calibration", cal.Save()).ok());
+    }
+    StartDaemon();
+  };
+  v1::StatusResponse r = status();
+  ASSERT_EQ(r.calibration().devices_size(), 2);
+  EXPECT_EQ(r.calibration().devices(0).name(), "v0");
+  EXPECT_EQ(r.calibration().devices(1).speed().factor(), 1.0);
+  EXPECT_EQ(r.calibration().devices(1).speed().samples(), 0u);
+
+  // A learned state (device v1 20% slower than v0) is restored as it was.
+  RuntimeCalibration learned(config_.cluster);
+  for (int i = 0; i < 200; ++i) learned.ObserveOp(DeviceId(i % 2), 1e6, (i % 2 ? 1.2 : 1.0) * 1e6, false);
+  plant(learned);
+  r = status();
+  ASSERT_EQ(r.calibration().devices_size(), 2);
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(r.calibration().devices(d).speed().factor(), learned.device_factor(DeviceId(d))) << d;
+    EXPECT_EQ(r.calibration().devices(d).speed().samples(), 100u) << d;
+  }
+  EXPECT_GT(r.calibration().devices(1).speed().factor(), 1.05);
+
+  // Operators and their time per device.
+  v1::RegisterDeploymentResponse reg;
+  ASSERT_TRUE(Register("tiny-c", &reg).ok());
+  v1::SubmitResponse sub;
+  ASSERT_TRUE(Submit("tiny-c/prefill", {{"B", 1}, {"S", 8}}, &sub).ok());
+  grpc::Status ws;
+  ASSERT_EQ(WatchAll(sub.instance_id(), &ws).back().state(), v1::INSTANCE_STATE_DONE);
+  r = status();
+  const v1::Calibration& c = r.calibration();
+  EXPECT_GT(c.devices(0).operators() + c.devices(1).operators(), 0u);
+  EXPECT_GT(c.devices(0).busy_seconds() + c.devices(1).busy_seconds(), 0.0);
+
+  // Shutdown saves it; what it saved restores.
+  StopDaemon();
+  {
+    auto store = StateStore::Open(config_.state_dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto saved = (*store)->GetEstimator("calibration");
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    RuntimeCalibration again(config_.cluster);
+    EXPECT_TRUE(again.Restore(saved->text).ok()) << saved->text;
+    EXPECT_GT(again.device_factor(DeviceId(1)), 1.05);
+  }
+  StartDaemon();
+
+  // Saved for three devices: ignored, the daemon starts with the defaults.
+  RuntimeCalibration three(std::vector<int>{0, 0, 0});
+  for (int i = 0; i < 200; ++i) three.ObserveOp(DeviceId(i % 3), 1e6, (i % 3 ? 1.2 : 1.0) * 1e6, false);
+  plant(three);
+  r = status();
+  ASSERT_EQ(r.calibration().devices_size(), 2);
+  EXPECT_EQ(r.calibration().devices(1).speed().factor(), 1.0);
+  EXPECT_EQ(r.calibration().devices(1).speed().samples(), 0u);
+}
+
 TEST(DaemonConfig, CpuDevicesRunOnLibTorchOrSayTheyDoNot) {
   const std::string dir = UniqueDir("cpu");
   auto c = ParseSlicedConfig(

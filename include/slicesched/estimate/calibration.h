@@ -36,6 +36,27 @@
 // device factor learns only from keys that ran on two devices or more, an
 // overlap factor only from keys also seen without overlap).
 //
+// Evidence ages (AgeTo). A device factor learns only from operators that run
+// on its device, and the what-if placement avoids a device that looks slow,
+// so a factor that rose for a passing reason (the device's thread shared a
+// core for a second) would never see the samples that bring it back: the
+// device is locked out (docs/experiments.md, issue 6, twelfth session;
+// tests/sched/calibration_lockout_test.cc). So once a device has had no
+// sample for `grace`, the weight of its evidence halves every `half_life`
+// and its factor returns to its group's current value (the geometric mean
+// of the other devices' raw factors): the placement then treats it as an
+// ordinary member of its type, tries it, and its own samples decide again.
+// Ageing scales the weighted sums and the weight together, so the first new
+// samples outweigh the old ones. A device that keeps getting samples is not
+// aged. The overlap factors do not age (the placement cannot starve them).
+// Time comes from the caller (the feedback's timestamps): deterministic.
+//
+// Persistence (Save / Restore): the factors' state (per device its group,
+// name where known, the weighted means, weight, prior and sample count; the two
+// overlap factors likewise) as versioned YAML, so a restarted daemon does not
+// start cold. Restore checks the text against this calibration's devices
+// (count, groups, names) and changes nothing when any of it is wrong.
+//
 // Only informative samples move a factor: model > 0, measured > 0 and
 // measured / model <= 10 (a model that far off is a cold key, not a speed).
 // Callers should not feed operators whose estimator has no model yet (its
@@ -44,12 +65,36 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "slicesched/common/ids.h"
+#include "slicesched/common/units.h"
 #include "slicesched/gmg/accelerator.h"
 
 namespace slicesched {
+
+// When a device factor's evidence ages (see above).
+struct CalibrationAgeing {
+  Duration grace = Duration::Seconds(1);      // without samples before ageing starts
+  Duration half_life = Duration::Seconds(2);  // of the evidence after that; Infinite(): never age
+};
+
+// What a factor has learned, for status reports and tests.
+struct CalibrationFactorView {
+  double factor = 1.0;  // as used by the simulator (a device's: pinned)
+  double raw = 1.0;     // a device's before pinning its group; = factor otherwise
+  double weight = 0;    // of the samples against the prior 1, 0..1
+  int64_t samples = 0;  // informative samples taken
+};
+struct CalibrationView {
+  std::vector<CalibrationFactorView> devices;  // by device id
+  std::vector<int> device_groups;
+  CalibrationFactorView overlap, transfer_overlap;
+};
 
 class RuntimeCalibration {
  public:
@@ -63,6 +108,21 @@ class RuntimeCalibration {
   double device_factor(DeviceId d) const { return device_[d.value()]; }
   double overlap_factor() const { return overlap_.factor; }
   double transfer_overlap_factor() const { return transfer_overlap_.factor; }
+  size_t num_devices() const { return groups_.size(); }
+  CalibrationView View() const;
+
+  // Versioned YAML of the learned state (see above).
+  std::string Save() const;
+  // Replaces the learned state with a Save() text; an error naming what does
+  // not match (version, device count, a device's group or name, a value out
+  // of range) leaves this calibration unchanged. Restored evidence ages like
+  // new evidence, from the time of the restore (or the first AgeTo).
+  absl::Status Restore(std::string_view text);
+
+  void set_ageing(CalibrationAgeing ageing) { ageing_ = ageing; }
+  // Ages the device factors to time `now` (see above); earlier times are
+  // ignored. The first call only starts the clock.
+  void AgeTo(Timestamp now);
 
   // `model_ns` is the estimator's prediction without any factor.
   void ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped);
@@ -79,20 +139,33 @@ class RuntimeCalibration {
 
  private:
   // Exponentially weighted means of measured and model times, and the
-  // weight w of the samples in them (the rest is the prior factor 1).
+  // weight w of the samples in them (the rest is `prior`: 1, or the group's
+  // value once aged).
   struct Ratio {
     double measured = 0, model = 0, weight = 0;
+    double prior = 1.0;  // what the factor is with no weight
     double factor = 1.0;
+    int64_t samples = 0;
+    // factor from the means and weight (clamped).
+    void Refresh();
     // Adds one sample; false if ignored.
     bool Step(double model_ns, double measured_ns, double smoothing);
   };
   void PinGroup(int group);
+  // Geometric mean of the raw factors of `device`'s group but itself, of
+  // those with any weight (1 when none).
+  double GroupPrior(size_t device) const;
 
   double smoothing_;
   std::vector<int> groups_;
+  std::vector<std::string> names_;  // device names where known (else empty)
   std::vector<Ratio> raw_;      // per device, before pinning
   std::vector<double> device_;  // per device, pinned
   Ratio overlap_, transfer_overlap_;
+  CalibrationAgeing ageing_;
+  Timestamp now_ = Timestamp::Never();  // of the last AgeTo
+  std::vector<Timestamp> last_sample_;  // per device: now_ at its last sample
+  std::vector<Timestamp> aged_to_;      // per device: ageing applied up to here
 };
 
 }  // namespace slicesched

@@ -58,7 +58,15 @@
 // take precedence over persisted ones of the same name.
 //
 // Estimators: restored from the StateStore ("op", "transfer") at start,
-// saved periodically, at Drain and at Shutdown.
+// saved periodically, at Drain and at Shutdown; the runtime calibration
+// (kind "calibration", RuntimeCalibration::Save) with them. A saved state that
+// does not fit (another device count, a renamed or retyped device, a corrupt
+// text) is logged and ignored: that part starts cold.
+//
+// Calibration in the log: a line ("calibration: device cpu2 speed factor
+// 1.000 -> 1.134 ...") when a factor has moved by more than 10% since its
+// last line, at most one per factor a second, so a run's log holds each
+// factor's trajectory; Status reports the current values.
 //
 // Retained checkpoints (KV caches produced by prefill instances) are
 // released `checkpoint_ttl` after they were produced or last attached.
@@ -85,6 +93,7 @@
 #include "slicesched/common/clock.h"
 #include "slicesched/common/ids.h"
 #include "slicesched/common/units.h"
+#include "slicesched/estimate/calibration.h"
 #include "slicesched/estimate/estimators.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/snapshot.h"
@@ -274,6 +283,12 @@ struct MasterStatus {
   std::string policy;
   std::string backend;          // what actually executes, e.g. "virtual"
   std::string state_dir;
+  // The runtime calibration, and per device (by id) its name, the operators
+  // completed on it since start and their measured time.
+  CalibrationView calibration;
+  std::vector<std::string> device_names;
+  std::vector<uint64_t> device_operators;
+  std::vector<double> device_busy_seconds;
 };
 
 struct DeviceInfo {
