@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <algorithm>
 #include <cctype>
 #include <regex>
 #include <string>
@@ -133,6 +134,39 @@ void RunCampaign(const std::string& surface, const std::vector<std::string>& see
   c.Report();
 }
 
+// Structure-aware sweep: every value of every line of `seed`, in turn,
+// replaced by every extreme value of the mutator's dictionary. Errors must
+// meet `names_where`; with SLICESCHED_FUZZ_VERBOSE set, accepted substitutions
+// are printed for review (silent acceptance of nonsense).
+void SweepValues(const std::string& surface, const std::string& seed,
+                 const std::function<absl::Status(const std::string&)>& parse,
+                 const std::function<bool(const std::string&)>& names_where) {
+  const bool verbose = std::getenv("SLICESCHED_FUZZ_VERBOSE") != nullptr;
+  Campaign c{.surface = surface + " (value sweep)"};
+  size_t line_start = 0;
+  while (line_start < seed.size()) {
+    size_t line_end = seed.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = seed.size();
+    const std::string line = seed.substr(line_start, line_end - line_start);
+    const size_t colon = line.find(": ");
+    const size_t first = line.find_first_not_of(' ');
+    if (colon != std::string::npos && first != std::string::npos && line[first] != '#') {
+      const size_t vs = colon + 2;
+      size_t ve = std::min(line.size(), line.find_first_of(",}#", vs));
+      while (ve > vs && line[ve - 1] == ' ') --ve;
+      for (const std::string& v : fuzz::Mutator::ExtremeValues()) {
+        const std::string input = seed.substr(0, line_start + vs) + v + seed.substr(line_start + ve);
+        const absl::Status s = parse(input);
+        ++c.iterations;
+        c.Record(s, names_where(std::string(s.message())), input);
+        if (s.ok() && verbose) std::printf("[fuzz] %s accepts `%s` <- %s\n", surface.c_str(), line.c_str(), Excerpt(v.substr(0, 40)).c_str());
+      }
+    }
+    line_start = line_end + 1;
+  }
+  c.Report();
+}
+
 TEST(ParserMutation, SeedsAreValid) {
   // The campaigns start from valid inputs; a broken seed would only test the
   // first error path.
@@ -150,6 +184,12 @@ TEST(ParserMutation, SlicedConfig) {
   const std::string source = "<fuzz:sliced.yaml>";
   const std::vector<std::string> seeds = {std::string(DefaultSlicedConfigYaml()),
                                           ReadFile(SourceDir() + "/configs/sliced.yaml")};
+  const auto parse = [&](const std::string& input) {
+    auto node = LoadYamlString(input, source);
+    return node.ok() ? ParseSlicedConfig(*node, source).status() : node.status();
+  };
+  const auto names = [&](const std::string& msg) { return NamesSourcePosition(msg, source); };
+  SweepValues("sliced config", seeds[1], parse, names);
   RunCampaign("sliced config", seeds, Iterations(1500), [&](const std::string& input, Campaign& c) {
     absl::Status s;
     auto node = LoadYamlString(input, source);
@@ -172,6 +212,11 @@ TEST(ParserMutation, PersistedDeployment) {
   inline_model.model_preset.clear();
   seeds.push_back(inline_model.ToYaml());
   const std::string source = "<fuzz:deployment>";
+  for (const std::string& seed : seeds) {
+    SweepValues("persisted deployment", seed,
+                [&](const std::string& input) { return DeploymentConfigFromYaml(input, source).status(); },
+                [&](const std::string& msg) { return NamesSourcePosition(msg, source); });
+  }
   RunCampaign("persisted deployment", seeds, Iterations(1500), [&](const std::string& input, Campaign& c) {
     const absl::Status s = DeploymentConfigFromYaml(input, source).status();
     c.Record(s, NamesSourcePosition(std::string(s.message()), source), input);
@@ -187,6 +232,10 @@ TEST(ParserMutation, JobSpec) {
   jobs::JobSpecOptions options;
   options.source = "<fuzz:job>";
   options.base_dir = jobs;
+  for (const std::string& seed : seeds) {
+    SweepValues("job spec", seed, [&](const std::string& input) { return jobs::ParseJobSpec(input, options).status(); },
+                [&](const std::string& msg) { return NamesSourcePosition(msg, options.source); });
+  }
   RunCampaign("job spec", seeds, Iterations(2000), [&](const std::string& input, Campaign& c) {
     const absl::Status s = jobs::ParseJobSpec(input, options).status();
     c.Record(s, NamesSourcePosition(std::string(s.message()), options.source), input);
