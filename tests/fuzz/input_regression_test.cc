@@ -9,6 +9,7 @@
 #include "slicesched/common/config.h"
 #include "slicesched/jobs/job_spec.h"
 #include "slicesched/server/config.h"
+#include "slicesched/synth/tasks.h"
 
 namespace slicesched {
 namespace {
@@ -17,11 +18,12 @@ using ::testing::HasSubstr;
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-// A persisted deployment (DeploymentConfig::ToYaml) with an inline model.
+// A persisted deployment (DeploymentConfig::ToYaml) with an inline model;
+// listing partitions makes the parser build the model's templates.
 std::string InlineDeployment(const std::string& layers, const std::string& fusion) {
   return "name: d\nmodel:\n  name: d\n  layers: " + layers +
          "\n  hidden: 64\n  heads: 4\n  kv_heads: 2\n  ffn: 176\n  vocab: 256\n  dtype: f32\n  fusion: " + fusion +
-         "\nweights: {seed: 1}\nrole: online\n";
+         "\nweights: {seed: 1}\nrole: online\npartitions: [single]\n";
 }
 
 TEST(InputRegression, HugeLayerCountIsRejectedBeforeBuildingTemplates) {
@@ -89,6 +91,19 @@ TEST(InputRegression, JobSizesAreBounded) {
   EXPECT_THAT(Message(j.status()), HasSubstr("hyperparameters.lora_rank: must be at most 4096"));
   auto max = jobs::ParseJobSpec(Job("learning_rate: 10, batch_size: 65536, lora_rank: 4096"));
   EXPECT_TRUE(max.ok()) << max.status();
+}
+
+TEST(InputRegression, JsonlLabelOutOfInt64RangeIsRejected) {
+  // Found by reading the JSONL parser while moving it out of the torch-only
+  // job runner for the campaign: a label of 1e308 (or nan) was cast to int64
+  // (undefined behaviour).
+  synth::Example e;
+  absl::Status s = synth::ParseJsonlExample(R"({"tokens": [1, 2], "label": 1e308})", 3, "d.jsonl", &e);
+  EXPECT_THAT(Message(s), HasSubstr("d.jsonl:3: \"label\" 1e+308 is out of range"));
+  s = synth::ParseJsonlExample(R"({"tokens": [1], "label": nan})", 4, "d.jsonl", &e);
+  EXPECT_THAT(Message(s), HasSubstr("d.jsonl:4: \"label\" nan is out of range"));
+  ASSERT_TRUE(synth::ParseJsonlExample(R"({"tokens": [1], "label": -3})", 5, "d.jsonl", &e).ok());
+  EXPECT_EQ(e.label, -3);
 }
 
 }  // namespace

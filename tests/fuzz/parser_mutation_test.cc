@@ -354,6 +354,23 @@ TEST(ParserMutation, TokensBin) {
   });
 }
 
+TEST(ParserMutation, JsonlDataset) {
+  // One line at a time, as the job runner's loader reads the file.
+  const std::string data = ReadFile(SourceDir() + "/configs/jobs/data/sentiment-tiny.jsonl");
+  std::vector<std::string> seeds;
+  for (size_t start = 0; start < data.size() && seeds.size() < 8;) {
+    const size_t nl = data.find('\n', start);
+    seeds.push_back(data.substr(start, nl - start));
+    start = nl == std::string::npos ? data.size() : nl + 1;
+  }
+  const std::string path = "<fuzz:data.jsonl>";
+  RunCampaign("jsonl line", seeds, Iterations(3000), [&](const std::string& input, Campaign& c) {
+    synth::Example e;
+    const absl::Status s = synth::ParseJsonlExample(input, 17, path, &e);
+    c.Record(s, std::string(s.message()).find(path + ":17: ") != std::string::npos, input);
+  });
+}
+
 TEST(ParserMutation, StateStoreFile) {
   // A restart reads the state directory back: a truncated or corrupt
   // sliced.db must give an error naming the file, not a crash.
