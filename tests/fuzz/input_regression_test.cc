@@ -93,6 +93,17 @@ TEST(InputRegression, JobSizesAreBounded) {
   EXPECT_TRUE(max.ok()) << max.status();
 }
 
+TEST(InputRegression, DeepNestingSaysSo) {
+  // Found by the value sweep: 2000 nested flow maps gave "<cfg>:1:1995: bad
+  // file", yaml-cpp's message for its depth guard.
+  std::string deep;
+  for (int i = 0; i < 2000; ++i) deep += "{a: ";
+  deep += "1" + std::string(2000, '}');
+  auto node = LoadYamlString("a: " + deep + "\n", "<cfg>");
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(Message(node.status()), HasSubstr("<cfg>:1:1995: nested too deeply"));
+}
+
 TEST(InputRegression, JsonlLabelOutOfInt64RangeIsRejected) {
   // Found by reading the JSONL parser while moving it out of the torch-only
   // job runner for the campaign: a label of 1e308 (or nan) was cast to int64
