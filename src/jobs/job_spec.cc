@@ -65,6 +65,15 @@ std::optional<T> RequiredValue(const ConfigReader& r, std::string_view key) {
   return value;
 }
 
+// Required<std::string>(key), with `key: ""` reported as empty (Required
+// accepts it), so that callers may treat "" as already reported.
+std::string RequiredString(const ConfigReader& r, const char* key) {
+  const size_t before = r.errors()->size();
+  std::string value = r.Required<std::string>(key);
+  if (value.empty() && r.Has(key) && r.errors()->size() == before) r.Check(false, key, "must not be empty");
+  return value;
+}
+
 // [A-Za-z0-9._-]+
 bool ValidName(const std::string& name) {
   return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
@@ -87,7 +96,7 @@ void CheckName(const ConfigReader& r, const char* key, const std::string& value,
 }
 
 void ParseBackbone(const ConfigReader& r, const JobSpecOptions& options, JobSpec* spec) {
-  spec->backbone = r.Required<std::string>("backbone");
+  spec->backbone = RequiredString(r, "backbone");
   if (spec->backbone.empty()) return;
   spec->backbone_is_preset = LlamaPreset(ToAbsl(spec->backbone)).ok();
   if (spec->backbone_is_preset || !options.check_backbone) return;
@@ -170,7 +179,7 @@ void ParseSyntheticDataset(const ConfigReader& s, DatasetSpec* ds) {
     return;
   }
   s.RejectUnknownKeys({"task", "seed", "examples", "sequence_length", "num_classes"});
-  syn.task = s.Required<std::string>("task");
+  syn.task = RequiredString(s, "task");
   if (!syn.task.empty()) {
     s.Check(ValidTaskName(syn.task), "task", StrCat("must be a name of [a-z0-9_-], got '", syn.task, "'"));
     if (ValidTaskName(syn.task)) {
@@ -256,7 +265,7 @@ void ParseStop(const ConfigReader& r, StopCondition* stop) {
   ConfigReader s = r.RequiredChild("stop");
   if (!s.present()) return;
   s.RejectUnknownKeys({"metric", "target", "max_epochs", "max_iterations"});
-  const std::string metric = s.Required<std::string>("metric");
+  const std::string metric = RequiredString(s, "metric");
   bool metric_ok = true;
   if (metric == "accuracy") {
     stop->metric = StopMetric::kAccuracy;
@@ -391,7 +400,7 @@ JobSpec ParseJobSpec(const ConfigReader& r, const JobSpecOptions& options, std::
   }
   r.RejectUnknownKeys({"name", "backbone", "dataset", "hyperparameters", "stop", "allow_sharing", "pipeline_parallel",
                        "gpus", "tenant", "trust_domain", "priority"});
-  spec.name = r.Required<std::string>("name");
+  spec.name = RequiredString(r, "name");
   CheckName(r, "name", spec.name, "a job name");
   ParseBackbone(r, options, &spec);
   ParseDataset(r, options, &spec.dataset);

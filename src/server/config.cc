@@ -167,6 +167,8 @@ Duration DurationKnob(const ConfigReader& r, absl::string_view key, double unit_
     r.Check(false, key, StrCat("must not be negative, got ", v));
   } else if (!(ns <= kMaxConfigSeconds * 1e9)) {
     r.Check(false, key, StrCat("must be at most ", kMaxConfigSeconds * 1e9 / unit_ns, " ", unit, ", got ", v));
+  } else if (!allow_zero && ns < 1) {
+    r.Check(false, key, StrCat("must be at least 1 ns, got ", v, " ", unit));
   } else {
     return Duration::Nanos(static_cast<int64_t>(ns));
   }

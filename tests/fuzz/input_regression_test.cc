@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "slicesched/common/config.h"
 #include "slicesched/jobs/job_spec.h"
@@ -63,6 +65,9 @@ TEST(InputRegression, DurationKnobsBeyondInt64NanosAreRejected) {
   EXPECT_THAT(Message(s), HasSubstr("scheduler.volume_ms: must be at most 1e+12 ms, got 1e+300"));
   s = ParseConfig("scheduler: {owner_nap_us: 1e300}\n");
   EXPECT_THAT(Message(s), HasSubstr("scheduler.owner_nap_us: must be at most"));
+  // A positive value below 1 ns was accepted as a zero interval.
+  s = ParseConfig("planner: {interval_s: 1e-300}\n");
+  EXPECT_THAT(Message(s), HasSubstr("planner.interval_s: must be at least 1 ns, got 1e-300 s"));
   // The largest accepted value still converts exactly.
   EXPECT_TRUE(ParseConfig("planner: {interval_s: 1e9}\n").ok());
 }
@@ -91,6 +96,25 @@ TEST(InputRegression, JobSizesAreBounded) {
   EXPECT_THAT(Message(j.status()), HasSubstr("hyperparameters.lora_rank: must be at most 4096"));
   auto max = jobs::ParseJobSpec(Job("learning_rate: 10, batch_size: 65536, lora_rank: 4096"));
   EXPECT_TRUE(max.ok()) << max.status();
+}
+
+TEST(InputRegression, EmptyRequiredJobStringsAreRejected) {
+  // Found by the job spec value sweep: `name: ""`, `backbone: ""`,
+  // `task: ""` and `metric: ""` were accepted (a job with no name, no
+  // backbone, no task; the metric silently accuracy).
+  const std::string job = Job("learning_rate: 1e-3, batch_size: 8");
+  for (const auto& [from, to, field] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"name: j", "name: \"\"", "name: must not be empty"},
+           {"backbone: tiny", "backbone: ''", "backbone: must not be empty"},
+           {"task: parity", "task: \"\"", "dataset.synthetic.task: must not be empty"},
+           {"metric: accuracy", "metric: ''", "stop.metric: must not be empty"}}) {
+    std::string yaml = job;
+    yaml.replace(yaml.find(from), from.size(), to);
+    auto j = jobs::ParseJobSpec(yaml);
+    ASSERT_FALSE(j.ok()) << to;
+    EXPECT_THAT(Message(j.status()), HasSubstr(field));
+  }
 }
 
 TEST(InputRegression, DeepNestingSaysSo) {
