@@ -97,7 +97,10 @@ TEST(LlamaWeightsTest, RejectsInvalidDims) {
 
 TEST(LlamaOpsTest, AllocationFailureIsResourceExhausted) {
   LlamaDims dims = Tiny();
-  dims.vocab = int64_t{1} << 44;  // a 4 PiB embedding: beyond any address space
+  // The largest dims LlamaDims::Validate accepts: a 2^44-element (64 TiB)
+  // embedding, more than any host can back.
+  dims.vocab = LlamaDims::kMaxDim;
+  dims.hidden = LlamaDims::kMaxDim;
   auto w = LlamaWeights::FromSeed(dims, 1);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "yaml-cpp/depthguard.h"
 
 namespace slicesched {
 namespace {
@@ -131,7 +132,10 @@ absl::StatusOr<YAML::Node> LoadYamlString(absl::string_view text,
     if (!e.mark.is_null()) {
       absl::StrAppend(&position, ":", e.mark.line + 1, ":", e.mark.column + 1);
     }
-    return absl::InvalidArgumentError(absl::StrCat(position, ": ", e.msg));
+    // yaml-cpp's depth guard reports nesting that is too deep as "bad file".
+    const bool too_deep = dynamic_cast<const YAML::DeepRecursion*>(&e) != nullptr;
+    return absl::InvalidArgumentError(absl::StrCat(
+        position, ": ", too_deep ? "nested too deeply (collections inside collections beyond yaml-cpp's limit)" : e.msg));
   }
 }
 

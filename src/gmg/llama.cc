@@ -34,9 +34,19 @@ absl::Status LlamaDims::Validate() const {
                           {"fusion", fusion}}) {
     if (v <= 0) return bad(StrCat(field, " must be positive, got ", v));
   }
+  // Bounds that keep the templates (one operator per fused group) and the
+  // parameter counts (int64) finite, whichever front end the dims come from.
+  for (auto [field, v] : {std::pair<const char*, int64_t>{"layers", layers}, {"hidden", hidden},
+                          {"heads", heads}, {"kv_heads", kv_heads}, {"ffn", ffn}, {"vocab", vocab}}) {
+    if (v > kMaxDim) return bad(StrCat(field, " ", v, " is too large (at most ", kMaxDim, ")"));
+  }
   if (hidden % heads != 0) return bad(StrCat("hidden ", hidden, " is not divisible by heads ", heads));
   if (heads % kv_heads != 0) return bad(StrCat("heads ", heads, " is not divisible by kv_heads ", kv_heads));
   if (layers % fusion != 0) return bad(StrCat("layers ", layers, " is not divisible by fusion ", fusion));
+  if (num_groups() > kMaxGroups) {
+    return bad(StrCat(num_groups(), " fused operators per pass (layers / fusion) is too many (at most ", kMaxGroups,
+                      ")"));
+  }
   if (!IsFloating(dtype)) return bad("dtype must be floating point");
   return absl::OkStatus();
 }

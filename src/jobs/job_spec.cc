@@ -24,6 +24,35 @@ constexpr int64_t kMaxGpus = 4096;
 constexpr int64_t kMinPriority = 0;
 constexpr int64_t kMaxPriority = 100;
 constexpr char kTokensBinMagic[8] = {'S', 'S', 'T', 'O', 'K', 'V', '1', '\n'};
+// Upper bounds of the sizes a job may ask for (job_spec.h). They keep the
+// runner's products (batch x accumulation, epochs x iterations) far from
+// int64 overflow and the allocations they imply within reason.
+constexpr int64_t kMaxExamples = int64_t{1} << 24;
+constexpr int64_t kMaxSequenceLength = int64_t{1} << 16;
+constexpr int64_t kMaxClasses = int64_t{1} << 16;
+constexpr int64_t kMaxBatch = int64_t{1} << 16;  // batch_size, grad_accumulation
+constexpr int64_t kMaxLoraRank = int64_t{1} << 12;
+constexpr int64_t kMaxEpochs = int64_t{1} << 20;
+constexpr int64_t kMaxIterations = int64_t{1} << 40;
+constexpr double kMaxLearningRate = 10;
+constexpr double kMaxLoraAlpha = 1e6;
+
+// `value` of `key` in [lo, hi]; the error gives the bound and the value.
+void CheckRange(const ConfigReader& r, const char* key, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo) {
+    r.Check(false, key, StrCat("must be at least ", lo, ", got ", value));
+  } else if (value > hi) {
+    r.Check(false, key, StrCat("must be at most ", hi, ", got ", value));
+  }
+}
+// A `value` of `key` in (0, hi] (so finite).
+void CheckPositiveAtMost(const ConfigReader& r, const char* key, double value, double hi) {
+  if (!(value > 0)) {
+    r.Check(false, key, StrCat("must be positive, got ", value));
+  } else if (!(value <= hi)) {
+    r.Check(false, key, StrCat("must be at most ", hi, ", got ", value));
+  }
+}
 
 // Required<T>(key), or nullopt when the field was missing or could not be
 // converted (already reported), so range checks do not pile a second error
@@ -33,6 +62,15 @@ std::optional<T> RequiredValue(const ConfigReader& r, std::string_view key) {
   const size_t before = r.errors()->size();
   T value = r.Required<T>(ToAbsl(key));
   if (r.errors()->size() != before || !r.present()) return std::nullopt;
+  return value;
+}
+
+// Required<std::string>(key), with `key: ""` reported as empty (Required
+// accepts it), so that callers may treat "" as already reported.
+std::string RequiredString(const ConfigReader& r, const char* key) {
+  const size_t before = r.errors()->size();
+  std::string value = r.Required<std::string>(key);
+  if (value.empty() && r.Has(key) && r.errors()->size() == before) r.Check(false, key, "must not be empty");
   return value;
 }
 
@@ -58,7 +96,7 @@ void CheckName(const ConfigReader& r, const char* key, const std::string& value,
 }
 
 void ParseBackbone(const ConfigReader& r, const JobSpecOptions& options, JobSpec* spec) {
-  spec->backbone = r.Required<std::string>("backbone");
+  spec->backbone = RequiredString(r, "backbone");
   if (spec->backbone.empty()) return;
   spec->backbone_is_preset = LlamaPreset(ToAbsl(spec->backbone)).ok();
   if (spec->backbone_is_preset || !options.check_backbone) return;
@@ -141,7 +179,7 @@ void ParseSyntheticDataset(const ConfigReader& s, DatasetSpec* ds) {
     return;
   }
   s.RejectUnknownKeys({"task", "seed", "examples", "sequence_length", "num_classes"});
-  syn.task = s.Required<std::string>("task");
+  syn.task = RequiredString(s, "task");
   if (!syn.task.empty()) {
     s.Check(ValidTaskName(syn.task), "task", StrCat("must be a name of [a-z0-9_-], got '", syn.task, "'"));
     if (ValidTaskName(syn.task)) {
@@ -155,11 +193,11 @@ void ParseSyntheticDataset(const ConfigReader& s, DatasetSpec* ds) {
     syn.seed = static_cast<uint64_t>(std::max<int64_t>(*seed, 0));
   }
   syn.examples = s.Optional<int64_t>("examples", syn.examples);
-  s.CheckPositive("examples", syn.examples);
+  CheckRange(s, "examples", syn.examples, 1, kMaxExamples);
   syn.sequence_length = s.Optional<int64_t>("sequence_length", syn.sequence_length);
-  s.CheckPositive("sequence_length", syn.sequence_length);
+  CheckRange(s, "sequence_length", syn.sequence_length, 1, kMaxSequenceLength);
   syn.num_classes = s.Optional<int64_t>("num_classes", syn.num_classes);
-  s.Check(syn.num_classes >= 2, "num_classes", StrCat("must be at least 2, got ", syn.num_classes));
+  CheckRange(s, "num_classes", syn.num_classes, 2, kMaxClasses);
 }
 
 void ParseDataset(const ConfigReader& r, const JobSpecOptions& options, DatasetSpec* ds) {
@@ -192,18 +230,18 @@ void ParseHyperparameters(const ConfigReader& r, Hyperparameters* h) {
        "seed"});
   if (auto lr = RequiredValue<double>(hp, "learning_rate")) {
     h->learning_rate = *lr;
-    hp.CheckPositive("learning_rate", h->learning_rate);
+    CheckPositiveAtMost(hp, "learning_rate", h->learning_rate, kMaxLearningRate);
   }
   if (auto bs = RequiredValue<int64_t>(hp, "batch_size")) {
     h->batch_size = *bs;
-    hp.Check(h->batch_size >= 1, "batch_size", StrCat("must be at least 1, got ", h->batch_size));
+    CheckRange(hp, "batch_size", h->batch_size, 1, kMaxBatch);
   }
   h->grad_accumulation = hp.Optional<int64_t>("grad_accumulation", h->grad_accumulation);
-  hp.Check(h->grad_accumulation >= 1, "grad_accumulation", StrCat("must be at least 1, got ", h->grad_accumulation));
+  CheckRange(hp, "grad_accumulation", h->grad_accumulation, 1, kMaxBatch);
   h->lora_rank = hp.Optional<int64_t>("lora_rank", h->lora_rank);
-  hp.Check(h->lora_rank >= 1, "lora_rank", StrCat("must be at least 1, got ", h->lora_rank));
+  CheckRange(hp, "lora_rank", h->lora_rank, 1, kMaxLoraRank);
   h->lora_alpha = hp.Optional<double>("lora_alpha", h->lora_alpha);
-  hp.CheckPositive("lora_alpha", h->lora_alpha);
+  CheckPositiveAtMost(hp, "lora_alpha", h->lora_alpha, kMaxLoraAlpha);
   const std::string opt = hp.Optional<std::string>("optimizer", "adamw");
   if (opt == "adamw") {
     h->optimizer = Optimizer::kAdamW;
@@ -227,7 +265,7 @@ void ParseStop(const ConfigReader& r, StopCondition* stop) {
   ConfigReader s = r.RequiredChild("stop");
   if (!s.present()) return;
   s.RejectUnknownKeys({"metric", "target", "max_epochs", "max_iterations"});
-  const std::string metric = s.Required<std::string>("metric");
+  const std::string metric = RequiredString(s, "metric");
   bool metric_ok = true;
   if (metric == "accuracy") {
     stop->metric = StopMetric::kAccuracy;
@@ -257,12 +295,12 @@ void ParseStop(const ConfigReader& r, StopCondition* stop) {
   }
   if (auto epochs = RequiredValue<int64_t>(s, "max_epochs")) {
     stop->max_epochs = *epochs;
-    s.Check(stop->max_epochs >= 1, "max_epochs", StrCat("must be at least 1, got ", stop->max_epochs));
+    CheckRange(s, "max_epochs", stop->max_epochs, 1, kMaxEpochs);
   }
   if (s.Has("max_iterations")) {
     if (auto iters = RequiredValue<int64_t>(s, "max_iterations")) {
       stop->max_iterations = *iters;
-      s.Check(stop->max_iterations >= 1, "max_iterations", StrCat("must be at least 1, got ", stop->max_iterations));
+      CheckRange(s, "max_iterations", stop->max_iterations, 1, kMaxIterations);
     }
   }
 }
@@ -362,7 +400,7 @@ JobSpec ParseJobSpec(const ConfigReader& r, const JobSpecOptions& options, std::
   }
   r.RejectUnknownKeys({"name", "backbone", "dataset", "hyperparameters", "stop", "allow_sharing", "pipeline_parallel",
                        "gpus", "tenant", "trust_domain", "priority"});
-  spec.name = r.Required<std::string>("name");
+  spec.name = RequiredString(r, "name");
   CheckName(r, "name", spec.name, "a job name");
   ParseBackbone(r, options, &spec);
   ParseDataset(r, options, &spec.dataset);

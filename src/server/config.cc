@@ -149,22 +149,42 @@ void ParsePartitions(const ConfigReader& d, const AcceleratorSet* cluster, bool 
   }
 }
 
+// Longest duration a config knob may give: Duration holds int64 nanoseconds
+// (about 292 years), and a larger double would not convert.
+constexpr double kMaxConfigSeconds = 1e9;
+
+// A duration knob `key` given as a number of units (`unit_ns` nanoseconds
+// each, named `unit` in errors): finite, at most kMaxConfigSeconds, and
+// positive (or, with allow_zero, not negative). `fallback` when absent or
+// invalid.
+Duration DurationKnob(const ConfigReader& r, absl::string_view key, double unit_ns, absl::string_view unit,
+                      Duration fallback, bool allow_zero) {
+  const double v = r.Optional<double>(key, static_cast<double>(fallback.nanos()) / unit_ns);
+  const double ns = v * unit_ns;
+  if (!allow_zero && !(v > 0)) {
+    r.Check(false, key, StrCat("must be positive, got ", v));
+  } else if (!(v >= 0)) {
+    r.Check(false, key, StrCat("must not be negative, got ", v));
+  } else if (!(ns <= kMaxConfigSeconds * 1e9)) {
+    r.Check(false, key, StrCat("must be at most ", kMaxConfigSeconds * 1e9 / unit_ns, " ", unit, ", got ", v));
+  } else if (!allow_zero && ns < 1) {
+    r.Check(false, key, StrCat("must be at least 1 ns, got ", v, " ", unit));
+  } else {
+    return Duration::Nanos(static_cast<int64_t>(ns));
+  }
+  return fallback;
+}
+
 void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
   s.RejectUnknownKeys({"volume_ms", "offline_queue_limit", "offline_aging_s", "timeliness", "owner_nap_us"});
-  const double volume_ms = s.Optional<double>("volume_ms", c->volume.ToMillisF());
-  s.CheckPositive("volume_ms", volume_ms);
-  c->volume = Duration::FromMillisF(volume_ms);
+  c->volume = DurationKnob(s, "volume_ms", 1e6, "ms", c->volume, /*allow_zero=*/false);
   c->offline_queue_limit = s.Optional<int64_t>("offline_queue_limit", c->offline_queue_limit);
   s.CheckPositive("offline_queue_limit", c->offline_queue_limit);
-  const double aging_s = s.Optional<double>("offline_aging_s", c->offline_aging.ToSecondsF());
-  s.Check(aging_s >= 0, "offline_aging_s", StrCat("must not be negative, got ", aging_s));
-  c->offline_aging = Duration::FromSecondsF(aging_s);
+  c->offline_aging = DurationKnob(s, "offline_aging_s", 1e9, "s", c->offline_aging, /*allow_zero=*/true);
   c->timeliness = s.Optional<double>("timeliness", c->timeliness);
   s.CheckPositive("timeliness", c->timeliness);
   if (s.Has("owner_nap_us")) {
-    const double nap_us = s.Optional<double>("owner_nap_us", 0);
-    s.Check(nap_us >= 0, "owner_nap_us", StrCat("must not be negative, got ", nap_us));
-    c->owner_nap = Duration::FromMillisF(std::max(0.0, nap_us) / 1000);
+    c->owner_nap = DurationKnob(s, "owner_nap_us", 1e3, "us", Duration::Zero(), /*allow_zero=*/true);
   }
 }
 
@@ -182,9 +202,7 @@ void ParsePlannerTimeLut(const ConfigReader& p, absl::string_view base_dir, Plan
 void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConfig* c) {
   p.RejectUnknownKeys({"interval_s", "mode", "gains", "checkpoint_interval_s", "prefetch_s", "eval_every_steps",
                        "time_lut", "profile_from_lut"});
-  const double interval_s = p.Optional<double>("interval_s", c->interval.ToSecondsF());
-  p.CheckPositive("interval_s", interval_s);
-  c->interval = Duration::FromSecondsF(interval_s);
+  c->interval = DurationKnob(p, "interval_s", 1e9, "s", c->interval, /*allow_zero=*/false);
   const std::string mode = absl::AsciiStrToLower(p.Optional<std::string>("mode", "ymir"));
   if (mode == "ymir") {
     c->mode = PlannerConfig::Mode::kYmir;
@@ -197,12 +215,9 @@ void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConf
   if (!c->gains_path.empty() && c->gains_path.front() != '/' && !base_dir.empty()) {
     c->gains_path = StrCat(base_dir, "/", c->gains_path);
   }
-  const double ckpt_s = p.Optional<double>("checkpoint_interval_s", c->checkpoint_interval.ToSecondsF());
-  p.CheckPositive("checkpoint_interval_s", ckpt_s);
-  c->checkpoint_interval = Duration::FromSecondsF(ckpt_s);
-  const double prefetch_s = p.Optional<double>("prefetch_s", c->prefetch.ToSecondsF());
-  p.Check(prefetch_s >= 0, "prefetch_s", StrCat("must not be negative, got ", prefetch_s));
-  c->prefetch = Duration::FromSecondsF(prefetch_s);
+  c->checkpoint_interval =
+      DurationKnob(p, "checkpoint_interval_s", 1e9, "s", c->checkpoint_interval, /*allow_zero=*/false);
+  c->prefetch = DurationKnob(p, "prefetch_s", 1e9, "s", c->prefetch, /*allow_zero=*/true);
   c->eval_every_steps = p.Optional<int64_t>("eval_every_steps", c->eval_every_steps);
   p.Check(c->eval_every_steps >= 0, "eval_every_steps", StrCat("must not be negative, got ", c->eval_every_steps));
   ParsePlannerTimeLut(p, base_dir, c);

@@ -70,41 +70,6 @@ int64_t UnixMsNow() {
       .count();
 }
 
-// One JSONL example: {"tokens": [..], "label": N}. Errors name the line.
-absl::Status ParseJsonlLine(const std::string& line, size_t lineno, const std::string& path, synth::Example* out) {
-  auto err = [&](const std::string& what) {
-    return absl::InvalidArgumentError(StrCat(path, ":", lineno, ": ", what));
-  };
-  const size_t tk = line.find("\"tokens\"");
-  if (tk == std::string::npos) return err("no \"tokens\" list");
-  const size_t open = line.find('[', tk);
-  const size_t close = open == std::string::npos ? std::string::npos : line.find(']', open);
-  if (close == std::string::npos) return err("\"tokens\" is not a list");
-  out->tokens.clear();
-  const std::string list = line.substr(open + 1, close - open - 1);
-  for (absl::string_view part : absl::StrSplit(ToAbsl(list), ',')) {
-    part = absl::StripAsciiWhitespace(part);
-    if (part.empty()) continue;
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v)) return err(StrCat("token '", part, "' is not an integer"));
-    out->tokens.push_back(v);
-  }
-  if (out->tokens.empty()) return err("\"tokens\" is empty");
-  out->label = 0;
-  const size_t lb = line.find("\"label\"");
-  if (lb != std::string::npos) {
-    const size_t colon = line.find(':', lb);
-    const size_t end = colon == std::string::npos ? colon : line.find_first_of(",}", colon);
-    double v = 0;
-    if (colon == std::string::npos ||
-        !absl::SimpleAtod(absl::StripAsciiWhitespace(ToAbsl(line.substr(colon + 1, end - colon - 1))), &v)) {
-      return err("\"label\" is not a number");
-    }
-    out->label = static_cast<int64_t>(v);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 using executor::LlamaTrainJob;
@@ -366,7 +331,7 @@ absl::StatusOr<std::vector<synth::Example>> LoadJsonl(const std::string& path) {
     ++lineno;
     if (absl::StripAsciiWhitespace(ToAbsl(line)).empty()) continue;
     synth::Example e;
-    SLICESCHED_RETURN_IF_ERROR(ParseJsonlLine(line, lineno, path, &e));
+    SLICESCHED_RETURN_IF_ERROR(synth::ParseJsonlExample(line, lineno, path, &e));
     out.push_back(std::move(e));
   }
   return out;

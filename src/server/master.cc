@@ -672,17 +672,6 @@ absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec,
       if (absl::Status v = dims.Validate(); !v.ok()) {
         return absl::InvalidArgumentError(StrCat("spec.model: ", v.message()));
       }
-      for (auto [field, v] : {std::pair<const char*, int64_t>{"layers", dims.layers}, {"hidden", dims.hidden},
-                              {"heads", dims.heads}, {"kv_heads", dims.kv_heads}, {"ffn", dims.ffn},
-                              {"vocab", dims.vocab}}) {
-        if (v > (int64_t{1} << 22)) {
-          return absl::InvalidArgumentError(StrCat("spec.model.", field, ": ", v, " is too large (at most 4194304)"));
-        }
-      }
-      if (dims.num_groups() > 1024) {
-        return absl::InvalidArgumentError(
-            StrCat("spec.model: ", dims.num_groups(), " fused operators per pass (layers / fusion) is too many (at most 1024)"));
-      }
       auto existing = im.deployments.find(spec.name);
       if (existing != im.deployments.end()) {
         if (!replace) {

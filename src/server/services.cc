@@ -21,6 +21,8 @@ namespace slicesched {
 namespace {
 
 constexpr size_t kMaxLabelBytes = 256;
+// Longest error message ToGrpc passes on (see there).
+constexpr size_t kMaxErrorMessageBytes = 2048;
 constexpr int kMaxBindings = 16;
 constexpr int kMaxCheckpoints = 1024;
 
@@ -111,7 +113,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, std::string_view f
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())), std::string(s.message()));
+  // The message travels in the trailing metadata, which clients cap (8 KiB
+  // by default): a longer one, e.g. an error quoting a 64 KiB name, reaches
+  // the client as RESOURCE_EXHAUSTED "received initial metadata size exceeds
+  // limit" instead of the error.
+  std::string message(s.message());
+  if (message.size() > kMaxErrorMessageBytes) {
+    const size_t cut = message.size() - kMaxErrorMessageBytes;
+    message.resize(kMaxErrorMessageBytes);
+    message += StrCat("... (", cut, " more bytes)");
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())), message);
 }
 
 grpc::Status AuthorizeAdmin(std::string_view peer, const std::string* authorization, std::string_view admin_token,

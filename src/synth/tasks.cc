@@ -7,6 +7,9 @@
 #include <numbers>
 #include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
@@ -351,6 +354,42 @@ absl::Status WriteTokensBin(const std::string& path, const std::vector<Example>&
   f.write(out.data(), static_cast<std::streamsize>(out.size()));
   f.flush();
   if (!f) return absl::DataLossError(StrCat("writing '", path, "' failed"));
+  return absl::OkStatus();
+}
+
+absl::Status ParseJsonlExample(std::string_view line, size_t lineno, const std::string& path, Example* out) {
+  auto err = [&](const std::string& what) {
+    return absl::InvalidArgumentError(StrCat(path, ":", lineno, ": ", what));
+  };
+  const size_t tk = line.find("\"tokens\"");
+  if (tk == std::string_view::npos) return err("no \"tokens\" list");
+  const size_t open = line.find('[', tk);
+  const size_t close = open == std::string_view::npos ? std::string_view::npos : line.find(']', open);
+  if (close == std::string_view::npos) return err("\"tokens\" is not a list");
+  out->tokens.clear();
+  for (absl::string_view part : absl::StrSplit(ToAbsl(line.substr(open + 1, close - open - 1)), ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) continue;
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v)) return err(StrCat("token '", part, "' is not an integer"));
+    out->tokens.push_back(v);
+  }
+  if (out->tokens.empty()) return err("\"tokens\" is empty");
+  out->label = 0;
+  const size_t lb = line.find("\"label\"");
+  if (lb != std::string_view::npos) {
+    const size_t colon = line.find(':', lb);
+    const size_t end = colon == std::string_view::npos ? colon : line.find_first_of(",}", colon);
+    double v = 0;
+    if (colon == std::string_view::npos ||
+        !absl::SimpleAtod(absl::StripAsciiWhitespace(ToAbsl(line.substr(colon + 1, end - colon - 1))), &v)) {
+      return err("\"label\" is not a number");
+    }
+    // Beyond 2^53 (or NaN) the conversion to int64 is meaningless or undefined.
+    constexpr double kMaxLabel = 9007199254740992.0;
+    if (!(std::abs(v) <= kMaxLabel)) return err(StrCat("\"label\" ", v, " is out of range (at most 2^53 in magnitude)"));
+    out->label = static_cast<int64_t>(v);
+  }
   return absl::OkStatus();
 }
 

@@ -84,6 +84,13 @@ struct LlamaDims {
   // 2 (K and V) x kv_heads x head_dim x element size.
   int64_t KvBytesPerTokenPerLayer() const { return 2 * kv_heads * head_dim() * DTypeSize(dtype); }
 
+  // Largest layers/hidden/heads/kv_heads/ffn/vocab and fused groups per pass
+  // (layers / fusion) Validate accepts.
+  static constexpr int64_t kMaxDim = int64_t{1} << 22;
+  static constexpr int64_t kMaxGroups = 1024;
+  // Positive dims within the bounds above, divisibility (hidden by heads,
+  // heads by kv_heads, layers by fusion), a floating dtype. Errors name the
+  // model and the field.
   absl::Status Validate() const;
   // Parses a `model:` section (name, layers, hidden, heads, kv_heads, ffn,
   // vocab, dtype, fusion).

@@ -19,19 +19,19 @@
 //     # synthetic: {task: parity, seed: 7, examples: 2048, sequence_length: 32,
 //     #             num_classes: 2}
 //   hyperparameters:
-//     learning_rate: 1e-4         # > 0 (required)
-//     batch_size: 16              # >= 1 (required)
-//     grad_accumulation: 1        # >= 1 (default 1)
-//     lora_rank: 8                # >= 1 (default 8)
-//     lora_alpha: 16              # > 0 (default 16)
+//     learning_rate: 1e-4         # in (0, 10] (required)
+//     batch_size: 16              # 1..65536 (required)
+//     grad_accumulation: 1        # 1..65536 (default 1)
+//     lora_rank: 8                # 1..4096 (default 8)
+//     lora_alpha: 16              # in (0, 1e6] (default 16)
 //     optimizer: adamw            # adamw | sgd (default adamw)
 //     momentum: 0.9               # sgd only: in [0, 1) (default 0.9)
 //     seed: 0                     # >= 0 (default 0)
 //   stop:
 //     metric: accuracy            # accuracy | loss | perplexity
 //     target: 0.9                 # accuracy in (0, 1]; loss >= 0; perplexity >= 1
-//     max_epochs: 3               # >= 1 (required)
-//     max_iterations: 2000        # optional, >= 1
+//     max_epochs: 3               # 1..2^20 (required)
+//     max_iterations: 2000        # optional, 1..2^40
 //   allow_sharing: true           # may be paired with other jobs (default true)
 //   pipeline_parallel: 1          # 1, 2, 4 or 8 (default 1)
 //   gpus: {min: 1, max: 4}        # 1 <= min <= max, both multiples of
@@ -55,8 +55,8 @@
 // Synthetic datasets are produced by the built-in generator (issue 7,
 // slicesched/synth/tasks.h). The fields are validated here: task (one of
 // synth::KnownTasks(), e.g. parity, copy, fa-major), seed (>= 0,
-// required), examples (>= 1, default 1024), sequence_length (>= 1, default
-// 32), num_classes (>= 2, default 2).
+// required), examples (1..2^24, default 1024), sequence_length (1..65536,
+// default 32), num_classes (2..65536, default 2).
 //
 // Errors: parsing is one pass that reports every problem at once, each as
 // "SOURCE:LINE:COL: FIELD.PATH: MESSAGE" (common/config.h); unknown keys are

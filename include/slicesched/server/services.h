@@ -39,7 +39,8 @@
 
 namespace slicesched {
 
-// absl::Status -> grpc::Status, keeping the code and the message.
+// absl::Status -> grpc::Status, keeping the code and the message; a message
+// longer than 2 KiB is cut there (clients cap the metadata that carries it).
 grpc::Status ToGrpc(const absl::Status& s);
 
 // The Admin authorization rule above. `peer` is ServerContext::peer() (a unix

@@ -218,5 +218,10 @@ absl::Status WriteJsonl(const std::string& path, const std::vector<Example>& exa
 absl::Status WriteTokensBin(const std::string& path, const std::vector<Example>& examples);
 // Reads a tokens-bin file back (for tests and tools).
 absl::StatusOr<std::vector<Example>> ReadTokensBin(const std::string& path);
+// Parses line `lineno` of the jsonl file `path`: {"tokens": [...], "label":
+// N}, tokens integers (range-checked against the vocabulary by the caller),
+// the label optional (0), a number within +-2^53, truncated to an integer.
+// Errors: InvalidArgument "PATH:LINE: what is wrong".
+absl::Status ParseJsonlExample(std::string_view line, size_t lineno, const std::string& path, Example* out);
 
 }  // namespace slicesched::synth
