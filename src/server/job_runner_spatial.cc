@@ -1,6 +1,6 @@
-#include "job_runner_spatial.h"
+#if SLICESCHED_SERVING_WITH_TORCH  // the header needs executor/ (see there)
 
-#if SLICESCHED_SERVING_WITH_TORCH
+#include "job_runner_spatial.h"
 
 #include <algorithm>
 #include <cmath>

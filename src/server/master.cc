@@ -1140,10 +1140,14 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
     return absl::InvalidArgumentError(StrCat("micro_index: ", args.micro_index,
                                              " on a joint step; concurrent micro-batches are single-job only"));
   }
+#if SLICESCHED_SERVING_WITH_TORCH
+  // (TrainBatch is complete only with LibTorch; without it the step is
+  // refused below: no backend runs training operators.)
   if (!args.partners.empty() && args.batch->row_task.size() != static_cast<size_t>(args.rows)) {
     return absl::InvalidArgumentError(StrCat("batch.row_task: a joint step needs one task index per row (",
                                              args.batch->row_task.size(), " for ", args.rows, " rows)"));
   }
+#endif
   absl::StatusOr<std::shared_ptr<InstanceRecord>> result = absl::InternalError("not run");
   SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
     Impl& im = *impl_;
