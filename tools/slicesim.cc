@@ -193,7 +193,7 @@ int Usage(FILE* to) {
                "         --fit-on: fit the gain model on training seeds' --pairs-out files\n"
                "         instead of leave-one-out on this run;\n"
                "         --iter-transfer-watch K: refine each transfer estimate after K steps\n"
-               "         of the run (ymir::EstimateTransferOnline; default 8, 0 = prior only);\n"
+               "         of the run (ymir::EstimateTransferOnline; default 16, 0 = prior only);\n"
                "         --similarities-only: the Task2Vec similarity matrix only; pairs with\n"
                "         |gain| < K x RMS of the null runs' gains are neutral, scored apart;\n"
                "         without --backbone the backbone is pretrained on the tasks' language;\n"

@@ -363,17 +363,18 @@ struct YmirExperimentOptions {
   ymir::PlateauOptions iter_plateau;
   // The transfer runs' online refinement (ymir::EstimateTransferOnline;
   // slicesim --iter-transfer-watch K, 0 = off): once a transferred run of B
-  // has run `watch` steps (by default 8, the stop-loss's first check, 2 x 4
-  // steps), its losses are matched against the curve of B's headline normal
-  // estimate; the headline transfer figures are then these estimates, and
-  // the prior (B's normal estimate / (1 + the predicted gain), available at
-  // step 0) is reported beside them. watch must be 0 or >= eval_every (a
-  // transfer run's first evaluation after step 0).
-  ymir::TransferWatchOptions iter_transfer_watch;
+  // has run `watch` steps (by default 16, a fifth of the normal run; chosen
+  // on seed 1 among 8 / 16 / 24 / 32, docs/experiments.md, "Twelfth
+  // session"), its losses are matched against the curve of B's headline
+  // normal estimate; the headline transfer figures are then these
+  // estimates, and the prior (B's normal estimate / (1 + the predicted
+  // gain), available at step 0) is reported beside them. watch must be 0 or
+  // >= eval_every (a transfer run's first evaluation after step 0).
+  ymir::TransferWatchOptions iter_transfer_watch = {.watch = 16};
   bool iter_transfer_online = true;
   // Also reported (YmirEstimatorReport::transfer_watch_sweep): the same
   // refinement after these watches, each >= eval_every.
-  std::vector<double> iter_transfer_watch_sweep = {16, 24, 32};
+  std::vector<double> iter_transfer_watch_sweep = {8, 24, 32};
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language = {.vocab = 32};  // 32 of the backbone's 256 token ids
