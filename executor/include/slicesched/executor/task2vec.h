@@ -95,6 +95,12 @@
 // estimate became available (observed_steps_mean / _max; P for a task
 // without a plateau), and the fixed-prefix figure at P is reported beside it
 // (YmirEstimatorReport::iteration_first_window).
+// Watched transfer runs (iter_transfer_watch, the default since the twelfth
+// session): the headline transfer prediction of a pair is made once its run
+// has run `watch` steps, by ymir::EstimateTransferOnline against the curve
+// of B's headline normal estimate (the prior above where the watch places
+// nothing); the prior's errors are reported beside it, and the same
+// estimate for other watches in transfer_watch_sweep.
 //
 // Stop-loss (slicesched/ymir/stop_loss.h) on every transfer run: an "epoch"
 // here is `stop_loss_epoch_steps` steps (the normal run, 80 steps of 16, is
