@@ -1151,6 +1151,11 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       ++e.transfer_pairs;
       e.transfer_max_pct = std::max(e.transfer_max_pct, err);
       if (watched) e.reached_in_watch += watched->reached[k];
+      if (watched && watched->reached[k] == 0) {
+        e.transfer_unreached_pct += err;
+        e.transfer_prior_unreached_pct += prior_err;
+        ++e.transfer_unreached_pairs;
+      }
     }
     const double c = static_cast<double>(std::max<int64_t>(e.transfer_pairs, 1));
     e.transfer_pct /= c;
@@ -1163,6 +1168,9 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     e.transfer_prior_temporal_pct = sum_prior_mode[0] / ct;
     e.transfer_prior_spatial_pct = sum_prior_mode[1] / cs;
     e.watch_steps = watched ? watched->watch : 0.0;
+    const double cu = static_cast<double>(std::max<int64_t>(e.transfer_unreached_pairs, 1));
+    e.transfer_unreached_pct /= cu;
+    e.transfer_prior_unreached_pct /= cu;
     return e;
   };
   for (size_t f = 0; f < fractions.size(); ++f) {
@@ -1317,12 +1325,14 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"observed_steps_mean\": %.1f, \"observed_steps_max\": %.0f, \"plateaus\": %d, "
         "\"iter_err_transfer_prior_pct\": %.1f, \"iter_err_transfer_prior_temporal_pct\": %.1f, "
         "\"iter_err_transfer_prior_spatial_pct\": %.1f, \"transfer_watch_steps\": %.0f, "
-        "\"transfer_reached_in_watch\": %d}",
+        "\"transfer_reached_in_watch\": %d, \"iter_err_transfer_unreached_pct\": %.1f, "
+        "\"iter_err_transfer_prior_unreached_pct\": %.1f, \"transfer_unreached_pairs\": %d}",
         e.fraction, e.prefix_steps, e.normal_pct, e.normal_max_pct, e.transfer_pct,
         e.transfer_max_pct, e.transfer_temporal_pct, e.transfer_spatial_pct, e.transfer_nogain_pct,
         e.transfer_pairs, e.unreachable, e.online ? "true" : "false", e.observed_steps_mean,
         e.observed_steps_max, e.plateaus, e.transfer_prior_pct, e.transfer_prior_temporal_pct,
-        e.transfer_prior_spatial_pct, e.watch_steps, e.reached_in_watch);
+        e.transfer_prior_spatial_pct, e.watch_steps, e.reached_in_watch, e.transfer_unreached_pct,
+        e.transfer_prior_unreached_pct, e.transfer_unreached_pairs);
   };
   j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n";
   j += "  \"iteration_first_window\": " + iter_json(iteration_first_window) + ",\n";

@@ -279,8 +279,8 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
   o.iter_transfer_watch_sweep = {2, 6};
   auto r = RunYmirEstimators(**w, o);
   ASSERT_TRUE(r.ok()) << r.status();
-  double watched_err = 0, prior_err = 0;
-  int64_t scored = 0, reached = 0;
+  double watched_err = 0, prior_err = 0, watched_unreached = 0, prior_unreached = 0;
+  int64_t scored = 0, reached = 0, unreached = 0;
   for (const YmirPair& p : r->pairs) {
     size_t dst = 0;
     while (r->tasks[dst] != p.task_b) ++dst;
@@ -302,14 +302,22 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
     if (p.censored) continue;
     ++scored;
     reached += p.reached_in_watch;
-    watched_err += 100.0 * std::abs(p.predicted_steps_transfer_watched - p.steps_transfer) / p.steps_transfer;
-    prior_err += 100.0 * std::abs(p.predicted_steps_transfer - p.steps_transfer) / p.steps_transfer;
+    const double w_err = 100.0 * std::abs(p.predicted_steps_transfer_watched - p.steps_transfer) / p.steps_transfer;
+    const double p_err = 100.0 * std::abs(p.predicted_steps_transfer - p.steps_transfer) / p.steps_transfer;
+    watched_err += w_err;
+    prior_err += p_err;
+    if (p.reached_in_watch == 0) watched_unreached += w_err, prior_unreached += p_err, ++unreached;
   }
   ASSERT_GT(scored, 0);
   EXPECT_NEAR(r->iteration.transfer_pct, watched_err / static_cast<double>(scored), 1e-9);
   EXPECT_NEAR(r->iteration.transfer_prior_pct, prior_err / static_cast<double>(scored), 1e-9);
   EXPECT_EQ(r->iteration.watch_steps, 4.0);
   EXPECT_EQ(r->iteration.reached_in_watch, reached);
+  // The pairs not reached within the watch, apart.
+  EXPECT_EQ(r->iteration.transfer_unreached_pairs, unreached);
+  ASSERT_GT(unreached, 0);
+  EXPECT_NEAR(r->iteration.transfer_unreached_pct, watched_unreached / static_cast<double>(unreached), 1e-9);
+  EXPECT_NEAR(r->iteration.transfer_prior_unreached_pct, prior_unreached / static_cast<double>(unreached), 1e-9);
   // The other prefixes keep the prior (with iter_online off the first window
   // is the headline); the watch sweep has one block a watch.
   EXPECT_DOUBLE_EQ(r->iteration_first_window.transfer_pct, r->iteration.transfer_pct);
@@ -322,7 +330,8 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
   const std::string json = r->ToJson();
   for (const char* key : {"\"iter_err_transfer_prior_pct\"", "\"iter_transfer_watch_steps\"",
                           "\"transfer_watch_sweep\"", "\"predicted_steps_transfer_watched\"",
-                          "\"transfer_reached_in_watch\"", "\"iter_transfer_watch\""}) {
+                          "\"transfer_reached_in_watch\"", "\"iter_transfer_watch\"",
+                          "\"iter_err_transfer_unreached_pct\""}) {
     EXPECT_THAT(json, testing::HasSubstr(key));
   }
   // Off: the headline is the prior, no sweep.

@@ -482,6 +482,12 @@ struct YmirIterationErrors {
   double transfer_prior_spatial_pct = 0;
   double watch_steps = 0;
   int64_t reached_in_watch = 0;
+  // Watched: over the pairs none of whose runs reached the target within the
+  // watch (their estimates are extrapolations, not observations), the
+  // watched and the prior's error, and how many such pairs.
+  double transfer_unreached_pct = 0;
+  double transfer_prior_unreached_pct = 0;
+  int64_t transfer_unreached_pairs = 0;
   int64_t transfer_pairs = 0;  // uncensored pairs scored
   int64_t unreachable = 0;     // task fits (over repeats) that never reach the target
   // What the estimator saw: the step at which each task's estimate became
