@@ -1073,9 +1073,10 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
 
   // The transfer watch (task2vec.h): each run of a pair refined after its
   // first `watch` steps, with the prior's clamped predicted gain where the
-  // watch places nothing; without a normal estimate (nothing to watch
-  // against) it is the prior's, max_steps + 1 over 1 + that gain. Per pair,
-  // averaged over repeats (reached: a count of repeats).
+  // watch places nothing; without a normal estimate for B (nothing to watch
+  // against) it is the prior's, max_steps + 1 over 1 + that gain, unless
+  // the run reached its target within the watch. Per pair, averaged over
+  // repeats (reached: a count of repeats).
   struct Watched {
     double watch = 0;
     std::vector<double> steps, speedup;
@@ -1091,15 +1092,11 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       int64_t reached = 0;
       const double prior_gain = std::max(-0.9, p.predicted_gain);
       for (const WatchedRun& w : watched_runs[k]) {
-        ymir::TransferEstimate est{.speedup = 1.0 + prior_gain, .steps = censored / (1.0 + prior_gain)};
-        if (w.normal) {
-          auto e = ymir::EstimateTransferOnline(*w.normal, w.curve, w.target, prior_gain, wo);
-          if (!e.ok()) return Annotate(e.status(), StrCat("transfer estimate of ", p.task_a, " -> ", p.task_b));
-          est = *e;
-        }
-        steps += est.steps.value_or(censored) / static_cast<double>(o.repeats);
-        speedup += est.speedup / static_cast<double>(o.repeats);
-        reached += est.reached ? 1 : 0;
+        auto est = ymir::EstimateTransferOnline(w.normal, w.curve, w.target, prior_gain, wo);
+        if (!est.ok()) return Annotate(est.status(), StrCat("transfer estimate of ", p.task_a, " -> ", p.task_b));
+        steps += est->steps.value_or(censored / (1.0 + prior_gain)) / static_cast<double>(o.repeats);
+        speedup += est->speedup / static_cast<double>(o.repeats);
+        reached += est->reached ? 1 : 0;
       }
       out.steps.push_back(steps), out.speedup.push_back(speedup), out.reached.push_back(reached);
     }

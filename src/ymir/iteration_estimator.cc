@@ -290,7 +290,7 @@ absl::Status TransferWatchOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TransferEstimate> EstimateTransferOnline(const LossCurve& normal,
+absl::StatusOr<TransferEstimate> EstimateTransferOnline(const std::optional<LossCurve>& normal,
                                                         const std::vector<LossPoint>& transfer,
                                                         double target_loss, double prior_gain,
                                                         const TransferWatchOptions& options) {
@@ -324,18 +324,19 @@ absl::StatusOr<TransferEstimate> EstimateTransferOnline(const LossCurve& normal,
     e.steps = done.steps;
     return e;
   }
-  const std::optional<double> normal_steps = normal.StepsToLoss(target_loss);
+  e.speedup = 1.0 + prior_gain;
+  const std::optional<double> normal_steps = normal ? normal->StepsToLoss(target_loss) : std::nullopt;
   if (!normal_steps) return e;  // every watched loss is above the target, so matched ones are finite
   double tt = 0, ts = 0;        // sums of t t* and t^2
   for (const LossPoint& p : envelope) {
     if (p.step <= 0) continue;
-    const double at = *normal.StepsToLoss(p.loss);
-    if (at <= normal.fit_from_step && p.step <= normal.fit_from_step) continue;  // no position
+    const double at = *normal->StepsToLoss(p.loss);
+    if (at <= normal->fit_from_step && p.step <= normal->fit_from_step) continue;  // no position
     tt += p.step * at;
     ts += p.step * p.step;
     ++e.matched_points;
   }
-  e.speedup = e.matched_points > 0 ? std::max(options.min_speedup, tt / ts) : 1.0 + prior_gain;
+  if (e.matched_points > 0) e.speedup = std::max(options.min_speedup, tt / ts);
   e.steps = *normal_steps / e.speedup;
   return e;
 }

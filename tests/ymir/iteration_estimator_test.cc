@@ -504,6 +504,17 @@ TEST(IterationEstimator, TransferWatchTakesATargetReachedWithinTheWatch) {
   EXPECT_DOUBLE_EQ(*e->steps, done->steps);
   EXPECT_GT(*e->steps, 4.0);
   EXPECT_LE(*e->steps, 8.0);
+  // That needs no normal curve; without one, a run not yet there has no
+  // estimate (the prior's speed-up is reported).
+  auto alone = EstimateTransferOnline(std::nullopt, obs, target, 0.0);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_TRUE(alone->reached);
+  EXPECT_DOUBLE_EQ(*alone->steps, done->steps);
+  auto slow = EstimateTransferOnline(std::nullopt, Sample(normal, 80, 4, 0.0, 1), target, 0.5);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_FALSE(slow->reached);
+  EXPECT_FALSE(slow->steps.has_value());
+  EXPECT_DOUBLE_EQ(slow->speedup, 1.5);
 }
 
 // A flat start is not a head start: against a normal curve that sits on a

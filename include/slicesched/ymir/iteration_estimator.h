@@ -263,7 +263,9 @@ absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curv
 //     applied as LossCurve::WithGain does, the same time scaling as the
 //     prior's). With no matched point the watch says nothing and the
 //     estimate is the prior's (speedup = 1 + prior_gain). No estimate (steps
-//     nullopt) when the normal curve never reaches the target.
+//     nullopt) when the normal curve never reaches the target, or when there
+//     is no normal curve (`normal` nullopt: B's normal run has no estimate;
+//     step 1 still applies).
 struct TransferWatchOptions {
   double watch = 8;          // steps of the transferred run watched, > 0
   double min_speedup = 0.1;  // the prior's clamp (a gain >= -0.9); in (0, 1]
@@ -281,7 +283,7 @@ struct TransferEstimate {
 // Steps 1-3 above. InvalidArgument for bad options, bad points (as
 // FitLossCurve), a target_loss that is not finite and > 0, a prior_gain that
 // is not finite and > -1, or no observation in (0, watch].
-absl::StatusOr<TransferEstimate> EstimateTransferOnline(const LossCurve& normal,
+absl::StatusOr<TransferEstimate> EstimateTransferOnline(const std::optional<LossCurve>& normal,
                                                         const std::vector<LossPoint>& transfer,
                                                         double target_loss, double prior_gain,
                                                         const TransferWatchOptions& options = {});
