@@ -180,7 +180,7 @@ int Usage(FILE* to) {
                "         [--iter-envelope min|isotonic] [--iter-time-shift on|off] [--iter-half-life H]\n"
                "         [--iter-online on|off] [--iter-plateau-k K] [--iter-plateau-drop D]\n"
                "         [--iter-plateau-span N] [--direction none|asymmetry] [--fit-on FILE,...]\n"
-               "         [--pairs-out FILE]\n"
+               "         [--pairs-out FILE] [--iter-transfer-watch K]\n"
                "         [--label-margin M] [--language-vocab V] [--language-classes K]\n"
                "         [--lora-alpha A] [--train-examples N] [--batch-size B] [--curves-only]\n"
                "         [--similarities-only] [--fisher empirical|model] [--embed lora|lora+head]\n"
@@ -192,6 +192,8 @@ int Usage(FILE* to) {
                "         waits for the drop (ymir::EstimateOnline; off: the fixed prefix);\n"
                "         --fit-on: fit the gain model on training seeds' --pairs-out files\n"
                "         instead of leave-one-out on this run;\n"
+               "         --iter-transfer-watch K: refine each transfer estimate after K steps\n"
+               "         of the run (ymir::EstimateTransferOnline; default 16, 0 = prior only);\n"
                "         --similarities-only: the Task2Vec similarity matrix only; pairs with\n"
                "         |gain| < K x RMS of the null runs' gains are neutral, scored apart;\n"
                "         without --backbone the backbone is pretrained on the tasks' language;\n"
@@ -668,6 +670,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string online = o.iter_online ? "on" : "off";
   std::string direction = o.direction == slicesched::executor::YmirDirection::kAsymmetry ? "asymmetry" : "none";
   std::string fit_on, pairs_out;
+  double transfer_watch = o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0;
   std::string spatial_step = o.spatial_rule == slicesched::executor::JointStepRule::kSum ? "sum" : "mean";
   std::string probe = o.probe == slicesched::executor::YmirProbe::kHead ? "head" : "trained";
   std::string gain_measure = o.gain_measure == slicesched::executor::YmirGainMeasure::kArea ? "area" : "steps";
@@ -705,6 +708,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Num("--iter-plateau-k", &o.iter_plateau.noise_k)
                    .Num("--iter-plateau-drop", &o.iter_plateau.min_drop)
                    .Num("--iter-plateau-span", &o.iter_plateau.min_span)
+                   .Num("--iter-transfer-watch", &transfer_watch)
                    .Choice("--direction", {"none", "asymmetry"}, &direction)
                    .Text("--fit-on", &fit_on)
                    .Text("--pairs-out", &pairs_out)
@@ -738,6 +742,9 @@ int YmirEstimators(const std::vector<std::string>& args) {
       envelope == "min" ? slicesched::ymir::Envelope::kRunningMin : slicesched::ymir::Envelope::kIsotonic;
   o.iter_fit.time_shift = time_shift == "on";
   o.iter_online = online == "on";
+  // 0 turns the watch off; anything else is validated by the experiment.
+  o.iter_transfer_online = transfer_watch != 0;
+  if (o.iter_transfer_online) o.iter_transfer_watch.watch = transfer_watch;
   o.direction = direction == "asymmetry" ? ex::YmirDirection::kAsymmetry : ex::YmirDirection::kNone;
   for (const std::string& path : std::vector<std::string>(absl::StrSplit(fit_on, ',', absl::SkipEmpty()))) {
     std::ifstream in(path);

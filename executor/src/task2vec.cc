@@ -110,6 +110,13 @@ double Pct(int64_t num, int64_t den) {
   return den > 0 ? 100.0 * static_cast<double>(num) / static_cast<double>(den) : 0.0;
 }
 
+// [[step, loss], ...] of an eval curve (the report's "curve" fields).
+std::string CurveJson(const std::vector<ymir::LossPoint>& c) {
+  std::string j = "[";
+  for (size_t k = 0; k < c.size(); ++k) j += absl::StrFormat("%s[%g, %.4f]", k ? ", " : "", c[k].step, c[k].loss);
+  return j + "]";
+}
+
 }  // namespace
 
 absl::Status YmirExperimentOptions::Validate() const {
@@ -146,6 +153,18 @@ absl::Status YmirExperimentOptions::Validate() const {
           "Ymir experiment: the area gain's window (slicesim --gain-window) must be a positive multiple "
           "of eval_every (", eval_every, ") below max_steps (", max_steps_factor * normal_steps,
           "), got ", w));
+    }
+  }
+  if (iter_transfer_online) {
+    SLICESCHED_RETURN_IF_ERROR(Annotate(iter_transfer_watch.Validate(), "Ymir experiment (slicesim --iter-transfer-watch)"));
+    std::vector<double> watches = iter_transfer_watch_sweep;
+    watches.push_back(iter_transfer_watch.watch);
+    for (double w : watches) {
+      if (!(w >= static_cast<double>(eval_every)) || !std::isfinite(w)) {
+        return absl::InvalidArgumentError(StrCat(
+            "Ymir experiment: a transfer watch (slicesim --iter-transfer-watch, iter_transfer_watch_sweep) must "
+            "be 0 (off) or >= eval_every (", eval_every, ", a transfer run's first evaluation), got ", w));
+      }
     }
   }
   if (null_runs < 0 || !(band_k >= 0)) {
@@ -523,6 +542,17 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   // steps, runs without an estimate, the steps seen, runs with a plateau.
   std::vector<double> online_sum(n, 0.0), observed_sum(n, 0.0), observed_max(n, 0.0);
   std::vector<int64_t> online_missing(n, 0), online_plateaus(n, 0);
+  // The transfer watch (iter_transfer_online), per pair and repeat: the
+  // run's watched evaluations, B's headline normal estimate (none when it
+  // has none) and B's target in that repeat.
+  struct WatchedRun {
+    Curve curve;
+    std::optional<ymir::LossCurve> normal;
+    double target = 0;
+  };
+  std::vector<std::vector<WatchedRun>> watched_runs;
+  double longest_watch = o.iter_transfer_watch.watch;
+  for (double w : o.iter_transfer_watch_sweep) longest_watch = std::max(longest_watch, w);
   // The area gain (kArea): per task the sum over repeats of the normal grid
   // curve continued to max_steps, per pair the sum of the transfer's window
   // mean, and the window's steps.
@@ -561,6 +591,9 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     std::vector<TaskState> trained(n), probe(n);
     std::vector<double> target(n);
     std::vector<Curve> normal_curve(n);
+    // Per task, the curve of this repeat's headline normal estimate (none
+    // when it has no estimate): what a transfer run is watched against.
+    std::vector<std::optional<ymir::LossCurve>> normal_estimate(n);
     size_t pair_index = 0;
     // Adds one repeat's measurement of a pair (its row is created by repeat 0):
     // B's steps without and with stop-loss, and the step of a decoupling (0: none).
@@ -580,6 +613,14 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         pair_dst.push_back(dst);
       }
       YmirPair& p = rep.pairs[pair_index++];
+      if (r == 0) p.curve = transfer;
+      if (o.iter_transfer_online) {
+        // Watched once the predicted gains are known (below).
+        if (r == 0) watched_runs.emplace_back();
+        watched_runs[pair_index - 1].push_back({.curve = ymir::Prefix(transfer, longest_watch),
+                                                .normal = normal_estimate[dst],
+                                                .target = target[dst]});
+      }
       p.steps_transfer += steps / static_cast<double>(o.repeats);
       p.censored = p.censored || steps == censored;
       p.steps_transfer_stop_loss += steps_stop_loss / static_cast<double>(o.repeats);
@@ -621,6 +662,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         const std::optional<double> predicted = fit->StepsToLoss(target[i]);
         pred_normal_sum[f][i] += predicted ? *predicted : censored;
         if (!predicted) ++unreachable[f][i];
+        if (f == 0 && !o.iter_online && predicted) normal_estimate[i] = *fit;
         if (r == 0 && f == 0) {
           rep.iteration_fits.push_back(YmirIterationFit{.r = fit->r,
                                                         .d = fit->d,
@@ -639,6 +681,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                                         o.iter_fit, o.iter_plateau);
         if (!est.ok()) return Annotate(est.status(), StrCat("online iteration estimate on ", data[i].spec.name));
         online_sum[i] += est->steps ? *est->steps : censored;
+        if (est->steps) normal_estimate[i] = est->curve;
         online_missing[i] += est->steps ? 0 : 1;
         online_plateaus[i] += est->plateau ? 1 : 0;
         observed_sum[i] += est->observed_until;
@@ -1028,12 +1071,54 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   }
   rep.scores.push_back(all);
 
+  // The transfer watch (task2vec.h): each run of a pair refined after its
+  // first `watch` steps, with the prior's clamped predicted gain where the
+  // watch places nothing; without a normal estimate for B (nothing to watch
+  // against) it is the prior's, max_steps + 1 over 1 + that gain, unless
+  // the run reached its target within the watch. Per pair, averaged over
+  // repeats (reached: a count of repeats).
+  struct Watched {
+    double watch = 0;
+    std::vector<double> steps, speedup;
+    std::vector<int64_t> reached;
+  };
+  auto watch_pairs = [&](double watch) -> absl::StatusOr<Watched> {
+    ymir::TransferWatchOptions wo = o.iter_transfer_watch;
+    wo.watch = watch;
+    Watched out{.watch = watch};
+    for (size_t k = 0; k < watched_runs.size(); ++k) {
+      const YmirPair& p = rep.pairs[k];
+      double steps = 0, speedup = 0;
+      int64_t reached = 0;
+      const double prior_gain = std::max(-0.9, p.predicted_gain);
+      for (const WatchedRun& w : watched_runs[k]) {
+        auto est = ymir::EstimateTransferOnline(w.normal, w.curve, w.target, prior_gain, wo);
+        if (!est.ok()) return Annotate(est.status(), StrCat("transfer estimate of ", p.task_a, " -> ", p.task_b));
+        steps += est->steps.value_or(censored / (1.0 + prior_gain)) / static_cast<double>(o.repeats);
+        speedup += est->speedup / static_cast<double>(o.repeats);
+        reached += est->reached ? 1 : 0;
+      }
+      out.steps.push_back(steps), out.speedup.push_back(speedup), out.reached.push_back(reached);
+    }
+    return out;
+  };
+  std::optional<Watched> watched_head;
+  if (o.iter_transfer_online) {
+    SLICESCHED_ASSIGN_OR_RETURN(watched_head, watch_pairs(o.iter_transfer_watch.watch));
+    for (size_t k = 0; k < rep.pairs.size(); ++k) {
+      rep.pairs[k].predicted_steps_transfer_watched = watched_head->steps[k];
+      rep.pairs[k].watched_speedup = watched_head->speedup[k];
+      rep.pairs[k].reached_in_watch = watched_head->reached[k];
+    }
+  }
   // Iteration estimator: normal runs, then transfer runs through the
   // leave-one-out predicted gain (task2vec.h), for every prefix and the
   // online estimate. `pred_sum` and `missing` are per task over repeats; the
-  // headline's predictions are the pairs' predicted_steps_transfer.
+  // headline's predictions are the pairs' predicted_steps_transfer. With
+  // `watched`, the transfer errors are those of the watched estimates (the
+  // prior's beside them), else of the prior.
   auto iteration_errors = [&](const std::vector<double>& pred_sum, const std::vector<int64_t>& missing,
-                              bool headline) {
+                              bool headline, const Watched* watched) {
     YmirIterationErrors e;
     std::vector<double> pred_normal(n);
     for (size_t i = 0; i < n; ++i) {
@@ -1043,31 +1128,52 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       e.normal_pct += err / static_cast<double>(n);
       e.normal_max_pct = std::max(e.normal_max_pct, err);
     }
-    double sum_nogain = 0, sum_mode[2] = {0, 0};
+    double sum_nogain = 0, sum_mode[2] = {0, 0}, sum_prior_mode[2] = {0, 0};
     int64_t count_mode[2] = {0, 0};
+    auto error = [](double predicted, double measured) { return 100.0 * std::abs(predicted - measured) / measured; };
     for (size_t k = 0; k < rep.pairs.size(); ++k) {
       YmirPair& p = rep.pairs[k];
-      const double predicted = pred_normal[pair_dst[k]] / (1.0 + std::max(-0.9, p.predicted_gain));
-      if (headline) p.predicted_steps_transfer = predicted;
+      const double prior = pred_normal[pair_dst[k]] / (1.0 + std::max(-0.9, p.predicted_gain));
+      if (headline) p.predicted_steps_transfer = prior;
       if (p.censored) continue;
-      const double err = 100.0 * std::abs(predicted - p.steps_transfer) / p.steps_transfer;
+      const double err = error(watched ? watched->steps[k] : prior, p.steps_transfer);
+      const double prior_err = error(prior, p.steps_transfer);
       e.transfer_pct += err;
-      sum_nogain += 100.0 * std::abs(pred_normal[pair_dst[k]] - p.steps_transfer) / p.steps_transfer;
+      e.transfer_prior_pct += prior_err;
+      sum_nogain += error(pred_normal[pair_dst[k]], p.steps_transfer);
       const int m = p.mode == "temporal" ? 0 : 1;
       sum_mode[m] += err;
+      sum_prior_mode[m] += prior_err;
       ++count_mode[m];
       ++e.transfer_pairs;
       e.transfer_max_pct = std::max(e.transfer_max_pct, err);
+      if (watched) e.reached_in_watch += watched->reached[k];
+      if (watched && watched->reached[k] == 0) {
+        e.transfer_unreached_pct += err;
+        e.transfer_prior_unreached_pct += prior_err;
+        ++e.transfer_unreached_pairs;
+      }
     }
     const double c = static_cast<double>(std::max<int64_t>(e.transfer_pairs, 1));
     e.transfer_pct /= c;
+    e.transfer_prior_pct /= c;
     e.transfer_nogain_pct = sum_nogain / c;
-    e.transfer_temporal_pct = sum_mode[0] / static_cast<double>(std::max<int64_t>(count_mode[0], 1));
-    e.transfer_spatial_pct = sum_mode[1] / static_cast<double>(std::max<int64_t>(count_mode[1], 1));
+    const double ct = static_cast<double>(std::max<int64_t>(count_mode[0], 1));
+    const double cs = static_cast<double>(std::max<int64_t>(count_mode[1], 1));
+    e.transfer_temporal_pct = sum_mode[0] / ct;
+    e.transfer_spatial_pct = sum_mode[1] / cs;
+    e.transfer_prior_temporal_pct = sum_prior_mode[0] / ct;
+    e.transfer_prior_spatial_pct = sum_prior_mode[1] / cs;
+    e.watch_steps = watched ? watched->watch : 0.0;
+    const double cu = static_cast<double>(std::max<int64_t>(e.transfer_unreached_pairs, 1));
+    e.transfer_unreached_pct /= cu;
+    e.transfer_prior_unreached_pct /= cu;
     return e;
   };
   for (size_t f = 0; f < fractions.size(); ++f) {
-    YmirIterationErrors e = iteration_errors(pred_normal_sum[f], unreachable[f], f == 0 && !o.iter_online);
+    const bool head = f == 0 && !o.iter_online;
+    YmirIterationErrors e = iteration_errors(pred_normal_sum[f], unreachable[f], head,
+                                             head && watched_head ? &*watched_head : nullptr);
     e.fraction = fractions[f];
     e.prefix_steps = o.PrefixSteps(fractions[f]);
     e.observed_steps_mean = e.observed_steps_max = static_cast<double>(e.prefix_steps);
@@ -1083,7 +1189,7 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     }
   }
   if (o.iter_online) {
-    YmirIterationErrors e = iteration_errors(online_sum, online_missing, true);
+    YmirIterationErrors e = iteration_errors(online_sum, online_missing, true, watched_head ? &*watched_head : nullptr);
     e.fraction = fractions[0];
     e.prefix_steps = o.PrefixSteps(fractions[0]);
     e.online = true;
@@ -1095,6 +1201,19 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       rep.iteration_fits[i].online_predicted_steps = online_sum[i] / static_cast<double>(o.repeats);
     }
     rep.iteration = e;
+  }
+  // The other watches (iter_transfer_watch_sweep), on the headline's normal estimates.
+  for (double watch : o.iter_transfer_online ? o.iter_transfer_watch_sweep : std::vector<double>{}) {
+    SLICESCHED_ASSIGN_OR_RETURN(const Watched w, watch_pairs(watch));
+    YmirIterationErrors e = o.iter_online ? iteration_errors(online_sum, online_missing, false, &w)
+                                          : iteration_errors(pred_normal_sum[0], unreachable[0], false, &w);
+    e.fraction = rep.iteration.fraction;
+    e.prefix_steps = rep.iteration.prefix_steps;
+    e.online = rep.iteration.online;
+    e.observed_steps_mean = rep.iteration.observed_steps_mean;
+    e.observed_steps_max = rep.iteration.observed_steps_max;
+    e.plateaus = rep.iteration.plateaus;
+    rep.transfer_watch_sweep.push_back(e);
   }
   // Negative pairs and who caught them.
   for (const YmirPair& p : rep.pairs) {
@@ -1135,12 +1254,13 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "  \"transfer_cls_accuracy\": %.1f,\n  \"gain_mape_pct\": %.1f,\n"
         "  \"iter_err_normal_pct\": %.1f,\n  \"iter_err_transfer_pct\": %.1f,\n"
+        "  \"iter_err_transfer_prior_pct\": %.1f,\n  \"iter_transfer_watch_steps\": %.0f,\n"
         "  \"iter_observed_steps_mean\": %.1f,\n  \"iter_err_normal_first_window_pct\": %.1f,\n"
         "  \"iter_err_transfer_first_window_pct\": %.1f,\n"
         "  \"transfer_cls_accuracy_non_neutral\": %.1f,\n  \"neutral_pairs\": %d,\n"
         "  \"neutral_band\": %.4f,\n",
         all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
-        iteration.transfer_pct, iteration.observed_steps_mean, iteration_first_window.normal_pct,
+        iteration.transfer_pct, iteration.transfer_prior_pct, iteration.watch_steps, iteration.observed_steps_mean, iteration_first_window.normal_pct,
         iteration_first_window.transfer_pct, all ? all->non_neutral_accuracy_pct : 0.0,
         all ? all->neutral : 0, neutral_band);
   }
@@ -1158,7 +1278,7 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"null_runs\": %d, \"band_k\": %g, "
         "\"gain_measure\": \"%s\", \"gain_window\": %d, \"iter_fit\": {\"envelope\": "
         "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}, "
-        "\"iter_online\": %s, \"direction\": \"%s\", \"fit_on_rows\": %d},\n",
+        "\"iter_online\": %s, \"iter_transfer_watch\": %g, \"direction\": \"%s\", \"fit_on_rows\": %d},\n",
         o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
         o.spatial_rule == JointStepRule::kSum ? "sum" : "mean", o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
         o.probe == YmirProbe::kHead ? "head" : "trained", o.fisher_examples,
@@ -1170,6 +1290,7 @@ std::string YmirEstimatorReport::ToJson() const {
         o.iter_fit.envelope == ymir::Envelope::kIsotonic ? "isotonic" : "min",
         o.iter_fit.time_shift ? "true" : "false", o.iter_fit.recency_half_life,
         o.iter_fit.quadratic ? "true" : "false", o.iter_online ? "true" : "false",
+        o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0,
         o.direction == YmirDirection::kAsymmetry ? "asymmetry" : "none", o.fit_on.size());
   }
   j += "  \"similarity_matrix\": {\"tasks\": [";
@@ -1198,17 +1319,27 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"iter_err_transfer_max_pct\": %.1f, \"iter_err_transfer_temporal_pct\": %.1f, "
         "\"iter_err_transfer_spatial_pct\": %.1f, \"iter_err_transfer_nogain_pct\": %.1f, "
         "\"transfer_pairs_scored\": %d, \"unreachable_fits\": %d, \"online\": %s, "
-        "\"observed_steps_mean\": %.1f, \"observed_steps_max\": %.0f, \"plateaus\": %d}",
+        "\"observed_steps_mean\": %.1f, \"observed_steps_max\": %.0f, \"plateaus\": %d, "
+        "\"iter_err_transfer_prior_pct\": %.1f, \"iter_err_transfer_prior_temporal_pct\": %.1f, "
+        "\"iter_err_transfer_prior_spatial_pct\": %.1f, \"transfer_watch_steps\": %.0f, "
+        "\"transfer_reached_in_watch\": %d, \"iter_err_transfer_unreached_pct\": %.1f, "
+        "\"iter_err_transfer_prior_unreached_pct\": %.1f, \"transfer_unreached_pairs\": %d}",
         e.fraction, e.prefix_steps, e.normal_pct, e.normal_max_pct, e.transfer_pct,
         e.transfer_max_pct, e.transfer_temporal_pct, e.transfer_spatial_pct, e.transfer_nogain_pct,
         e.transfer_pairs, e.unreachable, e.online ? "true" : "false", e.observed_steps_mean,
-        e.observed_steps_max, e.plateaus);
+        e.observed_steps_max, e.plateaus, e.transfer_prior_pct, e.transfer_prior_temporal_pct,
+        e.transfer_prior_spatial_pct, e.watch_steps, e.reached_in_watch, e.transfer_unreached_pct,
+        e.transfer_prior_unreached_pct, e.transfer_unreached_pairs);
   };
   j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n";
   j += "  \"iteration_first_window\": " + iter_json(iteration_first_window) + ",\n";
   j += "  \"iteration_prefix_sweep\": [";
   for (size_t k = 0; k < iteration_sweep.size(); ++k) {
     j += (k ? ",\n    " : "\n    ") + iter_json(iteration_sweep[k]);
+  }
+  j += "],\n  \"transfer_watch_sweep\": [";
+  for (size_t k = 0; k < transfer_watch_sweep.size(); ++k) {
+    j += (k ? ",\n    " : "\n    ") + iter_json(transfer_watch_sweep[k]);
   }
   j += "],\n";
   // The best pairs by measured speed-up (1 + gain; with --gain steps it is
@@ -1255,14 +1386,7 @@ std::string YmirEstimatorReport::ToJson() const {
             f.plateau ? "true" : "false", f.onset, f.observed_until, f.online_predicted_steps);
       }
     }
-    if (i < normal_curves.size()) {
-      j += ", \"curve\": [";
-      for (size_t k = 0; k < normal_curves[i].size(); ++k) {
-        j += absl::StrFormat("%s[%g, %.4f]", k ? ", " : "", normal_curves[i][k].step,
-                             normal_curves[i][k].loss);
-      }
-      j += "]";
-    }
+    if (i < normal_curves.size()) j += ", \"curve\": " + CurveJson(normal_curves[i]);
     j += "}";
   }
   j += "],\n  \"paper\": {\"accuracy_pct\": [97.2, 98.6, 98.6], \"gain_mape_pct\": [15.53, 16.76, "
@@ -1290,11 +1414,13 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"steps_transfer\": %.2f, \"censored\": %s, \"gain\": %.4f, \"gain_steps\": %.4f, "
         "\"gain_clamped\": %s, \"predicted_gain\": %.4f, "
         "\"predicted_steps_transfer\": %.2f, \"stop_loss_decoupled\": %d, \"stop_loss_step\": %d, "
-        "\"steps_transfer_stop_loss\": %.2f}",
+        "\"steps_transfer_stop_loss\": %.2f, \"predicted_steps_transfer_watched\": %.2f, "
+        "\"watched_speedup\": %.4f, \"reached_in_watch\": %d, \"curve\": %s}",
         i ? "," : "", p.task_a, p.task_b, p.mode, p.similarity, p.asymmetry, p.steps_normal, p.steps_transfer,
         p.censored ? "true" : "false", p.gain, p.gain_steps, p.gain_clamped ? "true" : "false",
         p.predicted_gain, p.predicted_steps_transfer,
-        p.stop_loss_decoupled, p.stop_loss_step, p.steps_transfer_stop_loss);
+        p.stop_loss_decoupled, p.stop_loss_step, p.steps_transfer_stop_loss, p.predicted_steps_transfer_watched,
+        p.watched_speedup, p.reached_in_watch, CurveJson(p.curve));
   }
   j += absl::StrFormat("],\n  \"train_steps\": %d,\n  \"seconds\": %.1f\n}", train_steps, seconds);
   return j;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "slicesched/common/clock.h"
 #include "slicesched/executor/lut_profile.h"
@@ -15,6 +16,7 @@
 #include "slicesched/executor/safetensors.h"
 #include "slicesched/executor/task2vec.h"
 #include "slicesched/gmg/llama.h"
+#include "slicesched/ymir/iteration_estimator.h"
 
 namespace slicesched::executor {
 namespace {
@@ -262,6 +264,98 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   bad.iter_plateau.min_points = 2;
   EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
               testing::HasSubstr("min_points"));
+}
+
+// The transfer watch (task2vec.h, iteration_estimator.h's
+// EstimateTransferOnline): with the fixed-prefix normal estimate (iter_online
+// off), whose curves the report carries, every pair's watched estimate is
+// EstimateTransferOnline of its transfer curve against its target task's
+// fitted curve; the headline transfer error is theirs, the prior's beside it.
+TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  o.iter_online = false;
+  o.iter_transfer_watch.watch = 4;
+  o.iter_transfer_watch_sweep = {2, 6};
+  auto r = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  double watched_err = 0, prior_err = 0, watched_unreached = 0, prior_unreached = 0;
+  int64_t scored = 0, reached = 0, unreached = 0;
+  for (const YmirPair& p : r->pairs) {
+    size_t dst = 0;
+    while (r->tasks[dst] != p.task_b) ++dst;
+    const YmirIterationFit& f = r->iteration_fits[dst];
+    const ymir::LossCurve normal{.r = f.r, .d = f.d, .b1 = f.b1, .b2 = f.b2, .scale = f.scale,
+                                 .fit_from_step = f.fit_from_step};
+    ASSERT_FALSE(p.curve.empty());
+    EXPECT_EQ(p.curve.front().step, 0.0);
+    const double prior_gain = std::max(-0.9, p.predicted_gain);
+    const double censored = static_cast<double>(o.max_steps_factor * o.normal_steps + 1);
+    // A fit that never reaches the target is no estimate: then only a run
+    // that reached it within the watch has one, else the prior's.
+    auto e = ymir::EstimateTransferOnline(f.unreachable == 0 ? std::optional(normal) : std::nullopt, p.curve,
+                                          r->normal_target_loss[dst], prior_gain, {.watch = 4});
+    ASSERT_TRUE(e.ok()) << e.status();
+    const double expected = e->steps.value_or(censored / (1.0 + prior_gain));
+    EXPECT_EQ(p.reached_in_watch, e->reached ? 1 : 0);
+    EXPECT_NEAR(p.predicted_steps_transfer_watched, expected, 1e-9 * expected) << p.task_a << "->" << p.task_b;
+    if (p.censored) continue;
+    ++scored;
+    reached += p.reached_in_watch;
+    const double w_err = 100.0 * std::abs(p.predicted_steps_transfer_watched - p.steps_transfer) / p.steps_transfer;
+    const double p_err = 100.0 * std::abs(p.predicted_steps_transfer - p.steps_transfer) / p.steps_transfer;
+    watched_err += w_err;
+    prior_err += p_err;
+    if (p.reached_in_watch == 0) watched_unreached += w_err, prior_unreached += p_err, ++unreached;
+  }
+  ASSERT_GT(scored, 0);
+  EXPECT_NEAR(r->iteration.transfer_pct, watched_err / static_cast<double>(scored), 1e-9);
+  EXPECT_NEAR(r->iteration.transfer_prior_pct, prior_err / static_cast<double>(scored), 1e-9);
+  EXPECT_EQ(r->iteration.watch_steps, 4.0);
+  EXPECT_EQ(r->iteration.reached_in_watch, reached);
+  // The pairs not reached within the watch, apart.
+  EXPECT_EQ(r->iteration.transfer_unreached_pairs, unreached);
+  ASSERT_GT(unreached, 0);
+  EXPECT_NEAR(r->iteration.transfer_unreached_pct, watched_unreached / static_cast<double>(unreached), 1e-9);
+  EXPECT_NEAR(r->iteration.transfer_prior_unreached_pct, prior_unreached / static_cast<double>(unreached), 1e-9);
+  // The other prefixes keep the prior (with iter_online off the first window
+  // is the headline); the watch sweep has one block a watch.
+  EXPECT_DOUBLE_EQ(r->iteration_first_window.transfer_pct, r->iteration.transfer_pct);
+  ASSERT_FALSE(r->iteration_sweep.empty());
+  EXPECT_DOUBLE_EQ(r->iteration_sweep[0].transfer_pct, r->iteration_sweep[0].transfer_prior_pct);
+  ASSERT_EQ(r->transfer_watch_sweep.size(), 2u);
+  EXPECT_EQ(r->transfer_watch_sweep[0].watch_steps, 2.0);
+  EXPECT_EQ(r->transfer_watch_sweep[1].watch_steps, 6.0);
+  EXPECT_DOUBLE_EQ(r->transfer_watch_sweep[1].transfer_prior_pct, r->iteration.transfer_prior_pct);
+  const std::string json = r->ToJson();
+  for (const char* key : {"\"iter_err_transfer_prior_pct\"", "\"iter_transfer_watch_steps\"",
+                          "\"transfer_watch_sweep\"", "\"predicted_steps_transfer_watched\"",
+                          "\"transfer_reached_in_watch\"", "\"iter_transfer_watch\"",
+                          "\"iter_err_transfer_unreached_pct\""}) {
+    EXPECT_THAT(json, testing::HasSubstr(key));
+  }
+  // Off: the headline is the prior, no sweep.
+  o.iter_transfer_online = false;
+  auto off = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_DOUBLE_EQ(off->iteration.transfer_pct, r->iteration.transfer_prior_pct);
+  EXPECT_DOUBLE_EQ(off->iteration.transfer_prior_pct, r->iteration.transfer_prior_pct);
+  EXPECT_EQ(off->iteration.watch_steps, 0.0);
+  EXPECT_TRUE(off->transfer_watch_sweep.empty());
+  // Bad watches are named.
+  YmirExperimentOptions bad = SmallExperiment();
+  bad.iter_transfer_watch.watch = 1;  // below eval_every (2)
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
+              testing::HasSubstr("transfer watch"));
+  bad = SmallExperiment();
+  bad.iter_transfer_watch_sweep = {4, 0.5};
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
+              testing::HasSubstr("got 0.5"));
+  bad = SmallExperiment();
+  bad.iter_transfer_watch.min_speedup = 0;
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
+              testing::HasSubstr("min_speedup"));
 }
 
 // A clock that advances by 1 ms at every reading: the profiler's entries are

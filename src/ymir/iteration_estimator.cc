@@ -9,6 +9,7 @@
 
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/ymir/stopping.h"
 
 namespace slicesched::ymir {
 namespace {
@@ -132,9 +133,9 @@ void Polish(Params& p, const std::vector<WPoint>& pts, int iterations, bool quad
   }
 }
 
-// Every point a valid observation, at >= 3 distinct steps (`what` names the
+// Every point a valid observation, at >= min_distinct steps (`what` names the
 // caller in the error).
-absl::Status ValidatePoints(const std::vector<LossPoint>& points, const char* what) {
+absl::Status ValidatePoints(const std::vector<LossPoint>& points, const char* what, size_t min_distinct = 3) {
   std::set<double> steps;
   for (size_t i = 0; i < points.size(); ++i) {
     const LossPoint& p = points[i];
@@ -147,9 +148,9 @@ absl::Status ValidatePoints(const std::vector<LossPoint>& points, const char* wh
     }
     steps.insert(p.step);
   }
-  if (steps.size() < 3) {
+  if (steps.size() < min_distinct) {
     return absl::InvalidArgumentError(
-        StrCat(what, " needs points at >= 3 distinct steps, got ", steps.size()));
+        StrCat(what, " needs points at >= ", min_distinct, " distinct steps, got ", steps.size()));
   }
   return absl::OkStatus();
 }
@@ -275,6 +276,68 @@ absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curv
     e.steps = c.StepsToLoss(target_loss);
     if (e.steps) return e;
   }
+  return e;
+}
+
+absl::Status TransferWatchOptions::Validate() const {
+  if (!(watch > 0) || !std::isfinite(watch)) {
+    return absl::InvalidArgumentError(StrCat("TransferWatchOptions: watch must be finite and > 0, got ", watch));
+  }
+  if (!(min_speedup > 0 && min_speedup <= 1)) {
+    return absl::InvalidArgumentError(
+        StrCat("TransferWatchOptions: min_speedup must be in (0, 1], got ", min_speedup));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TransferEstimate> EstimateTransferOnline(const std::optional<LossCurve>& normal,
+                                                        const std::vector<LossPoint>& transfer,
+                                                        double target_loss, double prior_gain,
+                                                        const TransferWatchOptions& options) {
+  SLICESCHED_RETURN_IF_ERROR(options.Validate());
+  if (!std::isfinite(target_loss) || !(target_loss > 0)) {
+    return absl::InvalidArgumentError(StrCat("transfer estimate: target loss ", target_loss,
+                                             " is not finite and > 0"));
+  }
+  if (!std::isfinite(prior_gain) || !(prior_gain > -1)) {
+    return absl::InvalidArgumentError(StrCat("transfer estimate: prior gain ", prior_gain,
+                                             " is not finite and > -1"));
+  }
+  SLICESCHED_RETURN_IF_ERROR(ValidatePoints(transfer, "the transfer estimate", 1));
+  const std::vector<LossPoint> seen = Prefix(SortedByStep(transfer), options.watch);
+  TransferEstimate e;
+  std::vector<LossPoint> envelope;
+  for (const LossPoint& p : seen) {
+    envelope.push_back({p.step, envelope.empty() ? p.loss : std::min(p.loss, envelope.back().loss)});
+    if (p.step > 0) ++e.watched_points;
+  }
+  if (e.watched_points == 0) {
+    return absl::InvalidArgumentError(
+        StrCat("transfer estimate: no observation of the transferred run in (0, ", options.watch, "]"));
+  }
+  e.observed_until = seen.back().step;
+  if (envelope.back().loss <= target_loss) {
+    SLICESCHED_ASSIGN_OR_RETURN(
+        StepsToTargetResult done,
+        StepsToTarget(seen, target_loss, static_cast<int64_t>(std::ceil(e.observed_until))));
+    e.reached = true;
+    e.steps = done.steps;
+    return e;
+  }
+  e.speedup = 1.0 + prior_gain;
+  const std::optional<double> normal_steps = normal ? normal->StepsToLoss(target_loss) : std::nullopt;
+  if (!normal_steps) return e;  // every watched loss is above the target, so matched ones are finite
+  double tt = 0, ts = 0;        // sums of t t* and t^2
+  for (const LossPoint& p : envelope) {
+    if (p.step <= 0) continue;
+    const double at = *normal->StepsToLoss(p.loss);
+    if (at <= normal->fit_from_step && p.step <= normal->fit_from_step) continue;  // no position
+    tt += p.step * at;
+    ts += p.step * p.step;
+    ++e.matched_points;
+  }
+  if (e.matched_points > 0) e.speedup = std::max(options.min_speedup, tt / ts);
+  e.steps = *normal_steps / e.speedup;
   return e;
 }
 

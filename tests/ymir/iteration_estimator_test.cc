@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "slicesched/ymir/stopping.h"
 
 namespace slicesched::ymir {
 namespace {
@@ -449,6 +450,122 @@ TEST(IterationEstimator, BadPlateauInputsAreNamed) {
             std::string::npos);
   EXPECT_NE(std::string(CheckPlateau({{0, 1.0}, {1, 0.0}, {2, 1.0}}).status().message()).find("loss point 1"),
             std::string::npos);
+}
+
+// A transferred run sampled on the experiment's transfer schedule (every 4
+// steps to 80) against a known normal curve: the watch recovers the run's
+// speed-up, and with it the steps, from its first 8 steps, whatever the prior.
+TEST(IterationEstimator, TransferWatchRecoversAKnownSpeedup) {
+  const LossCurve normal = Truth(0.4, 0.6, 0.05, 0.0, 1.4);
+  const double target = normal.Loss(60);
+  for (double gain : {2.0, 0.0, -0.4}) {
+    auto transfer = normal.WithGain(gain);
+    ASSERT_TRUE(transfer.ok());
+    const double expected = 60 / (1 + gain);
+    // Exact samples: exactly the speed-up, the prior (here 0.5) unused.
+    auto e = EstimateTransferOnline(normal, Sample(*transfer, 80, 4, 0.0, 1), target, 0.5);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_FALSE(e->reached);
+    EXPECT_EQ(e->observed_until, 8.0);
+    EXPECT_EQ(e->watched_points, 2);
+    EXPECT_EQ(e->matched_points, 2);
+    EXPECT_NEAR(e->speedup, 1 + gain, 1e-9) << "gain " << gain;
+    ASSERT_TRUE(e->steps.has_value());
+    EXPECT_NEAR(*e->steps, expected, 1e-6) << "gain " << gain;
+    // 1% noise, 8 seeds: within 15%.
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      auto n = EstimateTransferOnline(normal, Sample(*transfer, 80, 4, 0.01, seed), target, 0.5);
+      ASSERT_TRUE(n.ok() && n->steps.has_value()) << n.status();
+      EXPECT_NEAR(*n->steps, expected, 0.15 * expected) << "gain " << gain << ", seed " << seed;
+    }
+  }
+  // A longer watch sees more of the run: 2 x faster, watched for 16 steps.
+  auto faster = normal.WithGain(1.0);
+  auto w16 = EstimateTransferOnline(normal, Sample(*faster, 80, 4, 0.0, 1), target, 0.0, {.watch = 16});
+  ASSERT_TRUE(w16.ok() && w16->steps.has_value());
+  EXPECT_EQ(w16->matched_points, 4);
+  EXPECT_NEAR(*w16->steps, 30.0, 1e-6);
+}
+
+// A run that reaches the target within the watch is done: its steps are the
+// observed (interpolated) crossing, not an extrapolation.
+TEST(IterationEstimator, TransferWatchTakesATargetReachedWithinTheWatch) {
+  const LossCurve normal = Truth(0.4, 0.6, 0.05, 0.0, 1.4);
+  const double target = normal.Loss(60);
+  auto transfer = normal.WithGain(9.0);  // 6 steps to the target
+  ASSERT_TRUE(transfer.ok());
+  const std::vector<LossPoint> obs = Sample(*transfer, 80, 4, 0.0, 1);
+  auto e = EstimateTransferOnline(normal, obs, target, 0.0);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->reached);
+  auto done = StepsToTarget(Prefix(obs, 8), target, 8);
+  ASSERT_TRUE(done.ok());
+  ASSERT_TRUE(e->steps.has_value());
+  EXPECT_DOUBLE_EQ(*e->steps, done->steps);
+  EXPECT_GT(*e->steps, 4.0);
+  EXPECT_LE(*e->steps, 8.0);
+  // That needs no normal curve; without one, a run not yet there has no
+  // estimate (the prior's speed-up is reported).
+  auto alone = EstimateTransferOnline(std::nullopt, obs, target, 0.0);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_TRUE(alone->reached);
+  EXPECT_DOUBLE_EQ(*alone->steps, done->steps);
+  auto slow = EstimateTransferOnline(std::nullopt, Sample(normal, 80, 4, 0.0, 1), target, 0.5);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_FALSE(slow->reached);
+  EXPECT_FALSE(slow->steps.has_value());
+  EXPECT_DOUBLE_EQ(slow->speedup, 1.5);
+}
+
+// A flat start is not a head start: against a normal curve that sits on a
+// plateau until step 40 (an online estimate, fit_from_step = the onset), a
+// run still on it says nothing and keeps the prior; once it has dropped, the
+// points after the drop place it (2 x faster here: the plateau halves too).
+TEST(IterationEstimator, TransferWatchKeepsThePriorOnAPlateau) {
+  LossCurve normal = PlateauThenDrop(0.4, 0.6, 0.15, 40);
+  normal.fit_from_step = 40;
+  const double target = normal.Loss(70);
+  ASSERT_NEAR(*normal.StepsToLoss(target), 70.0, 1e-9);
+  auto faster = normal.WithGain(1.0);
+  ASSERT_TRUE(faster.ok());
+  const std::vector<LossPoint> obs = Sample(*faster, 80, 4, 0.0, 1);
+  auto early = EstimateTransferOnline(normal, obs, target, 0.25);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(early->matched_points, 0);
+  EXPECT_DOUBLE_EQ(early->speedup, 1.25);
+  EXPECT_NEAR(*early->steps, 70.0 / 1.25, 1e-9);
+  auto late = EstimateTransferOnline(normal, obs, target, 0.25, {.watch = 32});
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->watched_points, 8);
+  EXPECT_EQ(late->matched_points, 3);  // steps 24, 28 and 32, after the drop at 20
+  EXPECT_NEAR(late->speedup, 2.0, 1e-9);
+  EXPECT_NEAR(*late->steps, 35.0, 1e-6);
+  // A run that is still on the plateau after the normal run has left it is
+  // behind: placed at the onset.
+  std::vector<LossPoint> stuck;
+  for (int t = 0; t <= 48; t += 4) stuck.push_back({double(t), normal.Loss(0)});
+  auto behind = EstimateTransferOnline(normal, stuck, target, 0.25, {.watch = 48});
+  ASSERT_TRUE(behind.ok()) << behind.status();
+  EXPECT_EQ(behind->matched_points, 2);  // steps 44 and 48
+  EXPECT_LT(behind->speedup, 1.0);
+  EXPECT_GT(*behind->steps, 70.0);
+}
+
+TEST(IterationEstimator, BadTransferWatchInputsAreNamed) {
+  const LossCurve normal = Truth(0.4, 0.6, 0.05, 0.0, 1.4);
+  const std::vector<LossPoint> obs = Sample(normal, 80, 4, 0.0, 1);
+  auto message = [&](const std::vector<LossPoint>& pts, double target, double prior, TransferWatchOptions o) {
+    return std::string(EstimateTransferOnline(normal, pts, target, prior, o).status().message());
+  };
+  EXPECT_NE(message(obs, 1.0, 0, {.watch = 0}).find("watch"), std::string::npos);
+  EXPECT_NE(message(obs, 1.0, 0, {.watch = NAN}).find("watch"), std::string::npos);
+  EXPECT_NE(message(obs, 1.0, 0, {.min_speedup = 0}).find("min_speedup"), std::string::npos);
+  EXPECT_NE(message(obs, 1.0, 0, {.min_speedup = 1.5}).find("min_speedup"), std::string::npos);
+  EXPECT_NE(message(obs, -1.0, 0, {}).find("target loss"), std::string::npos);
+  EXPECT_NE(message(obs, 1.0, -1.0, {}).find("prior gain"), std::string::npos);
+  EXPECT_NE(message(obs, 1.0, INFINITY, {}).find("prior gain"), std::string::npos);
+  EXPECT_NE(message({{0, 1.4}, {12, 1.2}}, 1.0, 0, {}).find("no observation"), std::string::npos);
+  EXPECT_NE(message({{0, 1.4}, {4, -1.0}}, 1.0, 0, {}).find("loss point 1"), std::string::npos);
 }
 
 TEST(IterationEstimator, BadInputsAreNamed) {

@@ -240,6 +240,54 @@ absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curv
                                               double target_loss, const FitOptions& fit = {},
                                               const PlateauOptions& plateau = {});
 
+// ---------------------------------------------------------------------------
+// Online refinement of a transfer estimate (docs/experiments.md, "Twelfth
+// session"). Before a transferred run of task B starts, its steps are B's
+// estimated normal steps / (1 + g), g the predicted gain (the PRIOR). Once
+// the run has run `watch` steps, its own losses say where it stands against
+// B's estimated normal curve `normal` (EstimateOnline's or FitLossCurve's),
+// as a scheduler watching it would see them:
+//  1. The watched points are the run's observations with 0 < step <= watch,
+//     on their running minimum from step 0 (the best loss so far). A run
+//     whose observations reach target_loss within the watch is done: its
+//     steps are StepsToTarget's (interpolated; stopping.h), `reached`.
+//  2. Otherwise each watched point (t, L) is matched to the step t* at which
+//     the normal curve reaches L (LossCurve::StepsToLoss). A loss at or above
+//     the curve's level at fit_from_step (where the curve starts describing
+//     the run) only says that the run is not past that step: at t <=
+//     fit_from_step it carries no position and is left out (a flat start, e.g.
+//     a plateau, is not a head start); after it, t* = fit_from_step (behind).
+//  3. The run's speed-up against the normal curve is the least-squares s of
+//     t* = s t over the matched points, clamped below at min_speedup; the
+//     estimate is the normal curve's steps / s (the effective gain s - 1
+//     applied as LossCurve::WithGain does, the same time scaling as the
+//     prior's). With no matched point the watch says nothing and the
+//     estimate is the prior's (speedup = 1 + prior_gain). No estimate (steps
+//     nullopt) when the normal curve never reaches the target, or when there
+//     is no normal curve (`normal` nullopt: B's normal run has no estimate;
+//     step 1 still applies).
+struct TransferWatchOptions {
+  double watch = 8;          // steps of the transferred run watched, > 0
+  double min_speedup = 0.1;  // the prior's clamp (a gain >= -0.9); in (0, 1]
+  // InvalidArgument naming the field out of range.
+  absl::Status Validate() const;
+};
+struct TransferEstimate {
+  double observed_until = 0;    // the last watched step
+  int64_t watched_points = 0;   // observations in (0, watch]
+  int64_t matched_points = 0;   // of them, those that placed the run (step 2)
+  bool reached = false;         // the target was reached within the watch
+  double speedup = 1;           // s (step 3), 1 + prior_gain when nothing matched
+  std::optional<double> steps;  // to target_loss, from step 0
+};
+// Steps 1-3 above. InvalidArgument for bad options, bad points (as
+// FitLossCurve), a target_loss that is not finite and > 0, a prior_gain that
+// is not finite and > -1, or no observation in (0, watch].
+absl::StatusOr<TransferEstimate> EstimateTransferOnline(const std::optional<LossCurve>& normal,
+                                                        const std::vector<LossPoint>& transfer,
+                                                        double target_loss, double prior_gain,
+                                                        const TransferWatchOptions& options = {});
+
 // One prediction, as the experiment and the job runner use it: fit the
 // prefix, then the steps until `target_loss` under transfer gain `gain`
 // (0 = normal training). Fails like FitLossCurve / WithGain; NotFound when the

@@ -95,6 +95,12 @@
 // estimate became available (observed_steps_mean / _max; P for a task
 // without a plateau), and the fixed-prefix figure at P is reported beside it
 // (YmirEstimatorReport::iteration_first_window).
+// Watched transfer runs (iter_transfer_watch, the default since the twelfth
+// session): the headline transfer prediction of a pair is made once its run
+// has run `watch` steps, by ymir::EstimateTransferOnline against the curve
+// of B's headline normal estimate (the prior above where the watch places
+// nothing); the prior's errors are reported beside it, and the same
+// estimate for other watches in transfer_watch_sweep.
 //
 // Stop-loss (slicesched/ymir/stop_loss.h) on every transfer run: an "epoch"
 // here is `stop_loss_epoch_steps` steps (the normal run, 80 steps of 16, is
@@ -361,6 +367,20 @@ struct YmirExperimentOptions {
   // on|off): off makes the fixed prefix P the headline again.
   bool iter_online = true;
   ymir::PlateauOptions iter_plateau;
+  // The transfer runs' online refinement (ymir::EstimateTransferOnline;
+  // slicesim --iter-transfer-watch K, 0 = off): once a transferred run of B
+  // has run `watch` steps (by default 16, a fifth of the normal run; chosen
+  // on seed 1 among 8 / 16 / 24 / 32, docs/experiments.md, "Twelfth
+  // session"), its losses are matched against the curve of B's headline
+  // normal estimate; the headline transfer figures are then these
+  // estimates, and the prior (B's normal estimate / (1 + the predicted
+  // gain), available at step 0) is reported beside them. watch must be 0 or
+  // >= eval_every (a transfer run's first evaluation after step 0).
+  ymir::TransferWatchOptions iter_transfer_watch = {.watch = 16};
+  bool iter_transfer_online = true;
+  // Also reported (YmirEstimatorReport::transfer_watch_sweep): the same
+  // refinement after these watches, each >= eval_every.
+  std::vector<double> iter_transfer_watch_sweep = {8, 24, 32};
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language = {.vocab = 32};  // 32 of the backbone's 256 token ids
@@ -422,6 +442,15 @@ struct YmirPair {
   // Iteration estimator: B's steps under this transfer predicted from B's
   // normal prefix and predicted_gain (averaged over repeats).
   double predicted_steps_transfer = 0;
+  // The refinement after watching the run (iter_transfer_online; averaged
+  // over repeats): the estimate, the watched speed-up against B's normal
+  // curve (1 + the effective gain), and the repeats whose run reached the
+  // target within the watch (their estimate is the observed crossing).
+  double predicted_steps_transfer_watched = 0;
+  double watched_speedup = 0;
+  int64_t reached_in_watch = 0;
+  // Repeat 0's transfer eval curve (B's losses), for offline analysis.
+  std::vector<ymir::LossPoint> curve;
   // Stop-loss: repeats in which the pairing was decoupled, the step of the
   // (first) decoupling, and the steps to target with stop-loss (= steps_transfer
   // where it kept the pairing or the mode is temporal).
@@ -443,6 +472,22 @@ struct YmirIterationErrors {
   double transfer_temporal_pct = 0;
   double transfer_spatial_pct = 0;
   double transfer_nogain_pct = 0;
+  // The prior (from the predicted gain, at step 0): equal to transfer_* above
+  // unless the transfer runs were watched (YmirExperimentOptions::
+  // iter_transfer_watch): then transfer_* are the watched estimates, made
+  // after watch_steps steps of each transfer run, of which reached_in_watch
+  // pair runs (over repeats) had already reached the target.
+  double transfer_prior_pct = 0;
+  double transfer_prior_temporal_pct = 0;
+  double transfer_prior_spatial_pct = 0;
+  double watch_steps = 0;
+  int64_t reached_in_watch = 0;
+  // Watched: over the pairs none of whose runs reached the target within the
+  // watch (their estimates are extrapolations, not observations), the
+  // watched and the prior's error, and how many such pairs.
+  double transfer_unreached_pct = 0;
+  double transfer_prior_unreached_pct = 0;
+  int64_t transfer_unreached_pairs = 0;
   int64_t transfer_pairs = 0;  // uncensored pairs scored
   int64_t unreachable = 0;     // task fits (over repeats) that never reach the target
   // What the estimator saw: the step at which each task's estimate became
@@ -520,6 +565,9 @@ struct YmirEstimatorReport {
   YmirIterationErrors iteration;
   YmirIterationErrors iteration_first_window;
   std::vector<YmirIterationErrors> iteration_sweep;
+  // The headline's errors with the transfer runs watched for each of
+  // iter_transfer_watch_sweep's watches instead (empty with the watch off).
+  std::vector<YmirIterationErrors> transfer_watch_sweep;
   // Negative pairs (measured gain < 0) and how many were caught: by the
   // estimator (leave-one-out predicted gain <= 0, so Ymir would not pair
   // them) and by the stop-loss (decoupled in a majority of repeats); positive
