@@ -32,16 +32,14 @@ RuntimeCalibration::RuntimeCalibration(const AcceleratorSet& accelerators, doubl
   }
   raw_.resize(groups_.size());
   device_.assign(groups_.size(), 1.0);
-  last_sample_.assign(groups_.size(), Timestamp::Never());
-  aged_to_.assign(groups_.size(), Timestamp::Never());
+  others_since_.assign(groups_.size(), 0);
 }
 
 RuntimeCalibration::RuntimeCalibration(std::vector<int> device_groups, double smoothing)
     : smoothing_(smoothing), groups_(std::move(device_groups)) {
   raw_.resize(groups_.size());
   device_.assign(groups_.size(), 1.0);
-  last_sample_.assign(groups_.size(), Timestamp::Never());
-  aged_to_.assign(groups_.size(), Timestamp::Never());
+  others_since_.assign(groups_.size(), 0);
 }
 
 bool RuntimeCalibration::Ratio::Step(double model_ns, double measured_ns, double smoothing) {
@@ -89,33 +87,23 @@ double RuntimeCalibration::GroupPrior(size_t device) const {
   return n == 0 ? 1.0 : std::exp(log_sum / n);
 }
 
-void RuntimeCalibration::AgeTo(Timestamp now) {
-  if (now_.is_never()) {
-    now_ = now;
-    std::fill(last_sample_.begin(), last_sample_.end(), now);
-    std::fill(aged_to_.begin(), aged_to_.end(), now);
-    return;
-  }
-  if (now <= now_) return;
-  now_ = now;
-  if (ageing_.half_life == Duration::Infinite()) return;
-  std::vector<int> touched;
-  for (size_t d = 0; d < groups_.size(); ++d) {
-    const Timestamp from = std::max(aged_to_[d], last_sample_[d] + ageing_.grace);
-    if (now <= from) continue;
-    aged_to_[d] = now;
-    Ratio& r = raw_[d];
+void RuntimeCalibration::AgeOthers(size_t d) {
+  others_since_[d] = 0;
+  if (ageing_.half_life_samples == CalibrationAgeing::kNever) return;
+  // Each sample past the grace scales the evidence by the same factor, so
+  // the weight halves every half_life_samples.
+  const double keep = std::exp2(-1.0 / static_cast<double>(std::max<int64_t>(1, ageing_.half_life_samples)));
+  for (size_t e = 0; e < groups_.size(); ++e) {
+    if (e == d || groups_[e] != groups_[d]) continue;
+    if (++others_since_[e] <= ageing_.grace_samples) continue;
+    Ratio& r = raw_[e];
     if (!(r.weight > 0)) continue;
-    const double keep = std::exp2(-static_cast<double>((now - from).nanos()) /
-                                  static_cast<double>(std::max<int64_t>(1, ageing_.half_life.nanos())));
     r.measured *= keep;
     r.model *= keep;
     r.weight *= keep;
-    r.prior = GroupPrior(d);
+    r.prior = GroupPrior(e);
     r.Refresh();
-    if (std::find(touched.begin(), touched.end(), groups_[d]) == touched.end()) touched.push_back(groups_[d]);
   }
-  for (int g : touched) PinGroup(g);
 }
 
 void RuntimeCalibration::ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped) {
@@ -123,8 +111,7 @@ void RuntimeCalibration::ObserveOp(DeviceId d, double model_ns, double measured_
   if (overlapped) {
     overlap_.Step(model_ns * device_[d.value()], measured_ns, smoothing_);
   } else if (raw_[d.value()].Step(model_ns, measured_ns, smoothing_)) {
-    last_sample_[d.value()] = now_;
-    aged_to_[d.value()] = std::max(aged_to_[d.value()], now_);
+    AgeOthers(d.value());
     PinGroup(groups_[d.value()]);
   }
 }
@@ -266,8 +253,7 @@ absl::Status RuntimeCalibration::Restore(std::string_view text) {
   raw_ = std::move(raw);
   overlap_ = overlap;
   transfer_overlap_ = transfer_overlap;
-  std::fill(last_sample_.begin(), last_sample_.end(), now_);
-  std::fill(aged_to_.begin(), aged_to_.end(), now_);
+  std::fill(others_since_.begin(), others_since_.end(), 0);
   for (int g : groups_) PinGroup(g);
   return absl::OkStatus();
 }

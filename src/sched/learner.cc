@@ -6,7 +6,6 @@ namespace slicesched {
 
 void OnlineLearner::Apply(const Feedback& f, bool score) {
   const double measured = static_cast<double>(f.measured().nanos());
-  calibration_->AgeTo(f.end);
   if (f.kind == Feedback::Kind::kOp) {
     const std::string& type = gmg_->accelerators().device(f.device).type;
     const int key = ctx_->OpKey(type, f.tpl.value(), f.op);

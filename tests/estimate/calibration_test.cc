@@ -118,54 +118,65 @@ TEST(RuntimeCalibrationTest, EstimatorAndCalibrationDoNotDriftUnderSkewedNoise) 
 }
 
 TEST(RuntimeCalibrationTest, EvidenceOfADeviceWithoutSamplesAgesToItsGroup) {
-  auto at = [](double s) { return Timestamp::FromNanos(static_cast<int64_t>(s * 1e9)); };
   RuntimeCalibration cal(std::vector<int>{0, 0, 0, 1}, 0.05);
-  cal.set_ageing({.grace = Duration::Seconds(1), .half_life = Duration::Seconds(2)});
-  // 0.2 s: device 2 looks 2x slow, device 3 (alone in its type) 3x.
-  double t = 0;
-  for (int i = 0; i < 400; ++i, t += 0.0005) {
-    cal.AgeTo(at(t));
+  cal.set_ageing({.grace_samples = 500, .half_life_samples = 1000});
+  // Device 2 looks 2x slow, device 3 (alone in its type) 3x.
+  for (int i = 0; i < 400; ++i) {
     cal.ObserveOp(DeviceId(i % 4), 1e6, (i % 4 == 2 ? 2.0 : i % 4 == 3 ? 3.0 : 1.0) * 1e6, false);
   }
   const double slow = cal.View().devices[2].raw;
   EXPECT_GT(slow, 1.9);
-  // Then only devices 0 and 1 get samples. For the first second (the grace)
-  // device 2 keeps its evidence; after it, its weight halves every 2 s.
-  auto run_until = [&](double end) {
-    for (int i = 0; t < end; ++i, t += 0.0005) {
-      cal.AgeTo(at(t));
-      cal.ObserveOp(DeviceId(i % 2), 1e6, 1e6, false);
-    }
+  // Then only devices 0 and 1 get samples. For their first 500 (the grace)
+  // device 2 keeps its evidence; after that its weight halves every 1000.
+  // (Device 3's samples do not count: it is in another group.)
+  auto others = [&](int n) {
+    for (int i = 0; i < n; ++i) cal.ObserveOp(DeviceId(i % 2), 1e6, 1e6, false);
   };
-  run_until(1.1);
-  EXPECT_NEAR(cal.View().devices[2].raw, slow, 0.01);
+  others(500);
+  EXPECT_EQ(cal.View().devices[2].raw, slow);
   const double w0 = cal.View().devices[2].weight;
-  run_until(3.2);  // one half-life past the grace
-  EXPECT_NEAR(cal.View().devices[2].weight, w0 * 0.5, 0.02);
-  run_until(21.2);
+  others(1000);  // one half-life past the grace
+  EXPECT_NEAR(cal.View().devices[2].weight, w0 * 0.5, 1e-9);
+  others(9000);
   const CalibrationView v = cal.View();
   EXPECT_LT(v.devices[2].weight, 0.002);
   EXPECT_NEAR(v.devices[2].factor, 1.0, 0.01);  // the group's value
   EXPECT_NEAR(v.devices[0].factor, 1.0, 0.01);
   EXPECT_GT(v.devices[0].weight, 0.99);  // sampled devices do not age
   EXPECT_EQ(v.devices[2].samples, 100);
-  // Device 3 is alone in its type: pinned at 1 throughout.
+  // Device 3 is alone in its type: the others' samples do not age it.
   EXPECT_DOUBLE_EQ(v.devices[3].factor, 1.0);
+  EXPECT_GT(v.devices[3].weight, 0.99);
   // Device 2's first new samples outweigh its aged ones: ten at the true
   // speed (1) give weight ~0.4 of them, and no trace of the old 2x.
-  for (int i = 0; i < 10; ++i) {
-    cal.AgeTo(at(t += 0.0005));
-    cal.ObserveOp(DeviceId(2), 1e6, 1e6, false);
-  }
+  for (int i = 0; i < 10; ++i) cal.ObserveOp(DeviceId(2), 1e6, 1e6, false);
   EXPECT_NEAR(cal.View().devices[2].raw, 1.0, 0.01);
   // Ageing can be switched off: the evidence stays.
   RuntimeCalibration kept(std::vector<int>{0, 0}, 0.05);
-  kept.set_ageing({.half_life = Duration::Infinite()});
-  kept.AgeTo(at(0));
+  kept.set_ageing({.half_life_samples = CalibrationAgeing::kNever});
   for (int i = 0; i < 100; ++i) kept.ObserveOp(DeviceId(0), 1e6, 2e6, false);
-  const double before = kept.device_factor(DeviceId(0));
-  kept.AgeTo(at(100));
-  EXPECT_EQ(kept.device_factor(DeviceId(0)), before);
+  const double before = kept.View().devices[0].raw;
+  for (int i = 0; i < 100000; ++i) kept.ObserveOp(DeviceId(1), 1e6, 1e6, false);
+  EXPECT_EQ(kept.View().devices[0].raw, before);
+}
+
+// What does not age evidence: time without samples anywhere (there is no
+// clock to pass), the device's own samples, overlapped samples and ignored
+// ones of the others (they are not evidence about device speed).
+TEST(RuntimeCalibrationTest, OnlyTheGroupsInformativeSamplesAgeEvidence) {
+  RuntimeCalibration cal(std::vector<int>{0, 0}, 0.05);
+  cal.set_ageing({.grace_samples = 0, .half_life_samples = 10});
+  for (int i = 0; i < 200; ++i) cal.ObserveOp(DeviceId(i % 2), 1e6, (i % 2 == 0 ? 1.1 : 0.9) * 1e6, false);
+  const CalibrationView before = cal.View();
+  for (int i = 0; i < 100; ++i) {
+    cal.ObserveOp(DeviceId(1), 1e6, 0.9e6, true);   // overlapped: the overlap factor's
+    cal.ObserveOp(DeviceId(1), 1e6, 50e6, false);   // ignored: 50x off
+    cal.ObserveTransfer(1e6, 1.2e6, true);
+  }
+  EXPECT_EQ(cal.View().devices[0].weight, before.devices[0].weight);
+  EXPECT_EQ(cal.View().devices[0].raw, before.devices[0].raw);
+  cal.ObserveOp(DeviceId(1), 1e6, 0.9e6, false);  // one informative sample: one step
+  EXPECT_NEAR(cal.View().devices[0].weight, before.devices[0].weight * std::exp2(-0.1), 1e-12);
 }
 
 AcceleratorSet Devices(const std::vector<std::pair<std::string, std::string>>& name_type) {

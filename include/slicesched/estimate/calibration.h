@@ -36,20 +36,30 @@
 // device factor learns only from keys that ran on two devices or more, an
 // overlap factor only from keys also seen without overlap).
 //
-// Evidence ages (AgeTo). A device factor learns only from operators that run
-// on its device, and the what-if placement avoids a device that looks slow,
-// so a factor that rose for a passing reason (the device's thread shared a
-// core for a second) would never see the samples that bring it back: the
-// device is locked out (docs/experiments.md, issue 6, twelfth session;
-// tests/sched/calibration_lockout_test.cc). So once a device has had no
-// sample for `grace`, the weight of its evidence halves every `half_life`
-// and its factor returns to its group's current value (the geometric mean
-// of the other devices' raw factors): the placement then treats it as an
-// ordinary member of its type, tries it, and its own samples decide again.
-// Ageing scales the weighted sums and the weight together, so the first new
-// samples outweigh the old ones. A device that keeps getting samples is not
-// aged. The overlap factors do not age (the placement cannot starve them).
-// Time comes from the caller (the feedback's timestamps): deterministic.
+// Evidence ages. A device factor learns only from operators that run on its
+// device, and the what-if placement avoids a device that looks slow, so a
+// factor that rose for a passing reason (the device's thread shared a core
+// for a second) would never see the samples that bring it back: the device
+// is locked out (docs/experiments.md, issue 6, twelfth session;
+// tests/sched/calibration_lockout_test.cc). So once the other devices of its
+// group have taken `grace_samples` informative samples since its last one,
+// the weight of its evidence halves every `half_life_samples` more of
+// theirs, and its factor returns to its group's current value (the
+// geometric mean of the other devices' raw factors): the placement then
+// treats it as an ordinary member of its type, tries it, and its own
+// samples decide again. Ageing scales the weighted sums and the weight
+// together, so the first new samples outweigh the old ones.
+//
+// The clock is the group's evidence, not time: each of the others' samples
+// is an operator the placement could have given this device, so ageing
+// bounds how much work a device can be passed over for on old evidence
+// whatever the load, while an idle system (no samples anywhere) and a
+// device that keeps getting samples age nothing. (Ageing by wall time,
+// feedback time, the twelfth session's first version, threw away real,
+// persistent per-device skew in every idle second: `slicesim accuracy`
+// 1.56% -> 2.23%.) A device alone in its group never ages (nothing to age
+// towards); the overlap factors do not age (the placement cannot starve
+// them). Deterministic: it depends on the samples only.
 //
 // Persistence (Save / Restore): the factors' state (per device its group,
 // name where known, the weighted means, weight, prior and sample count; the two
@@ -66,21 +76,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "slicesched/common/ids.h"
-#include "slicesched/common/units.h"
 #include "slicesched/gmg/accelerator.h"
 
 namespace slicesched {
 
-// When a device factor's evidence ages (see above).
+// When a device factor's evidence ages (see above), in informative samples
+// taken by the other devices of its group since its last one. 2,000 is
+// ~0.8 s of the others' feedback in the lock-out test (~2,500 samples a
+// second over three CPU devices); in `slicesim accuracy` (8 A16s, ~150 a
+// second) a pair idle between its requests rarely reaches it
+// (docs/experiments.md, issue 6, twelfth session, follow-up).
 struct CalibrationAgeing {
-  Duration grace = Duration::Seconds(1);      // without samples before ageing starts
-  Duration half_life = Duration::Seconds(2);  // of the evidence after that; Infinite(): never age
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  int64_t grace_samples = 2000;      // before ageing starts
+  int64_t half_life_samples = 2000;  // of the evidence after that; kNever: never age
 };
 
 // What a factor has learned, for status reports and tests.
@@ -116,13 +132,10 @@ class RuntimeCalibration {
   // Replaces the learned state with a Save() text; an error naming what does
   // not match (version, device count, a device's group or name, a value out
   // of range) leaves this calibration unchanged. Restored evidence ages like
-  // new evidence, from the time of the restore (or the first AgeTo).
+  // new evidence, counting from the restore.
   absl::Status Restore(std::string_view text);
 
   void set_ageing(CalibrationAgeing ageing) { ageing_ = ageing; }
-  // Ages the device factors to time `now` (see above); earlier times are
-  // ignored. The first call only starts the clock.
-  void AgeTo(Timestamp now);
 
   // `model_ns` is the estimator's prediction without any factor.
   void ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped);
@@ -155,6 +168,8 @@ class RuntimeCalibration {
   // Geometric mean of the raw factors of `device`'s group but itself, of
   // those with any weight (1 when none).
   double GroupPrior(size_t device) const;
+  // One sample of device `d` taken: ages the other devices of its group.
+  void AgeOthers(size_t d);
 
   double smoothing_;
   std::vector<int> groups_;
@@ -163,9 +178,8 @@ class RuntimeCalibration {
   std::vector<double> device_;  // per device, pinned
   Ratio overlap_, transfer_overlap_;
   CalibrationAgeing ageing_;
-  Timestamp now_ = Timestamp::Never();  // of the last AgeTo
-  std::vector<Timestamp> last_sample_;  // per device: now_ at its last sample
-  std::vector<Timestamp> aged_to_;      // per device: ageing applied up to here
+  // Per device: samples its group's other devices took since its last one.
+  std::vector<int64_t> others_since_;
 };
 
 }  // namespace slicesched

@@ -15,8 +15,7 @@
 // device's speed into its own coefficients, and the two would trade the
 // same scale back and forth), an overlap factor from keys (transfer pairs)
 // also seen without overlap, and nothing from keys still predicting the
-// default duration (OpEstimator::HasModel). Each record's end time ages the
-// calibration's evidence (RuntimeCalibration::AgeTo) before it is applied.
+// default duration (OpEstimator::HasModel).
 #pragma once
 
 #include <cstdint>
