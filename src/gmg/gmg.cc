@@ -1,6 +1,7 @@
 #include "slicesched/gmg/gmg.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "slicesched/common/status.h"
@@ -154,6 +155,12 @@ absl::StatusOr<InstanceId> GlobalMappingGraph::Instantiate(const InstanceSpec& s
   };
   if (tpl->num_ops() >= (1 << kOpIndexBits)) {
     return fail(absl::StatusCode::kInvalidArgument, "template has too many ops");
+  }
+  // The frontier orders by -priority (KeyOf), which INT32_MIN has not.
+  if (spec.priority == std::numeric_limits<int32_t>::min()) {
+    return fail(absl::StatusCode::kInvalidArgument,
+                StrCat("priority ", spec.priority, " is out of range (at least ",
+                       std::numeric_limits<int32_t>::min() + 1, ")"));
   }
 
   auto inst = std::make_unique<Instance>();

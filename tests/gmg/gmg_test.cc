@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <limits>
+
 #include "slicesched/gmg/snapshot.h"
 
 namespace slicesched {
@@ -101,6 +104,27 @@ TEST_F(GmgTest, InstantiateRejectsBadBindings) {
   s.template_id = TemplateId(99);
   EXPECT_EQ(g_.Instantiate(s).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(g_.num_instances(), 0u);
+  Check();
+}
+
+// The frontier orders by -priority: INT32_MIN (which an RPC can send; found
+// by rpc_mutation_test under UBSan) has no negation and is refused; the
+// extremes that remain order as any other priorities.
+TEST_F(GmgTest, InstantiateRefusesAPriorityWithoutANegation) {
+  InstanceSpec s;
+  s.template_id = diamond_;
+  s.bindings = {{"N", 4}};
+  s.priority = std::numeric_limits<int32_t>::min();
+  auto refused = g_.Instantiate(s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("priority -2147483648 is out of range"));
+  EXPECT_EQ(g_.num_instances(), 0u);
+  const InstanceId low = NewDiamond(4, PriorityClass::kOffline, std::numeric_limits<int32_t>::min() + 1);
+  const InstanceId high = NewDiamond(4, PriorityClass::kOffline, std::numeric_limits<int32_t>::max());
+  ASSERT_EQ(g_.unscheduled_frontier().size(), 2u);
+  EXPECT_EQ(g_.unscheduled_frontier().begin()->node, N(high, "a"));
+  EXPECT_EQ(std::next(g_.unscheduled_frontier().begin())->node, N(low, "a"));
   Check();
 }
 
