@@ -186,7 +186,7 @@ void ReadRatio(const ConfigReader& e, Ratio* r) {
           StrCat("must be a non-negative number, got ", r->measured));
   e.Check(std::isfinite(r->model) && r->model >= 0, "model_ns",
           StrCat("must be a non-negative number, got ", r->model));
-  e.Check(r->weight >= 0 && r->weight < 1, "weight", StrCat("must be in [0, 1), got ", r->weight));
+  e.Check(r->weight >= 0 && r->weight <= 1, "weight", StrCat("must be in [0, 1], got ", r->weight));
   e.Check(r->prior >= 0.25 && r->prior <= 4, "prior", StrCat("must be in [0.25, 4], got ", r->prior));
   e.Check(r->samples >= 0, "samples", StrCat("must be non-negative, got ", r->samples));
   if (r->weight > 0) e.Check(r->model > 0, "model_ns", "must be positive when weight is");

@@ -272,14 +272,28 @@ TEST(RuntimeCalibrationTest, RestoreRejectsAMismatchedOrCorruptStateAndKeepsItsO
     return at == std::string::npos ? t : t.replace(at, from.size(), to);
   };
   rejected(same, edit("version: 1", "version: 2"), "unsupported version 2 (expected 1)");
-  rejected(same, edit("weight: 0.", "weight: 1."), "weight: must be in [0, 1), got 1.");
-  rejected(same, edit("weight: 0.", "weight: -0."), "must be in [0, 1), got -0.");
+  rejected(same, edit("weight: 0.", "weight: 1."), "weight: must be in [0, 1], got 1.");
+  rejected(same, edit("weight: 0.", "weight: -0."), "must be in [0, 1], got -0.");
   rejected(same, edit("samples: ", "samples: -"), "samples: must be non-negative");
   rejected(same, "{version: 1, devices: [", "calibration state");
   rejected(same, "just text", "must be a map");
   rejected(same, saved.substr(0, saved.find("overlap")), "overlap");
   ASSERT_TRUE(same.Restore(saved).ok());
   EXPECT_EQ(same.Save(), saved);
+}
+
+// A large smoothing saturates the evidence's weight at exactly 1 in double
+// arithmetic (0.5: after ~55 samples); such a state must restore too.
+TEST(RuntimeCalibrationTest, ASaturatedWeightSavesAndRestores) {
+  const AcceleratorSet accel = Devices({{"c0", "cpu"}, {"c1", "cpu"}});
+  RuntimeCalibration cal(accel, /*smoothing=*/0.5);
+  Learn(cal, 400);
+  ASSERT_EQ(cal.View().devices[0].weight, 1.0);
+  const std::string saved = cal.Save();
+  RuntimeCalibration restored(accel, 0.5);
+  const absl::Status s = restored.Restore(saved);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(restored.Save(), saved);
 }
 
 }  // namespace
