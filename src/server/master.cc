@@ -1261,9 +1261,9 @@ absl::StatusOr<MasterStatus> Master::Status() {
     st.state_dir = config_.state_dir;
     st.calibration = im.calibration.View();
     for (const DeviceSpec& d : im.gmg.accelerators().devices()) {
-      st.device_names.push_back(d.name);
-      st.device_operators.push_back(im.ops_done[d.id.value()]);
-      st.device_busy_seconds.push_back(static_cast<double>(im.busy_ns[d.id.value()]) / 1e9);
+      st.device_activity.push_back({.name = d.name,
+                                    .operators = im.ops_done[d.id.value()],
+                                    .busy_seconds = static_cast<double>(im.busy_ns[d.id.value()]) / 1e9});
     }
     if (!draining_.load()) {
       st.state = ServingStateKind::kServing;

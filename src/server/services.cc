@@ -91,10 +91,13 @@ void FillCalibration(const MasterStatus& st, v1::Calibration* out) {
   for (size_t d = 0; d < st.calibration.devices.size(); ++d) {
     v1::DeviceCalibration* dc = out->add_devices();
     dc->set_device(static_cast<uint32_t>(d));
-    if (d < st.device_names.size()) dc->set_name(st.device_names[d]);
     FillFactor(st.calibration.devices[d], dc->mutable_speed());
-    if (d < st.device_operators.size()) dc->set_operators(st.device_operators[d]);
-    if (d < st.device_busy_seconds.size()) dc->set_busy_seconds(st.device_busy_seconds[d]);
+    if (d < st.device_activity.size()) {
+      const MasterStatus::DeviceActivity& a = st.device_activity[d];
+      dc->set_name(a.name);
+      dc->set_operators(a.operators);
+      dc->set_busy_seconds(a.busy_seconds);
+    }
   }
   FillFactor(st.calibration.overlap, out->mutable_overlap());
   FillFactor(st.calibration.transfer_overlap, out->mutable_transfer_overlap());

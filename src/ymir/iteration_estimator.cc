@@ -171,6 +171,16 @@ double SuccessiveNoise(const std::vector<LossPoint>& sorted) {
   return sorted.size() > 1 ? std::sqrt(s / static_cast<double>(sorted.size() - 1) / 2.0) : 0.0;
 }
 
+// The monotone envelope (Envelope) of points sorted by step, in place.
+void MakeMonotone(std::vector<LossPoint>* pts, Envelope envelope) {
+  std::vector<LossPoint>& p = *pts;
+  if (envelope == Envelope::kRunningMin) {
+    for (size_t j = 1; j < p.size(); ++j) p[j].loss = std::min(p[j].loss, p[j - 1].loss);
+  } else {
+    p = IsotonicDecreasing(p);
+  }
+}
+
 // EstimateOnline's step 3: the fit of the points from `onset` on, in time
 // since the onset, on their monotone envelope; t0 = fit_from_step = onset.
 absl::StatusOr<LossCurve> FitFromOnset(const std::vector<LossPoint>& sorted, double onset,
@@ -181,11 +191,7 @@ absl::StatusOr<LossCurve> FitFromOnset(const std::vector<LossPoint>& sorted, dou
   }
   FitOptions o = options;
   o.skip_transient = false;
-  if (options.envelope == Envelope::kRunningMin) {
-    for (size_t j = 1; j < after.size(); ++j) after[j].loss = std::min(after[j].loss, after[j - 1].loss);
-  } else {
-    after = IsotonicDecreasing(after);
-  }
+  MakeMonotone(&after, options.envelope);
   SLICESCHED_ASSIGN_OR_RETURN(LossCurve c, FitLossCurve(after, o));
   c.t0 += onset;
   c.fit_from_step += onset;
@@ -306,9 +312,9 @@ absl::StatusOr<TransferEstimate> EstimateTransferOnline(const std::optional<Loss
   SLICESCHED_RETURN_IF_ERROR(ValidatePoints(transfer, "the transfer estimate", 1));
   const std::vector<LossPoint> seen = Prefix(SortedByStep(transfer), options.watch);
   TransferEstimate e;
-  std::vector<LossPoint> envelope;
+  std::vector<LossPoint> envelope = seen;
+  MakeMonotone(&envelope, Envelope::kRunningMin);
   for (const LossPoint& p : seen) {
-    envelope.push_back({p.step, envelope.empty() ? p.loss : std::min(p.loss, envelope.back().loss)});
     if (p.step > 0) ++e.watched_points;
   }
   if (e.watched_points == 0) {
@@ -426,11 +432,7 @@ std::vector<LossPoint> SettledEnvelope(const std::vector<LossPoint>& points, Env
   }
   pts.erase(pts.begin(), pts.begin() + static_cast<std::ptrdiff_t>(start));
   // 2. The monotone envelope.
-  if (envelope == Envelope::kRunningMin) {
-    for (size_t j = 1; j < pts.size(); ++j) pts[j].loss = std::min(pts[j].loss, pts[j - 1].loss);
-  } else {
-    pts = IsotonicDecreasing(pts);
-  }
+  MakeMonotone(&pts, envelope);
   return pts;
 }
 

@@ -286,9 +286,12 @@ struct MasterStatus {
   // The runtime calibration, and per device (by id) its name, the operators
   // completed on it since start and their measured time.
   CalibrationView calibration;
-  std::vector<std::string> device_names;
-  std::vector<uint64_t> device_operators;
-  std::vector<double> device_busy_seconds;
+  struct DeviceActivity {
+    std::string name;
+    uint64_t operators = 0;
+    double busy_seconds = 0;
+  };
+  std::vector<DeviceActivity> device_activity;
 };
 
 struct DeviceInfo {
