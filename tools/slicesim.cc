@@ -136,7 +136,7 @@ int Usage(FILE* to) {
                "  gmg [--config FILE]   build a Global Mapping Graph from a slicesim config\n"
                "                        (default: the embedded configs/slicesim.yaml) and\n"
                "                        print what it holds\n"
-               "  bench-sim [--devices N] [--ops K] [--repetitions R] [--seed S] [--json]\n"
+               "  bench-sim [--devices N] [--ops K] [--repetitions R] [--warmup W] [--seed S] [--json]\n"
                "                        time the simulator on a realistic Llama3-8B snapshot\n"
                "  bench-sim --sweep DIR  the same over 8/64/512 devices x 1k..50k operators\n"
                "  accuracy [--trace FILE] [--minutes M] [--load-scale X] [--seed S] [--json]\n"
@@ -233,14 +233,15 @@ int BenchSim(const std::vector<std::string>& args) {
   slicesched::BenchSimOptions o;
   bool json = false;
   std::string sweep_dir;
-  int64_t devices = o.devices, ops = o.ops, repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed),
-          horizon_us = o.horizon_us;
+  int64_t devices = o.devices, ops = o.ops, repetitions = o.repetitions, warmup = o.warmup,
+          seed = static_cast<int64_t>(o.seed), horizon_us = o.horizon_us;
   if (int rc = Flags("bench-sim")
                    .Switch("--json", &json)
                    .Text("--sweep", &sweep_dir)
                    .Int("--devices", &devices)
                    .Int("--ops", &ops)
                    .Int("--repetitions", &repetitions)
+                   .Int("--warmup", &warmup)
                    .Int("--seed", &seed)
                    .Int("--horizon-us", &horizon_us)
                    .Parse(args)) {
@@ -249,6 +250,7 @@ int BenchSim(const std::vector<std::string>& args) {
   o.devices = static_cast<int>(devices);
   o.ops = static_cast<int>(ops);
   o.repetitions = static_cast<int>(repetitions);
+  o.warmup = static_cast<int>(warmup);
   o.seed = static_cast<uint64_t>(seed);
   o.horizon_us = horizon_us;
   if (!sweep_dir.empty()) {
@@ -265,11 +267,11 @@ int BenchSim(const std::vector<std::string>& args) {
     std::printf("%s\n", r->ToJson().c_str());
   } else {
     std::printf("devices %d, instances %lld, simulated %lld operators (%lld compute, %lld transfers)\n"
-                "snapshot %.1f us, construction %.1f us, simulation %.1f us (median of %d)\n"
+                "snapshot %.1f us, construction %.1f us, simulation %.1f us (median of %d, after %d untimed)\n"
                 "%.0f simulated operators per ms, construction included (paper: 176.8)\n",
                 r->devices, static_cast<long long>(r->instances), static_cast<long long>(r->ops),
                 static_cast<long long>(r->compute_ops), static_cast<long long>(r->transfers), r->snapshot_us,
-                r->construct_us, r->simulate_us, o.repetitions, r->ops_per_ms);
+                r->construct_us, r->simulate_us, r->repetitions, r->warmup, r->ops_per_ms);
   }
   return 0;
 }

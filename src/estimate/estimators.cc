@@ -135,7 +135,8 @@ std::string JoinNames(const std::vector<std::string>& names) {
 ConfigReader ReadStateRoot(const ConfigReader& r, absl::string_view list_key,
                            ConfigErrors* errors) {
   if (!r.present() || !r.IsMap()) {
-    errors->AddGlobal(StrCat("estimator state must be a map with 'version' and '", list_key, "'"));
+    errors->AddGlobal(
+        StrCat(r.source().name, ": estimator state must be a map with 'version' and '", list_key, "'"));
     return r.Child(list_key);
   }
   r.RejectUnknownKeys({absl::string_view("version"), list_key});

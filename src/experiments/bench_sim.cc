@@ -21,9 +21,9 @@ namespace slicesched {
 std::string BenchSimResult::ToJson() const {
   return absl::StrFormat(
       "{\"devices\": %d, \"ops\": %d, \"compute_ops\": %d, \"transfers\": %d, \"instances\": %d, "
-      "\"snapshot_us\": %.1f, \"construct_us\": %.1f, \"simulate_us\": %.1f, \"ops_per_ms\": %.1f, "
+      "\"repetitions\": %d, \"warmup\": %d, \"snapshot_us\": %.1f, \"construct_us\": %.1f, \"simulate_us\": %.1f, \"ops_per_ms\": %.1f, "
       "\"compute_ops_per_ms\": %.1f, \"makespan_ms\": %.1f}",
-      devices, ops, compute_ops, transfers, instances, snapshot_us, construct_us, simulate_us, ops_per_ms,
+      devices, ops, compute_ops, transfers, instances, repetitions, warmup, snapshot_us, construct_us, simulate_us, ops_per_ms,
       compute_ops_per_ms, makespan_ms);
 }
 
@@ -189,18 +189,21 @@ absl::StatusOr<BenchSimResult> RunBenchSim(const BenchSimOptions& o) {
   if (o.devices < 2 || o.devices > 4096) return absl::InvalidArgumentError("--devices must be in 2..4096");
   if (o.ops < 1 || o.ops > 10000000) return absl::InvalidArgumentError("--ops must be in 1..10000000");
   if (o.repetitions < 1) return absl::InvalidArgumentError("--repetitions must be positive");
+  if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must not be negative");
   Builder b(o);
   SLICESCHED_RETURN_IF_ERROR(b.Build());
 
   BenchSimResult r;
   r.devices = o.devices;
   r.instances = static_cast<int64_t>(b.gmg().num_instances());
+  r.repetitions = o.repetitions;
+  r.warmup = o.warmup;
   std::vector<double> snap_us, construct_us, simulate_us;
   GmgSnapshot snap;
   SimScratch scratch;  // reused, as the scheduler's threads do
   SimResult res;
   SLICESCHED_ASSIGN_OR_RETURN(Simulator sim, Simulator::Create(snap, b.ctx()));  // warm buffers
-  for (int rep = 0; rep < o.repetitions; ++rep) {
+  for (int rep = -o.warmup; rep < o.repetitions; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
     b.gmg().SnapshotInto(b.now(), &snap);
     auto t1 = std::chrono::steady_clock::now();
@@ -210,6 +213,7 @@ absl::StatusOr<BenchSimResult> RunBenchSim(const BenchSimOptions& o) {
     if (o.horizon_us >= 0) so.horizon = Duration::Micros(o.horizon_us);
     sim.RunOnceInto(so, &scratch, &res);  // one run per build: consume the state
     auto t3 = std::chrono::steady_clock::now();
+    if (rep < 0) continue;  // warm-up: untimed
     snap_us.push_back(Micros(t1 - t0));
     construct_us.push_back(Micros(t2 - t1));
     simulate_us.push_back(Micros(t3 - t2));

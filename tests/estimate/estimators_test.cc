@@ -632,8 +632,8 @@ TEST(OpEstimatorTest, MalformedRestoreIsRejectedAndChangesNothing) {
       "fitted: true}\n";
   const std::vector<Case> cases = {
       {"ops: [unclosed", "<op estimator state>"},
-      {"", "must be a map"},
-      {"- 1\n- 2\n", "must be a map"},
+      {"", "<op estimator state>: estimator state must be a map"},
+      {"- 1\n- 2\n", "<op estimator state>: estimator state must be a map"},
       {"version: 2\nops: []\n", "unsupported version 2"},
       {"version: 1\n", "ops"},
       {"version: 1\nops: 3\n", "expected a list"},

@@ -50,5 +50,30 @@ TEST(BenchSimTest, SimulatesEverythingIssued) {
   EXPECT_FALSE(RunBenchSim(o).ok());
 }
 
+// The warm-up repetitions are untimed: they change the timing, never what is
+// simulated, and the report says how many of each there were.
+TEST(BenchSimTest, WarmUpRepetitionsSimulateTheSameAndAreReported) {
+  BenchSimOptions o;
+  o.devices = 8;
+  o.ops = 500;
+  o.repetitions = 1;
+  o.warmup = 0;
+  auto cold = RunBenchSim(o);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  o.repetitions = 3;
+  o.warmup = 2;
+  auto warm = RunBenchSim(o);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(warm->ops, cold->ops);
+  EXPECT_EQ(warm->makespan_ms, cold->makespan_ms);
+  EXPECT_EQ(warm->repetitions, 3);
+  EXPECT_EQ(warm->warmup, 2);
+  EXPECT_NE(warm->ToJson().find("\"repetitions\": 3, \"warmup\": 2"), std::string::npos) << warm->ToJson();
+  o.warmup = -1;
+  auto bad = RunBenchSim(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--warmup"), std::string::npos) << bad.status();
+}
+
 }  // namespace
 }  // namespace slicesched

@@ -260,9 +260,8 @@ TEST(ParserMutation, OpEstimatorState) {
     if (!s.ok()) {
       EXPECT_EQ(est.Save(), before) << "a failed Restore changed the estimator";
     }
-    // An input that is not a map at all gets "estimator state must be a map".
-    const std::string msg(s.message());
-    c.Record(s, NamesSourcePosition(msg, source) || msg.find("estimator state") != std::string::npos, input);
+    // An input that is not a map at all gets "SOURCE: estimator state must be a map".
+    c.Record(s, NamesSourcePosition(std::string(s.message()), source), input);
   });
 }
 

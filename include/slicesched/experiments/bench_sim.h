@@ -6,7 +6,11 @@
 // online and offline prefills placed pp2 or pp4 across devices with the
 // cross-device transfers those placements imply, and one operator running on
 // every device. Then it times Simulator::Create (construction) and Run (to
-// completion) over a few repetitions and reports the median.
+// completion) over a few repetitions and reports the median. Untimed warm-up
+// repetitions come first: the scheduler reuses its simulator and scratch
+// across decisions, so the steady state is what a decision costs, not the
+// first touches of freshly grown buffers (and a process a few milliseconds
+// old, whose core has just been handed to it).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,7 @@ struct BenchSimOptions {
   int devices = 8;
   int ops = 6000;        // issued compute operators in the snapshot (at least)
   int repetitions = 5;
+  int warmup = 5;        // untimed repetitions before the timed ones
   uint64_t seed = 1;
   int64_t horizon_us = -1;  // stop the run early (profiling); -1 = to completion
 };
@@ -31,6 +36,8 @@ struct BenchSimResult {
   int64_t compute_ops = 0;
   int64_t transfers = 0;
   int64_t instances = 0;
+  int repetitions = 0;        // timed (the median is over these)
+  int warmup = 0;             // untimed, before them
   double snapshot_us = 0;     // GMG -> snapshot (not part of ops_per_ms)
   double construct_us = 0;    // snapshot -> simulator state
   double simulate_us = 0;     // run to completion
