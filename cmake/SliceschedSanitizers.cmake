@@ -1,7 +1,9 @@
 # Sanitizer builds, for every target of the project:
 #
 #   cmake -S . -B build-asan -DSLICESCHED_SANITIZE=address
-#       AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer
+#       AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer, with
+#       float-cast-overflow (a double out of an integer's range cast to it),
+#       which GCC's -fsanitize=undefined leaves out
 #   cmake -S . -B build-tsan -DSLICESCHED_SANITIZE=thread
 #       ThreadSanitizer
 #
@@ -11,8 +13,8 @@ set(SLICESCHED_SANITIZE "" CACHE STRING "Sanitizer build: '', 'address' (ASan+LS
 set_property(CACHE SLICESCHED_SANITIZE PROPERTY STRINGS "" address thread)
 
 if(SLICESCHED_SANITIZE STREQUAL "address")
-  set(_slicesched_san_flags -fsanitize=address,undefined -fno-omit-frame-pointer
-                            -fno-sanitize-recover=undefined)
+  set(_slicesched_san_flags -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
+                            -fno-sanitize-recover=undefined,float-cast-overflow)
 elseif(SLICESCHED_SANITIZE STREQUAL "thread")
   set(_slicesched_san_flags -fsanitize=thread -fno-omit-frame-pointer)
 elseif(NOT SLICESCHED_SANITIZE STREQUAL "")
