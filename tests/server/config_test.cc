@@ -77,6 +77,30 @@ TEST(SlicedConfigTest, DefaultsApplyWhenSectionsAreMissing) {
   EXPECT_EQ(c->deployments[0].weights.seed, 7u);
 }
 
+// sliced's --socket / --state-dir follow the config's rules and name the
+// flag; a relative --socket used to reach bind() and fail as "cannot create :
+// Invalid argument".
+TEST(SlicedConfigTest, CommandLineOverridesAreCheckedLikeTheConfig) {
+  auto c = Parse(kBase);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const SlicedConfig before = *c;
+  absl::Status s = ApplySlicedOverrides({.unix_socket = "rel.sock"}, &*c);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("--socket: must be an absolute path, got 'rel.sock'"));
+  s = ApplySlicedOverrides({.unix_socket = "/" + std::string(120, 'x')}, &*c);
+  EXPECT_THAT(s.message(), HasSubstr("--socket: is 121 bytes; a socket path holds at most 107"));
+  s = ApplySlicedOverrides({.unix_socket = "/tmp/ok.sock", .state_dir = "state"}, &*c);
+  EXPECT_THAT(s.message(), HasSubstr("--state-dir: must be an absolute path, got 'state'"));
+  EXPECT_EQ(c->listen.unix_socket, before.listen.unix_socket);  // unchanged on error
+  EXPECT_EQ(c->state_dir, before.state_dir);
+
+  ASSERT_TRUE(ApplySlicedOverrides({.unix_socket = "/tmp/x/s.sock", .state_dir = "/tmp/x/state"}, &*c).ok());
+  EXPECT_EQ(c->listen.unix_socket, "/tmp/x/s.sock");
+  EXPECT_EQ(c->state_dir, "/tmp/x/state");
+  ASSERT_TRUE(ApplySlicedOverrides({}, &*c).ok());  // empty: keep the config's
+  EXPECT_EQ(c->listen.unix_socket, "/tmp/x/s.sock");
+}
+
 TEST(SlicedConfigTest, FullConfigWithTlsAndInlineModel) {
   const std::string text = std::string(kBase) + R"(  - name: b
     model: {name: mini, layers: 2, hidden: 32, heads: 2, ffn: 64, vocab: 100, dtype: f32, fusion: 1}
