@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -19,8 +20,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "slicesched/common/strings.h"
+#include "yaml-cpp/yaml.h"
 #include "slicesched/v1/admin.grpc.pb.h"
 #include "slicesched/v1/finetune.grpc.pb.h"
 #include "slicesched/v1/serving.grpc.pb.h"
@@ -647,19 +650,30 @@ int StreamGenerate(Client& c, const v1::GenerateRequest& req) {
   return s.ok() ? kSlicectlOk : c.Fail(s);
 }
 
+// The daemon names a job's positions "<job>:LINE:COL"; for a file, the
+// file's path says where to look.
+grpc::Status NameJobFile(const grpc::Status& s, const std::string& path) {
+  if (s.ok()) return s;
+  return grpc::Status(s.error_code(), absl::StrReplaceAll(s.error_message(), {{"<job>:", path + ":"}}));
+}
+
 Usage Submit(const Args& a, Runner* run) {
   const std::string& path = a.words()[1];
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
   if (!in || ss.str().empty()) return UsageError{StrCat("submit: cannot read '", path, "' (or it is empty)")};
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
   v1::SubmitJobRequest req;
-  req.set_yaml(ss.str());
+  req.set_yaml(ec ? ss.str() : AnchorJobDatasetPath(ss.str(), abs.parent_path().string()));
   req.set_tenant(a.Get("--tenant"));
   req.set_validate_only(a.Has("--validate-only"));
-  *run = [req](Client& c) {
+  *run = [req, path](Client& c) {
     v1::SubmitJobResponse r;
-    if (int rc = Call(c, c.finetune(), &v1::FineTune::Stub::SubmitJob, req, &r)) return rc;
+    grpc::ClientContext ctx;
+    c.Prepare(&ctx);
+    if (const grpc::Status s = c.finetune().SubmitJob(&ctx, req, &r); !s.ok()) return c.Fail(NameJobFile(s, path));
     if (c.json()) {
       c.out() << ToJson(r);
       return static_cast<int>(kSlicectlOk);
@@ -807,6 +821,49 @@ std::string GmgDumpToDot(const v1::GmgDump& dump) {
     for (uint64_t p : n.preds()) out += StrCat("  n", p, " -> n", n.id(), ";\n");
   }
   out += "}\n";
+  return out;
+}
+
+std::string AnchorJobDatasetPath(const std::string& yaml, const std::string& file_dir) {
+  YAML::Node path;
+  try {
+    const YAML::Node root = YAML::Load(yaml);
+    if (!root.IsMap() || !root["dataset"].IsMap()) return yaml;
+    path = root["dataset"]["path"];
+  } catch (const YAML::Exception&) {
+    return yaml;
+  }
+  if (!path.IsScalar() || path.Scalar().empty() || path.Scalar().front() == '/') return yaml;
+  const std::string anchored = (std::filesystem::path(file_dir) / path.Scalar()).lexically_normal().string();
+  const size_t pos = static_cast<size_t>(path.Mark().pos);
+  if (pos >= yaml.size()) return yaml;
+  // The scalar as written: plain (replaced by a double-quoted string, which
+  // takes any path), or quoted (the directory goes inside the quotes).
+  std::string out = yaml;
+  if (yaml.compare(pos, path.Scalar().size(), path.Scalar()) == 0 && yaml[pos] != '"' && yaml[pos] != '\'') {
+    std::string quoted = "\"";
+    for (char ch : anchored) {
+      if (ch == '"' || ch == '\\') quoted += '\\';
+      quoted += ch;
+    }
+    out.replace(pos, path.Scalar().size(), quoted + "\"");
+  } else if (yaml[pos] == '\'') {
+    out.insert(pos + 1, absl::StrReplaceAll(file_dir + "/", {{"'", "''"}}));
+  } else if (yaml[pos] == '"') {
+    out.insert(pos + 1, absl::StrReplaceAll(file_dir + "/", {{"\\", "\\\\"}, {"\"", "\\\""}}));
+  } else {
+    return yaml;
+  }
+  // Only hand over what still means the same thing.
+  try {
+    const YAML::Node check = YAML::Load(out);
+    if (check["dataset"]["path"].Scalar() != (std::filesystem::path(file_dir) / path.Scalar()).string() &&
+        check["dataset"]["path"].Scalar() != anchored) {
+      return yaml;
+    }
+  } catch (const YAML::Exception&) {
+    return yaml;
+  }
   return out;
 }
 

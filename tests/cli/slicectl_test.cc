@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/services.h"
@@ -73,7 +74,14 @@ class SlicectlTest : public ::testing::Test {
     master_ = *std::move(m);
     ServerOptions so;
     so.unix_socket = socket_;
-    auto s = SlicedServer::Start(master_.get(), so);
+    if (with_jobs_) {
+      jobs::JobManager::Options jo;
+      jo.now_unix_ms = [] { return int64_t{1'700'000'000'000}; };
+      auto jm = jobs::JobManager::Open(dir_ + "/state", std::move(jo));
+      ASSERT_TRUE(jm.ok()) << jm.status();
+      jobs_ = *std::move(jm);
+    }
+    auto s = SlicedServer::Start(master_.get(), so, jobs_.get());
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
   }
@@ -109,10 +117,61 @@ class SlicectlTest : public ::testing::Test {
     ASSERT_EQ((*rec)->Last().state, InstanceState::kDone);
   }
 
+  bool with_jobs_ = false;  // serve FineTune from a JobManager in the state dir
   std::string dir_, socket_;
   std::unique_ptr<Master> master_;
+  std::unique_ptr<jobs::JobManager> jobs_;
   std::unique_ptr<SlicedServer> server_;
 };
+
+class SlicectlJobsTest : public SlicectlTest {
+ protected:
+  void SetUp() override {
+    with_jobs_ = true;
+    SlicectlTest::SetUp();
+  }
+};
+
+// docs/operations.md: a job file's dataset.path is "relative to the file for
+// files", as the examples in configs/jobs/ are written; slicectl used to send
+// it as is and the daemon refused it ("must be an absolute path").
+TEST_F(SlicectlJobsTest, SubmitAnchorsARelativeDatasetPathAtTheFile) {
+  const std::string jobs_dir = std::filesystem::path(dir_ + "/jobs").lexically_normal().string();
+  std::filesystem::create_directories(jobs_dir + "/data");
+  std::ofstream(jobs_dir + "/data/d.jsonl") << "{\"tokens\": [1, 2, 3], \"label\": 1}\n";
+  const std::string job = jobs_dir + "/j.yaml";
+  std::ofstream(job) << "name: j\nbackbone: tiny\ndataset:\n  path: data/d.jsonl\n"
+                        "hyperparameters: {learning_rate: 1e-3, batch_size: 1}\n"
+                        "stop: {metric: loss, target: 0.1, max_epochs: 1}\nallow_sharing: false\n";
+  Result r = Run({"submit", job});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job 1 submitted\n");
+  auto got = jobs_->Get(1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->spec.dataset.path, jobs_dir + "/data/d.jsonl");
+
+  // The daemon's errors name the file, at the file's own line:col.
+  std::ofstream(job) << "name: j\nbackbone: tiny\ndataset: {path: data/missing.jsonl}\n"
+                        "hyperparameters: {learning_rate: fast, batch_size: 1}\n"
+                        "stop: {metric: loss, target: 0.1, max_epochs: 1}\n";
+  r = Run({"submit", job, "--validate-only"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr(StrCat("\n", job, ":4:34: hyperparameters.learning_rate: expected a number")));
+  EXPECT_THAT(r.err, HasSubstr(jobs_dir + "/data/missing.jsonl"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("<job>")));
+}
+
+TEST(SlicectlAnchor, OnlyTheRelativeDatasetPathChanges) {
+  EXPECT_EQ(AnchorJobDatasetPath("dataset:\n  path: d/x.jsonl  # c\nname: a\n", "/w"),
+            "dataset:\n  path: \"/w/d/x.jsonl\"  # c\nname: a\n");
+  EXPECT_EQ(AnchorJobDatasetPath("dataset: {path: './x y.bin', format: tokens-bin}\n", "/w's"),
+            "dataset: {path: '/w''s/./x y.bin', format: tokens-bin}\n");
+  EXPECT_EQ(AnchorJobDatasetPath("dataset: {path: \"x.jsonl\"}\n", "/a\"b"), "dataset: {path: \"/a\\\"b/x.jsonl\"}\n");
+  for (const std::string same : {"dataset: {path: /abs/x.jsonl}\n", "dataset: {synthetic: {task: lm, seed: 1}}\n",
+                                 "dataset: {path: [1]}\n", "dataset: {path: ''}\n", "name: [unclosed\n", "- 1\n"}) {
+    EXPECT_EQ(AnchorJobDatasetPath(same, "/w"), same);
+  }
+}
 
 TEST_F(SlicectlTest, StatusTableAndJson) {
   Result r = Run({"status"});
