@@ -1,6 +1,6 @@
 // sliced: the slicesched scheduling daemon.
 //
-//   sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS]
+//   sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS] [--no-job-runner]
 //
 // Without --config it runs the embedded configs/sliced.yaml (a CPU-only demo
 // under /tmp). It serves the Admin, Serving and FineTune gRPC services on the
@@ -48,7 +48,7 @@ namespace slicesched {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS]\n"
+    "usage: sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS] [--no-job-runner]\n"
     "  --config FILE            daemon config (default: the embedded configs/sliced.yaml demo)\n"
     "  --socket PATH            override listen.unix_socket of the config\n"
     "  --state-dir DIR          override state_dir of the config (absolute)\n"
