@@ -45,6 +45,8 @@ const char kSlicectlHelpText[] =
     "                                  submit a fine-tuning job (FineTune.SubmitJob)\n"
     "  jobs                            fine-tuning jobs\n"
     "  job ID                          one job with its event log\n"
+    "  cancel-job ID [--reason TEXT]   cancel a fine-tuning job (FineTune.CancelJob); a finished\n"
+    "                                  job keeps its state, which is printed\n"
     "  cancel INSTANCE_ID              cancel a graph instance (Serving.Cancel)\n"
     "  gmg dump [--format json|dot]    the Global Mapping Graph (default json)\n"
     "  timeline [--out FILE] [--since-ns N] [--until-ns N] [--max-events N]\n"
@@ -129,7 +131,8 @@ class Args {
 bool TakesValue(std::string_view flag) {
   static const char* const kValued[] = {"--prompt", "--max-tokens",  "--seed",     "--top-p",
                                         "--top-k",  "--temperature", "--tenant",   "--format",
-                                        "--out",    "--since-ns",    "--until-ns", "--max-events"};
+                                        "--out",    "--since-ns",    "--until-ns", "--max-events",
+                                        "--reason"};
   return std::any_of(std::begin(kValued), std::end(kValued), [&](const char* v) { return flag == v; });
 }
 
@@ -546,11 +549,22 @@ Usage Timeline(const Args& a, Runner* run) {
   return std::nullopt;
 }
 
-Usage Cancel(const Args& a, Runner* run) {
+// The command's positive id argument (its second word).
+std::optional<uint64_t> PositiveId(const Args& a, std::string_view command, std::string_view what,
+                                   Usage* error) {
   uint64_t id = 0;
   if (!ParseNumber(a.words()[1], &id) || id == 0) {
-    return UsageError{StrCat("cancel: INSTANCE_ID must be a positive number, got '", a.words()[1], "'")};
+    *error = UsageError{StrCat(command, ": ", what, " must be a positive number, got '", a.words()[1], "'")};
+    return std::nullopt;
   }
+  return id;
+}
+
+Usage Cancel(const Args& a, Runner* run) {
+  Usage error;
+  const std::optional<uint64_t> parsed = PositiveId(a, "cancel", "INSTANCE_ID", &error);
+  if (!parsed) return error;
+  const uint64_t id = *parsed;
   *run = [id](Client& c) {
     v1::CancelRequest req;
     req.set_instance_id(id);
@@ -714,11 +728,30 @@ int Jobs(Client& c) {
 int ShowJob(Client& c, uint64_t id);
 
 Usage Job(const Args& a, Runner* run) {
-  uint64_t id = 0;
-  if (!ParseNumber(a.words()[1], &id) || id == 0) {
-    return UsageError{StrCat("job: ID must be a positive number, got '", a.words()[1], "'")};
-  }
-  *run = [id](Client& c) { return ShowJob(c, id); };
+  Usage error;
+  const std::optional<uint64_t> id = PositiveId(a, "job", "ID", &error);
+  if (!id) return error;
+  *run = [id = *id](Client& c) { return ShowJob(c, id); };
+  return std::nullopt;
+}
+
+Usage CancelJob(const Args& a, Runner* run) {
+  Usage error;
+  const std::optional<uint64_t> id = PositiveId(a, "cancel-job", "ID", &error);
+  if (!id) return error;
+  v1::CancelJobRequest req;
+  req.set_job_id(*id);
+  req.set_reason(a.Get("--reason", "cancelled with slicectl"));
+  *run = [req](Client& c) {
+    v1::CancelJobResponse r;
+    if (int rc = Call(c, c.finetune(), &v1::FineTune::Stub::CancelJob, req, &r)) return rc;
+    if (c.json()) {
+      c.out() << ToJson(r);
+    } else {
+      c.out() << "job " << req.job_id() << ": " << JobState(r.job().state()) << "\n";
+    }
+    return static_cast<int>(kSlicectlOk);
+  };
   return std::nullopt;
 }
 
@@ -950,6 +983,7 @@ int RunSlicectl(const std::vector<std::string>& args, std::ostream& out, std::os
       {"submit", {{"--tenant", "--validate-only!"}, 2, 2, Submit}},
       {"jobs", {{}, 1, 1, simple(Jobs)}},
       {"job", {{}, 2, 2, Job}},
+      {"cancel-job", {{"--reason"}, 2, 2, CancelJob}},
       {"cancel", {{}, 2, 2, Cancel}},
       {"gmg", {{"--format"}, 2, 2, Gmg}},
       {"timeline", {{"--out", "--since-ns", "--until-ns", "--max-events"}, 1, 1, Timeline}},

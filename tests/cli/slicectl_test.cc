@@ -163,6 +163,31 @@ TEST_F(SlicectlJobsTest, SubmitAnchorsARelativeDatasetPathAtTheFile) {
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("<job>")));
 }
 
+// operations.md documents FineTune.CancelJob, but slicectl had no command
+// for it: a user could submit and watch a job, not stop it.
+TEST_F(SlicectlJobsTest, CancelJob) {
+  const std::string job = dir_ + "/synthetic.yaml";
+  std::ofstream(job) << "name: s\nbackbone: tiny\ndataset: {synthetic: {task: parity, seed: 7}}\n"
+                        "hyperparameters: {learning_rate: 1e-3, batch_size: 8}\n"
+                        "stop: {metric: accuracy, target: 0.9, max_epochs: 1}\nallow_sharing: false\n";
+  ASSERT_EQ(Run({"submit", job}).code, 0);
+  Result r = Run({"cancel-job", "1", "--reason", "wrong learning rate"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job 1: cancelled\n");
+  auto events = jobs_->Events(1);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_THAT(events->back().details_json, HasSubstr("wrong learning rate"));
+  r = Run({"cancel-job", "1"});  // finished: unchanged, its state printed
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job 1: cancelled\n");
+  r = Run({"cancel-job", "9"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, StartsWith("slicectl: NOT_FOUND: "));
+  r = Run({"cancel-job", "x"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, StartsWith("slicectl: cancel-job: ID must be a positive number, got 'x'"));
+}
+
 TEST(SlicectlAnchor, OnlyTheRelativeDatasetPathChanges) {
   EXPECT_EQ(AnchorJobDatasetPath("dataset:\n  path: d/x.jsonl  # c\nname: a\n", "/w"),
             "dataset:\n  path: \"/w/d/x.jsonl\"  # c\nname: a\n");
