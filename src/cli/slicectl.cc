@@ -23,10 +23,10 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "slicesched/common/strings.h"
-#include "yaml-cpp/yaml.h"
 #include "slicesched/v1/admin.grpc.pb.h"
 #include "slicesched/v1/finetune.grpc.pb.h"
 #include "slicesched/v1/serving.grpc.pb.h"
+#include "yaml-cpp/yaml.h"
 
 namespace slicesched {
 

@@ -11,14 +11,15 @@
 #include <string_view>
 #include <vector>
 
-
 #ifndef SLICESCHED_SOURCE_DIR
 #error "define SLICESCHED_SOURCE_DIR (the source tree) for tests that read the docs"
 #endif
 
 namespace slicesched::testing_docs {
 
-inline bool StartsWith(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
+inline bool StartsWith(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
 
 // The lines of `text`.
 inline std::vector<std::string_view> Lines(std::string_view text) {
