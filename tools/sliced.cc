@@ -1,6 +1,6 @@
 // sliced: the slicesched scheduling daemon.
 //
-//   sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS]
+//   sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS] [--no-job-runner]
 //
 // Without --config it runs the embedded configs/sliced.yaml (a CPU-only demo
 // under /tmp). It serves the Admin, Serving and FineTune gRPC services on the
@@ -48,7 +48,7 @@ namespace slicesched {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS]\n"
+    "usage: sliced [--config FILE] [--socket PATH] [--state-dir DIR] [--drain-timeout SECONDS] [--no-job-runner]\n"
     "  --config FILE            daemon config (default: the embedded configs/sliced.yaml demo)\n"
     "  --socket PATH            override listen.unix_socket of the config\n"
     "  --state-dir DIR          override state_dir of the config (absolute)\n"
@@ -83,7 +83,8 @@ void Notify(const std::string& message) {
 }
 
 int Run(int argc, char** argv) {
-  std::string config_path, socket_override, state_dir_override;
+  std::string config_path;
+  SlicedOverrides overrides;
   int drain_timeout_s = 100;
   bool job_runner = true;
   for (int i = 1; i < argc; ++i) {
@@ -101,13 +102,9 @@ int Run(int argc, char** argv) {
       if (a == "--config") {
         config_path = v;
       } else if (a == "--socket") {
-        socket_override = v;
+        overrides.unix_socket = v;
       } else if (a == "--state-dir") {
-        if (v.empty() || v[0] != '/') {
-          std::fprintf(stderr, "sliced: --state-dir: expected an absolute path, got '%s'\n", v.c_str());
-          return 2;
-        }
-        state_dir_override = v;
+        overrides.state_dir = v;
       } else if (!absl::SimpleAtoi(v, &drain_timeout_s) || drain_timeout_s < 0) {
         std::fprintf(stderr, "sliced: --drain-timeout: expected a number of seconds >= 0, got '%s'\n", v.c_str());
         return 2;
@@ -131,8 +128,10 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "sliced: %s\n", std::string(config.status().message()).c_str());
     return 2;
   }
-  if (!socket_override.empty()) config->listen.unix_socket = socket_override;
-  if (!state_dir_override.empty()) config->state_dir = state_dir_override;
+  if (absl::Status s = ApplySlicedOverrides(overrides, &*config); !s.ok()) {
+    std::fprintf(stderr, "sliced: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   if (absl::Status s = SetupLogging(config->log_level); !s.ok()) {
     std::fprintf(stderr, "sliced: %s\n", std::string(s.message()).c_str());
     return 2;

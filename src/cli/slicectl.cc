@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -19,11 +20,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/v1/admin.grpc.pb.h"
 #include "slicesched/v1/finetune.grpc.pb.h"
 #include "slicesched/v1/serving.grpc.pb.h"
+#include "yaml-cpp/yaml.h"
 
 namespace slicesched {
 
@@ -42,6 +45,8 @@ const char kSlicectlHelpText[] =
     "                                  submit a fine-tuning job (FineTune.SubmitJob)\n"
     "  jobs                            fine-tuning jobs\n"
     "  job ID                          one job with its event log\n"
+    "  cancel-job ID [--reason TEXT]   cancel a fine-tuning job (FineTune.CancelJob); a finished\n"
+    "                                  job keeps its state, which is printed\n"
     "  cancel INSTANCE_ID              cancel a graph instance (Serving.Cancel)\n"
     "  gmg dump [--format json|dot]    the Global Mapping Graph (default json)\n"
     "  timeline [--out FILE] [--since-ns N] [--until-ns N] [--max-events N]\n"
@@ -126,7 +131,8 @@ class Args {
 bool TakesValue(std::string_view flag) {
   static const char* const kValued[] = {"--prompt", "--max-tokens",  "--seed",     "--top-p",
                                         "--top-k",  "--temperature", "--tenant",   "--format",
-                                        "--out",    "--since-ns",    "--until-ns", "--max-events"};
+                                        "--out",    "--since-ns",    "--until-ns", "--max-events",
+                                        "--reason"};
   return std::any_of(std::begin(kValued), std::end(kValued), [&](const char* v) { return flag == v; });
 }
 
@@ -543,11 +549,22 @@ Usage Timeline(const Args& a, Runner* run) {
   return std::nullopt;
 }
 
-Usage Cancel(const Args& a, Runner* run) {
+// The command's positive id argument (its second word).
+std::optional<uint64_t> PositiveId(const Args& a, std::string_view command, std::string_view what,
+                                   Usage* error) {
   uint64_t id = 0;
   if (!ParseNumber(a.words()[1], &id) || id == 0) {
-    return UsageError{StrCat("cancel: INSTANCE_ID must be a positive number, got '", a.words()[1], "'")};
+    *error = UsageError{StrCat(command, ": ", what, " must be a positive number, got '", a.words()[1], "'")};
+    return std::nullopt;
   }
+  return id;
+}
+
+Usage Cancel(const Args& a, Runner* run) {
+  Usage error;
+  const std::optional<uint64_t> parsed = PositiveId(a, "cancel", "INSTANCE_ID", &error);
+  if (!parsed) return error;
+  const uint64_t id = *parsed;
   *run = [id](Client& c) {
     v1::CancelRequest req;
     req.set_instance_id(id);
@@ -647,19 +664,30 @@ int StreamGenerate(Client& c, const v1::GenerateRequest& req) {
   return s.ok() ? kSlicectlOk : c.Fail(s);
 }
 
+// The daemon names a job's positions "<job>:LINE:COL"; for a file, the
+// file's path says where to look.
+grpc::Status NameJobFile(const grpc::Status& s, const std::string& path) {
+  if (s.ok()) return s;
+  return grpc::Status(s.error_code(), absl::StrReplaceAll(s.error_message(), {{"<job>:", path + ":"}}));
+}
+
 Usage Submit(const Args& a, Runner* run) {
   const std::string& path = a.words()[1];
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
   if (!in || ss.str().empty()) return UsageError{StrCat("submit: cannot read '", path, "' (or it is empty)")};
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
   v1::SubmitJobRequest req;
-  req.set_yaml(ss.str());
+  req.set_yaml(ec ? ss.str() : AnchorJobDatasetPath(ss.str(), abs.parent_path().string()));
   req.set_tenant(a.Get("--tenant"));
   req.set_validate_only(a.Has("--validate-only"));
-  *run = [req](Client& c) {
+  *run = [req, path](Client& c) {
     v1::SubmitJobResponse r;
-    if (int rc = Call(c, c.finetune(), &v1::FineTune::Stub::SubmitJob, req, &r)) return rc;
+    grpc::ClientContext ctx;
+    c.Prepare(&ctx);
+    if (const grpc::Status s = c.finetune().SubmitJob(&ctx, req, &r); !s.ok()) return c.Fail(NameJobFile(s, path));
     if (c.json()) {
       c.out() << ToJson(r);
       return static_cast<int>(kSlicectlOk);
@@ -700,11 +728,30 @@ int Jobs(Client& c) {
 int ShowJob(Client& c, uint64_t id);
 
 Usage Job(const Args& a, Runner* run) {
-  uint64_t id = 0;
-  if (!ParseNumber(a.words()[1], &id) || id == 0) {
-    return UsageError{StrCat("job: ID must be a positive number, got '", a.words()[1], "'")};
-  }
-  *run = [id](Client& c) { return ShowJob(c, id); };
+  Usage error;
+  const std::optional<uint64_t> id = PositiveId(a, "job", "ID", &error);
+  if (!id) return error;
+  *run = [id = *id](Client& c) { return ShowJob(c, id); };
+  return std::nullopt;
+}
+
+Usage CancelJob(const Args& a, Runner* run) {
+  Usage error;
+  const std::optional<uint64_t> id = PositiveId(a, "cancel-job", "ID", &error);
+  if (!id) return error;
+  v1::CancelJobRequest req;
+  req.set_job_id(*id);
+  req.set_reason(a.Get("--reason", "cancelled with slicectl"));
+  *run = [req](Client& c) {
+    v1::CancelJobResponse r;
+    if (int rc = Call(c, c.finetune(), &v1::FineTune::Stub::CancelJob, req, &r)) return rc;
+    if (c.json()) {
+      c.out() << ToJson(r);
+    } else {
+      c.out() << "job " << req.job_id() << ": " << JobState(r.job().state()) << "\n";
+    }
+    return static_cast<int>(kSlicectlOk);
+  };
   return std::nullopt;
 }
 
@@ -810,6 +857,49 @@ std::string GmgDumpToDot(const v1::GmgDump& dump) {
   return out;
 }
 
+std::string AnchorJobDatasetPath(const std::string& yaml, const std::string& file_dir) {
+  YAML::Node path;
+  try {
+    const YAML::Node root = YAML::Load(yaml);
+    if (!root.IsMap() || !root["dataset"].IsMap()) return yaml;
+    path = root["dataset"]["path"];
+  } catch (const YAML::Exception&) {
+    return yaml;
+  }
+  if (!path.IsScalar() || path.Scalar().empty() || path.Scalar().front() == '/') return yaml;
+  const std::string anchored = (std::filesystem::path(file_dir) / path.Scalar()).lexically_normal().string();
+  const size_t pos = static_cast<size_t>(path.Mark().pos);
+  if (pos >= yaml.size()) return yaml;
+  // The scalar as written: plain (replaced by a double-quoted string, which
+  // takes any path), or quoted (the directory goes inside the quotes).
+  std::string out = yaml;
+  if (yaml.compare(pos, path.Scalar().size(), path.Scalar()) == 0 && yaml[pos] != '"' && yaml[pos] != '\'') {
+    std::string quoted = "\"";
+    for (char ch : anchored) {
+      if (ch == '"' || ch == '\\') quoted += '\\';
+      quoted += ch;
+    }
+    out.replace(pos, path.Scalar().size(), quoted + "\"");
+  } else if (yaml[pos] == '\'') {
+    out.insert(pos + 1, absl::StrReplaceAll(file_dir + "/", {{"'", "''"}}));
+  } else if (yaml[pos] == '"') {
+    out.insert(pos + 1, absl::StrReplaceAll(file_dir + "/", {{"\\", "\\\\"}, {"\"", "\\\""}}));
+  } else {
+    return yaml;
+  }
+  // Only hand over what still means the same thing.
+  try {
+    const YAML::Node check = YAML::Load(out);
+    if (check["dataset"]["path"].Scalar() != (std::filesystem::path(file_dir) / path.Scalar()).string() &&
+        check["dataset"]["path"].Scalar() != anchored) {
+      return yaml;
+    }
+  } catch (const YAML::Exception&) {
+    return yaml;
+  }
+  return out;
+}
+
 std::string_view GrpcCodeName(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK: return "OK";
@@ -893,6 +983,7 @@ int RunSlicectl(const std::vector<std::string>& args, std::ostream& out, std::os
       {"submit", {{"--tenant", "--validate-only!"}, 2, 2, Submit}},
       {"jobs", {{}, 1, 1, simple(Jobs)}},
       {"job", {{}, 2, 2, Job}},
+      {"cancel-job", {{"--reason"}, 2, 2, CancelJob}},
       {"cancel", {{}, 2, 2, Cancel}},
       {"gmg", {{"--format"}, 2, 2, Gmg}},
       {"timeline", {{"--out", "--since-ns", "--until-ns", "--max-events"}, 1, 1, Timeline}},

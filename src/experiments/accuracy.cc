@@ -52,6 +52,11 @@ absl::StatusOr<AccuracyResult> RunAccuracy(const AccuracyOptions& o) {
   if (!(o.minutes > 0) || !(o.load_scale > 0) || !(o.predict_every_s > 0)) {
     return absl::InvalidArgumentError("--minutes, --load-scale and --predict-every must be positive");
   }
+  if (o.minutes * 60.0 <= o.warmup_s) {  // nothing would be scored: every figure would read 0.00%
+    return absl::InvalidArgumentError(StrCat("--minutes ", o.minutes, " (", o.minutes * 60.0,
+                                             " s) must exceed the warm-up of ", o.warmup_s,
+                                             " s, before which nothing is scored"));
+  }
   AccuracyResult result;
   // Workload.
   std::vector<Request> requests;

@@ -118,6 +118,8 @@ LinkSpec ReadLink(const ConfigReader& r, LinkSpec defaults) {
 AcceleratorSet AcceleratorSet::FromConfig(const ConfigReader& cluster, ConfigErrors* errors) {
   std::vector<DeviceSpec> devices;
   std::vector<ConfigReader> device_readers;  // per expanded device, for errors
+  // A misspelt `links` would otherwise leave every pair on the built-in prior.
+  cluster.RejectUnknownKeys({"devices", "links"});
   ConfigReader list = cluster.RequiredChild("devices");
   for (size_t i = 0; i < list.size(); ++i) {
     ConfigReader d = list.At(i);

@@ -230,11 +230,8 @@ void ParseListen(const ConfigReader& l, ListenConfig* c) {
   }
   c->unix_socket = l.Optional<std::string>("unix_socket", c->unix_socket);
   if (!c->unix_socket.empty()) {
-    l.Check(c->unix_socket.front() == '/', "unix_socket",
-            StrCat("must be an absolute path, got '", c->unix_socket, "'"));
-    l.Check(c->unix_socket.size() <= kMaxUnixSocketPath, "unix_socket",
-            StrCat("is ", c->unix_socket.size(), " bytes; a socket path holds at most ",
-                   kMaxUnixSocketPath));
+    const std::string problem = UnixSocketPathProblem(c->unix_socket);
+    l.Check(problem.empty(), "unix_socket", problem);
   }
   c->tcp_address = l.Optional<std::string>("tcp", "");
   std::string why;
@@ -390,6 +387,28 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
 
   SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());
   return c;
+}
+
+std::string UnixSocketPathProblem(std::string_view path) {
+  if (path.empty() || path.front() != '/') return StrCat("must be an absolute path, got '", path, "'");
+  if (path.size() > kMaxUnixSocketPath) {
+    return StrCat("is ", path.size(), " bytes; a socket path holds at most ", kMaxUnixSocketPath);
+  }
+  return "";
+}
+
+absl::Status ApplySlicedOverrides(const SlicedOverrides& overrides, SlicedConfig* config) {
+  if (!overrides.unix_socket.empty()) {
+    const std::string problem = UnixSocketPathProblem(overrides.unix_socket);
+    if (!problem.empty()) return absl::InvalidArgumentError(StrCat("--socket: ", problem));
+  }
+  if (!overrides.state_dir.empty() && overrides.state_dir.front() != '/') {
+    return absl::InvalidArgumentError(
+        StrCat("--state-dir: must be an absolute path, got '", overrides.state_dir, "'"));
+  }
+  if (!overrides.unix_socket.empty()) config->listen.unix_socket = overrides.unix_socket;
+  if (!overrides.state_dir.empty()) config->state_dir = overrides.state_dir;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SlicedConfig> LoadSlicedConfig(const std::string& path) {

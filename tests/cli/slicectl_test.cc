@@ -23,7 +23,9 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "docs/docs_text.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/services.h"
@@ -34,6 +36,7 @@ namespace slicesched {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 struct Result {
@@ -73,7 +76,14 @@ class SlicectlTest : public ::testing::Test {
     master_ = *std::move(m);
     ServerOptions so;
     so.unix_socket = socket_;
-    auto s = SlicedServer::Start(master_.get(), so);
+    if (with_jobs_) {
+      jobs::JobManager::Options jo;
+      jo.now_unix_ms = [] { return int64_t{1'700'000'000'000}; };
+      auto jm = jobs::JobManager::Open(dir_ + "/state", std::move(jo));
+      ASSERT_TRUE(jm.ok()) << jm.status();
+      jobs_ = *std::move(jm);
+    }
+    auto s = SlicedServer::Start(master_.get(), so, jobs_.get());
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
   }
@@ -109,10 +119,86 @@ class SlicectlTest : public ::testing::Test {
     ASSERT_EQ((*rec)->Last().state, InstanceState::kDone);
   }
 
+  bool with_jobs_ = false;  // serve FineTune from a JobManager in the state dir
   std::string dir_, socket_;
   std::unique_ptr<Master> master_;
+  std::unique_ptr<jobs::JobManager> jobs_;
   std::unique_ptr<SlicedServer> server_;
 };
+
+class SlicectlJobsTest : public SlicectlTest {
+ protected:
+  void SetUp() override {
+    with_jobs_ = true;
+    SlicectlTest::SetUp();
+  }
+};
+
+// docs/operations.md: a job file's dataset.path is "relative to the file for
+// files", as the examples in configs/jobs/ are written; slicectl used to send
+// it as is and the daemon refused it ("must be an absolute path").
+TEST_F(SlicectlJobsTest, SubmitAnchorsARelativeDatasetPathAtTheFile) {
+  const std::string jobs_dir = std::filesystem::path(dir_ + "/jobs").lexically_normal().string();
+  std::filesystem::create_directories(jobs_dir + "/data");
+  std::ofstream(jobs_dir + "/data/d.jsonl") << "{\"tokens\": [1, 2, 3], \"label\": 1}\n";
+  const std::string job = jobs_dir + "/j.yaml";
+  std::ofstream(job) << "name: j\nbackbone: tiny\ndataset:\n  path: data/d.jsonl\n"
+                        "hyperparameters: {learning_rate: 1e-3, batch_size: 1}\n"
+                        "stop: {metric: loss, target: 0.1, max_epochs: 1}\nallow_sharing: false\n";
+  Result r = Run({"submit", job});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job 1 submitted\n");
+  auto got = jobs_->Get(1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->spec.dataset.path, jobs_dir + "/data/d.jsonl");
+
+  // The daemon's errors name the file, at the file's own line:col.
+  std::ofstream(job) << "name: j\nbackbone: tiny\ndataset: {path: data/missing.jsonl}\n"
+                        "hyperparameters: {learning_rate: fast, batch_size: 1}\n"
+                        "stop: {metric: loss, target: 0.1, max_epochs: 1}\n";
+  r = Run({"submit", job, "--validate-only"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr(StrCat("\n", job, ":4:34: hyperparameters.learning_rate: expected a number")));
+  EXPECT_THAT(r.err, HasSubstr(jobs_dir + "/data/missing.jsonl"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("<job>")));
+}
+
+// operations.md documents FineTune.CancelJob, but slicectl had no command
+// for it: a user could submit and watch a job, not stop it.
+TEST_F(SlicectlJobsTest, CancelJob) {
+  const std::string job = dir_ + "/synthetic.yaml";
+  std::ofstream(job) << "name: s\nbackbone: tiny\ndataset: {synthetic: {task: parity, seed: 7}}\n"
+                        "hyperparameters: {learning_rate: 1e-3, batch_size: 8}\n"
+                        "stop: {metric: accuracy, target: 0.9, max_epochs: 1}\nallow_sharing: false\n";
+  ASSERT_EQ(Run({"submit", job}).code, 0);
+  Result r = Run({"cancel-job", "1", "--reason", "wrong learning rate"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job 1: cancelled\n");
+  auto events = jobs_->Events(1);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_THAT(events->back().details_json, HasSubstr("wrong learning rate"));
+  r = Run({"cancel-job", "1"});  // finished: unchanged, its state printed
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job 1: cancelled\n");
+  r = Run({"cancel-job", "9"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, StartsWith("slicectl: NOT_FOUND: "));
+  r = Run({"cancel-job", "x"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, StartsWith("slicectl: cancel-job: ID must be a positive number, got 'x'"));
+}
+
+TEST(SlicectlAnchor, OnlyTheRelativeDatasetPathChanges) {
+  EXPECT_EQ(AnchorJobDatasetPath("dataset:\n  path: d/x.jsonl  # c\nname: a\n", "/w"),
+            "dataset:\n  path: \"/w/d/x.jsonl\"  # c\nname: a\n");
+  EXPECT_EQ(AnchorJobDatasetPath("dataset: {path: './x y.bin', format: tokens-bin}\n", "/w's"),
+            "dataset: {path: '/w''s/./x y.bin', format: tokens-bin}\n");
+  EXPECT_EQ(AnchorJobDatasetPath("dataset: {path: \"x.jsonl\"}\n", "/a\"b"), "dataset: {path: \"/a\\\"b/x.jsonl\"}\n");
+  for (const std::string same : {"dataset: {path: /abs/x.jsonl}\n", "dataset: {synthetic: {task: lm, seed: 1}}\n",
+                                 "dataset: {path: [1]}\n", "dataset: {path: ''}\n", "name: [unclosed\n", "- 1\n"}) {
+    EXPECT_EQ(AnchorJobDatasetPath(same, "/w"), same);
+  }
+}
 
 TEST_F(SlicectlTest, StatusTableAndJson) {
   Result r = Run({"status"});
@@ -435,6 +521,74 @@ TEST(SlicectlFormat, TableAndBytes) {
   EXPECT_EQ(HumanBytes(int64_t{3} << 30), "3.0 GiB");
   EXPECT_EQ(HumanBytes(int64_t{300} << 20), "300 MiB");
   EXPECT_EQ(GrpcCodeName(grpc::StatusCode::UNIMPLEMENTED), "UNIMPLEMENTED");
+}
+
+// Splits a documented shell line into words ("..." quotes one word), up to a
+// comment or a pipe.
+std::vector<std::string> ShellWords(std::string_view line) {
+  std::vector<std::string> words;
+  std::string word;
+  bool quoted = false, in_word = false;
+  for (char ch : line) {
+    if (ch == '"') {
+      quoted = !quoted;
+      in_word = true;
+    } else if (!quoted && (ch == '#' || ch == '|') && !in_word) {
+      break;
+    } else if (!quoted && ch == ' ') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else {
+      word += ch;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+// Every slicectl command line the README and docs/operations.md show parses:
+// with no daemon to reach it gets as far as connecting (exit 3), not a usage
+// error (exit 2). Sockets and addresses are replaced by unreachable ones,
+// --tls-ca by a readable file, and a job file is read from the source tree.
+TEST(SlicectlDocs, EveryDocumentedCommandLineParses) {
+  const std::string dir = StrCat(::testing::TempDir(), "/slicectl_docs_", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/ca.pem") << "not used: nothing is reached\n";
+  int lines = 0;
+  for (const char* doc : {"README.md", "docs/operations.md"}) {
+    for (const std::string& line : testing_docs::CodeBlockLines(testing_docs::ReadSourceFile(doc), "sh")) {
+      std::vector<std::string> words = ShellWords(line);
+      if (words.empty() || std::filesystem::path(words[0]).filename() != "slicectl") continue;
+      words.erase(words.begin());
+      for (size_t i = 0; i + 1 < words.size(); ++i) {
+        if (words[i] == "--socket") words[i + 1] = dir + "/no.sock";
+        if (words[i] == "--address") words[i + 1] = "127.0.0.1:1";
+        if (words[i] == "--tls-ca") words[i + 1] = dir + "/ca.pem";
+        if (words[i] == "submit" && words[i + 1][0] != '/') {
+          words[i + 1] = StrCat(SLICESCHED_SOURCE_DIR, "/", words[i + 1]);
+        }
+      }
+      words.insert(words.begin(), {"--socket", dir + "/no.sock", "--connect-timeout", "0.2"});
+      std::ostringstream out, err;
+      EXPECT_EQ(RunSlicectl(words, out, err), kSlicectlCannotConnect) << doc << ": " << line << "\n" << err.str();
+      ++lines;
+    }
+  }
+  EXPECT_GE(lines, 10);
+  // The command table: each command's first word is one slicectl knows.
+  const std::string ops = testing_docs::ReadSourceFile("docs/operations.md");
+  int commands = 0;
+  for (const std::string& code : testing_docs::FirstColumnCodes(testing_docs::MarkdownSection(ops, "## slicectl"))) {
+    const std::string command = code.substr(0, code.find(' '));
+    std::ostringstream out, err;
+    RunSlicectl({"--socket", dir + "/no.sock", command}, out, err);
+    EXPECT_THAT(err.str(), Not(HasSubstr("unknown command"))) << code;
+    ++commands;
+  }
+  EXPECT_GE(commands, 10);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

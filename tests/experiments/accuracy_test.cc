@@ -30,7 +30,11 @@ TEST(AccuracyTest, RejectsBadOptions) {
   AccuracyOptions o;
   o.minutes = 0;
   EXPECT_FALSE(RunAccuracy(o).ok());
-  o.minutes = 1;
+  // A run within the warm-up scores nothing; it used to report 0.00% errors.
+  o.minutes = 0.5;
+  EXPECT_THAT(RunAccuracy(o).status().message(),
+              ::testing::HasSubstr("--minutes 0.5 (30 s) must exceed the warm-up of 60 s"));
+  o.minutes = 2;
   o.trace = "/nonexistent/trace.csv";
   EXPECT_EQ(RunAccuracy(o).status().code(), absl::StatusCode::kNotFound);
 }

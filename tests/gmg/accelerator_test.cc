@@ -42,6 +42,19 @@ links:
   EXPECT_FALSE(set.FindDevice("gpu9").ok());
 }
 
+// A typo at the cluster level used to be ignored: `link:` left every pair on
+// the built-in prior without a word.
+TEST(AcceleratorSetTest, UnknownClusterKeyIsAnError) {
+  ConfigErrors errors;
+  Parse(R"(devices: [{name: gpu, memory: 1GiB}]
+link:
+  default: {bandwidth: 12GB/s, latency: 20us}
+)", &errors);
+  ASSERT_FALSE(errors.ok());
+  EXPECT_THAT(std::string(errors.ToStatus().message()),
+              HasSubstr("cluster.yaml:2:1: unknown field 'link' (expected one of: devices, links)"));
+}
+
 TEST(AcceleratorSetTest, ErrorsNameFieldAndPosition) {
   ConfigErrors errors;
   Parse(R"(devices:

@@ -6,8 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <string>
 
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "docs/docs_text.h"
 #include "slicesched/common/strings.h"
 
 namespace slicesched {
@@ -75,6 +79,30 @@ TEST(SlicedConfigTest, DefaultsApplyWhenSectionsAreMissing) {
   EXPECT_FALSE(c->scheduler.owner_nap.has_value());  // the executors' default
   EXPECT_TRUE(c->deployments[0].partitions.empty());
   EXPECT_EQ(c->deployments[0].weights.seed, 7u);
+}
+
+// sliced's --socket / --state-dir follow the config's rules and name the
+// flag; a relative --socket used to reach bind() and fail as "cannot create :
+// Invalid argument".
+TEST(SlicedConfigTest, CommandLineOverridesAreCheckedLikeTheConfig) {
+  auto c = Parse(kBase);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const SlicedConfig before = *c;
+  absl::Status s = ApplySlicedOverrides({.unix_socket = "rel.sock"}, &*c);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("--socket: must be an absolute path, got 'rel.sock'"));
+  s = ApplySlicedOverrides({.unix_socket = "/" + std::string(120, 'x')}, &*c);
+  EXPECT_THAT(s.message(), HasSubstr("--socket: is 121 bytes; a socket path holds at most 107"));
+  s = ApplySlicedOverrides({.unix_socket = "/tmp/ok.sock", .state_dir = "state"}, &*c);
+  EXPECT_THAT(s.message(), HasSubstr("--state-dir: must be an absolute path, got 'state'"));
+  EXPECT_EQ(c->listen.unix_socket, before.listen.unix_socket);  // unchanged on error
+  EXPECT_EQ(c->state_dir, before.state_dir);
+
+  ASSERT_TRUE(ApplySlicedOverrides({.unix_socket = "/tmp/x/s.sock", .state_dir = "/tmp/x/state"}, &*c).ok());
+  EXPECT_EQ(c->listen.unix_socket, "/tmp/x/s.sock");
+  EXPECT_EQ(c->state_dir, "/tmp/x/state");
+  ASSERT_TRUE(ApplySlicedOverrides({}, &*c).ok());  // empty: keep the config's
+  EXPECT_EQ(c->listen.unix_socket, "/tmp/x/s.sock");
 }
 
 TEST(SlicedConfigTest, FullConfigWithTlsAndInlineModel) {
@@ -302,6 +330,61 @@ TEST(SlicedConfigTest, LoadFromFileResolvesRelativeWeights) {
 
   auto missing = LoadSlicedConfig(dir + "/does-not-exist.yaml");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+// docs/operations.md, "Configuration reference": the keys its tables and
+// headings document are exactly those the loader takes, map by map. The
+// loader's keys come from its own "unknown field" error.
+std::set<std::string> LoaderKeys(const std::string& text) {
+  const std::string e = ErrorOf(text);
+  const std::string marker = "unknown field 'zz_undocumented' (expected one of: ";
+  const size_t at = e.find(marker);
+  EXPECT_NE(at, std::string::npos) << e;
+  if (at == std::string::npos) return {};
+  const size_t begin = at + marker.size();
+  std::set<std::string> keys;
+  for (absl::string_view k : absl::StrSplit(e.substr(begin, e.find(')', begin) - begin), ", ")) keys.emplace(k);
+  return keys;
+}
+
+TEST(SlicedConfigDocs, EveryKeyTheLoaderTakesIsDocumentedAndNoOther) {
+  namespace docs = testing_docs;
+  const std::string doc = docs::ReadSourceFile("docs/operations.md");
+  ASSERT_FALSE(doc.empty());
+  const std::vector<std::string> reference = docs::MarkdownSection(doc, "## Configuration reference");
+  ASSERT_FALSE(reference.empty());
+  // Each "### `key`" heading is a top-level key.
+  std::set<std::string> top;
+  for (const std::string& line : reference) {
+    if (docs::StartsWith(line, "### ")) top.insert(docs::CodeSpans(line).at(0));
+  }
+  // The first column of a heading's table, split at "." / "[]." into maps.
+  auto documented = [&](std::string_view heading, std::string_view prefix) {
+    std::set<std::string> keys;
+    for (const std::string& code : docs::FirstColumnCodes(docs::MarkdownSection(doc, heading))) {
+      if (!docs::StartsWith(code, prefix)) continue;
+      const std::string rest = code.substr(prefix.size());
+      keys.insert(rest.substr(0, rest.find_first_of(".[")));
+    }
+    return keys;
+  };
+  const std::string bogus = "zz_undocumented: 1";
+  const std::string base(kBase);
+  auto with = [&](absl::string_view from, const std::string& to) { return absl::StrReplaceAll(base, {{from, to}}); };
+  EXPECT_EQ(top, LoaderKeys(base + bogus + "\n"));
+  EXPECT_EQ(documented("### `cluster`", ""), LoaderKeys(with("  devices:\n", StrCat("  ", bogus, "\n  devices:\n"))));
+  EXPECT_EQ(documented("### `cluster`", "devices[]."),
+            LoaderKeys(with("backend: cpu}", "backend: cpu, " + bogus + "}")));
+  EXPECT_EQ(documented("### `cluster`", "links."),
+            LoaderKeys(with("state_dir:", StrCat("  links: {", bogus, "}\nstate_dir:"))));
+  EXPECT_EQ(documented("### `deployments`", ""),
+            LoaderKeys(with("    role: online\n", "    role: online\n    " + bogus + "\n")));
+  for (const std::string section : {"scheduler", "planner", "listen"}) {
+    EXPECT_EQ(documented(StrCat("### `", section, "`"), ""), LoaderKeys(StrCat(base, section, ": {", bogus, "}\n")))
+        << section;
+  }
+  EXPECT_EQ(documented("### `listen`", "tls."),
+            LoaderKeys(StrCat(base, "listen: {tcp: '127.0.0.1:1', tls: {cert: c, key: k, ", bogus, "}}\n")));
 }
 
 }  // namespace

@@ -13,12 +13,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "docs/docs_text.h"
 #include "slicesched/common/strings.h"
 
 namespace slicesched {
@@ -241,6 +243,25 @@ TEST(MetricsHttp, BadAddresses) {
   auto second = MetricsHttpServer::Start({.address = StrCat("127.0.0.1:", (*first)->port())}, Body(""));
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr("listen.metrics"));
+}
+
+// docs/operations.md's metrics table names exactly the families sliced
+// serves (with their `slicesched_` prefix and without the label sets).
+TEST(PrometheusText, TheDocumentedMetricsAreTheServedOnes) {
+  const std::string doc = testing_docs::ReadSourceFile("docs/operations.md");
+  std::set<std::string> documented;
+  for (const std::string& code :
+       testing_docs::FirstColumnCodes(testing_docs::MarkdownSection(doc, "## Metrics (Prometheus)"))) {
+    documented.insert(StrCat("slicesched_", code.substr(0, code.find('{'))));
+  }
+  std::set<std::string> served;
+  for (absl::string_view line : absl::StrSplit(RenderPrometheusText(Sample()), '\n')) {
+    if (!absl::StartsWith(line, "# TYPE ")) continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
+    served.emplace(parts.at(2));
+  }
+  EXPECT_FALSE(served.empty());
+  EXPECT_EQ(documented, served);
 }
 
 }  // namespace

@@ -15,6 +15,14 @@ fail() {
   exit 1
 }
 
+# Bad overrides are usage errors naming the flag (exit 2), not a failed
+# bind() with an empty path.
+"$SLICED" --socket rel.sock --state-dir "$DIR/state" > "$DIR/bad.log" 2>&1
+RC=$?
+[ $RC -eq 2 ] || fail "sliced --socket rel.sock exited $RC, expected 2"
+grep -q "^sliced: --socket: must be an absolute path, got 'rel.sock'$" "$DIR/bad.log" ||
+  fail "sliced --socket rel.sock: $(cat "$DIR/bad.log")"
+
 # The metrics port must be fixed in the config; try a few in case one is taken.
 for attempt in 1 2 3; do
   PORT=$((20000 + (RANDOM % 20000)))

@@ -47,6 +47,15 @@ std::string FormatTable(const std::vector<std::string>& header, const std::vecto
 // (label: op, device, state), edges from predecessors.
 std::string GmgDumpToDot(const v1::GmgDump& dump);
 
+// `submit FILE`: a relative `dataset.path` in a job file is relative to the
+// file (docs/operations.md), but the daemon has no directory to resolve it
+// against, so slicectl makes it absolute from `file_dir` (absolute) before
+// sending the YAML. Only that scalar changes, on its own line, so the
+// daemon's LINE:COL positions stay those of the file. Text that does not
+// parse, has no such path or an absolute one is returned unchanged (the
+// daemon reports what is wrong).
+std::string AnchorJobDatasetPath(const std::string& yaml, const std::string& file_dir);
+
 // "OK", "UNIMPLEMENTED", ... (the gRPC status code names).
 std::string_view GrpcCodeName(grpc::StatusCode code);
 

@@ -146,6 +146,20 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
 // Reads and validates FILE (NotFound when it does not exist).
 absl::StatusOr<SlicedConfig> LoadSlicedConfig(const std::string& path);
 
+// What is wrong with PATH as a unix socket path (listen.unix_socket's rules:
+// absolute, at most 107 bytes, sockaddr_un's limit); "" when it is usable.
+std::string UnixSocketPathProblem(std::string_view path);
+
+// sliced's command-line overrides of a loaded config: --socket replaces
+// listen.unix_socket, --state-dir replaces state_dir (empty: keep the
+// config's). They are checked by the config's rules; InvalidArgument names
+// the flag, and the config is unchanged on error.
+struct SlicedOverrides {
+  std::string unix_socket;
+  std::string state_dir;
+};
+absl::Status ApplySlicedOverrides(const SlicedOverrides& overrides, SlicedConfig* config);
+
 // The embedded configs/sliced.yaml, as text and parsed.
 std::string_view DefaultSlicedConfigYaml();
 absl::StatusOr<SlicedConfig> DefaultSlicedConfig();
