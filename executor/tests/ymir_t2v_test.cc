@@ -142,7 +142,8 @@ TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {
   ASSERT_EQ(r1->pairs.size(), 12u);
   EXPECT_EQ(r1->GainsCsv(), r2->GainsCsv());
   EXPECT_THAT(r1->GainsCsv(),
-              testing::StartsWith("task_a,task_b,mode,gain\nfa-major,fa-inv,temporal,"));
+              testing::StartsWith("# gains-format: 2\n# gain-definition: speedup\n# gain-measure: steps\n"
+                                  "task_a,task_b,mode,gain,gain_steps,steps_censored\nfa-major,fa-inv,temporal,"));
   for (const YmirPair& p : r1->pairs) {
     EXPECT_NEAR(p.gain, p.steps_normal / p.steps_transfer - 1.0, 1e-12);
     EXPECT_GT(p.steps_transfer, 0.0);
