@@ -428,15 +428,15 @@ TEST(YmirSim, StepsGainShortensTheTargetByExactlyItsFactor) {
   c.gain_noise_rel = 0;
   c.gain_noise_abs = 0;
   const std::vector<YmirSimJob> jobs = {{0, 1000, 1, "bb/x"}, {0, 800, 1, "bb/y"}};
-  for (const char* column : {"gain_steps", "gain"}) {
+  for (const char* column : {"", "gain"}) {  // "": the default, gain_steps
     auto g = LoadYmirGains(path, YmirGainsLoadOptions{.column = column});
     ASSERT_TRUE(g.ok()) << g.status();
     YmirSimResult r = RunPolicy(jobs, *g, c, "Ymir");
     ASSERT_EQ(r.jobs.size(), 2u);
     EXPECT_EQ(r.jobs[1].transfer, ymir::Mode::kTemporal) << column;
     EXPECT_NEAR(r.jobs[0].finish_s, 1000, 1e-6) << column;
-    // gain_steps: 800 / 4 = 200 s; the area gain's 2x would give 400 s.
-    EXPECT_NEAR(r.jobs[1].finish_s, 1000 + 800 / (std::string(column) == "gain_steps" ? 4.0 : 2.0), 1e-6) << column;
+    // gain_steps: 800 / 4 = 200 s; the area gain's 2x gives 400 s.
+    EXPECT_NEAR(r.jobs[1].finish_s, 1000 + 800 / (std::string(column).empty() ? 4.0 : 2.0), 1e-6) << column;
   }
   // A censored pair is never offered, whatever its bound: the same rows with
   // x -> y censored run both jobs alone.

@@ -27,7 +27,11 @@
 //    table (a speed-up minus 1, converted on load, see YmirGainsDefinition)
 //    names 4 tasks without a backbone; the comparison replicates them onto
 //    the 3 backbones of `backbones` (YmirGains::WithBackbones), so jobs draw
-//    one of 12 tasks.
+//    one of 12 tasks. A format-2 table is read from its steps-to-target gain
+//    (gain_steps: a job's work is steps), not its area gain; the planner
+//    sees the same value (configs/ymir/README.md, "Which gain each consumer
+//    needs"). A censored row (the transfer run never reached the target:
+//    its gain is only an upper bound) is never offered for transfer.
 //  * Gains. DefaultYmirGains is a STAND-IN with the paper's reported
 //    distribution (Sec. 2, Fig. 3/5: positive transfer for related tasks, up
 //    to 2-2.3x fewer epochs, negative transfer for unrelated ones), NOT
@@ -192,7 +196,10 @@ enum class YmirGainsDefinition {
   kSaved,
   // The estimators issue's definition (executor/task2vec.h, GainsCsv):
   //   gain(B | mode, A) = steps(normal B) / steps(transfer B) - 1  (> -1),
-  // i.e. B's speedup in steps minus one. Converted on load:
+  // i.e. B's speedup in steps minus one (format 2's gain_steps; its `gain`
+  // column, and a format-1 file's, may be the area-equivalent speed-up
+  // instead, the same kind of number over a different measure). Converted
+  // on load:
   //   temporal A -> B:  saved = 1 - 1 / (1 + gain)  = gain / (1 + gain);
   //   spatial A + B:    the rows (A,B) (B's gain) and (B,A) (A's gain) are
   //                     merged into one symmetric value: with equal work,
