@@ -457,6 +457,7 @@ TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-inv", "fa-major", "fab-major", "fb-major", "last-class"}));
   EXPECT_EQ(g->size(), 30u);  // 20 directed temporal + 10 merged spatial
+  EXPECT_EQ(g->source().Describe(), "gain (format 1, speedup)");  // one column, read as it is
   double v = 0;
   ASSERT_TRUE(g->Get("fab-major", "fb-major", ymir::Mode::kTemporal, &v));
   EXPECT_NEAR(v, 0.858098 / 1.858098, 1e-9);
@@ -465,32 +466,54 @@ TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
 }
 
 // configs/ymir/gains_synth.csv: the estimators' default family (the graded
-// one with a negative level), --repeats 3; the values are the file's rows.
+// one with a negative level), --repeats 3, format 2 (thirteenth session);
+// the values are the file's rows, read from gain_steps.
 TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
-  auto g = LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv");
+  const std::string path = std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv";
+  auto g = LoadYmirGains(path);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-bins", "fa-bins@1", "fb-bins", "first-class"}));
   EXPECT_EQ(g->size(), 18u);  // 12 directed temporal + 6 merged spatial
+  EXPECT_EQ(g->source().format, 2);
+  EXPECT_EQ(g->source().column, "gain_steps");
+  EXPECT_EQ(g->source().measure, "area");
+  EXPECT_EQ(g->source().censored_rows, 6);
   double v = 0;
-  // The identical rule (row fa-bins,fa-bins@1,temporal,1.000000: the clamp).
+  // The identical rule (row fa-bins,fa-bins@1,temporal,1.000000,2.644406,0:
+  // the area gain's clamp, 3.6x fewer steps).
   ASSERT_TRUE(g->Get("fa-bins", "fa-bins@1", ymir::Mode::kTemporal, &v));
-  EXPECT_NEAR(v, 0.5, 1e-9);
-  // The negative level, first-class as the source (first-class,fa-bins,temporal,-0.405454).
+  EXPECT_NEAR(v, 2.644406 / 3.644406, 1e-9);
+  EXPECT_FALSE(g->Censored("fa-bins", "fa-bins@1", ymir::Mode::kTemporal));
+  // A small area positive that is negative in steps (fb-bins,fa-bins,temporal,0.037870,-0.040829,0).
+  ASSERT_TRUE(g->Get("fb-bins", "fa-bins", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, -0.040829 / (1 - 0.040829), 1e-9);
+  // The negative level, first-class as the source, censored (first-class,fa-bins,temporal,-0.405454,-0.465251,1).
   ASSERT_TRUE(g->Get("first-class", "fa-bins", ymir::Mode::kTemporal, &v));
-  EXPECT_NEAR(v, -0.405454 / (1 - 0.405454), 1e-9);
-  // The two rows of one joint run merged (fa-bins,fa-bins@1 0.449872 and fa-bins@1,fa-bins 0.675705).
+  EXPECT_NEAR(v, -0.465251 / (1 - 0.465251), 1e-9);
+  EXPECT_TRUE(g->Censored("first-class", "fa-bins", ymir::Mode::kTemporal));
+  // The two rows of one joint run merged (fa-bins,fa-bins@1 0.215323 and fa-bins@1,fa-bins 0.598290).
   ASSERT_TRUE(g->Get("fa-bins@1", "fa-bins", ymir::Mode::kSpatial, &v));
+  EXPECT_NEAR(v, 1 - (1 / (1 + 0.215323) + 1 / (1 + 0.598290)) / 2, 1e-9);
+  // A spatial pair with one censored row is censored (first-class,fb-bins,spatial,...,1).
+  EXPECT_TRUE(g->Censored("fb-bins", "first-class", ymir::Mode::kSpatial));
+  // The area column still reads as the eleventh session's table did.
+  auto area = LoadYmirGains(path, YmirGainsLoadOptions{.column = "gain"});
+  ASSERT_TRUE(area.ok()) << area.status();
+  ASSERT_TRUE(area->Get("fa-bins", "fa-bins@1", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, 0.5, 1e-9);
+  ASSERT_TRUE(area->Get("fa-bins@1", "fa-bins", ymir::Mode::kSpatial, &v));
   EXPECT_NEAR(v, 1 - (1 / (1 + 0.449872) + 1 / (1 + 0.675705)) / 2, 1e-9);
   YmirGains r = g->WithBackbones({"vit-base", "roberta-base"});
   EXPECT_EQ(r.Tasks().size(), 8u);
   EXPECT_EQ(r.size(), 36u);
   ASSERT_TRUE(r.Get("roberta-base/first-class", "roberta-base/fa-bins", ymir::Mode::kTemporal, &v));
-  EXPECT_NEAR(v, -0.405454 / (1 - 0.405454), 1e-9);
+  EXPECT_NEAR(v, -0.465251 / (1 - 0.465251), 1e-9);
   EXPECT_FALSE(r.Get("vit-base/fa-bins", "roberta-base/fa-bins@1", ymir::Mode::kTemporal, &v));
-  // The comparison replicates it onto the default three backbones and runs.
+  // The comparison replicates it onto the default three backbones, runs and
+  // says which column it used.
   YmirCompareOptions o;
   o.trace = kFixture;
-  o.gains = std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv";
+  o.gains = path;
   o.config.gpus = 16;
   o.nodes = 4;
   o.jobs = 30;
@@ -498,6 +521,12 @@ TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
   auto res = RunYmirCompare(o);
   ASSERT_TRUE(res.ok()) << res.status();
   EXPECT_THAT(res->gains, HasSubstr("replicated per backbone: vit-base roberta-base vicuna-7b"));
+  EXPECT_THAT(res->ToJson(o), HasSubstr("\"gains_column\": \"gain_steps\", \"gains_censored_rows\": 6"));
+  o.gains_column = "gain";
+  auto res_area = RunYmirCompare(o);
+  ASSERT_TRUE(res_area.ok()) << res_area.status();
+  EXPECT_THAT(res_area->ToJson(o), HasSubstr("\"gains_column\": \"gain\", \"gains_censored_rows\": 0"));
+  o.gains_column.clear();
   o.gains_definition = "saved";  // contradicts the file's directive
   EXPECT_FALSE(RunYmirCompare(o).ok());
   o.gains_definition = "bogus";
