@@ -209,7 +209,7 @@ int Usage(FILE* to) {
                "       [--gains FILE] [--policy NAME|all] [--json] [--round S] [--restart S]\n"
                "       [--ilp-window K] [--ilp-gap G] [--ilp-time-limit S] [--ymir-horizon S]\n"
                "       [--lambda X] [--ilp-donors 0|1] [--pair-shares 0|1]\n"
-               "       [--gains-definition saved|speedup]\n"
+               "       [--gains-definition saved|speedup] [--gains-column gain|gain_steps]\n"
                "                        job-level comparison of the Ymir planner with Tiresias,\n"
                "                        Optimus, Pollux, Themis and SRTF on a GPU-cluster job trace\n"
                "                        (default ../shared/traces/philly_jobs_pollux.csv, 2000 jobs,\n"
@@ -961,6 +961,7 @@ int YmirCommand(const std::vector<std::string>& args) {
                    .Text("--trace", &o.trace)
                    .Text("--gains", &o.gains)
                    .Text("--gains-definition", &o.gains_definition)
+                   .Text("--gains-column", &o.gains_column)
                    .Text("--policy", &o.policy)
                    .Int("--jobs", &jobs)
                    .Int("--seed", &seed)

@@ -1231,9 +1231,17 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
 }
 
 std::string YmirEstimatorReport::GainsCsv() const {
-  std::string out = "task_a,task_b,mode,gain\n";
-  for (const YmirPair& p : pairs)
-    out += absl::StrFormat("%s,%s,%s,%.6f\n", p.task_a, p.task_b, p.mode, p.gain);
+  // Format 2 (configs/ymir/README.md; read by LoadYmirGains): the measured
+  // gain beside the steps-to-target gain, which is an upper bound when a
+  // repeat of the transfer run was censored.
+  std::string out = absl::StrFormat(
+      "# gains-format: 2\n# gain-definition: speedup\n# gain-measure: %s\n"
+      "task_a,task_b,mode,gain,gain_steps,steps_censored\n",
+      options.gain_measure == YmirGainMeasure::kArea ? "area" : "steps");
+  for (const YmirPair& p : pairs) {
+    out += absl::StrFormat("%s,%s,%s,%.6f,%.6f,%d\n", p.task_a, p.task_b, p.mode, p.gain, p.gain_steps,
+                           p.censored ? 1 : 0);
+  }
   return out;
 }
 

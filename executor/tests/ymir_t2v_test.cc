@@ -10,6 +10,7 @@
 #include <iterator>
 #include <optional>
 
+#include "absl/strings/str_format.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/executor/lut_profile.h"
 #include "slicesched/executor/pretrain.h"
@@ -142,8 +143,12 @@ TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {
   ASSERT_EQ(r1->pairs.size(), 12u);
   EXPECT_EQ(r1->GainsCsv(), r2->GainsCsv());
   EXPECT_THAT(r1->GainsCsv(),
-              testing::StartsWith("task_a,task_b,mode,gain\nfa-major,fa-inv,temporal,"));
+              testing::StartsWith("# gains-format: 2\n# gain-definition: speedup\n# gain-measure: steps\n"
+                                  "task_a,task_b,mode,gain,gain_steps,steps_censored\nfa-major,fa-inv,temporal,"));
   for (const YmirPair& p : r1->pairs) {
+    // Each row: the gain, the steps gain and its censoring (format 2).
+    EXPECT_THAT(r1->GainsCsv(), testing::HasSubstr(absl::StrFormat("\n%s,%s,%s,%.6f,%.6f,%d\n", p.task_a, p.task_b,
+                                                                   p.mode, p.gain, p.gain_steps, p.censored ? 1 : 0)));
     EXPECT_NEAR(p.gain, p.steps_normal / p.steps_transfer - 1.0, 1e-12);
     EXPECT_GT(p.steps_transfer, 0.0);
     EXPECT_LE(p.steps_transfer, 13);

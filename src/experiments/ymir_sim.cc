@@ -52,6 +52,12 @@ double Normal(uint64_t h) {
 
 int ModeKey(ymir::Mode m) { return m == ymir::Mode::kSpatial ? 1 : 0; }
 
+// Spatial gains are symmetric: keyed by the unordered pair.
+std::tuple<std::string, std::string, int> GainKey(const std::string& a, const std::string& b, ymir::Mode mode) {
+  return mode == ymir::Mode::kSpatial ? std::make_tuple(std::min(a, b), std::max(a, b), 1)
+                                      : std::make_tuple(a, b, ModeKey(mode));
+}
+
 }  // namespace
 
 // --- Gains -------------------------------------------------------------------
@@ -59,20 +65,34 @@ int ModeKey(ymir::Mode m) { return m == ymir::Mode::kSpatial ? 1 : 0; }
 void YmirGains::Set(const std::string& a, const std::string& b, ymir::Mode mode, double gain) {
   AddTask(a);
   AddTask(b);
-  if (mode == ymir::Mode::kSpatial) {
-    gains_[{std::min(a, b), std::max(a, b), 1}] = gain;
-  } else {
-    gains_[{a, b, 0}] = gain;
-  }
+  gains_[GainKey(a, b, mode)] = gain;
 }
 
 bool YmirGains::Get(const std::string& a, const std::string& b, ymir::Mode mode, double* gain) const {
-  auto key = mode == ymir::Mode::kSpatial ? std::make_tuple(std::min(a, b), std::max(a, b), 1)
-                                          : std::make_tuple(a, b, ModeKey(mode));
-  auto it = gains_.find(key);
+  auto it = gains_.find(GainKey(a, b, mode));
   if (it == gains_.end()) return false;
   *gain = it->second;
   return true;
+}
+
+void YmirGains::SetCensored(const std::string& a, const std::string& b, ymir::Mode mode) {
+  censored_.insert(GainKey(a, b, mode));
+}
+
+bool YmirGains::Censored(const std::string& a, const std::string& b, ymir::Mode mode) const {
+  return censored_.count(GainKey(a, b, mode)) > 0;
+}
+
+std::string YmirGainsSource::Describe() const {
+  if (format == 0) return "stand-in (fraction of iterations saved)";
+  std::string out = StrCat(column, " (format ", format, ", ", definition);
+  if (column == "gain_steps") {
+    out += " in steps to target";
+  } else if (!measure.empty()) {
+    out += StrCat(", gain-measure ", measure);
+  }
+  if (censored_rows > 0) out += StrCat("; ", censored_rows, " censored rows: bounds, never paired");
+  return out + ")";
 }
 
 std::vector<std::string> YmirGains::Tasks() const {
@@ -97,11 +117,15 @@ YmirGains YmirGains::WithBackbones(const std::vector<std::string>& backbones) co
   for (const auto& [key, gain] : gains_) {
     const auto& [a, b, mode] = key;
     const bool keep_a = a.find('/') != std::string::npos, keep_b = b.find('/') != std::string::npos;
+    const ymir::Mode m = mode == 1 ? ymir::Mode::kSpatial : ymir::Mode::kTemporal;
+    const bool censored = censored_.count(key) > 0;
     for (const auto& bb : backbones) {
-      out.Set(keep_a ? a : bb + "/" + a, keep_b ? b : bb + "/" + b,
-              mode == 1 ? ymir::Mode::kSpatial : ymir::Mode::kTemporal, gain);
+      const std::string na = keep_a ? a : bb + "/" + a, nb = keep_b ? b : bb + "/" + b;
+      out.Set(na, nb, m, gain);
+      if (censored) out.SetCensored(na, nb, m);
     }
   }
+  out.source_ = source_;
   return out;
 }
 
@@ -144,47 +168,70 @@ YmirGains DefaultYmirGains() {
 
 namespace {
 
-absl::StatusOr<YmirGains> LoadGains(const std::string& path, const YmirGainsDefinition* forced) {
+// The value of a "# key: value" directive in a comment line (lower case), or
+// nullopt when the line has none.
+std::optional<std::string> Directive(const std::string& lower, const std::string& key) {
+  const size_t k = lower.find(key + ":");
+  if (k == std::string::npos) return std::nullopt;
+  return std::string(ToStd(absl::StripAsciiWhitespace(lower.substr(k + key.size() + 1))));
+}
+
+absl::StatusOr<YmirGains> LoadGains(const std::string& path, const YmirGainsLoadOptions& options) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(StrCat(path, ": cannot open gains table"));
+  if (!options.column.empty() && options.column != "gain" && options.column != "gain_steps") {
+    return absl::InvalidArgumentError(
+        StrCat("gains column (--gains-column) must be 'gain' or 'gain_steps', got '", options.column, "'"));
+  }
   std::string line;
   int lineno = 0;
-  int ca = -1, cb = -1, cm = -1, cg = -1;
+  int ca = -1, cb = -1, cm = -1, cg = -1, cs = -1, cc = -1;
   size_t ncols = 0;
   YmirGains gains;
-  YmirGainsDefinition def = forced != nullptr ? *forced : YmirGainsDefinition::kSaved;
+  YmirGainsSource src{.format = 1};
+  std::optional<YmirGainsDefinition> def = options.definition;
+  bool def_stated = false;
+  bool use_steps = false;
   std::map<std::tuple<std::string, std::string, int>, int> seen;
-  // kSpeedup spatial rows: per unordered pair, the sum and count of 1 / (1 + gain).
-  std::map<std::pair<std::string, std::string>, std::pair<double, int>> spatial;
+  // kSpeedup spatial rows: per unordered pair, the sum and count of 1 / (1 + gain), and any censored.
+  struct Spatial {
+    double sum = 0;
+    int n = 0;
+    bool censored = false;
+  };
+  std::map<std::pair<std::string, std::string>, Spatial> spatial;
   while (std::getline(in, line)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (lineno == 1 && line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line = line.substr(3);
     const std::string stripped(ToStd(absl::StripAsciiWhitespace(line)));
     if (stripped.empty()) continue;
+    auto err = [&](const std::string& what) {
+      return absl::InvalidArgumentError(StrCat(path, ":", lineno, ": ", what));
+    };
     if (stripped[0] == '#') {
       const std::string lower = absl::AsciiStrToLower(stripped);
-      const size_t k = lower.find("gain-definition:");
-      if (k != std::string::npos) {
-        if (ca >= 0) {
-          return absl::InvalidArgumentError(
-              StrCat(path, ":", lineno, ": the gain-definition comment must come before the header"));
-        }
-        const std::string v(ToStd(absl::StripAsciiWhitespace(lower.substr(k + 16))));
-        YmirGainsDefinition d;
-        if (v == "saved") {
-          d = YmirGainsDefinition::kSaved;
-        } else if (v == "speedup") {
-          d = YmirGainsDefinition::kSpeedup;
+      for (const char* key : {"gains-format", "gain-definition", "gain-measure"}) {
+        std::optional<std::string> v = Directive(lower, key);
+        if (!v) continue;
+        if (ca >= 0) return err(StrCat("the ", key, " comment must come before the header"));
+        if (std::string(key) == "gains-format") {
+          if (*v != "1" && *v != "2") return err(StrCat("gains-format must be 1 or 2, got '", *v, "'"));
+          src.format = *v == "1" ? 1 : 2;
+        } else if (std::string(key) == "gain-measure") {
+          if (*v != "area" && *v != "steps") return err(StrCat("gain-measure must be 'area' or 'steps', got '", *v, "'"));
+          src.measure = *v;
         } else {
-          return absl::InvalidArgumentError(
-              StrCat(path, ":", lineno, ": gain-definition must be 'saved' or 'speedup', got '", v, "'"));
+          if (*v != "saved" && *v != "speedup") {
+            return err(StrCat("gain-definition must be 'saved' or 'speedup', got '", *v, "'"));
+          }
+          const YmirGainsDefinition d = *v == "saved" ? YmirGainsDefinition::kSaved : YmirGainsDefinition::kSpeedup;
+          if (options.definition && d != *options.definition) {
+            return err(StrCat("the file says gain-definition '", *v, "', which contradicts the one asked for"));
+          }
+          def = d;
+          def_stated = true;
         }
-        if (forced != nullptr && d != *forced) {
-          return absl::InvalidArgumentError(
-              StrCat(path, ":", lineno, ": the file says gain-definition '", v, "', which contradicts the one asked for"));
-        }
-        def = d;
       }
       continue;
     }
@@ -199,18 +246,38 @@ absl::StatusOr<YmirGains> LoadGains(const std::string& path, const YmirGainsDefi
         if (h == "task_b") cb = static_cast<int>(i);
         if (h == "mode") cm = static_cast<int>(i);
         if (h == "gain") cg = static_cast<int>(i);
+        if (h == "gain_steps") cs = static_cast<int>(i);
+        if (h == "steps_censored") cc = static_cast<int>(i);
       }
       const std::initializer_list<std::pair<int, const char*>> columns = {
           {ca, "task_a"}, {cb, "task_b"}, {cm, "mode"}, {cg, "gain"}};
       for (auto [c, name] : columns) {
-        if (c < 0) return absl::InvalidArgumentError(StrCat(path, ":", lineno, ": missing column '", name, "'"));
+        if (c < 0) return err(StrCat("missing column '", name, "'"));
       }
+      // The format decides the columns: format 2 must have both steps
+      // columns, format 1 none (a steps column there is unversioned).
+      for (auto [c, name] : {std::pair{cs, "gain_steps"}, std::pair{cc, "steps_censored"}}) {
+        if (src.format == 2 && c < 0) return err(StrCat("gains-format 2 needs the column '", name, "'"));
+        if (src.format == 1 && c >= 0) {
+          return err(StrCat("column '", name, "' needs a '# gains-format: 2' line before the header"));
+        }
+      }
+      if (src.format == 2) {
+        if (def_stated && *def != YmirGainsDefinition::kSpeedup) {
+          return err("gains-format 2 is a speed-up table, but the file says gain-definition 'saved'");
+        }
+        if (def && *def != YmirGainsDefinition::kSpeedup) {
+          return err("gains-format 2 is a speed-up table; the definition 'saved' asked for contradicts it");
+        }
+        def = YmirGainsDefinition::kSpeedup;
+      } else if (options.column == "gain_steps") {
+        return err("gain_steps asked for, but the file is gains-format 1 (one gain column)");
+      }
+      use_steps = src.format == 2 && options.column != "gain";
+      src.column = use_steps ? "gain_steps" : "gain";
       ncols = f.size();
       continue;
     }
-    auto err = [&](const std::string& what) {
-      return absl::InvalidArgumentError(StrCat(path, ":", lineno, ": ", what));
-    };
     if (f.size() < ncols) return err(StrCat("expected ", ncols, " fields, got ", f.size()));
     const std::string& a = f[static_cast<size_t>(ca)];
     const std::string& b = f[static_cast<size_t>(cb)];
@@ -225,45 +292,71 @@ absl::StatusOr<YmirGains> LoadGains(const std::string& path, const YmirGainsDefi
     } else {
       return err(StrCat("column 'mode': expected temporal or spatial, got '", f[static_cast<size_t>(cm)], "'"));
     }
+    const bool speedup = def.value_or(YmirGainsDefinition::kSaved) == YmirGainsDefinition::kSpeedup;
+    auto number = [&](int col, const char* name, double* v) -> absl::Status {
+      const std::string& text = f[static_cast<size_t>(col)];
+      if (!absl::SimpleAtod(text, v) || !std::isfinite(*v) || (speedup ? *v <= -1 : *v >= 1)) {
+        return err(StrCat("column '", name, "': expected a finite number ", speedup ? "above -1" : "below 1",
+                          " (gain-definition ", speedup ? "speedup" : "saved", "), got '", text, "'"));
+      }
+      return absl::OkStatus();
+    };
     double gain = 0;
-    const std::string& gs = f[static_cast<size_t>(cg)];
-    const bool speedup = def == YmirGainsDefinition::kSpeedup;
-    if (!absl::SimpleAtod(gs, &gain) || !std::isfinite(gain) || (speedup ? gain <= -1 : gain >= 1)) {
-      return err(StrCat("column 'gain': expected a finite number ", speedup ? "above -1" : "below 1",
-                        " (gain-definition ", speedup ? "speedup" : "saved", "), got '", gs, "'"));
+    SLICESCHED_RETURN_IF_ERROR(number(cg, "gain", &gain));
+    bool censored = false;
+    if (src.format == 2) {
+      double steps = 0;
+      SLICESCHED_RETURN_IF_ERROR(number(cs, "gain_steps", &steps));
+      const std::string& c = f[static_cast<size_t>(cc)];
+      if (c != "0" && c != "1") return err(StrCat("column 'steps_censored': expected 0 or 1, got '", c, "'"));
+      if (src.measure == "steps" && std::abs(gain - steps) > 1e-6) {
+        return err(StrCat("gain-measure is 'steps', but gain ", f[static_cast<size_t>(cg)], " differs from gain_steps ",
+                          f[static_cast<size_t>(cs)]));
+      }
+      if (use_steps) {
+        gain = steps;
+        censored = c == "1";
+        src.censored_rows += censored ? 1 : 0;
+      }
     }
     // Duplicates: ordered rows for temporal and for kSpeedup spatial
     // (whose (A,B) and (B,A) rows are the two tasks' gains), unordered for
     // kSaved spatial.
-    auto key = mode == ymir::Mode::kSpatial && !speedup ? std::make_tuple(std::min(a, b), std::max(a, b), 1)
-                                                       : std::make_tuple(a, b, ModeKey(mode));
+    auto key = mode == ymir::Mode::kSpatial && !speedup ? GainKey(a, b, mode) : std::make_tuple(a, b, ModeKey(mode));
     if (!seen.emplace(key, lineno).second) {
       return err(StrCat("duplicate ", m, " gain for ", a, ", ", b, " (first on line ", seen[key], ")"));
     }
-    if (!speedup) {
-      gains.Set(a, b, mode, gain);
-    } else if (mode == ymir::Mode::kTemporal) {
-      gains.Set(a, b, mode, gain / (1 + gain));
-    } else {
-      auto& acc = spatial[{std::min(a, b), std::max(a, b)}];
-      acc.first += 1 / (1 + gain);
-      acc.second += 1;
+    if (mode == ymir::Mode::kSpatial && speedup) {
+      Spatial& acc = spatial[{std::min(a, b), std::max(a, b)}];
+      acc.sum += 1 / (1 + gain);
+      acc.n += 1;
+      acc.censored = acc.censored || censored;
+      continue;
     }
+    gains.Set(a, b, mode, speedup ? gain / (1 + gain) : gain);
+    if (censored) gains.SetCensored(a, b, mode);
   }
   for (const auto& [pair, acc] : spatial) {
-    gains.Set(pair.first, pair.second, ymir::Mode::kSpatial, 1 - acc.first / acc.second);
+    gains.Set(pair.first, pair.second, ymir::Mode::kSpatial, 1 - acc.sum / acc.n);
+    if (acc.censored) gains.SetCensored(pair.first, pair.second, ymir::Mode::kSpatial);
   }
   if (ca < 0) return absl::InvalidArgumentError(StrCat(path, ": empty gains table"));
   if (gains.size() == 0) return absl::InvalidArgumentError(StrCat(path, ": gains table has no rows"));
+  src.definition = def.value_or(YmirGainsDefinition::kSaved) == YmirGainsDefinition::kSpeedup ? "speedup" : "saved";
+  gains.set_source(std::move(src));
   return gains;
 }
 
 }  // namespace
 
-absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path) { return LoadGains(path, nullptr); }
+absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path) { return LoadGains(path, {}); }
 
 absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, YmirGainsDefinition definition) {
-  return LoadGains(path, &definition);
+  return LoadGains(path, {.definition = definition});
+}
+
+absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options) {
+  return LoadGains(path, options);
 }
 
 // --- Workload ------------------------------------------------------------------
@@ -603,6 +696,13 @@ class YmirPolicy : public YmirSimPolicy {
   }
 
  private:
+  // A gain the planner may act on: in the table and not censored (a
+  // censored gain is only an upper bound; such pairs are never offered).
+  static bool Known(const YmirGains& gains, const std::string& a, const std::string& b, ymir::Mode mode,
+                    double* gain) {
+    return gains.Get(a, b, mode, gain) && !gains.Censored(a, b, mode);
+  }
+
   // Each pairable target's best partners by predicted gain (> 0).
   std::vector<ymir::PairEstimate> Pairs(const YmirSimState& s, const std::vector<int>& order, size_t window) const {
     const YmirSimConfig& c = *s.config;
@@ -621,8 +721,8 @@ class YmirPolicy : public YmirSimPolicy {
         const auto& A = s.units[static_cast<size_t>(order[ka])];
         if (ka == kb || !A.pairable || YmirBackbone(A.task) != YmirBackbone(B.task)) continue;
         double t_ab = 0, sp = 0;
-        bool has_t = s.gains->Get(A.task, B.task, ymir::Mode::kTemporal, &t_ab);
-        bool has_s = A.fresh && s.gains->Get(A.task, B.task, ymir::Mode::kSpatial, &sp);
+        bool has_t = Known(*s.gains, A.task, B.task, ymir::Mode::kTemporal, &t_ab);
+        bool has_s = A.fresh && Known(*s.gains, A.task, B.task, ymir::Mode::kSpatial, &sp);
         double best = std::max(has_t ? t_ab : 0.0, has_s ? sp : 0.0);
         if (!(best > 0)) continue;
         Cand cd{best, A.uid, {}, {}, false};
@@ -631,7 +731,7 @@ class YmirPolicy : public YmirSimPolicy {
         // it is offered from B's side only when B is the source of a better
         // temporal transfer, so give it here too.
         double t_ba = 0;
-        if (A.fresh && s.gains->Get(B.task, A.task, ymir::Mode::kTemporal, &t_ba)) {
+        if (A.fresh && Known(*s.gains, B.task, A.task, ymir::Mode::kTemporal, &t_ba)) {
           cd.ba = {B.uid, A.uid, t_ba, has_s ? sp : -1.0, c.spatial_overhead};
           cd.has_ba = true;
         }
@@ -1070,7 +1170,10 @@ std::string YmirSimResult::ToJson() const {
 }
 
 std::string YmirCompareResult::ToJson(const YmirCompareOptions& o) const {
-  std::string out = StrCat("{\"trace\": \"", trace, "\", \"gains\": \"", gains, "\", \"jobs\": ", jobs,
+  std::string out = StrCat("{\"trace\": \"", trace, "\", \"gains\": \"", gains, "\", \"gains_used\": \"",
+                           gains_source.Describe(), "\", \"gains_column\": \"",
+                           gains_source.format == 0 ? "stand-in" : gains_source.column,
+                           "\", \"gains_censored_rows\": ", gains_source.censored_rows, ", \"jobs\": ", jobs,
                            ", \"load\": ", o.load, ", \"gpus\": ", o.config.gpus, ", \"nodes\": ", o.nodes,
                            ", \"seed\": ", o.config.seed, ", \"policies\": [");
   for (size_t i = 0; i < policies.size(); ++i) out += (i ? ",\n  " : "\n  ") + policies[i].ToJson();
@@ -1078,7 +1181,7 @@ std::string YmirCompareResult::ToJson(const YmirCompareOptions& o) const {
 }
 
 std::string YmirCompareResult::ToText() const {
-  std::string out = StrCat(jobs, " jobs from ", trace, "; gains: ", gains, "\n");
+  std::string out = StrCat(jobs, " jobs from ", trace, "; gains: ", gains, " [", gains_source.Describe(), "]\n");
   char buf[256];
   std::snprintf(buf, sizeof(buf), "%-13s %11s %11s %11s %9s %9s %11s %11s\n", "policy", "avg JCT s", "p99 JCT s",
                 "makespan s", "transfer", "restarts", "ILP avg s", "ILP max s");
@@ -1119,16 +1222,14 @@ absl::StatusOr<YmirCompareResult> RunYmirCompare(const YmirCompareOptions& optio
     gains = DefaultYmirGains();
     r.gains = "default stand-in (paper's reported distribution, not measured)";
   } else {
-    if (o.gains_definition.empty()) {
-      SLICESCHED_ASSIGN_OR_RETURN(gains, LoadYmirGains(o.gains));
-    } else if (o.gains_definition == "saved" || o.gains_definition == "speedup") {
-      SLICESCHED_ASSIGN_OR_RETURN(gains, LoadYmirGains(o.gains, o.gains_definition == "saved"
-                                                                    ? YmirGainsDefinition::kSaved
-                                                                    : YmirGainsDefinition::kSpeedup));
-    } else {
+    YmirGainsLoadOptions load{.column = o.gains_column};
+    if (o.gains_definition == "saved" || o.gains_definition == "speedup") {
+      load.definition = o.gains_definition == "saved" ? YmirGainsDefinition::kSaved : YmirGainsDefinition::kSpeedup;
+    } else if (!o.gains_definition.empty()) {
       return absl::InvalidArgumentError(
           StrCat("--gains-definition must be 'saved' or 'speedup', got '", o.gains_definition, "'"));
     }
+    SLICESCHED_ASSIGN_OR_RETURN(gains, LoadYmirGains(o.gains, load));
     r.gains = o.gains;
     const std::vector<std::string> tasks = gains.Tasks();
     if (std::none_of(tasks.begin(), tasks.end(), [](const std::string& t) { return t.find('/') != std::string::npos; })) {
@@ -1139,6 +1240,7 @@ absl::StatusOr<YmirCompareResult> RunYmirCompare(const YmirCompareOptions& optio
       r.gains += ")";
     }
   }
+  r.gains_source = gains.source();
   SLICESCHED_ASSIGN_OR_RETURN(std::vector<YmirSimJob> jobs,
                               LoadYmirJobs(o.trace, o.jobs, o.load, o.config.seed, o.config.gpus, gains));
   r.trace = o.trace;

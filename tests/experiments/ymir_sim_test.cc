@@ -297,6 +297,159 @@ TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
   EXPECT_THAT(std::string(dup.status().message()), HasSubstr("s7.csv:7: duplicate spatial gain for x, y"));
 }
 
+// Format 2 (slicesim ymir-estimators --gains-out since the thirteenth
+// session): the measured (area) gain beside the steps-to-target gain; the
+// steps gain is what the simulator reads by default.
+constexpr char kFormat2Head[] =
+    "# gains-format: 2\n# gain-definition: speedup\n# gain-measure: area\n"
+    "task_a,task_b,mode,gain,gain_steps,steps_censored\n";
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(YmirSim, Format2TableIsReadFromTheStepsGain) {
+  const std::string rows =
+      "x,y,temporal,1.000000,3.000000,0\n"     // area clamp 2x; 4x fewer steps: saves 3/4
+      "y,x,temporal,-0.400000,-0.600000,1\n"   // censored: at least 2.5x the steps
+      "x,y,spatial,0.450000,0.250000,0\n"      // y: 1/1.25 = 0.8 of its steps
+      "y,x,spatial,0.600000,1.000000,0\n";     // x: 1/2 of its steps
+  const std::string path = WriteTemp("v2.csv", kFormat2Head + rows);
+  auto g = LoadYmirGains(path);
+  ASSERT_TRUE(g.ok()) << g.status();
+  double v = 0;
+  ASSERT_TRUE(g->Get("x", "y", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, 0.75);
+  EXPECT_FALSE(g->Censored("x", "y", ymir::Mode::kTemporal));
+  // The censored row keeps its bound (saved -1.5: the least slowdown) and is flagged.
+  ASSERT_TRUE(g->Get("y", "x", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, -0.6 / 0.4);
+  EXPECT_TRUE(g->Censored("y", "x", ymir::Mode::kTemporal));
+  ASSERT_TRUE(g->Get("x", "y", ymir::Mode::kSpatial, &v));
+  EXPECT_NEAR(v, 1 - (0.8 + 0.5) / 2, 1e-12);
+  EXPECT_EQ(g->source().format, 2);
+  EXPECT_EQ(g->source().column, "gain_steps");
+  EXPECT_EQ(g->source().definition, "speedup");
+  EXPECT_EQ(g->source().measure, "area");
+  EXPECT_EQ(g->source().censored_rows, 1);
+  EXPECT_THAT(g->source().Describe(), HasSubstr("gain_steps (format 2, speedup in steps to target; 1 censored"));
+  // The flag survives the per-backbone copy.
+  YmirGains r = g->WithBackbones({"vit"});
+  EXPECT_TRUE(r.Censored("vit/y", "vit/x", ymir::Mode::kTemporal));
+  EXPECT_FALSE(r.Censored("vit/x", "vit/y", ymir::Mode::kTemporal));
+  EXPECT_EQ(r.source().column, "gain_steps");
+
+  // Asked for the area column: the old reading, nothing censored.
+  auto area = LoadYmirGains(path, YmirGainsLoadOptions{.column = "gain"});
+  ASSERT_TRUE(area.ok()) << area.status();
+  ASSERT_TRUE(area->Get("x", "y", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, 0.5);
+  EXPECT_FALSE(area->Censored("y", "x", ymir::Mode::kTemporal));
+  EXPECT_EQ(area->source().column, "gain");
+  EXPECT_EQ(area->source().censored_rows, 0);
+
+  // A format-1 file (no version line) is read from its one gain column, and says so.
+  auto v1 = LoadYmirGains(WriteTemp("v1.csv", "# gain-definition: speedup\ntask_a,task_b,mode,gain\nx,y,temporal,1\n"));
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->source().format, 1);
+  EXPECT_EQ(v1->source().column, "gain");
+  EXPECT_EQ(v1->source().Describe(), "gain (format 1, speedup)");
+  auto saved = LoadYmirGains(WriteTemp("v1s.csv", "task_a,task_b,mode,gain\nx,y,temporal,0.5\n"));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->source().Describe(), "gain (format 1, saved)");
+}
+
+TEST(YmirSim, Format2TableRejectsMalformedAndContradictoryFiles) {
+  struct Case {
+    std::string name, text, error;
+  };
+  const std::string v1head = "# gain-definition: speedup\n";
+  const std::vector<Case> cases = {
+      {"nosteps.csv", "# gains-format: 2\ntask_a,task_b,mode,gain,steps_censored\nx,y,temporal,1,0\n",
+       "nosteps.csv:2: gains-format 2 needs the column 'gain_steps'"},
+      {"nocens.csv", "# gains-format: 2\ntask_a,task_b,mode,gain,gain_steps\nx,y,temporal,1,2\n",
+       "nocens.csv:2: gains-format 2 needs the column 'steps_censored'"},
+      {"unversioned.csv", v1head + "task_a,task_b,mode,gain,gain_steps,steps_censored\nx,y,temporal,1,2,0\n",
+       "unversioned.csv:2: column 'gain_steps' needs a '# gains-format: 2' line before the header"},
+      {"v3.csv", "# gains-format: 3\n" + v1head + "task_a,task_b,mode,gain\nx,y,temporal,1\n",
+       "v3.csv:1: gains-format must be 1 or 2, got '3'"},
+      {"saved2.csv", "# gains-format: 2\n# gain-definition: saved\ntask_a,task_b,mode,gain,gain_steps,steps_censored\n",
+       "saved2.csv:3: gains-format 2 is a speed-up table, but the file says gain-definition 'saved'"},
+      {"cens.csv", std::string(kFormat2Head) + "x,y,temporal,1,2,yes\n",
+       "cens.csv:5: column 'steps_censored': expected 0 or 1, got 'yes'"},
+      {"low.csv", std::string(kFormat2Head) + "x,y,temporal,1,-1,0\n",
+       "low.csv:5: column 'gain_steps': expected a finite number above -1"},
+      {"nan.csv", std::string(kFormat2Head) + "x,y,temporal,1,nan,0\n",
+       "nan.csv:5: column 'gain_steps': expected a finite number"},
+      {"measure.csv",
+       "# gains-format: 2\n# gain-measure: steps\ntask_a,task_b,mode,gain,gain_steps,steps_censored\n"
+       "x,y,temporal,0.5,0.5,0\nx,y,spatial,1.0,0.4,0\n",
+       "measure.csv:5: gain-measure is 'steps', but gain 1.0 differs from gain_steps 0.4"},
+      {"badmeasure.csv", "# gains-format: 2\n# gain-measure: crossing\n", "badmeasure.csv:2: gain-measure must be"},
+      {"late.csv", std::string(kFormat2Head) + "# gains-format: 1\nx,y,temporal,1,2,0\n",
+       "late.csv:5: the gains-format comment must come before the header"},
+  };
+  for (const Case& c : cases) {
+    auto g = LoadYmirGains(WriteTemp(c.name, c.text));
+    ASSERT_FALSE(g.ok()) << c.name;
+    EXPECT_THAT(std::string(g.status().message()), HasSubstr(c.error)) << c.name;
+  }
+  // The caller's choices against the file: 'saved' contradicts format 2, the
+  // steps column is not in a format-1 file, an unknown column is named.
+  const std::string v2 = WriteTemp("ok2.csv", std::string(kFormat2Head) + "x,y,temporal,1,2,0\n");
+  auto forced = LoadYmirGains(v2, YmirGainsDefinition::kSaved);
+  ASSERT_FALSE(forced.ok());
+  EXPECT_THAT(std::string(forced.status().message()), HasSubstr("ok2.csv:2: the file says gain-definition 'speedup'"));
+  auto forced_v2 = LoadYmirGains(WriteTemp("ok2b.csv", "# gains-format: 2\ntask_a,task_b,mode,gain,gain_steps,steps_censored\n"),
+                                 YmirGainsDefinition::kSaved);
+  ASSERT_FALSE(forced_v2.ok());
+  EXPECT_THAT(std::string(forced_v2.status().message()), HasSubstr("ok2b.csv:2: gains-format 2 is a speed-up table"));
+  const std::string v1 = WriteTemp("ok1.csv", v1head + "task_a,task_b,mode,gain\nx,y,temporal,1\n");
+  auto steps_of_v1 = LoadYmirGains(v1, YmirGainsLoadOptions{.column = "gain_steps"});
+  ASSERT_FALSE(steps_of_v1.ok());
+  EXPECT_THAT(std::string(steps_of_v1.status().message()),
+              HasSubstr("ok1.csv:2: gain_steps asked for, but the file is gains-format 1"));
+  auto bogus = LoadYmirGains(v2, YmirGainsLoadOptions{.column = "gain_area"});
+  ASSERT_FALSE(bogus.ok());
+  EXPECT_THAT(std::string(bogus.status().message()), HasSubstr("must be 'gain' or 'gain_steps', got 'gain_area'"));
+}
+
+// A pair with a known steps gain shortens the target's work by exactly that
+// factor: x -> y with gain_steps 3 (the area gain says 1, a 2x clamp) on one
+// GPU, no estimation noise: x runs its 1,000 s, then y its 800 s / (1 + 3).
+TEST(YmirSim, StepsGainShortensTheTargetByExactlyItsFactor) {
+  const std::string path = WriteTemp("pair.csv", std::string(kFormat2Head) +
+                                                     "bb/x,bb/y,temporal,1.000000,3.000000,0\n"
+                                                     "bb/y,bb/x,temporal,-0.300000,-0.500000,0\n");
+  YmirSimConfig c = SmallCluster(1);
+  c.gpus_per_node = 1;
+  c.gain_noise_rel = 0;
+  c.gain_noise_abs = 0;
+  const std::vector<YmirSimJob> jobs = {{0, 1000, 1, "bb/x"}, {0, 800, 1, "bb/y"}};
+  for (const char* column : {"", "gain"}) {  // "": the default, gain_steps
+    auto g = LoadYmirGains(path, YmirGainsLoadOptions{.column = column});
+    ASSERT_TRUE(g.ok()) << g.status();
+    YmirSimResult r = RunPolicy(jobs, *g, c, "Ymir");
+    ASSERT_EQ(r.jobs.size(), 2u);
+    EXPECT_EQ(r.jobs[1].transfer, ymir::Mode::kTemporal) << column;
+    EXPECT_NEAR(r.jobs[0].finish_s, 1000, 1e-6) << column;
+    // gain_steps: 800 / 4 = 200 s; the area gain's 2x gives 400 s.
+    EXPECT_NEAR(r.jobs[1].finish_s, 1000 + 800 / (std::string(column).empty() ? 4.0 : 2.0), 1e-6) << column;
+  }
+  // A censored pair is never offered, whatever its bound: the same rows with
+  // x -> y censored run both jobs alone.
+  const std::string censored = WriteTemp("cpair.csv", std::string(kFormat2Head) +
+                                                          "bb/x,bb/y,temporal,1.000000,3.000000,1\n"
+                                                          "bb/y,bb/x,temporal,-0.300000,-0.500000,0\n");
+  auto g = LoadYmirGains(censored);
+  ASSERT_TRUE(g.ok()) << g.status();
+  YmirSimResult alone = RunPolicy(jobs, *g, c, "Ymir");
+  EXPECT_EQ(alone.transfer_share, 0);
+  for (const YmirJobOutcome& o : alone.jobs) EXPECT_EQ(o.transfer, ymir::Mode::kNormal);
+}
+
 // The first setup's table stays for tools/ymir_real_run, whose job mix is
 // that family (fab-major -> fb-major is its positive pair).
 TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
@@ -304,6 +457,7 @@ TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-inv", "fa-major", "fab-major", "fb-major", "last-class"}));
   EXPECT_EQ(g->size(), 30u);  // 20 directed temporal + 10 merged spatial
+  EXPECT_EQ(g->source().Describe(), "gain (format 1, speedup)");  // one column, read as it is
   double v = 0;
   ASSERT_TRUE(g->Get("fab-major", "fb-major", ymir::Mode::kTemporal, &v));
   EXPECT_NEAR(v, 0.858098 / 1.858098, 1e-9);
@@ -312,32 +466,54 @@ TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
 }
 
 // configs/ymir/gains_synth.csv: the estimators' default family (the graded
-// one with a negative level), --repeats 3; the values are the file's rows.
+// one with a negative level), --repeats 3, format 2 (thirteenth session);
+// the values are the file's rows, read from gain_steps.
 TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
-  auto g = LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv");
+  const std::string path = std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv";
+  auto g = LoadYmirGains(path);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-bins", "fa-bins@1", "fb-bins", "first-class"}));
   EXPECT_EQ(g->size(), 18u);  // 12 directed temporal + 6 merged spatial
+  EXPECT_EQ(g->source().format, 2);
+  EXPECT_EQ(g->source().column, "gain_steps");
+  EXPECT_EQ(g->source().measure, "area");
+  EXPECT_EQ(g->source().censored_rows, 6);
   double v = 0;
-  // The identical rule (row fa-bins,fa-bins@1,temporal,1.000000: the clamp).
+  // The identical rule (row fa-bins,fa-bins@1,temporal,1.000000,2.644406,0:
+  // the area gain's clamp, 3.6x fewer steps).
   ASSERT_TRUE(g->Get("fa-bins", "fa-bins@1", ymir::Mode::kTemporal, &v));
-  EXPECT_NEAR(v, 0.5, 1e-9);
-  // The negative level, first-class as the source (first-class,fa-bins,temporal,-0.405454).
+  EXPECT_NEAR(v, 2.644406 / 3.644406, 1e-9);
+  EXPECT_FALSE(g->Censored("fa-bins", "fa-bins@1", ymir::Mode::kTemporal));
+  // A small area positive that is negative in steps (fb-bins,fa-bins,temporal,0.037870,-0.040829,0).
+  ASSERT_TRUE(g->Get("fb-bins", "fa-bins", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, -0.040829 / (1 - 0.040829), 1e-9);
+  // The negative level, first-class as the source, censored (first-class,fa-bins,temporal,-0.405454,-0.465251,1).
   ASSERT_TRUE(g->Get("first-class", "fa-bins", ymir::Mode::kTemporal, &v));
-  EXPECT_NEAR(v, -0.405454 / (1 - 0.405454), 1e-9);
-  // The two rows of one joint run merged (fa-bins,fa-bins@1 0.449872 and fa-bins@1,fa-bins 0.675705).
+  EXPECT_NEAR(v, -0.465251 / (1 - 0.465251), 1e-9);
+  EXPECT_TRUE(g->Censored("first-class", "fa-bins", ymir::Mode::kTemporal));
+  // The two rows of one joint run merged (fa-bins,fa-bins@1 0.215323 and fa-bins@1,fa-bins 0.598290).
   ASSERT_TRUE(g->Get("fa-bins@1", "fa-bins", ymir::Mode::kSpatial, &v));
+  EXPECT_NEAR(v, 1 - (1 / (1 + 0.215323) + 1 / (1 + 0.598290)) / 2, 1e-9);
+  // A spatial pair with one censored row is censored (first-class,fb-bins,spatial,...,1).
+  EXPECT_TRUE(g->Censored("fb-bins", "first-class", ymir::Mode::kSpatial));
+  // The area column still reads as the eleventh session's table did.
+  auto area = LoadYmirGains(path, YmirGainsLoadOptions{.column = "gain"});
+  ASSERT_TRUE(area.ok()) << area.status();
+  ASSERT_TRUE(area->Get("fa-bins", "fa-bins@1", ymir::Mode::kTemporal, &v));
+  EXPECT_NEAR(v, 0.5, 1e-9);
+  ASSERT_TRUE(area->Get("fa-bins@1", "fa-bins", ymir::Mode::kSpatial, &v));
   EXPECT_NEAR(v, 1 - (1 / (1 + 0.449872) + 1 / (1 + 0.675705)) / 2, 1e-9);
   YmirGains r = g->WithBackbones({"vit-base", "roberta-base"});
   EXPECT_EQ(r.Tasks().size(), 8u);
   EXPECT_EQ(r.size(), 36u);
   ASSERT_TRUE(r.Get("roberta-base/first-class", "roberta-base/fa-bins", ymir::Mode::kTemporal, &v));
-  EXPECT_NEAR(v, -0.405454 / (1 - 0.405454), 1e-9);
+  EXPECT_NEAR(v, -0.465251 / (1 - 0.465251), 1e-9);
   EXPECT_FALSE(r.Get("vit-base/fa-bins", "roberta-base/fa-bins@1", ymir::Mode::kTemporal, &v));
-  // The comparison replicates it onto the default three backbones and runs.
+  // The comparison replicates it onto the default three backbones, runs and
+  // says which column it used.
   YmirCompareOptions o;
   o.trace = kFixture;
-  o.gains = std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv";
+  o.gains = path;
   o.config.gpus = 16;
   o.nodes = 4;
   o.jobs = 30;
@@ -345,6 +521,12 @@ TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
   auto res = RunYmirCompare(o);
   ASSERT_TRUE(res.ok()) << res.status();
   EXPECT_THAT(res->gains, HasSubstr("replicated per backbone: vit-base roberta-base vicuna-7b"));
+  EXPECT_THAT(res->ToJson(o), HasSubstr("\"gains_column\": \"gain_steps\", \"gains_censored_rows\": 6"));
+  o.gains_column = "gain";
+  auto res_area = RunYmirCompare(o);
+  ASSERT_TRUE(res_area.ok()) << res_area.status();
+  EXPECT_THAT(res_area->ToJson(o), HasSubstr("\"gains_column\": \"gain\", \"gains_censored_rows\": 0"));
+  o.gains_column.clear();
   o.gains_definition = "saved";  // contradicts the file's directive
   EXPECT_FALSE(RunYmirCompare(o).ok());
   o.gains_definition = "bogus";

@@ -27,7 +27,11 @@
 //    table (a speed-up minus 1, converted on load, see YmirGainsDefinition)
 //    names 4 tasks without a backbone; the comparison replicates them onto
 //    the 3 backbones of `backbones` (YmirGains::WithBackbones), so jobs draw
-//    one of 12 tasks.
+//    one of 12 tasks. A format-2 table is read from its steps-to-target gain
+//    (gain_steps: a job's work is steps), not its area gain; the planner
+//    sees the same value (configs/ymir/README.md, "Which gain each consumer
+//    needs"). A censored row (the transfer run never reached the target:
+//    its gain is only an upper bound) is never offered for transfer.
 //  * Gains. DefaultYmirGains is a STAND-IN with the paper's reported
 //    distribution (Sec. 2, Fig. 3/5: positive transfer for related tasks, up
 //    to 2-2.3x fewer epochs, negative transfer for unrelated ones), NOT
@@ -123,14 +127,29 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "slicesched/ymir/planner.h"
 
 namespace slicesched {
+
+// Where a loaded table's gains came from (LoadYmirGains), for reports.
+struct YmirGainsSource {
+  int format = 0;          // the file's gains-format (1 or 2); 0: not loaded from a file
+  std::string column;      // the column the gains were read from: "gain" or "gain_steps"
+  std::string definition;  // "saved" or "speedup" (the file's gain-definition)
+  std::string measure;     // format 2's gain-measure ("area" or "steps"); "" when not stated
+  int censored_rows = 0;   // rows read as censoring bounds (gain_steps with steps_censored = 1)
+  // One line, e.g. "gain_steps (format 2, speedup in steps to target; 6
+  // censored rows: bounds, never paired)".
+  std::string Describe() const;
+};
 
 // Transfer gains between tasks. Temporal gains are directed (a -> b);
 // spatial gains are symmetric.
@@ -140,6 +159,13 @@ class YmirGains {
   void Set(const std::string& a, const std::string& b, ymir::Mode mode, double gain);
   // The gain, or false when the table has none for that pair and mode.
   bool Get(const std::string& a, const std::string& b, ymir::Mode mode, double* gain) const;
+  // Marks a pair's gain as censored: only bounded (at most the stored value),
+  // because the transfer run did not reach the target within its step limit.
+  // The simulator never offers a censored pair for transfer.
+  void SetCensored(const std::string& a, const std::string& b, ymir::Mode mode);
+  bool Censored(const std::string& a, const std::string& b, ymir::Mode mode) const;
+  const YmirGainsSource& source() const { return source_; }
+  void set_source(YmirGainsSource source) { source_ = std::move(source); }
   // Every task named in the table (plus those added with AddTask), sorted.
   std::vector<std::string> Tasks() const;
   void AddTask(const std::string& task);
@@ -151,7 +177,9 @@ class YmirGains {
 
  private:
   std::map<std::tuple<std::string, std::string, int>, double> gains_;
+  std::set<std::tuple<std::string, std::string, int>> censored_;
   std::map<std::string, int> tasks_;
+  YmirGainsSource source_;
 };
 
 // The "<backbone>" part of "<backbone>/<task>" (the whole name without '/').
@@ -168,7 +196,10 @@ enum class YmirGainsDefinition {
   kSaved,
   // The estimators issue's definition (executor/task2vec.h, GainsCsv):
   //   gain(B | mode, A) = steps(normal B) / steps(transfer B) - 1  (> -1),
-  // i.e. B's speedup in steps minus one. Converted on load:
+  // i.e. B's speedup in steps minus one (format 2's gain_steps; its `gain`
+  // column, and a format-1 file's, may be the area-equivalent speed-up
+  // instead, the same kind of number over a different measure). Converted
+  // on load:
   //   temporal A -> B:  saved = 1 - 1 / (1 + gain)  = gain / (1 + gain);
   //   spatial A + B:    the rows (A,B) (B's gain) and (B,A) (A's gain) are
   //                     merged into one symmetric value: with equal work,
@@ -179,17 +210,38 @@ enum class YmirGainsDefinition {
   kSpeedup,
 };
 
-// Loads a gains table: CSV with header task_a,task_b,mode,gain (any order,
-// other columns ignored); mode is "temporal" or "spatial". Lines starting
-// with '#' are comments; a comment "# gain-definition: speedup" (or "saved")
-// before the header sets the definition, else kSaved. Errors name
-// "<path>:<line>" and the bad field (kSaved: gain must be finite and < 1;
-// kSpeedup: finite and > -1; a repeated row is an error, except that kSpeedup
-// takes both (A,B) and (B,A) spatial rows).
+// Loads a gains table (configs/ymir/README.md, "Format"): CSV with header
+// task_a,task_b,mode,gain (any order, other columns ignored); mode is
+// "temporal" or "spatial". Lines starting with '#' are comments; these
+// directives, before the header, are read:
+//   "# gains-format: 1|2"           (absent: 1);
+//   "# gain-definition: speedup|saved" (absent: saved in format 1, speedup
+//                                     in format 2, which allows no other);
+//   "# gain-measure: area|steps"     (what `gain` is; with "steps" it must
+//                                     equal gain_steps on every row).
+// Format 2 (`slicesim ymir-estimators --gains-out`) adds the columns
+// gain_steps (steps(normal B) / steps(transfer B) - 1, a speedup) and
+// steps_censored (0 or 1; 1: a transfer run did not reach the target, so
+// gain_steps is an upper bound) and is read from gain_steps by default: the
+// simulator's work is steps to target. A censored row keeps its bound (the
+// least slowdown it shows) and is flagged (YmirGains::Censored). Format 1
+// has one gain column, read as it is. Errors name "<path>:<line>" and the
+// bad field or the contradiction (kSaved: gain must be finite and < 1;
+// kSpeedup: finite and > -1; a repeated row is an error, except that
+// kSpeedup takes both (A,B) and (B,A) spatial rows; format-2 columns in a
+// format-1 file; a format-2 file without them).
 absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path);
 // The same with the definition forced (the file's directive, if any, must
 // agree).
 absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, YmirGainsDefinition definition);
+struct YmirGainsLoadOptions {
+  // Forced definition (the file's directive, if any, must agree); unset: the file's.
+  std::optional<YmirGainsDefinition> definition;
+  // "" = gain_steps in format 2, gain in format 1; "gain" or "gain_steps"
+  // (format 2 only) to choose.
+  std::string column;
+};
+absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options);
 
 struct YmirSimJob {
   double submit_s = 0;
@@ -328,6 +380,9 @@ struct YmirCompareOptions {
   std::string gains;       // empty: DefaultYmirGains()
   // "" (the file's directive, else saved), "saved" or "speedup".
   std::string gains_definition;
+  // "" (gain_steps when the file has it, else gain), "gain" or "gain_steps"
+  // (YmirGainsLoadOptions::column).
+  std::string gains_column;
   // A loaded table whose tasks name no backbone is replicated onto these
   // (YmirGains::WithBackbones), like the paper's 3 backbones x 9 tasks.
   std::vector<std::string> backbones = {"vit-base", "roberta-base", "vicuna-7b"};
@@ -340,6 +395,7 @@ struct YmirCompareOptions {
 
 struct YmirCompareResult {
   std::string trace, gains;
+  YmirGainsSource gains_source;  // of the table the policies ran with
   int jobs = 0;
   std::vector<YmirSimResult> policies;
   std::string ToJson(const YmirCompareOptions& options) const;

@@ -124,7 +124,8 @@
 // the planner pairs only jobs on the same backbone. The table is read by
 // LoadYmirGains, which converts the estimators' speedup gains (a
 // "# gain-definition: speedup" line) into the planner's saved fraction of
-// iterations; the runner uses that fraction as is.
+// iterations (from a format-2 table's steps-to-target gain, gain_steps);
+// the runner uses that fraction as is.
 //
 // Stop-loss (ymir/stop_loss.h, ../shared/papers/ymir.md §4.3): every pairing
 // is watched by a ymir::StopLoss (window 2 epochs, min_improvement 0). The

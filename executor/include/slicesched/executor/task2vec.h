@@ -581,7 +581,13 @@ struct YmirEstimatorReport {
   double seconds = 0;
 
   std::string ToJson() const;
-  // "task_a,task_b,mode,gain" with a header line; gain as defined above.
+  // Gains table, format 2 (LoadYmirGains, configs/ymir/README.md): the
+  // comments "# gains-format: 2", "# gain-definition: speedup" and
+  // "# gain-measure: area|steps", then the header
+  // task_a,task_b,mode,gain,gain_steps,steps_censored and a row per pair:
+  // gain as defined above, gain_steps = YmirPair::gain_steps, steps_censored
+  // 1 when a repeat of the transfer run was censored (gain_steps is then an
+  // upper bound: the run needs at least 1 / (1 + gain_steps) x the steps).
   std::string GainsCsv() const;
   // task_a,task_b,mode,similarity,asymmetry,gain per pair (ParseYmirPairsCsv).
   std::string PairsCsv() const;
