@@ -463,7 +463,7 @@ TEST(IterationEstimator, TransferWatchRecoversAKnownSpeedup) {
     ASSERT_TRUE(transfer.ok());
     const double expected = 60 / (1 + gain);
     // Exact samples: exactly the speed-up, the prior (here 0.5) unused.
-    auto e = EstimateTransferOnline(normal, Sample(*transfer, 80, 4, 0.0, 1), target, 0.5);
+    auto e = EstimateTransferOnline(normal, Sample(*transfer, 80, 4, 0.0, 1), target, 0.5, {.watch = 8});
     ASSERT_TRUE(e.ok()) << e.status();
     EXPECT_FALSE(e->reached);
     EXPECT_EQ(e->observed_until, 8.0);
@@ -474,15 +474,18 @@ TEST(IterationEstimator, TransferWatchRecoversAKnownSpeedup) {
     EXPECT_NEAR(*e->steps, expected, 1e-6) << "gain " << gain;
     // 1% noise, 8 seeds: within 15%.
     for (uint64_t seed = 1; seed <= 8; ++seed) {
-      auto n = EstimateTransferOnline(normal, Sample(*transfer, 80, 4, 0.01, seed), target, 0.5);
+      auto n = EstimateTransferOnline(normal, Sample(*transfer, 80, 4, 0.01, seed), target, 0.5, {.watch = 8});
       ASSERT_TRUE(n.ok() && n->steps.has_value()) << n.status();
       EXPECT_NEAR(*n->steps, expected, 0.15 * expected) << "gain " << gain << ", seed " << seed;
     }
   }
-  // A longer watch sees more of the run: 2 x faster, watched for 16 steps.
+  // A longer watch sees more of the run: 2 x faster, watched for 16 steps,
+  // the default (the experiment's: one source of truth, task2vec.h).
   auto faster = normal.WithGain(1.0);
-  auto w16 = EstimateTransferOnline(normal, Sample(*faster, 80, 4, 0.0, 1), target, 0.0, {.watch = 16});
+  auto w16 = EstimateTransferOnline(normal, Sample(*faster, 80, 4, 0.0, 1), target, 0.0);
   ASSERT_TRUE(w16.ok() && w16->steps.has_value());
+  EXPECT_EQ(w16->observed_until, 16.0);
+  EXPECT_EQ(w16->watched_points, 4);
   EXPECT_EQ(w16->matched_points, 4);
   EXPECT_NEAR(*w16->steps, 30.0, 1e-6);
 }
@@ -495,7 +498,7 @@ TEST(IterationEstimator, TransferWatchTakesATargetReachedWithinTheWatch) {
   auto transfer = normal.WithGain(9.0);  // 6 steps to the target
   ASSERT_TRUE(transfer.ok());
   const std::vector<LossPoint> obs = Sample(*transfer, 80, 4, 0.0, 1);
-  auto e = EstimateTransferOnline(normal, obs, target, 0.0);
+  auto e = EstimateTransferOnline(normal, obs, target, 0.0, {.watch = 8});
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_TRUE(e->reached);
   auto done = StepsToTarget(Prefix(obs, 8), target, 8);
@@ -506,7 +509,7 @@ TEST(IterationEstimator, TransferWatchTakesATargetReachedWithinTheWatch) {
   EXPECT_LE(*e->steps, 8.0);
   // That needs no normal curve; without one, a run not yet there has no
   // estimate (the prior's speed-up is reported).
-  auto alone = EstimateTransferOnline(std::nullopt, obs, target, 0.0);
+  auto alone = EstimateTransferOnline(std::nullopt, obs, target, 0.0, {.watch = 8});
   ASSERT_TRUE(alone.ok()) << alone.status();
   EXPECT_TRUE(alone->reached);
   EXPECT_DOUBLE_EQ(*alone->steps, done->steps);
@@ -529,7 +532,7 @@ TEST(IterationEstimator, TransferWatchKeepsThePriorOnAPlateau) {
   auto faster = normal.WithGain(1.0);
   ASSERT_TRUE(faster.ok());
   const std::vector<LossPoint> obs = Sample(*faster, 80, 4, 0.0, 1);
-  auto early = EstimateTransferOnline(normal, obs, target, 0.25);
+  auto early = EstimateTransferOnline(normal, obs, target, 0.25, {.watch = 8});
   ASSERT_TRUE(early.ok()) << early.status();
   EXPECT_EQ(early->matched_points, 0);
   EXPECT_DOUBLE_EQ(early->speedup, 1.25);
@@ -564,7 +567,7 @@ TEST(IterationEstimator, BadTransferWatchInputsAreNamed) {
   EXPECT_NE(message(obs, -1.0, 0, {}).find("target loss"), std::string::npos);
   EXPECT_NE(message(obs, 1.0, -1.0, {}).find("prior gain"), std::string::npos);
   EXPECT_NE(message(obs, 1.0, INFINITY, {}).find("prior gain"), std::string::npos);
-  EXPECT_NE(message({{0, 1.4}, {12, 1.2}}, 1.0, 0, {}).find("no observation"), std::string::npos);
+  EXPECT_NE(message({{0, 1.4}, {20, 1.2}}, 1.0, 0, {}).find("no observation"), std::string::npos);
   EXPECT_NE(message({{0, 1.4}, {4, -1.0}}, 1.0, 0, {}).find("loss point 1"), std::string::npos);
 }
 

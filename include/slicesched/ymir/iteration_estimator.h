@@ -267,7 +267,11 @@ absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curv
 //     is no normal curve (`normal` nullopt: B's normal run has no estimate;
 //     step 1 still applies).
 struct TransferWatchOptions {
-  double watch = 8;          // steps of the transferred run watched, > 0
+  // Steps of the transferred run watched, > 0: a fifth of the experiment's
+  // normal run (chosen on seed 1 among 8 / 16 / 24 / 32; docs/experiments.md,
+  // "Twelfth session"). The experiment's default (YmirEstimatorOptions::
+  // iter_transfer_watch) is this one.
+  double watch = 16;
   double min_speedup = 0.1;  // the prior's clamp (a gain >= -0.9); in (0, 1]
   // InvalidArgument naming the field out of range.
   absl::Status Validate() const;

@@ -369,14 +369,13 @@ struct YmirExperimentOptions {
   ymir::PlateauOptions iter_plateau;
   // The transfer runs' online refinement (ymir::EstimateTransferOnline;
   // slicesim --iter-transfer-watch K, 0 = off): once a transferred run of B
-  // has run `watch` steps (by default 16, a fifth of the normal run; chosen
-  // on seed 1 among 8 / 16 / 24 / 32, docs/experiments.md, "Twelfth
-  // session"), its losses are matched against the curve of B's headline
+  // has run `watch` steps (ymir::TransferWatchOptions' default, 16, a fifth
+  // of the normal run), its losses are matched against the curve of B's headline
   // normal estimate; the headline transfer figures are then these
   // estimates, and the prior (B's normal estimate / (1 + the predicted
   // gain), available at step 0) is reported beside them. watch must be 0 or
   // >= eval_every (a transfer run's first evaluation after step 0).
-  ymir::TransferWatchOptions iter_transfer_watch = {.watch = 16};
+  ymir::TransferWatchOptions iter_transfer_watch;
   bool iter_transfer_online = true;
   // Also reported (YmirEstimatorReport::transfer_watch_sweep): the same
   // refinement after these watches, each >= eval_every.
