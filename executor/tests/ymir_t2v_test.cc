@@ -815,6 +815,13 @@ TEST(Task2Vec, RejectsBadOptions) {
   o.curves_only = o.similarities_only = true;
   EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
               testing::HasSubstr("exclude each other"));
+  // A bad fit option is named before anything trains (Validate), with the flag.
+  o = SmallExperiment();
+  o.iter_fit.recency_half_life = -1;
+  EXPECT_THAT(std::string(o.Validate().message()),
+              testing::HasSubstr("slicesim --iter-half-life"));
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()),
+              testing::HasSubstr("recency_half_life must be finite and >= 0, got -1"));
 }
 
 // The defaults (task2vec.h, the ninth session): the area gain over the whole

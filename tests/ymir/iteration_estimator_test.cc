@@ -611,6 +611,30 @@ TEST(IterationEstimator, BadTransferWatchInputsAreNamed) {
   EXPECT_NE(message({{0, 1.4}, {4, -1.0}}, 1.0, 0, {}).find("loss point 1"), std::string::npos);
 }
 
+TEST(IterationEstimator, BadFitOptionsAreNamed) {
+  const std::vector<LossPoint> pts = {{0, 1.0}, {1, 0.9}, {2, 0.8}};
+  auto field = [&](FitOptions o) { return std::string(FitLossCurve(pts, o).status().message()); };
+  FitOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.grid_points = 1;
+  EXPECT_NE(field(o).find("grid_points"), std::string::npos);
+  o = {};
+  o.min_rate = 0;
+  EXPECT_NE(field(o).find("min_rate"), std::string::npos);
+  o = {};
+  o.max_rate = o.min_rate;
+  EXPECT_NE(field(o).find("max_rate"), std::string::npos);
+  o = {};
+  o.polish_iterations = -1;
+  EXPECT_NE(field(o).find("polish_iterations"), std::string::npos);
+  for (double h : {-1.0, double(NAN), double(INFINITY)}) {
+    o = {};
+    o.recency_half_life = h;
+    EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument) << h;
+    EXPECT_NE(field(o).find("recency_half_life"), std::string::npos) << h;
+  }
+}
+
 TEST(IterationEstimator, BadInputsAreNamed) {
   auto few = FitLossCurve({{0, 1.0}, {1, 0.9}, {1, 0.8}});
   EXPECT_EQ(few.status().code(), absl::StatusCode::kInvalidArgument);

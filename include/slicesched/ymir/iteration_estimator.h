@@ -145,8 +145,15 @@ struct FitOptions {
   bool time_shift = false;
   // Recency weighting: point i weighs 2^(-(t_last - t_i) / h) in the least
   // squares (h in steps), so the end of the prefix, closest to what is
-  // extrapolated, counts most; 0 = equal weights.
+  // extrapolated, counts most; 0 = equal weights. It also discounts the
+  // running-minimum envelope of a noisy flat start, a slow staircase that an
+  // equal-weight fit reads as an early, slow decay (docs/experiments.md,
+  // "Thirteenth session"; IterationEstimator.RecencyWeightsDiscountTheEnvelopeOfANoisyFlatStart).
+  // In steps, so no default suits every schedule: the Ymir experiment sets
+  // its own (executor/task2vec.h, iter_fit).
   double recency_half_life = 0;
+  // InvalidArgument naming the field out of range (FitLossCurve checks it).
+  absl::Status Validate() const;
 };
 
 // The transient rule alone: the points FitLossCurve fits when
