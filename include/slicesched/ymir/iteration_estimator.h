@@ -23,11 +23,13 @@
 // curve fitted to the raw points settles on the early plateau and predicts
 // "never" (docs/experiments.md, "Ymir estimators"). So, before fitting, on
 // the normalised points sorted by step:
-//  1. Warm-up: the fit starts at the first local minimum, the first point i
-//     >= 1 whose successor is not lower (y_{i+1} >= y_i); the points before
-//     it (the initial drop) are dropped. A curve that falls at every
-//     observation has no local minimum and keeps all its points; so does one
-//     where fewer than 3 distinct steps would remain.
+//  1. Warm-up: the fit starts at the top of the overshoot, the first local
+//     maximum after the first local minimum (the first point i >= 1 whose
+//     successor is not lower, y_{i+1} >= y_i); else (no later maximum, or
+//     fewer than 3 distinct steps after it) at that minimum; the points
+//     before it (the initial drop and the climb) are dropped. A curve that
+//     falls at every observation has no local minimum and keeps all its
+//     points; so does one where fewer than 3 distinct steps would remain.
 //  2. Envelope: each remaining loss is replaced by the running minimum from
 //     the warm-up end, min_{j <= i} y_j (the best loss seen so far, a
 //     monotone lower envelope), so bumps after the overshoot do not lift the
