@@ -194,6 +194,8 @@ int Usage(FILE* to) {
                "         instead of leave-one-out on this run;\n"
                "         --iter-transfer-watch K: refine each transfer estimate after K steps\n"
                "         of the run (ymir::EstimateTransferOnline; default 16, 0 = prior only);\n"
+               "         --iter-half-life H: the iteration fit weighs the prefix's end, half-life\n"
+               "         H steps (default 12, 0 = equal weights);\n"
                "         --similarities-only: the Task2Vec similarity matrix only; pairs with\n"
                "         |gain| < K x RMS of the null runs' gains are neutral, scored apart;\n"
                "         without --backbone the backbone is pretrained on the tasks' language;\n"
@@ -780,6 +782,8 @@ int YmirEstimators(const std::vector<std::string>& args) {
     return 2;
   }
   o.seed = static_cast<uint64_t>(seed);
+  // Bad options are named before the backbone is pretrained (~20 s).
+  if (absl::Status v = o.Validate(); !v.ok()) return Failed("ymir-estimators", v);
   auto dims = slicesched::LlamaPreset("tiny");
   if (!dims.ok()) return Failed("ymir-estimators", dims.status());
   std::shared_ptr<const slicesched::executor::LlamaWeights> w;

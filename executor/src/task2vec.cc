@@ -190,6 +190,7 @@ absl::Status YmirExperimentOptions::Validate() const {
   }
   SLICESCHED_RETURN_IF_ERROR(ymir::StopLossOptions{.window_epochs = stop_loss_window_epochs}.Validate());
   SLICESCHED_RETURN_IF_ERROR(iter_plateau.Validate());
+  SLICESCHED_RETURN_IF_ERROR(Annotate(iter_fit.Validate(), "Ymir experiment (slicesim --iter-half-life)"));
   if (!fit_on.empty()) {
     // Enough rows of each mode for the model's weights (YmirDirection).
     const size_t need = direction == YmirDirection::kAsymmetry ? 3 : 2;

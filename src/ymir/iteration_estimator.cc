@@ -469,16 +469,29 @@ std::vector<LossPoint> Prefix(const std::vector<LossPoint>& points, double max_s
   return out;
 }
 
+absl::Status FitOptions::Validate() const {
+  if (grid_points < 2) {
+    return absl::InvalidArgumentError(StrCat("FitOptions: grid_points must be >= 2, got ", grid_points));
+  }
+  if (!(min_rate > 0) || !(max_rate > min_rate) || !std::isfinite(max_rate)) {
+    return absl::InvalidArgumentError(
+        StrCat("FitOptions: min_rate and max_rate must be finite with 0 < min_rate < max_rate, got ", min_rate,
+               " and ", max_rate));
+  }
+  if (polish_iterations < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("FitOptions: polish_iterations must be >= 0, got ", polish_iterations));
+  }
+  if (!(recency_half_life >= 0) || !std::isfinite(recency_half_life)) {
+    return absl::InvalidArgumentError(
+        StrCat("FitOptions: recency_half_life must be finite and >= 0, got ", recency_half_life));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
                                        const FitOptions& options) {
-  if (options.grid_points < 2 || !(options.min_rate > 0) || !(options.max_rate > options.min_rate) ||
-      options.polish_iterations < 0) {
-    return absl::InvalidArgumentError("FitOptions: need grid_points >= 2, 0 < min_rate < max_rate");
-  }
-  if (!(options.recency_half_life >= 0) || !std::isfinite(options.recency_half_life)) {
-    return absl::InvalidArgumentError(StrCat("FitOptions: recency_half_life must be finite and >= 0, got ",
-                                             options.recency_half_life));
-  }
+  SLICESCHED_RETURN_IF_ERROR(options.Validate());
   SLICESCHED_RETURN_IF_ERROR(ValidatePoints(points, "fitting a loss curve"));
   // Normalise by the loss at the earliest observation.
   const auto first = std::min_element(points.begin(), points.end(),

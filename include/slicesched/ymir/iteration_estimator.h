@@ -23,11 +23,13 @@
 // curve fitted to the raw points settles on the early plateau and predicts
 // "never" (docs/experiments.md, "Ymir estimators"). So, before fitting, on
 // the normalised points sorted by step:
-//  1. Warm-up: the fit starts at the first local minimum, the first point i
-//     >= 1 whose successor is not lower (y_{i+1} >= y_i); the points before
-//     it (the initial drop) are dropped. A curve that falls at every
-//     observation has no local minimum and keeps all its points; so does one
-//     where fewer than 3 distinct steps would remain.
+//  1. Warm-up: the fit starts at the top of the overshoot, the first local
+//     maximum after the first local minimum (the first point i >= 1 whose
+//     successor is not lower, y_{i+1} >= y_i); else (no later maximum, or
+//     fewer than 3 distinct steps after it) at that minimum; the points
+//     before it (the initial drop and the climb) are dropped. A curve that
+//     falls at every observation has no local minimum and keeps all its
+//     points; so does one where fewer than 3 distinct steps would remain.
 //  2. Envelope: each remaining loss is replaced by the running minimum from
 //     the warm-up end, min_{j <= i} y_j (the best loss seen so far, a
 //     monotone lower envelope), so bumps after the overshoot do not lift the
@@ -145,8 +147,15 @@ struct FitOptions {
   bool time_shift = false;
   // Recency weighting: point i weighs 2^(-(t_last - t_i) / h) in the least
   // squares (h in steps), so the end of the prefix, closest to what is
-  // extrapolated, counts most; 0 = equal weights.
+  // extrapolated, counts most; 0 = equal weights. It also discounts the
+  // running-minimum envelope of a noisy flat start, a slow staircase that an
+  // equal-weight fit reads as an early, slow decay (docs/experiments.md,
+  // "Thirteenth session"; IterationEstimator.RecencyWeightsDiscountTheEnvelopeOfANoisyFlatStart).
+  // In steps, so no default suits every schedule: the Ymir experiment sets
+  // its own (executor/task2vec.h, iter_fit).
   double recency_half_life = 0;
+  // InvalidArgument naming the field out of range (FitLossCurve checks it).
+  absl::Status Validate() const;
 };
 
 // The transient rule alone: the points FitLossCurve fits when
@@ -267,7 +276,11 @@ absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curv
 //     is no normal curve (`normal` nullopt: B's normal run has no estimate;
 //     step 1 still applies).
 struct TransferWatchOptions {
-  double watch = 8;          // steps of the transferred run watched, > 0
+  // Steps of the transferred run watched, > 0: a fifth of the experiment's
+  // normal run (chosen on seed 1 among 8 / 16 / 24 / 32; docs/experiments.md,
+  // "Twelfth session"). The experiment's default (YmirEstimatorOptions::
+  // iter_transfer_watch) is this one.
+  double watch = 16;
   double min_speedup = 0.1;  // the prior's clamp (a gain >= -0.9); in (0, 1]
   // InvalidArgument naming the field out of range.
   absl::Status Validate() const;
