@@ -696,13 +696,6 @@ class YmirPolicy : public YmirSimPolicy {
   }
 
  private:
-  // A gain the planner may act on: in the table and not censored (a
-  // censored gain is only an upper bound; such pairs are never offered).
-  static bool Known(const YmirGains& gains, const std::string& a, const std::string& b, ymir::Mode mode,
-                    double* gain) {
-    return gains.Get(a, b, mode, gain) && !gains.Censored(a, b, mode);
-  }
-
   // Each pairable target's best partners by predicted gain (> 0).
   std::vector<ymir::PairEstimate> Pairs(const YmirSimState& s, const std::vector<int>& order, size_t window) const {
     const YmirSimConfig& c = *s.config;
@@ -721,8 +714,8 @@ class YmirPolicy : public YmirSimPolicy {
         const auto& A = s.units[static_cast<size_t>(order[ka])];
         if (ka == kb || !A.pairable || YmirBackbone(A.task) != YmirBackbone(B.task)) continue;
         double t_ab = 0, sp = 0;
-        bool has_t = Known(*s.gains, A.task, B.task, ymir::Mode::kTemporal, &t_ab);
-        bool has_s = A.fresh && Known(*s.gains, A.task, B.task, ymir::Mode::kSpatial, &sp);
+        bool has_t = s.gains->Plannable(A.task, B.task, ymir::Mode::kTemporal, &t_ab);
+        bool has_s = A.fresh && s.gains->Plannable(A.task, B.task, ymir::Mode::kSpatial, &sp);
         double best = std::max(has_t ? t_ab : 0.0, has_s ? sp : 0.0);
         if (!(best > 0)) continue;
         Cand cd{best, A.uid, {}, {}, false};
@@ -731,7 +724,7 @@ class YmirPolicy : public YmirSimPolicy {
         // it is offered from B's side only when B is the source of a better
         // temporal transfer, so give it here too.
         double t_ba = 0;
-        if (A.fresh && Known(*s.gains, B.task, A.task, ymir::Mode::kTemporal, &t_ba)) {
+        if (A.fresh && s.gains->Plannable(B.task, A.task, ymir::Mode::kTemporal, &t_ba)) {
           cd.ba = {B.uid, A.uid, t_ba, has_s ? sp : -1.0, c.spatial_overhead};
           cd.has_ba = true;
         }

@@ -917,8 +917,10 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
       for (const ymir::JobView& b : views) {
         if (a.id == b.id || decoupled_pairs_.contains(PairKey(a.id, b.id))) continue;
         double tg = 0, sg = 0;
-        const bool has_t = gains_->table.Get(task_of[a.id], task_of[b.id], ymir::Mode::kTemporal, &tg);
-        const bool has_s = gains_->table.Get(task_of[a.id], task_of[b.id], ymir::Mode::kSpatial, &sg);
+        // A censored gain (format 2: the transfer never reached the target)
+        // is only a bound: not offered, as in the simulator.
+        const bool has_t = gains_->table.Plannable(task_of[a.id], task_of[b.id], ymir::Mode::kTemporal, &tg);
+        const bool has_s = gains_->table.Plannable(task_of[a.id], task_of[b.id], ymir::Mode::kSpatial, &sg);
         if (!has_t && !has_s) continue;
         ymir::PairEstimate e;
         e.a = a.id;

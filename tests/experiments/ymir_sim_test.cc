@@ -327,6 +327,11 @@ TEST(YmirSim, Format2TableIsReadFromTheStepsGain) {
   ASSERT_TRUE(g->Get("y", "x", ymir::Mode::kTemporal, &v));
   EXPECT_DOUBLE_EQ(v, -0.6 / 0.4);
   EXPECT_TRUE(g->Censored("y", "x", ymir::Mode::kTemporal));
+  // What a planner may pair on: the known gain, never the censored bound.
+  EXPECT_TRUE(g->Plannable("x", "y", ymir::Mode::kTemporal, &v));
+  EXPECT_DOUBLE_EQ(v, 0.75);
+  EXPECT_FALSE(g->Plannable("y", "x", ymir::Mode::kTemporal, &v));
+  EXPECT_FALSE(g->Plannable("x", "z", ymir::Mode::kTemporal, &v));
   ASSERT_TRUE(g->Get("x", "y", ymir::Mode::kSpatial, &v));
   EXPECT_NEAR(v, 1 - (0.8 + 0.5) / 2, 1e-12);
   EXPECT_EQ(g->source().format, 2);

@@ -164,6 +164,12 @@ class YmirGains {
   // The simulator never offers a censored pair for transfer.
   void SetCensored(const std::string& a, const std::string& b, ymir::Mode mode);
   bool Censored(const std::string& a, const std::string& b, ymir::Mode mode) const;
+  // A gain a planner may act on: in the table and not censored (a censored
+  // gain is only a bound). The simulator's and the daemon's planners both
+  // pair through this.
+  bool Plannable(const std::string& a, const std::string& b, ymir::Mode mode, double* gain) const {
+    return Get(a, b, mode, gain) && !Censored(a, b, mode);
+  }
   const YmirGainsSource& source() const { return source_; }
   void set_source(YmirGainsSource source) { source_ = std::move(source); }
   // Every task named in the table (plus those added with AddTask), sorted.
