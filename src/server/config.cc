@@ -378,8 +378,8 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
   ParseListen(r.Child("listen"), &c.listen);
 
   c.state_dir = r.Optional<std::string>("state_dir", c.state_dir);
-  r.Check(!c.state_dir.empty() && c.state_dir.front() == '/', "state_dir",
-          StrCat("must be an absolute path, got '", c.state_dir, "'"));
+  const std::string state_dir_problem = AbsolutePathProblem(c.state_dir);
+  r.Check(state_dir_problem.empty(), "state_dir", state_dir_problem);
   c.log_level = absl::AsciiStrToLower(r.Optional<std::string>("log_level", c.log_level));
   r.Check(std::find(std::begin(kLogLevels), std::end(kLogLevels), c.log_level) != std::end(kLogLevels),
           "log_level",
@@ -389,8 +389,13 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
   return c;
 }
 
-std::string UnixSocketPathProblem(std::string_view path) {
+std::string AbsolutePathProblem(std::string_view path) {
   if (path.empty() || path.front() != '/') return StrCat("must be an absolute path, got '", path, "'");
+  return "";
+}
+
+std::string UnixSocketPathProblem(std::string_view path) {
+  if (std::string problem = AbsolutePathProblem(path); !problem.empty()) return problem;
   if (path.size() > kMaxUnixSocketPath) {
     return StrCat("is ", path.size(), " bytes; a socket path holds at most ", kMaxUnixSocketPath);
   }
@@ -402,9 +407,9 @@ absl::Status ApplySlicedOverrides(const SlicedOverrides& overrides, SlicedConfig
     const std::string problem = UnixSocketPathProblem(overrides.unix_socket);
     if (!problem.empty()) return absl::InvalidArgumentError(StrCat("--socket: ", problem));
   }
-  if (!overrides.state_dir.empty() && overrides.state_dir.front() != '/') {
-    return absl::InvalidArgumentError(
-        StrCat("--state-dir: must be an absolute path, got '", overrides.state_dir, "'"));
+  if (!overrides.state_dir.empty()) {
+    const std::string problem = AbsolutePathProblem(overrides.state_dir);
+    if (!problem.empty()) return absl::InvalidArgumentError(StrCat("--state-dir: ", problem));
   }
   if (!overrides.unix_socket.empty()) config->listen.unix_socket = overrides.unix_socket;
   if (!overrides.state_dir.empty()) config->state_dir = overrides.state_dir;

@@ -146,6 +146,10 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
 // Reads and validates FILE (NotFound when it does not exist).
 absl::StatusOr<SlicedConfig> LoadSlicedConfig(const std::string& path);
 
+// What is wrong with PATH where the daemon needs an absolute path (state_dir,
+// a unix socket); "" when it is one.
+std::string AbsolutePathProblem(std::string_view path);
+
 // What is wrong with PATH as a unix socket path (listen.unix_socket's rules:
 // absolute, at most 107 bytes, sockaddr_un's limit); "" when it is usable.
 std::string UnixSocketPathProblem(std::string_view path);
