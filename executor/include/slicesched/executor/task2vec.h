@@ -498,6 +498,10 @@ struct YmirIterationErrors {
   int64_t transfer_unreached_pairs = 0;
   int64_t transfer_pairs = 0;  // uncensored pairs scored
   int64_t unreachable = 0;     // task fits (over repeats) that never reach the target
+  // Predictions beyond max_steps, scored as censored (max_steps + 1, like an
+  // unreachable fit): tasks (normal_pct) and scored pairs (transfer_pct).
+  int64_t normal_beyond_limit = 0;
+  int64_t transfer_beyond_limit = 0;
   // What the estimator saw: the step at which each task's estimate became
   // available, mean and max over tasks and repeats (prefix_steps for a fixed
   // prefix); online: whether these are EstimateOnline's, and how many task
