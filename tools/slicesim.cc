@@ -180,7 +180,8 @@ int Usage(FILE* to) {
                "         [--iter-envelope min|isotonic] [--iter-time-shift on|off] [--iter-half-life H]\n"
                "         [--iter-online on|off] [--iter-plateau-k K] [--iter-plateau-drop D]\n"
                "         [--iter-plateau-span N] [--direction none|asymmetry] [--fit-on FILE,...]\n"
-               "         [--pairs-out FILE] [--iter-transfer-watch K]\n"
+               "         [--pairs-out FILE] [--iter-transfer-watch K] [--iter-transfer-fit time|loss]\n"
+               "         [--iter-transfer-prior-points K]\n"
                "         [--label-margin M] [--language-vocab V] [--language-classes K]\n"
                "         [--lora-alpha A] [--train-examples N] [--batch-size B] [--curves-only]\n"
                "         [--similarities-only] [--fisher empirical|model] [--embed lora|lora+head]\n"
@@ -194,6 +195,10 @@ int Usage(FILE* to) {
                "         instead of leave-one-out on this run;\n"
                "         --iter-transfer-watch K: refine each transfer estimate after K steps\n"
                "         of the run (ymir::EstimateTransferOnline; default 16, 0 = prior only);\n"
+               "         --iter-transfer-fit: the watched speed-up from the matched steps (time,\n"
+               "         default) or the losses against the time-scaled normal curve (loss);\n"
+               "         --iter-transfer-prior-points K: shrink it toward the predicted gain,\n"
+               "         which counts as K watched points (default 4, 0 = none);\n"
                "         --iter-half-life H: the iteration fit weighs the prefix's end, half-life\n"
                "         H steps (default 12, 0 = equal weights);\n"
                "         --similarities-only: the Task2Vec similarity matrix only; pairs with\n"
@@ -675,6 +680,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string direction = o.direction == slicesched::executor::YmirDirection::kAsymmetry ? "asymmetry" : "none";
   std::string fit_on, pairs_out;
   double transfer_watch = o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0;
+  std::string transfer_fit = o.iter_transfer_watch.fit == slicesched::ymir::WatchFit::kLoss ? "loss" : "time";
   std::string spatial_step = o.spatial_rule == slicesched::executor::JointStepRule::kSum ? "sum" : "mean";
   std::string probe = o.probe == slicesched::executor::YmirProbe::kHead ? "head" : "trained";
   std::string gain_measure = o.gain_measure == slicesched::executor::YmirGainMeasure::kArea ? "area" : "steps";
@@ -713,6 +719,8 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Num("--iter-plateau-drop", &o.iter_plateau.min_drop)
                    .Num("--iter-plateau-span", &o.iter_plateau.min_span)
                    .Num("--iter-transfer-watch", &transfer_watch)
+                   .Choice("--iter-transfer-fit", {"time", "loss"}, &transfer_fit)
+                   .Num("--iter-transfer-prior-points", &o.iter_transfer_watch.prior_points)
                    .Choice("--direction", {"none", "asymmetry"}, &direction)
                    .Text("--fit-on", &fit_on)
                    .Text("--pairs-out", &pairs_out)
@@ -749,6 +757,8 @@ int YmirEstimators(const std::vector<std::string>& args) {
   // 0 turns the watch off; anything else is validated by the experiment.
   o.iter_transfer_online = transfer_watch != 0;
   if (o.iter_transfer_online) o.iter_transfer_watch.watch = transfer_watch;
+  o.iter_transfer_watch.fit =
+      transfer_fit == "loss" ? slicesched::ymir::WatchFit::kLoss : slicesched::ymir::WatchFit::kTime;
   o.direction = direction == "asymmetry" ? ex::YmirDirection::kAsymmetry : ex::YmirDirection::kNone;
   for (const std::string& path : std::vector<std::string>(absl::StrSplit(fit_on, ',', absl::SkipEmpty()))) {
     std::ifstream in(path);

@@ -156,7 +156,8 @@ absl::Status YmirExperimentOptions::Validate() const {
     }
   }
   if (iter_transfer_online) {
-    SLICESCHED_RETURN_IF_ERROR(Annotate(iter_transfer_watch.Validate(), "Ymir experiment (slicesim --iter-transfer-watch)"));
+    SLICESCHED_RETURN_IF_ERROR(Annotate(iter_transfer_watch.Validate(), "Ymir experiment (slicesim --iter-transfer-watch, "
+                                                                         "--iter-transfer-prior-points)"));
     std::vector<double> watches = iter_transfer_watch_sweep;
     watches.push_back(iter_transfer_watch.watch);
     for (double w : watches) {
@@ -1121,11 +1122,21 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   auto iteration_errors = [&](const std::vector<double>& pred_sum, const std::vector<int64_t>& missing,
                               bool headline, const Watched* watched) {
     YmirIterationErrors e;
+    // A prediction beyond the runs' step limit says "not within the run":
+    // scored as censored, max_steps + 1, as a fit that never reaches the
+    // target is (the runs are cut at max_steps, so no measured step count
+    // exceeds it either).
+    auto scored = [&](double predicted, int64_t* beyond) {
+      if (predicted <= static_cast<double>(max_steps)) return predicted;
+      if (predicted != censored) ++*beyond;
+      return censored;
+    };
     std::vector<double> pred_normal(n);
     for (size_t i = 0; i < n; ++i) {
       pred_normal[i] = pred_sum[i] / static_cast<double>(o.repeats);
       e.unreachable += missing[i];
-      const double err = 100.0 * std::abs(pred_normal[i] - rep.normal_steps[i]) / rep.normal_steps[i];
+      const double err = 100.0 * std::abs(scored(pred_normal[i], &e.normal_beyond_limit) - rep.normal_steps[i]) /
+                         rep.normal_steps[i];
       e.normal_pct += err / static_cast<double>(n);
       e.normal_max_pct = std::max(e.normal_max_pct, err);
     }
@@ -1137,11 +1148,12 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
       const double prior = pred_normal[pair_dst[k]] / (1.0 + std::max(-0.9, p.predicted_gain));
       if (headline) p.predicted_steps_transfer = prior;
       if (p.censored) continue;
-      const double err = error(watched ? watched->steps[k] : prior, p.steps_transfer);
-      const double prior_err = error(prior, p.steps_transfer);
+      int64_t not_counted = 0;
+      const double err = error(scored(watched ? watched->steps[k] : prior, &e.transfer_beyond_limit), p.steps_transfer);
+      const double prior_err = error(scored(prior, &not_counted), p.steps_transfer);
       e.transfer_pct += err;
       e.transfer_prior_pct += prior_err;
-      sum_nogain += error(pred_normal[pair_dst[k]], p.steps_transfer);
+      sum_nogain += error(scored(pred_normal[pair_dst[k]], &not_counted), p.steps_transfer);
       const int m = p.mode == "temporal" ? 0 : 1;
       sum_mode[m] += err;
       sum_prior_mode[m] += prior_err;
@@ -1287,7 +1299,9 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"null_runs\": %d, \"band_k\": %g, "
         "\"gain_measure\": \"%s\", \"gain_window\": %d, \"iter_fit\": {\"envelope\": "
         "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}, "
-        "\"iter_online\": %s, \"iter_transfer_watch\": %g, \"direction\": \"%s\", \"fit_on_rows\": %d},\n",
+        "\"iter_online\": %s, \"iter_transfer_watch\": %g, \"iter_transfer_fit\": \"%s\", "
+        "\"iter_transfer_prior_points\": %g, \"predictions_beyond_max_steps\": \"scored as max_steps + 1\", "
+        "\"direction\": \"%s\", \"fit_on_rows\": %d},\n",
         o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
         o.spatial_rule == JointStepRule::kSum ? "sum" : "mean", o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
         o.probe == YmirProbe::kHead ? "head" : "trained", o.fisher_examples,
@@ -1300,6 +1314,7 @@ std::string YmirEstimatorReport::ToJson() const {
         o.iter_fit.time_shift ? "true" : "false", o.iter_fit.recency_half_life,
         o.iter_fit.quadratic ? "true" : "false", o.iter_online ? "true" : "false",
         o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0,
+        o.iter_transfer_watch.fit == ymir::WatchFit::kLoss ? "loss" : "time", o.iter_transfer_watch.prior_points,
         o.direction == YmirDirection::kAsymmetry ? "asymmetry" : "none", o.fit_on.size());
   }
   j += "  \"similarity_matrix\": {\"tasks\": [";
@@ -1332,13 +1347,15 @@ std::string YmirEstimatorReport::ToJson() const {
         "\"iter_err_transfer_prior_pct\": %.1f, \"iter_err_transfer_prior_temporal_pct\": %.1f, "
         "\"iter_err_transfer_prior_spatial_pct\": %.1f, \"transfer_watch_steps\": %.0f, "
         "\"transfer_reached_in_watch\": %d, \"iter_err_transfer_unreached_pct\": %.1f, "
-        "\"iter_err_transfer_prior_unreached_pct\": %.1f, \"transfer_unreached_pairs\": %d}",
+        "\"iter_err_transfer_prior_unreached_pct\": %.1f, \"transfer_unreached_pairs\": %d, "
+        "\"normal_beyond_limit\": %d, \"transfer_beyond_limit\": %d}",
         e.fraction, e.prefix_steps, e.normal_pct, e.normal_max_pct, e.transfer_pct,
         e.transfer_max_pct, e.transfer_temporal_pct, e.transfer_spatial_pct, e.transfer_nogain_pct,
         e.transfer_pairs, e.unreachable, e.online ? "true" : "false", e.observed_steps_mean,
         e.observed_steps_max, e.plateaus, e.transfer_prior_pct, e.transfer_prior_temporal_pct,
         e.transfer_prior_spatial_pct, e.watch_steps, e.reached_in_watch, e.transfer_unreached_pct,
-        e.transfer_prior_unreached_pct, e.transfer_unreached_pairs);
+        e.transfer_prior_unreached_pct, e.transfer_unreached_pairs, e.normal_beyond_limit,
+        e.transfer_beyond_limit);
   };
   j += "  \"iteration_estimator\": " + iter_json(iteration) + ",\n";
   j += "  \"iteration_first_window\": " + iter_json(iteration_first_window) + ",\n";

@@ -204,7 +204,15 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   EXPECT_EQ(r->iteration_first_window.prefix_steps, 3);
   EXPECT_EQ(r->iteration_first_window.observed_steps_mean, 3.0);
   double online_err = 0, fixed_err = 0, seen = 0, seen_max = 0;
-  int64_t plateaus = 0;
+  int64_t plateaus = 0, online_beyond = 0, fixed_beyond = 0;
+  // A prediction beyond the runs' limit (max_steps = 12 here) is scored as
+  // censored, max_steps + 1, like a fit that never reaches the target.
+  const double max_steps = static_cast<double>(o.max_steps_factor * o.normal_steps);
+  auto scored_as = [&](double predicted, int64_t* beyond) {
+    if (predicted <= max_steps) return predicted;
+    if (predicted != max_steps + 1) ++*beyond;
+    return max_steps + 1;
+  };
   for (size_t i = 0; i < r->iteration_fits.size(); ++i) {
     const YmirIterationFit& f = r->iteration_fits[i];
     EXPECT_GE(f.observed_until, 3.0);
@@ -217,9 +225,13 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
     plateaus += f.plateau ? 1 : 0;
     seen += f.observed_until / 3.0;
     seen_max = std::max(seen_max, f.observed_until);
-    online_err += 100.0 * std::abs(f.online_predicted_steps - r->normal_steps[i]) / r->normal_steps[i] / 3.0;
-    fixed_err += 100.0 * std::abs(f.predicted_steps - r->normal_steps[i]) / r->normal_steps[i] / 3.0;
+    online_err += 100.0 * std::abs(scored_as(f.online_predicted_steps, &online_beyond) - r->normal_steps[i]) /
+                  r->normal_steps[i] / 3.0;
+    fixed_err += 100.0 * std::abs(scored_as(f.predicted_steps, &fixed_beyond) - r->normal_steps[i]) /
+                 r->normal_steps[i] / 3.0;
   }
+  EXPECT_EQ(r->iteration.normal_beyond_limit, online_beyond);
+  EXPECT_EQ(r->iteration_first_window.normal_beyond_limit, fixed_beyond);
   EXPECT_EQ(r->iteration.plateaus, plateaus);
   EXPECT_NEAR(r->iteration.observed_steps_mean, seen, 1e-9);
   EXPECT_EQ(r->iteration.observed_steps_max, seen_max);
@@ -287,7 +299,7 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
   auto r = RunYmirEstimators(**w, o);
   ASSERT_TRUE(r.ok()) << r.status();
   double watched_err = 0, prior_err = 0, watched_unreached = 0, prior_unreached = 0;
-  int64_t scored = 0, reached = 0, unreached = 0;
+  int64_t scored = 0, reached = 0, unreached = 0, beyond = 0;
   for (const YmirPair& p : r->pairs) {
     size_t dst = 0;
     while (r->tasks[dst] != p.task_b) ++dst;
@@ -301,7 +313,7 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
     // A fit that never reaches the target is no estimate: then only a run
     // that reached it within the watch has one, else the prior's.
     auto e = ymir::EstimateTransferOnline(f.unreachable == 0 ? std::optional(normal) : std::nullopt, p.curve,
-                                          r->normal_target_loss[dst], prior_gain, {.watch = 4});
+                                          r->normal_target_loss[dst], prior_gain, o.iter_transfer_watch);
     ASSERT_TRUE(e.ok()) << e.status();
     const double expected = e->steps.value_or(censored / (1.0 + prior_gain));
     EXPECT_EQ(p.reached_in_watch, e->reached ? 1 : 0);
@@ -309,8 +321,12 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
     if (p.censored) continue;
     ++scored;
     reached += p.reached_in_watch;
-    const double w_err = 100.0 * std::abs(p.predicted_steps_transfer_watched - p.steps_transfer) / p.steps_transfer;
-    const double p_err = 100.0 * std::abs(p.predicted_steps_transfer - p.steps_transfer) / p.steps_transfer;
+    // Predictions beyond max_steps are scored as censored (max_steps + 1).
+    auto scored_as = [&](double x) { return x <= censored - 1 ? x : censored; };
+    if (p.predicted_steps_transfer_watched > censored - 1 && p.predicted_steps_transfer_watched != censored) ++beyond;
+    const double w_err =
+        100.0 * std::abs(scored_as(p.predicted_steps_transfer_watched) - p.steps_transfer) / p.steps_transfer;
+    const double p_err = 100.0 * std::abs(scored_as(p.predicted_steps_transfer) - p.steps_transfer) / p.steps_transfer;
     watched_err += w_err;
     prior_err += p_err;
     if (p.reached_in_watch == 0) watched_unreached += w_err, prior_unreached += p_err, ++unreached;
@@ -320,6 +336,7 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
   EXPECT_NEAR(r->iteration.transfer_prior_pct, prior_err / static_cast<double>(scored), 1e-9);
   EXPECT_EQ(r->iteration.watch_steps, 4.0);
   EXPECT_EQ(r->iteration.reached_in_watch, reached);
+  EXPECT_EQ(r->iteration.transfer_beyond_limit, beyond);
   // The pairs not reached within the watch, apart.
   EXPECT_EQ(r->iteration.transfer_unreached_pairs, unreached);
   ASSERT_GT(unreached, 0);
@@ -338,7 +355,8 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
   for (const char* key : {"\"iter_err_transfer_prior_pct\"", "\"iter_transfer_watch_steps\"",
                           "\"transfer_watch_sweep\"", "\"predicted_steps_transfer_watched\"",
                           "\"transfer_reached_in_watch\"", "\"iter_transfer_watch\"",
-                          "\"iter_err_transfer_unreached_pct\""}) {
+                          "\"iter_err_transfer_unreached_pct\"", "\"transfer_beyond_limit\"",
+                          "\"iter_transfer_prior_points\"", "\"predictions_beyond_max_steps\""}) {
     EXPECT_THAT(json, testing::HasSubstr(key));
   }
   // Off: the headline is the prior, no sweep.
@@ -362,6 +380,10 @@ TEST(Task2Vec, TransferRunsAreWatchedAfterTheirFirstSteps) {
   bad.iter_transfer_watch.min_speedup = 0;
   EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
               testing::HasSubstr("min_speedup"));
+  bad = SmallExperiment();
+  bad.iter_transfer_watch.prior_points = -1;
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, bad).status().message()),
+              testing::HasSubstr("--iter-transfer-prior-points"));
 }
 
 // A clock that advances by 1 ms at every reading: the profiler's entries are

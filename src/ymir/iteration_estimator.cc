@@ -198,6 +198,45 @@ absl::StatusOr<LossCurve> FitFromOnset(const std::vector<LossPoint>& sorted, dou
   return c;
 }
 
+// EstimateTransferOnline's step 3 with WatchFit::kLoss: the s in
+// [lo, 1 / lo] minimising sum_i (L_i - normal.Loss(max(s t_i, fit_from_step)))^2,
+// by a log-spaced grid, then golden-section search between the best node's
+// neighbours (the sum need not be unimodal over the whole range).
+double LossSpeedup(const LossCurve& normal, const std::vector<LossPoint>& matched, double lo) {
+  auto sse = [&](double log_s) {
+    const double s = std::exp(log_s);
+    double sum = 0;
+    for (const LossPoint& p : matched) {
+      const double e = p.loss - normal.Loss(std::max(s * p.step, normal.fit_from_step));
+      sum += e * e;
+    }
+    return sum;
+  };
+  constexpr int kGrid = 200;
+  const double a = std::log(lo), b = -std::log(lo), h = (b - a) / kGrid;
+  int best = 0;
+  double best_sse = sse(a);
+  for (int i = 1; i <= kGrid; ++i) {
+    const double v = sse(a + h * i);
+    if (v < best_sse) best_sse = v, best = i;
+  }
+  double x0 = a + h * std::max(0, best - 1), x3 = a + h * std::min(kGrid, best + 1);
+  const double phi = (std::sqrt(5.0) - 1) / 2;
+  double x1 = x3 - phi * (x3 - x0), x2 = x0 + phi * (x3 - x0);
+  double f1 = sse(x1), f2 = sse(x2);
+  for (int it = 0; it < 60; ++it) {
+    if (f1 <= f2) {
+      x3 = x2, x2 = x1, f2 = f1;
+      x1 = x3 - phi * (x3 - x0), f1 = sse(x1);
+    } else {
+      x0 = x1, x1 = x2, f1 = f2;
+      x2 = x0 + phi * (x3 - x0), f2 = sse(x2);
+    }
+  }
+  const double x = f1 <= f2 ? x1 : x2;
+  return std::exp(std::min(f1, f2) <= best_sse ? x : a + h * best);
+}
+
 }  // namespace
 
 absl::Status PlateauOptions::Validate() const {
@@ -293,6 +332,14 @@ absl::Status TransferWatchOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("TransferWatchOptions: min_speedup must be in (0, 1], got ", min_speedup));
   }
+  if (!(prior_points >= 0) || !std::isfinite(prior_points)) {
+    return absl::InvalidArgumentError(
+        StrCat("TransferWatchOptions: prior_points must be finite and >= 0, got ", prior_points));
+  }
+  if (fit != WatchFit::kTime && fit != WatchFit::kLoss) {
+    return absl::InvalidArgumentError(
+        StrCat("TransferWatchOptions: fit must be kTime or kLoss, got ", static_cast<int>(fit)));
+  }
   return absl::OkStatus();
 }
 
@@ -333,16 +380,26 @@ absl::StatusOr<TransferEstimate> EstimateTransferOnline(const std::optional<Loss
   e.speedup = 1.0 + prior_gain;
   const std::optional<double> normal_steps = normal ? normal->StepsToLoss(target_loss) : std::nullopt;
   if (!normal_steps) return e;  // every watched loss is above the target, so matched ones are finite
-  double tt = 0, ts = 0;        // sums of t t* and t^2
+  std::vector<LossPoint> matched;  // (t, L) that place the run
+  double tt = 0, ts = 0;           // sums of t t* and t^2
   for (const LossPoint& p : envelope) {
     if (p.step <= 0) continue;
     const double at = *normal->StepsToLoss(p.loss);
     if (at <= normal->fit_from_step && p.step <= normal->fit_from_step) continue;  // no position
     tt += p.step * at;
     ts += p.step * p.step;
-    ++e.matched_points;
+    matched.push_back(p);
   }
-  if (e.matched_points > 0) e.speedup = std::max(options.min_speedup, tt / ts);
+  e.matched_points = static_cast<int64_t>(matched.size());
+  if (matched.empty()) {
+    e.steps = *normal_steps / e.speedup;
+    return e;
+  }
+  e.fitted_speedup = options.fit == WatchFit::kTime
+                         ? std::max(options.min_speedup, tt / ts)
+                         : LossSpeedup(*normal, matched, options.min_speedup);
+  const double n = static_cast<double>(e.matched_points), k = options.prior_points;
+  e.speedup = std::exp((n * std::log(e.fitted_speedup) + k * std::log(1.0 + prior_gain)) / (n + k));
   e.steps = *normal_steps / e.speedup;
   return e;
 }

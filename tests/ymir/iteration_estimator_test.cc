@@ -594,6 +594,95 @@ TEST(IterationEstimator, TransferWatchKeepsThePriorOnAPlateau) {
   EXPECT_GT(*behind->steps, 70.0);
 }
 
+// WatchFit::kLoss fits the one time scale s of y_T(t) = y_B(s t) by least
+// squares on the watched losses: it recovers a known s exactly from exact
+// samples (as kTime does) and within 10% from 1%-noisy ones, on every seed.
+TEST(IterationEstimator, LossFitRecoversAKnownTimeScale) {
+  const LossCurve normal = Truth(0.4, 0.6, 0.05, 0.0, 1.4);
+  const double target = normal.Loss(60);
+  for (double gain : {1.5, 0.0, -0.4, -0.6}) {
+    auto transfer = normal.WithGain(gain);
+    ASSERT_TRUE(transfer.ok());
+    const double expected = 60 / (1 + gain);
+    const TransferWatchOptions loss{.watch = 16, .fit = WatchFit::kLoss};
+    auto e = EstimateTransferOnline(normal, Sample(*transfer, 80, 4, 0.0, 1), target, 0.5, loss);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->matched_points, 4);
+    EXPECT_NEAR(e->fitted_speedup, 1 + gain, 1e-6) << "gain " << gain;
+    EXPECT_NEAR(e->speedup, 1 + gain, 1e-6) << "gain " << gain;  // prior_points 0: no shrinkage
+    ASSERT_TRUE(e->steps.has_value());
+    EXPECT_NEAR(*e->steps, expected, 1e-4 * expected) << "gain " << gain;
+    double worst = 0;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      const std::vector<LossPoint> obs = Sample(*transfer, 80, 4, 0.01, seed);
+      auto n = EstimateTransferOnline(normal, obs, target, 0.5, loss);
+      ASSERT_TRUE(n.ok() && n->steps.has_value()) << n.status();
+      worst = std::max(worst, std::abs(*n->steps - expected) / expected);
+      // It is the least-squares time scale of the watched running minimum:
+      // no s on a fine grid over [0.1, 10] fits the losses better.
+      std::vector<LossPoint> env = Prefix(obs, 16);
+      for (size_t i = 1; i < env.size(); ++i) env[i].loss = std::min(env[i].loss, env[i - 1].loss);
+      auto sse = [&](double s) {
+        double sum = 0;
+        for (const LossPoint& p : env) {
+          if (p.step > 0) sum += std::pow(p.loss - normal.Loss(s * p.step), 2);
+        }
+        return sum;
+      };
+      double grid_best = INFINITY;
+      for (int i = 0; i <= 4000; ++i) grid_best = std::min(grid_best, sse(std::pow(10.0, -1.0 + i / 2000.0)));
+      EXPECT_LE(sse(n->fitted_speedup), grid_best * (1 + 1e-9)) << "gain " << gain << ", seed " << seed;
+    }
+    EXPECT_LT(worst, 0.10) << "gain " << gain;
+  }
+  // The time scale is searched in [min_speedup, 1 / min_speedup]: a run far
+  // behind the curve is placed at the bound, never beyond it.
+  std::vector<LossPoint> stuck;
+  for (int t = 0; t <= 16; t += 4) stuck.push_back({double(t), normal.Loss(0) * 0.999});
+  auto behind = EstimateTransferOnline(normal, stuck, target, 0.0, {.fit = WatchFit::kLoss});
+  ASSERT_TRUE(behind.ok()) << behind.status();
+  EXPECT_NEAR(behind->speedup, 0.1, 1e-6);
+}
+
+// Step 4: the prior counts as prior_points watched points, on log s.
+TEST(IterationEstimator, TransferWatchShrinksTowardThePriorByTheWatchedPoints) {
+  const LossCurve normal = Truth(0.4, 0.6, 0.05, 0.0, 1.4);
+  const double target = normal.Loss(60);
+  auto transfer = normal.WithGain(1.0);  // s = 2
+  ASSERT_TRUE(transfer.ok());
+  const std::vector<LossPoint> obs = Sample(*transfer, 80, 4, 0.0, 1);
+  const double prior_gain = -0.5;  // s = 0.5
+  for (WatchFit fit : {WatchFit::kTime, WatchFit::kLoss}) {
+    for (double k : {0.0, 1.0, 4.0, 12.0}) {
+      for (double watch : {8.0, 16.0}) {
+        const TransferWatchOptions o{.watch = watch, .fit = fit, .prior_points = k};
+        auto e = EstimateTransferOnline(normal, obs, target, prior_gain, o);
+        ASSERT_TRUE(e.ok()) << e.status();
+        const double n = watch / 4;
+        ASSERT_EQ(e->matched_points, n);
+        EXPECT_NEAR(e->fitted_speedup, 2.0, 1e-6);
+        const double s = std::exp((n * std::log(2.0) + k * std::log(0.5)) / (n + k));
+        EXPECT_NEAR(e->speedup, s, 1e-6) << "k " << k << ", watch " << watch;
+        EXPECT_NEAR(*e->steps, 60.0 / s, 1e-4) << "k " << k << ", watch " << watch;
+      }
+    }
+  }
+  // As many prior points as watched ones: the geometric mean, here 1.
+  auto even = EstimateTransferOnline(normal, obs, target, prior_gain, {.watch = 16, .prior_points = 4});
+  ASSERT_TRUE(even.ok()) << even.status();
+  EXPECT_NEAR(even->speedup, 1.0, 1e-9);
+  // Nothing matched: the prior alone, whatever prior_points.
+  std::vector<LossPoint> flat;
+  for (int t = 0; t <= 16; t += 4) flat.push_back({double(t), normal.Loss(0) * 1.01});
+  LossCurve late = normal;
+  late.fit_from_step = 20;
+  auto none = EstimateTransferOnline(late, flat, target, prior_gain, {.prior_points = 3});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->matched_points, 0);
+  EXPECT_EQ(none->fitted_speedup, 0.0);
+  EXPECT_DOUBLE_EQ(none->speedup, 0.5);
+}
+
 TEST(IterationEstimator, BadTransferWatchInputsAreNamed) {
   const LossCurve normal = Truth(0.4, 0.6, 0.05, 0.0, 1.4);
   const std::vector<LossPoint> obs = Sample(normal, 80, 4, 0.0, 1);
@@ -604,6 +693,9 @@ TEST(IterationEstimator, BadTransferWatchInputsAreNamed) {
   EXPECT_NE(message(obs, 1.0, 0, {.watch = NAN}).find("watch"), std::string::npos);
   EXPECT_NE(message(obs, 1.0, 0, {.min_speedup = 0}).find("min_speedup"), std::string::npos);
   EXPECT_NE(message(obs, 1.0, 0, {.min_speedup = 1.5}).find("min_speedup"), std::string::npos);
+  EXPECT_NE(message(obs, 1.0, 0, {.prior_points = -1}).find("prior_points"), std::string::npos);
+  EXPECT_NE(message(obs, 1.0, 0, {.prior_points = INFINITY}).find("prior_points"), std::string::npos);
+  EXPECT_NE(message(obs, 1.0, 0, {.fit = static_cast<WatchFit>(7)}).find("fit"), std::string::npos);
   EXPECT_NE(message(obs, -1.0, 0, {}).find("target loss"), std::string::npos);
   EXPECT_NE(message(obs, 1.0, -1.0, {}).find("prior gain"), std::string::npos);
   EXPECT_NE(message(obs, 1.0, INFINITY, {}).find("prior gain"), std::string::npos);

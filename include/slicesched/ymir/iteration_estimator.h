@@ -266,15 +266,28 @@ absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curv
 //     the run) only says that the run is not past that step: at t <=
 //     fit_from_step it carries no position and is left out (a flat start, e.g.
 //     a plateau, is not a head start); after it, t* = fit_from_step (behind).
-//  3. The run's speed-up against the normal curve is the least-squares s of
-//     t* = s t over the matched points, clamped below at min_speedup; the
-//     estimate is the normal curve's steps / s (the effective gain s - 1
-//     applied as LossCurve::WithGain does, the same time scaling as the
-//     prior's). With no matched point the watch says nothing and the
-//     estimate is the prior's (speedup = 1 + prior_gain). No estimate (steps
-//     nullopt) when the normal curve never reaches the target, or when there
-//     is no normal curve (`normal` nullopt: B's normal run has no estimate;
-//     step 1 still applies).
+//  3. The run's speed-up against the normal curve, s_fit, from the matched
+//     points (TransferWatchOptions::fit): kTime, the least-squares s of
+//     t* = s t; kLoss, the least squares of the watched losses against the
+//     time-scaled curve, L_i - normal.Loss(max(s t_i, fit_from_step)) (the
+//     curve is flat before fit_from_step, as step 2 reads it), minimised over
+//     s in [min_speedup, 1 / min_speedup] (a log grid, then golden-section
+//     search). Either is clamped below at min_speedup.
+//  4. Shrinkage toward the prior ("transfer gain adjusts the curve", the
+//     predicted gain being the prior): with n matched points and
+//     k = prior_points, log s = (n log s_fit + k log(1 + prior_gain)) / (n + k),
+//     so the prior counts as k watched points and the watch takes over as it
+//     sees more (k = 0: s = s_fit). The estimate is the normal curve's steps
+//     / s (the effective gain s - 1 applied as LossCurve::WithGain does, the
+//     same time scaling as the prior's). With no matched point the watch
+//     says nothing and the estimate is the prior's (speedup = 1 +
+//     prior_gain). No estimate (steps nullopt) when the normal curve never
+//     reaches the target, or when there is no normal curve (`normal`
+//     nullopt: B's normal run has no estimate; step 1 still applies).
+enum class WatchFit : uint8_t {
+  kTime,  // t* = s t on the matched steps (the twelfth session's)
+  kLoss,  // the losses against the time-scaled normal curve
+};
 struct TransferWatchOptions {
   // Steps of the transferred run watched, > 0: a fifth of the experiment's
   // normal run (chosen on seed 1 among 8 / 16 / 24 / 32; docs/experiments.md,
@@ -282,6 +295,8 @@ struct TransferWatchOptions {
   // iter_transfer_watch) is this one.
   double watch = 16;
   double min_speedup = 0.1;  // the prior's clamp (a gain >= -0.9); in (0, 1]
+  WatchFit fit = WatchFit::kTime;
+  double prior_points = 0;  // k of step 4, finite and >= 0
   // InvalidArgument naming the field out of range.
   absl::Status Validate() const;
 };
@@ -290,10 +305,11 @@ struct TransferEstimate {
   int64_t watched_points = 0;   // observations in (0, watch]
   int64_t matched_points = 0;   // of them, those that placed the run (step 2)
   bool reached = false;         // the target was reached within the watch
-  double speedup = 1;           // s (step 3), 1 + prior_gain when nothing matched
+  double speedup = 1;           // s (step 4), 1 + prior_gain when nothing matched
+  double fitted_speedup = 0;    // s_fit (step 3) before the shrinkage; 0 when nothing matched
   std::optional<double> steps;  // to target_loss, from step 0
 };
-// Steps 1-3 above. InvalidArgument for bad options, bad points (as
+// Steps 1-4 above. InvalidArgument for bad options, bad points (as
 // FitLossCurve), a target_loss that is not finite and > 0, a prior_gain that
 // is not finite and > -1, or no observation in (0, watch].
 absl::StatusOr<TransferEstimate> EstimateTransferOnline(const std::optional<LossCurve>& normal,

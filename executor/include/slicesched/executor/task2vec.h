@@ -99,8 +99,11 @@
 // session): the headline transfer prediction of a pair is made once its run
 // has run `watch` steps, by ymir::EstimateTransferOnline against the curve
 // of B's headline normal estimate (the prior above where the watch places
-// nothing); the prior's errors are reported beside it, and the same
-// estimate for other watches in transfer_watch_sweep.
+// nothing), its speed-up shrunk toward the predicted gain's; the prior's
+// errors are reported beside it, and the same estimate for other watches in
+// transfer_watch_sweep. A prediction beyond max_steps (normal or transfer)
+// is scored as censored, max_steps + 1, as a fit that never reaches the
+// target is.
 //
 // Stop-loss (slicesched/ymir/stop_loss.h) on every transfer run: an "epoch"
 // here is `stop_loss_epoch_steps` steps (the normal run, 80 steps of 16, is
@@ -384,7 +387,13 @@ struct YmirExperimentOptions {
   // estimates, and the prior (B's normal estimate / (1 + the predicted
   // gain), available at step 0) is reported beside them. watch must be 0 or
   // >= eval_every (a transfer run's first evaluation after step 0).
-  ymir::TransferWatchOptions iter_transfer_watch;
+  // The watched speed-up is shrunk toward the predicted gain, which counts as
+  // prior_points = 4 watched points (slicesim --iter-transfer-prior-points;
+  // at the default watch of 16 steps, evaluated every 4, the geometric mean
+  // of the two; chosen on seed 1 among 0 / 1 / 2 / 4 / 8 / 16,
+  // docs/experiments.md, "Fourteenth session"); the speed-up is fitted in
+  // time (slicesim --iter-transfer-fit time|loss).
+  ymir::TransferWatchOptions iter_transfer_watch = {.prior_points = 4};
   bool iter_transfer_online = true;
   // Also reported (YmirEstimatorReport::transfer_watch_sweep): the same
   // refinement after these watches, each >= eval_every.
@@ -498,6 +507,10 @@ struct YmirIterationErrors {
   int64_t transfer_unreached_pairs = 0;
   int64_t transfer_pairs = 0;  // uncensored pairs scored
   int64_t unreachable = 0;     // task fits (over repeats) that never reach the target
+  // Predictions beyond max_steps, scored as censored (max_steps + 1, like an
+  // unreachable fit): tasks (normal_pct) and scored pairs (transfer_pct).
+  int64_t normal_beyond_limit = 0;
+  int64_t transfer_beyond_limit = 0;
   // What the estimator saw: the step at which each task's estimate became
   // available, mean and max over tasks and repeats (prefix_steps for a fixed
   // prefix); online: whether these are EstimateOnline's, and how many task
