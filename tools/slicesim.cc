@@ -74,10 +74,7 @@ class Flags {
   Flags& Text(const char* name, std::string* out) { return Add(name, Kind::kText, out); }
   Flags& Int(const char* name, int64_t* out) { return Add(name, Kind::kInt64, out); }
   // An int variable: values outside int's range are refused, not truncated.
-  Flags& Int(const char* name, int* out) {
-    Add(name, Kind::kInt, out);
-    return Range(std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
-  }
+  Flags& Int(const char* name, int* out) { return Add(name, Kind::kInt, out); }
   // A seed: a non-negative integer.
   Flags& Seed(const char* name, uint64_t* out) {
     Add(name, Kind::kSeed, out);
@@ -187,6 +184,12 @@ class Flags {
     const bool in_bounds =
         (!f.positive || x > 0) && (!f.lo || x >= *f.lo) && (!f.hi || x <= *f.hi);
     if (!in_bounds) return "must be " + Bounds(f);
+    if (f.kind == Kind::kInt && (n < std::numeric_limits<int>::min() || n > std::numeric_limits<int>::max())) {
+      Flag within = f;  // the bounds an int can hold
+      within.lo = std::max<double>(f.lo.value_or(std::numeric_limits<int>::min()), std::numeric_limits<int>::min());
+      within.hi = std::min<double>(f.hi.value_or(std::numeric_limits<int>::max()), std::numeric_limits<int>::max());
+      return "must be " + Bounds(within);
+    }
     switch (f.kind) {
       case Kind::kInt: *static_cast<int*>(f.out) = static_cast<int>(n); break;
       case Kind::kInt64: *static_cast<int64_t*>(f.out) = n; break;

@@ -29,7 +29,11 @@ struct Result {
 
 // Runs slicesim with `args`; stdout is discarded, stderr captured.
 Result RunSlicesim(const std::vector<std::string>& args) {
-  const std::string err_path = ::testing::TempDir() + "/slicesim_usage_stderr.txt";
+  // One file per call and process: ctest runs the tests of this binary in
+  // parallel processes.
+  static int calls = 0;
+  const std::string err_path =
+      ::testing::TempDir() + "/slicesim_usage_stderr_" + std::to_string(::getpid()) + "_" + std::to_string(calls++);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);

@@ -193,7 +193,7 @@ TEST(LlamaTest, ParsesModelConfigWithPositions) {
 
 // family: llama (or absent) only; the error names the value and the field.
 TEST(LlamaTest, UnknownFamilyIsRefused) {
-  const std::string dims = "  layers: 4\n  hidden: 64\n  heads: 4\n  ffn: 128\n  vocab: 10\n";
+  const std::string dims = "  layers: 4\n  hidden: 64\n  heads: 4\n  ffn: 128\n  vocab: 10\n  fusion: 2\n";
   for (const std::string family : {"", "  family: llama\n"}) {
     auto root = LoadYamlString("model:\n  name: m\n" + family + dims, "m.yaml");
     ASSERT_TRUE(root.ok());

@@ -225,7 +225,7 @@ TEST(SlicedConfigTest, UnknownModelPreset) {
 // `family` is llama or absent; anything else is refused, naming the value
 // and the one family there is (not built as a Llama, not ignored).
 TEST(SlicedConfigTest, UnknownModelFamily) {
-  const std::string inline_model = "model: {name: m, family: FAMILY, layers: 2, hidden: 32, heads: 2, ffn: 64, vocab: 100}";
+  const std::string inline_model = "model: {name: m, family: FAMILY, layers: 2, hidden: 32, heads: 2, ffn: 64, vocab: 100, fusion: 1}";
   auto with_family = [&](const std::string& family) {
     return absl::StrReplaceAll(std::string(kBase), {{"model: tiny", absl::StrReplaceAll(inline_model, {{"FAMILY", family}})}});
   };
