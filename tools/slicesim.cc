@@ -3,6 +3,9 @@
 // Commands live in the slicesched::experiments library; this file only
 // parses arguments.
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -46,14 +50,37 @@
 
 namespace {
 
+// Exit codes: 0 ok, 1 the command failed while running (an unreadable or
+// malformed input file, a failed computation), 2 a usage error (an unknown
+// command or option, a missing or bad option value).
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// Prints a usage error of `command`; returns the exit code.
+int UsageError(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "slicesim %s: %s\n", command.c_str(), message.c_str());
+  return kExitUsage;
+}
+
 // Command-line flags of one command: "--name VALUE" pairs and "--name"
-// switches, bound to variables. Parse() reports the first bad argument.
+// switches, bound to variables. Parse() checks every value against its flag's
+// type and bounds and reports the first bad argument as a usage error naming
+// the flag and the value; the command's variables then hold values it may use
+// as they are (an int flag never truncates, a seed is never negative).
 class Flags {
  public:
   explicit Flags(std::string command) : command_(std::move(command)) {}
   Flags& Switch(const char* name, bool* out) { return Add(name, Kind::kSwitch, out); }
   Flags& Text(const char* name, std::string* out) { return Add(name, Kind::kText, out); }
-  Flags& Int(const char* name, int64_t* out) { return Add(name, Kind::kInt, out); }
+  Flags& Int(const char* name, int64_t* out) { return Add(name, Kind::kInt64, out); }
+  // An int variable: values outside int's range are refused, not truncated.
+  Flags& Int(const char* name, int* out) { return Add(name, Kind::kInt, out); }
+  // A seed: a non-negative integer.
+  Flags& Seed(const char* name, uint64_t* out) {
+    Add(name, Kind::kSeed, out);
+    return AtLeast(0);
+  }
+  // A finite number ("nan" and "inf" are refused).
   Flags& Num(const char* name, double* out) { return Add(name, Kind::kNum, out); }
   // A text flag whose value must be one of `allowed` (the default in *out is
   // not checked).
@@ -63,44 +90,60 @@ class Flags {
     return *this;
   }
 
+  // Bounds of the last Int/Seed/Num flag added (inclusive; Positive: > 0).
+  Flags& Range(int64_t lo, int64_t hi) {
+    flags_.back().lo = std::max(flags_.back().lo.value_or(lo), static_cast<double>(lo));
+    flags_.back().hi = std::min(flags_.back().hi.value_or(hi), static_cast<double>(hi));
+    return *this;
+  }
+  Flags& AtLeast(double lo) {
+    flags_.back().lo = std::max(flags_.back().lo.value_or(lo), lo);
+    return *this;
+  }
+  Flags& Positive() {
+    flags_.back().positive = true;
+    return *this;
+  }
+  // The last flag added must be given.
+  Flags& Required() {
+    flags_.back().required = true;
+    return *this;
+  }
+
   // Returns 0 on success, else the exit code after printing the problem.
   int Parse(const std::vector<std::string>& args) {
+    std::vector<bool> seen(flags_.size(), false);
     for (size_t i = 0; i < args.size(); ++i) {
-      const Flag* f = nullptr;
-      for (const Flag& c : flags_) {
-        if (args[i] == c.name) f = &c;
-      }
-      if (f == nullptr) return Error("unknown argument '" + args[i] + "'");
-      if (f->kind == Kind::kSwitch) {
-        *static_cast<bool*>(f->out) = true;
+      size_t k = 0;
+      while (k < flags_.size() && args[i] != flags_[k].name) ++k;
+      if (k == flags_.size()) return Error("unknown argument '" + args[i] + "'");
+      const Flag& f = flags_[k];
+      seen[k] = true;
+      if (f.kind == Kind::kSwitch) {
+        *static_cast<bool*>(f.out) = true;
         continue;
       }
-      if (i + 1 >= args.size()) return Error(std::string(f->name) + " needs a value");
-      const std::string& v = args[++i];
-      bool ok = true;
-      switch (f->kind) {
-        case Kind::kText:
-          if (!f->allowed.empty() && std::find(f->allowed.begin(), f->allowed.end(), v) == f->allowed.end()) {
-            return Error(std::string(f->name) + " must be " + OneOf(f->allowed) + ", got '" + v + "'");
-          }
-          *static_cast<std::string*>(f->out) = v;
-          break;
-        case Kind::kInt: ok = absl::SimpleAtoi(v, static_cast<int64_t*>(f->out)); break;
-        case Kind::kNum: ok = absl::SimpleAtod(v, static_cast<double*>(f->out)); break;
-        case Kind::kSwitch: break;
+      if (i + 1 >= args.size()) return Error(std::string(f.name) + " needs a value");
+      if (std::string why = Store(f, args[++i]); !why.empty()) {
+        return Error(std::string(f.name) + " " + why + ", got '" + args[i] + "'");
       }
-      if (!ok) return Error(std::string(f->name) + " needs a number, got '" + v + "'");
+    }
+    for (size_t k = 0; k < flags_.size(); ++k) {
+      if (flags_[k].required && !seen[k]) return Error(std::string(flags_[k].name) + " is required");
     }
     return 0;
   }
 
  private:
-  enum class Kind { kSwitch, kText, kInt, kNum };
+  enum class Kind { kSwitch, kText, kInt, kInt64, kSeed, kNum };
   struct Flag {
     const char* name;
     Kind kind;
     void* out;
     std::vector<std::string> allowed;  // Choice: the values accepted
+    std::optional<double> lo, hi;      // numbers: inclusive bounds
+    bool positive = false;             // numbers: > 0
+    bool required = false;
   };
   // "a", "a or b", "a, b or c".
   static std::string OneOf(const std::vector<std::string>& values) {
@@ -111,14 +154,57 @@ class Flags {
     }
     return text;
   }
+  // The bounds of `f` as words: "in 2..4096", "at least 1", "> 0".
+  static std::string Bounds(const Flag& f) {
+    auto num = [](double v) {
+      return std::abs(v) < 1e15 && v == std::floor(v) ? absl::StrCat(static_cast<int64_t>(v)) : absl::StrCat(v);
+    };
+    if (f.positive) return f.hi ? "in (0, " + num(*f.hi) + "]" : "> 0";
+    if (f.lo && f.hi) return "in " + num(*f.lo) + ".." + num(*f.hi);
+    if (f.lo) return "at least " + num(*f.lo);
+    return "at most " + num(*f.hi);
+  }
+  // Converts and stores `v`; returns "" or what the value must be.
+  static std::string Store(const Flag& f, const std::string& v) {
+    if (f.kind == Kind::kText) {
+      if (!f.allowed.empty() && std::find(f.allowed.begin(), f.allowed.end(), v) == f.allowed.end()) {
+        return "must be " + OneOf(f.allowed);
+      }
+      *static_cast<std::string*>(f.out) = v;
+      return "";
+    }
+    double x = 0;
+    int64_t n = 0;
+    if (f.kind == Kind::kNum) {
+      if (!absl::SimpleAtod(v, &x) || !std::isfinite(x)) return "needs a number";
+    } else {
+      if (!absl::SimpleAtoi(v, &n)) return "needs an integer";
+      x = static_cast<double>(n);
+    }
+    const bool in_bounds =
+        (!f.positive || x > 0) && (!f.lo || x >= *f.lo) && (!f.hi || x <= *f.hi);
+    if (!in_bounds) return "must be " + Bounds(f);
+    if (f.kind == Kind::kInt && (n < std::numeric_limits<int>::min() || n > std::numeric_limits<int>::max())) {
+      Flag within = f;  // the bounds an int can hold
+      within.lo = std::max<double>(f.lo.value_or(std::numeric_limits<int>::min()), std::numeric_limits<int>::min());
+      within.hi = std::min<double>(f.hi.value_or(std::numeric_limits<int>::max()), std::numeric_limits<int>::max());
+      return "must be " + Bounds(within);
+    }
+    switch (f.kind) {
+      case Kind::kInt: *static_cast<int*>(f.out) = static_cast<int>(n); break;
+      case Kind::kInt64: *static_cast<int64_t*>(f.out) = n; break;
+      case Kind::kSeed: *static_cast<uint64_t*>(f.out) = static_cast<uint64_t>(n); break;
+      case Kind::kNum: *static_cast<double*>(f.out) = x; break;
+      case Kind::kSwitch:
+      case Kind::kText: break;
+    }
+    return "";
+  }
   Flags& Add(const char* name, Kind kind, void* out) {
-    flags_.push_back({name, kind, out, {}});
+    flags_.push_back({name, kind, out, {}, std::nullopt, std::nullopt, false, false});
     return *this;
   }
-  int Error(const std::string& message) const {
-    std::fprintf(stderr, "slicesim %s: %s\n", command_.c_str(), message.c_str());
-    return 2;
-  }
+  int Error(const std::string& message) const { return UsageError(command_, message); }
   std::string command_;
   std::vector<Flag> flags_;
 };
@@ -126,7 +212,7 @@ class Flags {
 // Prints a failed command's status; returns the exit code.
 int Failed(const char* command, const absl::Status& status) {
   std::fprintf(stderr, "slicesim %s: %s\n", command, std::string(status.message()).c_str());
-  return 1;
+  return kExitFailed;
 }
 
 int Usage(FILE* to) {
@@ -221,7 +307,9 @@ int Usage(FILE* to) {
                "                        Optimus, Pollux, Themis and SRTF on a GPU-cluster job trace\n"
                "                        (default ../shared/traces/philly_jobs_pollux.csv, 2000 jobs,\n"
                "                        240 GPUs = 60 nodes x 4; gains: a documented stand-in table)\n"
-               "  help                  this text\n");
+               "  help                  this text\n\n"
+               "exit codes: 0 ok, 1 the command failed while running, 2 usage error (unknown\n"
+               "command or option, a missing option, a bad option value)\n");
   return to == stdout ? 0 : 2;
 }
 
@@ -240,26 +328,19 @@ int BenchSim(const std::vector<std::string>& args) {
   slicesched::BenchSimOptions o;
   bool json = false;
   std::string sweep_dir;
-  int64_t devices = o.devices, ops = o.ops, repetitions = o.repetitions, warmup = o.warmup,
-          seed = static_cast<int64_t>(o.seed), horizon_us = o.horizon_us;
+  // The bounds are RunBenchSim's.
   if (int rc = Flags("bench-sim")
                    .Switch("--json", &json)
                    .Text("--sweep", &sweep_dir)
-                   .Int("--devices", &devices)
-                   .Int("--ops", &ops)
-                   .Int("--repetitions", &repetitions)
-                   .Int("--warmup", &warmup)
-                   .Int("--seed", &seed)
-                   .Int("--horizon-us", &horizon_us)
+                   .Int("--devices", &o.devices).Range(2, 4096)
+                   .Int("--ops", &o.ops).Range(1, 10000000)
+                   .Int("--repetitions", &o.repetitions).AtLeast(1)
+                   .Int("--warmup", &o.warmup).AtLeast(0)
+                   .Seed("--seed", &o.seed)
+                   .Int("--horizon-us", &o.horizon_us).AtLeast(-1)
                    .Parse(args)) {
     return rc;
   }
-  o.devices = static_cast<int>(devices);
-  o.ops = static_cast<int>(ops);
-  o.repetitions = static_cast<int>(repetitions);
-  o.warmup = static_cast<int>(warmup);
-  o.seed = static_cast<uint64_t>(seed);
-  o.horizon_us = horizon_us;
   if (!sweep_dir.empty()) {
     absl::Status st = slicesched::RunBenchSimSweep({8, 64, 512}, {1000, 2000, 5000, 10000, 20000, 50000},
                                                    o.repetitions, sweep_dir);
@@ -286,19 +367,22 @@ int BenchSim(const std::vector<std::string>& args) {
 int Accuracy(const std::vector<std::string>& args) {
   slicesched::AccuracyOptions o;
   bool json = false;
-  int64_t seed = static_cast<int64_t>(o.seed);
   if (int rc = Flags("accuracy")
                    .Switch("--json", &json)
                    .Text("--trace", &o.trace)
-                   .Num("--minutes", &o.minutes)
-                   .Num("--load-scale", &o.load_scale)
-                   .Num("--warmup", &o.warmup_s)
-                   .Num("--predict-every", &o.predict_every_s)
-                   .Int("--seed", &seed)
+                   .Num("--minutes", &o.minutes).Positive()
+                   .Num("--load-scale", &o.load_scale).Positive()
+                   .Num("--warmup", &o.warmup_s).AtLeast(0)
+                   .Num("--predict-every", &o.predict_every_s).Positive()
+                   .Seed("--seed", &o.seed)
                    .Parse(args)) {
     return rc;
   }
-  o.seed = static_cast<uint64_t>(seed);
+  if (o.minutes * 60.0 <= o.warmup_s) {
+    return UsageError("accuracy", absl::StrCat("--minutes ", o.minutes, " (", o.minutes * 60.0,
+                                               " s) must exceed --warmup ", o.warmup_s,
+                                               " s, before which nothing is scored"));
+  }
   auto r = slicesched::RunAccuracy(o);
   if (!r.ok()) return Failed("accuracy", r.status());
   if (json) {
@@ -318,22 +402,21 @@ int Accuracy(const std::vector<std::string>& args) {
 int Replay(const std::vector<std::string>& args) {
   slicesched::ReplayOptions o;
   bool no_progress = false;
-  int64_t seed = static_cast<int64_t>(o.seed), threads = o.threads;
+  std::vector<std::string> policies = slicesched::ReplayPolicyNames();
+  policies.push_back("all");
   if (int rc = Flags("replay")
                    .Text("--trace", &o.trace)
-                   .Text("--policy", &o.policy)
+                   .Choice("--policy", policies, &o.policy)
                    .Text("--out", &o.out_dir)
                    .Switch("--no-progress", &no_progress)
-                   .Num("--minutes", &o.minutes)
-                   .Num("--load-scale", &o.load_scale)
-                   .Int("--seed", &seed)
-                   .Int("--threads", &threads)
+                   .Num("--minutes", &o.minutes).Positive()
+                   .Num("--load-scale", &o.load_scale).Positive()
+                   .Seed("--seed", &o.seed)
+                   .Int("--threads", &o.threads).Range(0, 1024)
                    .Parse(args)) {
     return rc;
   }
   o.progress = !no_progress;
-  o.seed = static_cast<uint64_t>(seed);
-  o.threads = static_cast<int>(threads);
   auto r = slicesched::RunReplay(o);
   if (!r.ok()) return Failed("replay", r.status());
   std::printf("workload: %s, %.0f minutes, load scale %.3f, seed %llu\n", r->workload.c_str(), o.minutes,
@@ -375,31 +458,28 @@ int Overhead(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   slicesched::OverheadOptions o;
   bool json = false;
-  int64_t repetitions = o.repetitions, seed = static_cast<int64_t>(o.seed), window = o.window,
-          wake_batch = o.wake_batch;
+  int64_t wake_batch = o.wake_batch;
   bool pin = o.pin, direct_on_main = o.direct_on_main;
   std::string direct_allocator = o.direct_cache ? "cache" : "default";
   if (int rc = Flags("overhead")
                    .Switch("--json", &json)
-                   .Text("--model", &o.model)
-                   .Int("--prefills", &o.prefills)
-                   .Int("--repetitions", &repetitions)
-                   .Int("--window", &window)
-                   .Int("--block", &o.block)
+                   .Choice("--model", {"tiny", "small", "llama3-8b"}, &o.model)
+                   .Int("--prefills", &o.prefills).AtLeast(1)
+                   .Int("--repetitions", &o.repetitions).AtLeast(1)
+                   .Int("--window", &o.window).AtLeast(1)
+                   .Int("--block", &o.block).AtLeast(1)
                    .Switch("--pin", &pin)
                    .Switch("--direct-on-main", &direct_on_main)
                    .Choice("--direct-allocator", {"cache", "default"}, &direct_allocator)
-                   .Text("--only", &o.only)
-                   .Int("--nap-us", &o.nap_us)
-                   .Int("--wake-batch", &wake_batch)
-                   .Text("--priorities", &o.priorities)
-                   .Int("--seed", &seed)
+                   .Choice("--only", {"direct", "scheduled"}, &o.only)
+                   .Int("--nap-us", &o.nap_us).AtLeast(0)
+                   .Int("--wake-batch", &wake_batch).Range(-1, 1 << 20)
+                   .Choice("--priorities", {"fcfs", "equal"}, &o.priorities)
+                   .Seed("--seed", &o.seed)
                    .Parse(args)) {
     return rc;
   }
-  o.repetitions = static_cast<int>(repetitions);
-  o.window = static_cast<int>(window);
-  o.wake_batch = static_cast<int>(std::clamp<int64_t>(wake_batch, -1, 1 << 20));
+  o.wake_batch = static_cast<int>(wake_batch);
   // Not given: the default batch, but never more than the window (so that
   // `--window 1` alone still means one prefill at a time).
   const bool wake_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
@@ -409,7 +489,6 @@ int Overhead(const std::vector<std::string>& args) {
   o.pin = pin;
   o.direct_on_main = direct_on_main;
   o.direct_cache = direct_allocator == "cache";
-  o.seed = static_cast<uint64_t>(seed);
   auto r = slicesched::RunOverhead(o);
   if (!r.ok()) return Failed("overhead", r.status());
   if (json) {
@@ -434,16 +513,15 @@ int Load(const std::vector<std::string>& args) {
   slicesched::LoadOptions o;
   std::string socket = "/tmp/sliced-demo/sliced.sock", target;
   bool json = false;
-  int64_t seed = static_cast<int64_t>(o.seed), streams = 0, offline = o.offline_streams;
   if (int rc = Flags("load")
                    .Text("--socket", &socket)
                    .Text("--target", &target)
-                   .Num("--seconds", &o.seconds)
+                   .Num("--seconds", &o.seconds).Positive()
                    .Text("--trace", &o.trace)
-                   .Int("--seed", &seed)
-                   .Int("--streams", &streams)
-                   .Int("--offline-streams", &offline)
-                   .Num("--token-scale", &o.token_scale)
+                   .Seed("--seed", &o.seed)
+                   .Int("--streams", &o.streams).Range(0, 4096)
+                   .Int("--offline-streams", &o.offline_streams).Range(0, 4096)
+                   .Num("--token-scale", &o.token_scale).AtLeast(1)
                    .Text("--online", &o.online_deployment)
                    .Text("--offline", &o.offline_deployment)
                    .Switch("--json", &json)
@@ -451,9 +529,6 @@ int Load(const std::vector<std::string>& args) {
     return rc;
   }
   o.target = target.empty() ? "unix:" + socket : target;
-  o.seed = static_cast<uint64_t>(seed);
-  o.streams = static_cast<int>(streams);
-  o.offline_streams = static_cast<int>(offline);
   auto r = slicesched::RunLoad(o);
   if (!r.ok()) return Failed("load", r.status());
   std::printf("%s", json ? (r->ToJson() + "\n").c_str() : r->ToText().c_str());
@@ -463,18 +538,20 @@ int Load(const std::vector<std::string>& args) {
 int GenerateDirectCommand(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   std::string model = "tiny", safetensors, prompt_text, stop_text;
-  int64_t weights_seed = 1, max_tokens = 0, seed = 0, top_k = 0;
+  uint64_t weights_seed = 1, seed = 0;
+  int max_tokens = 0;
+  int64_t top_k = 0;
   double temperature = 0, top_p = 1;
   if (int rc = Flags("generate-direct")
-                   .Text("--model", &model)
-                   .Int("--weights-seed", &weights_seed)
+                   .Choice("--model", {"tiny", "small", "llama3-8b"}, &model)
+                   .Seed("--weights-seed", &weights_seed)
                    .Text("--safetensors", &safetensors)
-                   .Text("--prompt", &prompt_text)
-                   .Int("--max-tokens", &max_tokens)
-                   .Num("--temperature", &temperature)
-                   .Num("--top-p", &top_p)
-                   .Int("--top-k", &top_k)
-                   .Int("--seed", &seed)
+                   .Text("--prompt", &prompt_text).Required()
+                   .Int("--max-tokens", &max_tokens).AtLeast(1).Required()
+                   .Num("--temperature", &temperature).AtLeast(0)
+                   .Num("--top-p", &top_p).Positive().Range(0, 1)
+                   .Int("--top-k", &top_k).AtLeast(0)
+                   .Seed("--seed", &seed)
                    .Text("--stop", &stop_text)
                    .Parse(args)) {
     return rc;
@@ -491,16 +568,15 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
     return true;
   };
   std::vector<int64_t> prompt, stop;
-  if (!ids(prompt_text, "--prompt", &prompt) || !ids(stop_text, "--stop", &stop)) return 2;
+  if (!ids(prompt_text, "--prompt", &prompt) || !ids(stop_text, "--stop", &stop)) return kExitUsage;
   auto dims = slicesched::LlamaPreset(model);
   if (!dims.ok()) return Failed("generate-direct", dims.status());
   auto weights = safetensors.empty()
-                     ? slicesched::executor::LlamaWeights::FromSeed(*dims, static_cast<uint64_t>(weights_seed))
+                     ? slicesched::executor::LlamaWeights::FromSeed(*dims, weights_seed)
                      : slicesched::executor::LlamaWeights::FromSafetensors(*dims, safetensors);
   if (!weights.ok()) return Failed("generate-direct", weights.status());
-  slicesched::executor::SamplingParams sp{.temperature = temperature, .top_p = top_p,
-                                          .seed = static_cast<uint64_t>(seed), .top_k = top_k};
-  auto tokens = slicesched::executor::GenerateDirect(**weights, prompt, static_cast<int>(max_tokens), sp, stop);
+  slicesched::executor::SamplingParams sp{.temperature = temperature, .top_p = top_p, .seed = seed, .top_k = top_k};
+  auto tokens = slicesched::executor::GenerateDirect(**weights, prompt, max_tokens, sp, stop);
   if (!tokens.ok()) return Failed("generate-direct", tokens.status());
   std::printf("{\"tokens\": [%s]}\n", absl::StrJoin(*tokens, ", ").c_str());
   return 0;
@@ -516,29 +592,21 @@ int Fidelity(const std::vector<std::string>& args) {
   slicesched::FidelityOptions o;
   bool json = false;
   bool per_op = false;
-  int64_t warmup = o.warmup, calibration = o.calibration, iterations = o.iterations,
-          seed = static_cast<int64_t>(o.seed);
-  int64_t decode_steps = o.decode_steps;
   if (int rc = Flags("fidelity")
                    .Switch("--json", &json)
                    .Switch("--per-op", &per_op)
-                   .Int("--warmup", &warmup)
-                   .Text("--model", &o.model)
-                   .Int("--calibration", &calibration)
-                   .Int("--iterations", &iterations)
-                   .Int("--seed", &seed)
-                   .Int("--train-batch", &o.train_batch)
-                   .Int("--train-tokens", &o.train_tokens)
-                   .Int("--prompt-tokens", &o.prompt_tokens)
-                   .Int("--decode-steps", &decode_steps)
+                   .Int("--warmup", &o.warmup).AtLeast(0)
+                   .Choice("--model", {"tiny", "small"}, &o.model)
+                   .Int("--calibration", &o.calibration).AtLeast(0)
+                   .Int("--iterations", &o.iterations).AtLeast(1)
+                   .Seed("--seed", &o.seed)
+                   .Int("--train-batch", &o.train_batch).AtLeast(1)
+                   .Int("--train-tokens", &o.train_tokens).AtLeast(1)
+                   .Int("--prompt-tokens", &o.prompt_tokens).AtLeast(1)
+                   .Int("--decode-steps", &o.decode_steps).AtLeast(1)
                    .Parse(args)) {
     return rc;
   }
-  o.warmup = static_cast<int>(warmup);
-  o.calibration = static_cast<int>(calibration);
-  o.iterations = static_cast<int>(iterations);
-  o.seed = static_cast<uint64_t>(seed);
-  o.decode_steps = static_cast<int>(decode_steps);
   auto r = slicesched::RunFidelity(o);
   if (!r.ok()) return Failed("fidelity", r.status());
   if (json) {
@@ -587,14 +655,13 @@ int SynthData(const std::vector<std::string>& args) {
   slicesched::synth::DatasetOptions o;
   std::string out;
   bool list = false;
-  int64_t seed = 0;
   if (int rc = Flags("synth-data")
                    .Text("--task", &o.task)
                    .Text("--out", &out)
-                   .Int("--seed", &seed)
-                   .Int("--examples", &o.examples)
-                   .Int("--sequence-length", &o.sequence_length)
-                   .Int("--num-classes", &o.num_classes)
+                   .Seed("--seed", &o.seed)
+                   .Int("--examples", &o.examples).AtLeast(1)
+                   .Int("--sequence-length", &o.sequence_length).AtLeast(2)
+                   .Int("--num-classes", &o.num_classes).AtLeast(2)
                    .Switch("--list", &list)
                    .Parse(args)) {
     return rc;
@@ -605,18 +672,21 @@ int SynthData(const std::vector<std::string>& args) {
     }
     return 0;
   }
-  if (out.empty()) return Failed("synth-data", absl::InvalidArgumentError("--out FILE is required"));
-  if (seed < 0) return Failed("synth-data", absl::InvalidArgumentError("--seed must not be negative"));
-  o.seed = static_cast<uint64_t>(seed);
+  if (out.empty()) return UsageError("synth-data", "--out FILE is required");
+  if (!out.ends_with(".jsonl") && !out.ends_with(".bin")) {
+    return UsageError("synth-data", "--out must end in .jsonl or .bin, got '" + out + "'");
+  }
+  if (o.task.empty()) return UsageError("synth-data", "--task NAME is required (--list prints the names)");
+  if (auto known = slicesched::synth::FindTask(o.task); !known.ok()) {
+    return UsageError("synth-data", "--task: " + std::string(known.status().message()));
+  }
   auto ex = slicesched::synth::Generate(o);
   if (!ex.ok()) return Failed("synth-data", ex.status());
   absl::Status st;
   if (out.ends_with(".jsonl")) {
     st = slicesched::synth::WriteJsonl(out, *ex);
-  } else if (out.ends_with(".bin")) {
-    st = slicesched::synth::WriteTokensBin(out, *ex);
   } else {
-    st = absl::InvalidArgumentError("--out must end in .jsonl or .bin");
+    st = slicesched::synth::WriteTokensBin(out, *ex);
   }
   if (!st.ok()) return Failed("synth-data", st);
   std::printf("wrote %zu examples of %s to %s\n", ex->size(), o.task.c_str(), out.c_str());
@@ -628,18 +698,15 @@ int MakeBackbone(const std::vector<std::string>& args) {
   slicesched::executor::PretrainOptions o;
   std::string out;
   bool json = false;
-  int64_t seed = static_cast<int64_t>(o.seed);
   if (int rc = Flags("make-backbone")
-                   .Text("--out", &out)
-                   .Int("--seed", &seed)
-                   .Int("--rounds", &o.rounds)
-                   .Int("--steps", &o.steps_per_round)
+                   .Text("--out", &out).Required()
+                   .Seed("--seed", &o.seed)
+                   .Int("--rounds", &o.rounds).AtLeast(1)
+                   .Int("--steps", &o.steps_per_round).AtLeast(1)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
   }
-  if (out.empty()) return Failed("make-backbone", absl::InvalidArgumentError("--out FILE is required"));
-  o.seed = static_cast<uint64_t>(seed);
   auto dims = slicesched::LlamaPreset("tiny");
   if (!dims.ok()) return Failed("make-backbone", dims.status());
   auto r = slicesched::executor::PretrainBackbone(*dims, o);
@@ -875,18 +942,17 @@ int YmirLut(const std::vector<std::string>& args) {
   std::string out, backbone, devices = "1,2", grad_accum = "1,2", batches = "4,8,16", frozen = "0,2";
   bool json = false;
   if (int rc = Flags("ymir-lut")
-                   .Text("--out", &out)
+                   .Text("--out", &out).Required()
                    .Text("--backbone", &backbone)
                    .Text("--devices", &devices)
                    .Text("--grad-accum", &grad_accum)
                    .Text("--batches", &batches)
                    .Text("--frozen", &frozen)
-                   .Int("--iterations", &o.iterations)
+                   .Int("--iterations", &o.iterations).AtLeast(1)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
   }
-  if (out.empty()) return Failed("ymir-lut", absl::InvalidArgumentError("--out FILE is required"));
   auto list = [](const std::string& text, const char* flag, std::vector<int64_t>* v) -> absl::Status {
     v->clear();
     for (absl::string_view part : absl::StrSplit(text, ',')) {
@@ -902,7 +968,7 @@ int YmirLut(const std::vector<std::string>& args) {
                                std::tuple{&grad_accum, "--grad-accum", &o.grad_accum},
                                std::tuple{&batches, "--batches", &o.local_batch},
                                std::tuple{&frozen, "--frozen", &o.frozen_layers}}) {
-    if (auto st = list(*text, flag, v); !st.ok()) return Failed("ymir-lut", st);
+    if (auto st = list(*text, flag, v); !st.ok()) return UsageError("ymir-lut", std::string(st.message()));
   }
   auto dims = slicesched::LlamaPreset("tiny");
   if (!dims.ok()) return Failed("ymir-lut", dims.status());
@@ -968,40 +1034,38 @@ int YmirLut(const std::vector<std::string>& args) {
 int YmirCommand(const std::vector<std::string>& args) {
   slicesched::YmirCompareOptions o;
   bool json = false;
-  int64_t jobs = o.jobs, seed = static_cast<int64_t>(o.config.seed), gpus = o.config.gpus, nodes = o.nodes,
-          window = o.config.ilp_window, donors = o.config.ilp_donors ? 1 : 0,
-          pair_shares = o.config.ymir_pair_shares ? 1 : 0;
+  std::string donors = o.config.ilp_donors ? "1" : "0", pair_shares = o.config.ymir_pair_shares ? "1" : "0";
+  std::vector<std::string> policies = slicesched::YmirSimPolicyNames();
+  policies.push_back("all");
   if (int rc = Flags("ymir")
                    .Text("--trace", &o.trace)
                    .Text("--gains", &o.gains)
-                   .Text("--gains-definition", &o.gains_definition)
-                   .Text("--gains-column", &o.gains_column)
-                   .Text("--policy", &o.policy)
-                   .Int("--jobs", &jobs)
-                   .Int("--seed", &seed)
-                   .Num("--load", &o.load)
-                   .Int("--gpus", &gpus)
-                   .Int("--nodes", &nodes)
-                   .Num("--round", &o.config.round_s)
-                   .Num("--restart", &o.config.restart_s)
-                   .Int("--ilp-window", &window)
-                   .Num("--ilp-gap", &o.config.ilp_gap)
-                   .Num("--ilp-time-limit", &o.config.ilp_time_limit_s)
+                   .Choice("--gains-definition", {"saved", "speedup"}, &o.gains_definition)
+                   .Choice("--gains-column", {"gain", "gain_steps"}, &o.gains_column)
+                   .Choice("--policy", policies, &o.policy)
+                   .Int("--jobs", &o.jobs).AtLeast(1)
+                   .Seed("--seed", &o.config.seed)
+                   .Num("--load", &o.load).Positive()
+                   .Int("--gpus", &o.config.gpus).AtLeast(1)
+                   .Int("--nodes", &o.nodes).AtLeast(1)
+                   .Num("--round", &o.config.round_s).Positive()
+                   .Num("--restart", &o.config.restart_s).AtLeast(0)
+                   .Int("--ilp-window", &o.config.ilp_window).AtLeast(1)
+                   .Num("--ilp-gap", &o.config.ilp_gap).AtLeast(0)
+                   .Num("--ilp-time-limit", &o.config.ilp_time_limit_s).Positive()
                    .Num("--ymir-horizon", &o.config.ymir_horizon_s)
                    .Num("--lambda", &o.config.lambda)
-                   .Int("--ilp-donors", &donors)
-                   .Int("--pair-shares", &pair_shares)
+                   .Choice("--ilp-donors", {"0", "1"}, &donors)
+                   .Choice("--pair-shares", {"0", "1"}, &pair_shares)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
   }
-  o.jobs = static_cast<int>(jobs);
-  o.config.seed = static_cast<uint64_t>(seed);
-  o.config.gpus = static_cast<int>(gpus);
-  o.nodes = static_cast<int>(nodes);
-  o.config.ilp_window = static_cast<int>(window);
-  o.config.ilp_donors = donors != 0;
-  o.config.ymir_pair_shares = pair_shares != 0;
+  if (o.config.gpus % o.nodes != 0) {
+    return UsageError("ymir", absl::StrCat("--gpus (", o.config.gpus, ") must be a multiple of --nodes (", o.nodes, ")"));
+  }
+  o.config.ilp_donors = donors == "1";
+  o.config.ymir_pair_shares = pair_shares == "1";
   auto r = slicesched::RunYmirCompare(o);
   if (!r.ok()) return Failed("ymir", r.status());
   std::printf("%s\n", json ? r->ToJson(o).c_str() : r->ToText().c_str());

@@ -69,16 +69,24 @@ std::string ConvertDouble(const YAML::Node& n, double* out) {
   return "";
 }
 
-std::string ConvertBool(const YAML::Node& n, bool* out) {
+// A boolean is a plain (unquoted) scalar true/false, yes/no or on/off in any
+// case, or one tagged !!bool. A quoted or block scalar is a string in YAML,
+// whatever it spells ('yes' is the word, not the boolean), so it is refused
+// with a hint rather than read differently from every other YAML tool, unless
+// `quoted_ok` (ConfigReader::AcceptQuotedBooleans).
+std::string ConvertBool(const YAML::Node& n, bool quoted_ok, bool* out) {
   if (n.IsScalar()) {
     const std::string s = absl::AsciiStrToLower(n.Scalar());
-    if (s == "true" || s == "yes" || s == "on") {
-      *out = true;
+    const bool is_true = s == "true" || s == "yes" || s == "on";
+    const bool is_false = s == "false" || s == "no" || s == "off";
+    const bool plain = quoted_ok || n.Tag() == "?" || n.Tag() == "tag:yaml.org,2002:bool";
+    if ((is_true || is_false) && plain) {
+      *out = is_true;
       return "";
     }
-    if (s == "false" || s == "no" || s == "off") {
-      *out = false;
-      return "";
+    if (is_true || is_false) {
+      return absl::StrCat("expected true or false, got the string ", Describe(n),
+                          " (a quoted word is not a boolean; write it without quotes)");
     }
   }
   return absl::StrCat("expected true or false, got ", Describe(n));
@@ -248,7 +256,8 @@ ConfigReader::ConfigReader(YAML::Node node, bool present, YAML::Node anchor,
       anchor_(Keepable(anchor)),
       path_(std::move(path)),
       source_(parent.source_),
-      errors_(parent.errors_) {}
+      errors_(parent.errors_),
+      quoted_booleans_(parent.quoted_booleans_) {}
 
 ConfigReader& ConfigReader::operator=(const ConfigReader& other) {
   if (this == &other) return *this;
@@ -258,6 +267,7 @@ ConfigReader& ConfigReader::operator=(const ConfigReader& other) {
   path_ = other.path_;
   source_ = other.source_;
   errors_ = other.errors_;
+  quoted_booleans_ = other.quoted_booleans_;
   return *this;
 }
 
@@ -478,7 +488,8 @@ void ConfigReader::ReadField(absl::string_view key, bool required,
 }
 void ConfigReader::ReadField(absl::string_view key, bool required,
                              bool* out) const {
-  ReadFieldWith(key, required, out, ConvertBool);
+  ReadFieldWith(key, required, out,
+                [this](const YAML::Node& n, bool* b) { return ConvertBool(n, quoted_booleans_, b); });
 }
 
 namespace {
@@ -502,7 +513,7 @@ void ConfigReader::ReadSelf(double* out) const {
   ReadSelfWith(*this, out, ConvertDouble);
 }
 void ConfigReader::ReadSelf(bool* out) const {
-  ReadSelfWith(*this, out, ConvertBool);
+  ReadSelfWith(*this, out, [this](const YAML::Node& n, bool* b) { return ConvertBool(n, quoted_booleans_, b); });
 }
 
 Bytes ConfigReader::RequiredBytes(absl::string_view key) const {

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <numeric>
 #include <queue>
 #include <random>
 #include <sstream>
+#include <system_error>
 #include <unordered_map>
 #include <utility>
 
@@ -176,7 +178,14 @@ std::optional<std::string> Directive(const std::string& lower, const std::string
   return std::string(ToStd(absl::StripAsciiWhitespace(lower.substr(k + key.size() + 1))));
 }
 
-absl::StatusOr<YmirGains> LoadGains(const std::string& path, const YmirGainsLoadOptions& options) {
+}  // namespace
+
+absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    // An ifstream opens a directory and reads nothing ("empty gains table").
+    return absl::InvalidArgumentError(StrCat(path, ": is a directory, expected a gains table (a CSV file)"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(StrCat(path, ": cannot open gains table"));
   if (!options.column.empty() && options.column != "gain" && options.column != "gain_steps") {
@@ -345,18 +354,6 @@ absl::StatusOr<YmirGains> LoadGains(const std::string& path, const YmirGainsLoad
   src.definition = def.value_or(YmirGainsDefinition::kSaved) == YmirGainsDefinition::kSpeedup ? "speedup" : "saved";
   gains.set_source(std::move(src));
   return gains;
-}
-
-}  // namespace
-
-absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path) { return LoadGains(path, {}); }
-
-absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, YmirGainsDefinition definition) {
-  return LoadGains(path, {.definition = definition});
-}
-
-absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options) {
-  return LoadGains(path, options);
 }
 
 // --- Workload ------------------------------------------------------------------

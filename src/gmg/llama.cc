@@ -57,7 +57,11 @@ LlamaDims LlamaDims::FromConfig(const ConfigReader& m) {
                        "dtype", "fusion"});
   d.name = m.Required<std::string>("name");
   std::string family = m.Optional<std::string>("family", "llama");
-  m.Check(family == "llama", "family", StrCat("unsupported model family '", family, "'"));
+  // The templates are Llama-shaped (GQA attention, SwiGLU MLP, RMSNorm);
+  // another architecture would get wrong memory and time figures, so any
+  // other family is refused rather than built as a Llama.
+  m.Check(family == "llama", "family",
+          StrCat("unsupported model family '", family, "' (the only family is llama: a Llama-shaped decoder)"));
   d.layers = m.Required<int64_t>("layers");
   d.hidden = m.Required<int64_t>("hidden");
   d.heads = m.Required<int64_t>("heads");

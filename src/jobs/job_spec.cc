@@ -106,6 +106,22 @@ void ParseBackbone(const ConfigReader& r, const JobSpecOptions& options, JobSpec
                  "': not a model preset (llama3-8b, small, tiny) and not a registered deployment"));
 }
 
+// What dataset.path must name, for messages about a path that names
+// something else.
+constexpr char kDatasetFileKinds[] =
+    "a JSONL file (.jsonl, one {\"tokens\": [...], \"label\": N} per line) or a tokens-bin file (.bin, "
+    "starting with \"SSTOKV1\\n\")";
+
+// A directory at `path` is reported as such, before its suffix or contents
+// are looked at (which would only say that its format is unknown or that
+// it is not a regular file). Returns whether it reported.
+bool ReportDirectory(const ConfigReader& d, const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return false;
+  d.Check(false, "path", StrCat("'", path, "' is a directory; dataset.path must name one file: ", kDatasetFileKinds));
+  return true;
+}
+
 void CheckDatasetFile(const ConfigReader& d, DatasetSpec* ds) {
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(ds->path, ec);
@@ -114,7 +130,8 @@ void CheckDatasetFile(const ConfigReader& d, DatasetSpec* ds) {
     return;
   }
   if (!std::filesystem::is_regular_file(st)) {
-    d.Check(false, "path", StrCat("'", ds->path, "' is not a regular file"));
+    d.Check(false, "path",
+            StrCat("'", ds->path, "' is not a regular file (a device, socket or pipe); expected ", kDatasetFileKinds));
     return;
   }
   std::ifstream in(ds->path, std::ios::binary);
@@ -149,6 +166,8 @@ void ParseFileDataset(const ConfigReader& d, const JobSpecOptions& options, Data
     }
   }
   ds->path = path;
+  const bool directory = path_ok && options.check_dataset_file && ReportDirectory(d, path);
+  if (directory) path_ok = false;
   if (d.Has("format")) {
     const std::string f = d.Required<std::string>("format");
     if (f == "jsonl") {
@@ -159,6 +178,8 @@ void ParseFileDataset(const ConfigReader& d, const JobSpecOptions& options, Data
       d.Check(false, "format", StrCat("must be jsonl or tokens-bin, got '", f, "'"));
       path_ok = false;
     }
+  } else if (directory) {
+    // Reported above; a directory's suffix says nothing about a format.
   } else if (path.ends_with(".jsonl")) {
     ds->format = DatasetFormat::kJsonl;
   } else if (path.ends_with(".bin")) {
@@ -412,14 +433,24 @@ JobSpec ParseJobSpec(const ConfigReader& r, const JobSpecOptions& options, std::
   return spec;
 }
 
-absl::StatusOr<ParsedJobSpec> ParseJobSpec(std::string_view yaml, const JobSpecOptions& options) {
-  SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlString(ToAbsl(yaml), options.source));
+namespace {
+
+// The parsing pass on a loaded tree, as a Status.
+absl::StatusOr<ParsedJobSpec> ParseJobSpecTree(const YAML::Node& root, const JobSpecOptions& options) {
   ConfigErrors errors;
   ConfigReader r(root, options.source, &errors);
+  if (options.accept_quoted_booleans) r.AcceptQuotedBooleans();
   ParsedJobSpec out;
   out.spec = ParseJobSpec(r, options, &out.warnings);
   SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedJobSpec> ParseJobSpec(std::string_view yaml, const JobSpecOptions& options) {
+  SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlString(ToAbsl(yaml), options.source));
+  return ParseJobSpecTree(root, options);
 }
 
 absl::StatusOr<ParsedJobSpec> LoadJobSpecFile(const std::string& path, JobSpecOptions options) {
@@ -430,12 +461,7 @@ absl::StatusOr<ParsedJobSpec> LoadJobSpecFile(const std::string& path, JobSpecOp
     const std::filesystem::path abs = std::filesystem::absolute(path, ec);
     options.base_dir = (ec ? std::filesystem::path(path) : abs).parent_path().string();
   }
-  ConfigErrors errors;
-  ConfigReader r(root, options.source, &errors);
-  ParsedJobSpec out;
-  out.spec = ParseJobSpec(r, options, &out.warnings);
-  SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());
-  return out;
+  return ParseJobSpecTree(root, options);
 }
 
 }  // namespace slicesched::jobs

@@ -188,12 +188,23 @@ void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
   }
 }
 
+// A file knob (`key`, already resolved to `path`) must not name a
+// directory: the gains table would read as empty and the time LUT could
+// never be written back. A path that does not exist is left to its reader.
+void CheckNotDirectory(const ConfigReader& p, absl::string_view key, const std::string& path,
+                       absl::string_view expected) {
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::is_directory(path, ec)) return;
+  p.Check(false, key, StrCat("'", path, "' is a directory; expected ", expected));
+}
+
 // planner.time_lut / planner.profile_from_lut (data parallelism's times).
 void ParsePlannerTimeLut(const ConfigReader& p, absl::string_view base_dir, PlannerConfig* c) {
   c->time_lut_path = p.Optional<std::string>("time_lut", "");
   if (!c->time_lut_path.empty() && c->time_lut_path.front() != '/' && !base_dir.empty()) {
     c->time_lut_path = StrCat(base_dir, "/", c->time_lut_path);
   }
+  CheckNotDirectory(p, "time_lut", c->time_lut_path, "a CSV file (created when missing)");
   c->profile_from_lut = p.Optional<bool>("profile_from_lut", false);
   p.Check(!c->profile_from_lut || !c->time_lut_path.empty(), "profile_from_lut",
           "needs planner.time_lut (the LUT to read the profile from)");
@@ -215,6 +226,7 @@ void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConf
   if (!c->gains_path.empty() && c->gains_path.front() != '/' && !base_dir.empty()) {
     c->gains_path = StrCat(base_dir, "/", c->gains_path);
   }
+  CheckNotDirectory(p, "gains", c->gains_path, "a gains table (a CSV file)");
   c->checkpoint_interval =
       DurationKnob(p, "checkpoint_interval_s", 1e9, "s", c->checkpoint_interval, /*allow_zero=*/false);
   c->prefetch = DurationKnob(p, "prefetch_s", 1e9, "s", c->prefetch, /*allow_zero=*/true);

@@ -446,6 +446,43 @@ t: [true, On, yes, FALSE, off, no, 1]
                   "c.yaml:5:36: t[6]: expected true or false, got '1'"));
 }
 
+// Only plain (unquoted) words are booleans: a quoted 'yes' or "true" is a
+// YAML string, and a number is not a boolean either. Each is reported with
+// the file, the position, the key and the value; the default is kept.
+TEST(ConfigReaderTest, QuotedWordsAndNumbersAreNotBools) {
+  const YAML::Node root = Parse(R"yaml(a: 'yes'
+b: "true"
+c: 0
+d: !!bool false
+e: |
+  true
+)yaml");
+  ConfigErrors errors;
+  ConfigReader r(root, "c.yaml", &errors);
+  EXPECT_FALSE(r.Optional<bool>("a", false));
+  EXPECT_TRUE(r.Optional<bool>("b", true));
+  EXPECT_TRUE(r.Optional<bool>("c", true));
+  EXPECT_FALSE(r.Required<bool>("d"));
+  EXPECT_TRUE(r.Optional<bool>("e", true));
+  EXPECT_THAT(errors.errors(),
+              ElementsAre("c.yaml:1:4: a: expected true or false, got the string 'yes' (a quoted word is not a "
+                          "boolean; write it without quotes)",
+                          "c.yaml:2:4: b: expected true or false, got the string 'true' (a quoted word is not a "
+                          "boolean; write it without quotes)",
+                          "c.yaml:3:4: c: expected true or false, got '0'",
+                          "c.yaml:5:4: e: expected true or false, got 'true\n'"));
+
+  // Re-reading text accepted before the rule: quoted words are booleans in
+  // the reader and its children; numbers still are not.
+  ConfigErrors lenient_errors;
+  ConfigReader lenient(root, "c.yaml", &lenient_errors);
+  lenient.AcceptQuotedBooleans();
+  EXPECT_TRUE(lenient.Required<bool>("a"));
+  EXPECT_TRUE(lenient.Child("b").As<bool>());
+  EXPECT_TRUE(lenient.Optional<bool>("c", true));
+  EXPECT_THAT(lenient_errors.errors(), ElementsAre("c.yaml:3:4: c: expected true or false, got '0'"));
+}
+
 TEST(ConfigReaderTest, ListsOfScalarsAndUnitValues) {
   const YAML::Node root = Parse(R"yaml(sizes: [1KiB, 2 MiB, 4096]
 timeouts: [10ms, 1.5s]

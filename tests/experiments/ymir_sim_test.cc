@@ -247,6 +247,9 @@ TEST(YmirSim, GainsTableLoadsAndRejectsBadInput) {
   ASSERT_FALSE(dup.ok());
   EXPECT_THAT(std::string(dup.status().message()), HasSubstr("duplicate"));
   EXPECT_FALSE(LoadYmirGains(dir + "/nope.csv").ok());
+  auto directory = LoadYmirGains(dir);
+  ASSERT_FALSE(directory.ok());
+  EXPECT_THAT(std::string(directory.status().message()), HasSubstr(": is a directory, expected a gains table"));
 }
 
 TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
@@ -274,7 +277,7 @@ TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
   ASSERT_TRUE(g->Get("y", "x", ymir::Mode::kSpatial, &v));
   EXPECT_NEAR(v, 0.35, 1e-12);
   // The same rows forced to the estimators' definition without the comment.
-  auto forced = LoadYmirGains(write("s2.csv", rows), YmirGainsDefinition::kSpeedup);
+  auto forced = LoadYmirGains(write("s2.csv", rows), {.definition = YmirGainsDefinition::kSpeedup});
   ASSERT_TRUE(forced.ok()) << forced.status();
   ASSERT_TRUE(forced->Get("x", "y", ymir::Mode::kTemporal, &v));
   EXPECT_DOUBLE_EQ(v, 0.5);
@@ -283,7 +286,7 @@ TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
   ASSERT_FALSE(as_saved.ok());
   EXPECT_THAT(std::string(as_saved.status().message()), HasSubstr("s3.csv:2: column 'gain'"));
   // A directive that contradicts the caller, an unknown one, a speedup <= -1.
-  auto clash = LoadYmirGains(write("s4.csv", "# gain-definition: speedup\n" + rows), YmirGainsDefinition::kSaved);
+  auto clash = LoadYmirGains(write("s4.csv", "# gain-definition: speedup\n" + rows), {.definition = YmirGainsDefinition::kSaved});
   ASSERT_FALSE(clash.ok());
   EXPECT_THAT(std::string(clash.status().message()), HasSubstr("contradicts"));
   auto unknown = LoadYmirGains(write("s5.csv", "# gain-definition: ratio\n" + rows));
@@ -404,11 +407,11 @@ TEST(YmirSim, Format2TableRejectsMalformedAndContradictoryFiles) {
   // The caller's choices against the file: 'saved' contradicts format 2, the
   // steps column is not in a format-1 file, an unknown column is named.
   const std::string v2 = WriteTemp("ok2.csv", std::string(kFormat2Head) + "x,y,temporal,1,2,0\n");
-  auto forced = LoadYmirGains(v2, YmirGainsDefinition::kSaved);
+  auto forced = LoadYmirGains(v2, {.definition = YmirGainsDefinition::kSaved});
   ASSERT_FALSE(forced.ok());
   EXPECT_THAT(std::string(forced.status().message()), HasSubstr("ok2.csv:2: the file says gain-definition 'speedup'"));
   auto forced_v2 = LoadYmirGains(WriteTemp("ok2b.csv", "# gains-format: 2\ntask_a,task_b,mode,gain,gain_steps,steps_censored\n"),
-                                 YmirGainsDefinition::kSaved);
+                                 {.definition = YmirGainsDefinition::kSaved});
   ASSERT_FALSE(forced_v2.ok());
   EXPECT_THAT(std::string(forced_v2.status().message()), HasSubstr("ok2b.csv:2: gains-format 2 is a speed-up table"));
   const std::string v1 = WriteTemp("ok1.csv", v1head + "task_a,task_b,mode,gain\nx,y,temporal,1\n");

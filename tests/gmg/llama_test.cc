@@ -191,5 +191,25 @@ TEST(LlamaTest, ParsesModelConfigWithPositions) {
   (void)d;
 }
 
+// family: llama (or absent) only; the error names the value and the field.
+TEST(LlamaTest, UnknownFamilyIsRefused) {
+  const std::string dims = "  layers: 4\n  hidden: 64\n  heads: 4\n  ffn: 128\n  vocab: 10\n  fusion: 2\n";
+  for (const std::string family : {"", "  family: llama\n"}) {
+    auto root = LoadYamlString("model:\n  name: m\n" + family + dims, "m.yaml");
+    ASSERT_TRUE(root.ok());
+    ConfigErrors errors;
+    LlamaDims d = LlamaDims::FromConfig(ConfigReader(*root, "m.yaml", &errors).Child("model"));
+    EXPECT_TRUE(errors.ok()) << errors.ToStatus();
+    EXPECT_EQ(d.layers, 4);
+  }
+  auto root = LoadYamlString("model:\n  name: m\n  family: mistral\n" + dims, "m.yaml");
+  ASSERT_TRUE(root.ok());
+  ConfigErrors errors;
+  (void)LlamaDims::FromConfig(ConfigReader(*root, "m.yaml", &errors).Child("model"));
+  EXPECT_THAT(errors.errors(),
+              ::testing::ElementsAre("m.yaml:3:11: model.family: unsupported model family 'mistral' (the only family "
+                                     "is llama: a Llama-shaped decoder)"));
+}
+
 }  // namespace
 }  // namespace slicesched

@@ -558,6 +558,29 @@ TEST_F(JobManagerTest, ConcurrentCallersKeepLogsGapless) {
   }
 }
 
+// A job stored by a sliced that read `allow_sharing: 'yes'` as true (before
+// quoted words were refused) reloads as it was accepted; a new submission
+// with the same YAML is refused.
+TEST(JobManagerReload, QuotedBooleansOfStoredJobsStillRead) {
+  const std::string dir = FreshDir("quoted");
+  const std::string yaml = JobYaml("old", "allow_sharing: 'no'\n");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateJob(yaml, "t", "queued").ok());
+  }
+  auto m = JobManager::Open(dir, {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto old = (*m)->Get(1);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->state, JobState::kQueued) << old->message;
+  EXPECT_FALSE(old->spec.allow_sharing);
+  auto fresh = (*m)->Submit(yaml, "t", false);
+  ASSERT_FALSE(fresh.ok());
+  EXPECT_THAT(fresh.status().message(),
+              HasSubstr("allow_sharing: expected true or false, got the string 'no' (a quoted word is not a boolean"));
+}
+
 // Rows this binary cannot use (an unknown state, YAML that no longer parses)
 // fail the job at reload instead of failing the daemon.
 TEST(JobManagerReload, UnusableRowsFailTheJobNotTheDaemon) {

@@ -220,8 +220,18 @@ TEST(JobSpecTest, EveryFieldReportsItsError) {
        "dataset.path: '/nonexistent/slicesched/train.jsonl' does not exist", 4},
       {"  synthetic: {task: parity, seed: 1}", "  path: /etc/hostname",
        "dataset.path: cannot tell the format of '/etc/hostname' from its suffix", 4},
-      {"  synthetic: {task: parity, seed: 1}", "  path: /tmp\n  format: jsonl", "dataset.path: '/tmp' is not a regular",
-       4},
+      {"  synthetic: {task: parity, seed: 1}", "  path: /tmp\n  format: jsonl",
+       "dataset.path: '/tmp' is a directory; dataset.path must name one file: a JSONL file (.jsonl", 4},
+      // A directory is named as one whatever its suffix; no second error
+      // about the format.
+      {"  synthetic: {task: parity, seed: 1}", "  path: /tmp",
+       "dataset.path: '/tmp' is a directory; dataset.path must name one file: a JSONL file (.jsonl, one "
+       "{\"tokens\": [...], \"label\": N} per line) or a tokens-bin file (.bin, starting with \"SSTOKV1\\n\")", 4},
+      {"  synthetic: {task: parity, seed: 1}", "  path: /dev/null\n  format: jsonl",
+       "dataset.path: '/dev/null' is not a regular file (a device, socket or pipe); expected a JSONL file", 4},
+      {"  max_epochs: 2", "  max_epochs: 2\nallow_sharing: 'yes'",
+       "allow_sharing: expected true or false, got the string 'yes' (a quoted word is not a boolean", 12},
+      {"  max_epochs: 2", "  max_epochs: 2\nallow_sharing: 1", "allow_sharing: expected true or false, got '1'", 12},
       {"  synthetic: {task: parity, seed: 1}", "  path: /etc/hostname\n  format: csv",
        "dataset.format: must be jsonl or tokens-bin, got 'csv'", 5},
       {"dataset:\n  synthetic: {task: parity, seed: 1}\n", "dataset: 3\n", "dataset: expected a map", 3},

@@ -222,6 +222,39 @@ TEST(SlicedConfigTest, UnknownModelPreset) {
   EXPECT_THAT(err, HasSubstr("test.yaml:7:12: deployments[0].model: no model preset named 'huge'")) << err;
 }
 
+// `family` is llama or absent; anything else is refused, naming the value
+// and the one family there is (not built as a Llama, not ignored).
+TEST(SlicedConfigTest, UnknownModelFamily) {
+  const std::string inline_model = "model: {name: m, family: FAMILY, layers: 2, hidden: 32, heads: 2, ffn: 64, vocab: 100, fusion: 1}";
+  auto with_family = [&](const std::string& family) {
+    return absl::StrReplaceAll(std::string(kBase), {{"model: tiny", absl::StrReplaceAll(inline_model, {{"FAMILY", family}})}});
+  };
+  ASSERT_TRUE(Parse(with_family("llama")).ok());
+  for (const std::string family : {"gpt", "Llama", "'llama2'"}) {
+    const std::string err = ErrorOf(with_family(family));
+    EXPECT_THAT(err, HasSubstr("test.yaml:7:30: deployments[0].model.family: unsupported model family '")) << err;
+    EXPECT_THAT(err, HasSubstr("' (the only family is llama: a Llama-shaped decoder)")) << err;
+    EXPECT_THAT(err, HasSubstr("1 configuration error:")) << err;
+  }
+}
+
+// Booleans (planner.profile_from_lut): unquoted true/false (yes/no, on/off);
+// a quoted word or a number is refused, naming the file, key and value.
+TEST(SlicedConfigTest, BooleansMustBeUnquotedWords) {
+  const std::string base = std::string(kBase) + "planner: {time_lut: /l.csv, profile_from_lut: VALUE}\n";
+  auto with = [&](const std::string& v) { return absl::StrReplaceAll(base, {{"VALUE", v}}); };
+  for (const std::string v : {"true", "yes", "on", "True"}) {
+    auto c = Parse(with(v));
+    ASSERT_TRUE(c.ok()) << v << ": " << c.status();
+    EXPECT_TRUE(c->planner.profile_from_lut) << v;
+  }
+  EXPECT_THAT(ErrorOf(with("'yes'")),
+              HasSubstr("test.yaml:10:47: planner.profile_from_lut: expected true or false, got the string 'yes' (a "
+                        "quoted word is not a boolean; write it without quotes)"));
+  EXPECT_THAT(ErrorOf(with("\"false\"")), HasSubstr("planner.profile_from_lut: expected true or false, got the string 'false'"));
+  EXPECT_THAT(ErrorOf(with("1")), HasSubstr("test.yaml:10:47: planner.profile_from_lut: expected true or false, got '1'"));
+}
+
 TEST(SlicedConfigTest, DuplicateDeploymentName) {
   const std::string text = std::string(kBase) +
                            "  - {name: a, model: tiny, weights: {seed: 1}, role: offline}\n";
@@ -313,6 +346,17 @@ TEST(SlicedConfigTest, PlannerTimeLut) {
               HasSubstr("profile_from_lut"));
 }
 
+// The planner's file knobs must not name a directory (the gains table would
+// read as empty, the LUT could never be written back).
+TEST(SlicedConfigTest, PlannerFilesMustNotBeDirectories) {
+  const std::string dir = ::testing::TempDir();
+  EXPECT_THAT(ErrorOf(StrCat(kBase, "planner: {time_lut: ", dir, "}\n")),
+              HasSubstr(StrCat("planner.time_lut: '", dir, "' is a directory; expected a CSV file (created when missing)")));
+  EXPECT_THAT(ErrorOf(StrCat(kBase, "planner: {gains: ", dir, "}\n")),
+              HasSubstr(StrCat("planner.gains: '", dir, "' is a directory; expected a gains table (a CSV file)")));
+  EXPECT_TRUE(Parse(StrCat(kBase, "planner: {time_lut: ", dir, "/not-yet.csv}\n")).ok());
+}
+
 TEST(SlicedConfigTest, LoadFromFileResolvesRelativeWeights) {
   const std::string dir = ::testing::TempDir();
   const std::string path = dir + "/sliced_config_test.yaml";
@@ -379,6 +423,10 @@ TEST(SlicedConfigDocs, EveryKeyTheLoaderTakesIsDocumentedAndNoOther) {
             LoaderKeys(with("state_dir:", StrCat("  links: {", bogus, "}\nstate_dir:"))));
   EXPECT_EQ(documented("### `deployments`", ""),
             LoaderKeys(with("    role: online\n", "    role: online\n    " + bogus + "\n")));
+  // An inline model's keys (also those of configs/models/*.yaml).
+  EXPECT_EQ(documented("### `deployments`", "model."),
+            LoaderKeys(with("model: tiny", StrCat("model: {name: m, layers: 2, hidden: 32, heads: 2, ffn: 64, "
+                                                  "vocab: 100, ", bogus, "}"))));
   for (const std::string section : {"scheduler", "planner", "listen"}) {
     EXPECT_EQ(documented(StrCat("### `", section, "`"), ""), LoaderKeys(StrCat(base, section, ": {", bogus, "}\n")))
         << section;

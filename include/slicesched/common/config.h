@@ -121,7 +121,9 @@ class ConfigErrors {
 //   std::string  any scalar
 //   int64_t      base-10 integer, optional sign
 //   double       finite decimal number ("1.5", "2e9"); inf/nan are rejected
-//   bool         true/false, yes/no, on/off (any case)
+//   bool         true/false, yes/no, on/off (any case), unquoted (or tagged
+//                !!bool); a quoted 'yes' or "true" is a string and is
+//                reported, as are numbers such as 1
 class ConfigReader {
  public:
   // Reader for the root of a tree loaded from `source_name`. `errors` must
@@ -146,6 +148,15 @@ class ConfigReader {
   // reference only: non-const operator[] on YAML::Node inserts keys.
   const YAML::Node& node() const { return node_; }
   ConfigErrors* errors() const { return errors_; }
+
+  // Reads a quoted 'yes' / "true" (and the other boolean words) as the
+  // boolean it spells, in this reader and every reader derived from it. Only
+  // for re-reading text that was accepted that way before quoted words were
+  // refused (the job manager's stored jobs); new input stays strict.
+  ConfigReader& AcceptQuotedBooleans() {
+    quoted_booleans_ = true;
+    return *this;
+  }
 
   // --- Structure -----------------------------------------------------------
 
@@ -281,6 +292,7 @@ class ConfigReader {
   std::string path_;
   ConfigSource source_;
   ConfigErrors* errors_ = nullptr;
+  bool quoted_booleans_ = false;  // AcceptQuotedBooleans()
 };
 
 }  // namespace slicesched

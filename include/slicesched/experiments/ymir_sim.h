@@ -236,10 +236,6 @@ enum class YmirGainsDefinition {
 // kSpeedup: finite and > -1; a repeated row is an error, except that
 // kSpeedup takes both (A,B) and (B,A) spatial rows; format-2 columns in a
 // format-1 file; a format-2 file without them).
-absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path);
-// The same with the definition forced (the file's directive, if any, must
-// agree).
-absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, YmirGainsDefinition definition);
 struct YmirGainsLoadOptions {
   // Forced definition (the file's directive, if any, must agree); unset: the file's.
   std::optional<YmirGainsDefinition> definition;
@@ -247,7 +243,7 @@ struct YmirGainsLoadOptions {
   // (format 2 only) to choose.
   std::string column;
 };
-absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options);
+absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options = {});
 
 struct YmirSimJob {
   double submit_s = 0;

@@ -92,8 +92,9 @@ struct LlamaDims {
   // heads by kv_heads, layers by fusion), a floating dtype. Errors name the
   // model and the field.
   absl::Status Validate() const;
-  // Parses a `model:` section (name, layers, hidden, heads, kv_heads, ffn,
-  // vocab, dtype, fusion).
+  // Parses a `model:` section (name, family, layers, hidden, heads, kv_heads,
+  // ffn, vocab, dtype, fusion; docs/operations.md, "deployments"). `family`
+  // is optional and must be `llama`, the only family there are templates for.
   static LlamaDims FromConfig(const ConfigReader& model);
 };
 

@@ -32,7 +32,8 @@
 //     target: 0.9                 # accuracy in (0, 1]; loss >= 0; perplexity >= 1
 //     max_epochs: 3               # 1..2^20 (required)
 //     max_iterations: 2000        # optional, 1..2^40
-//   allow_sharing: true           # may be paired with other jobs (default true)
+//   allow_sharing: true           # may be paired with other jobs (default true);
+//                                 # an unquoted boolean (common/config.h)
 //   pipeline_parallel: 1          # 1, 2, 4 or 8 (default 1)
 //   gpus: {min: 1, max: 4}        # 1 <= min <= max, both multiples of
 //                                 # pipeline_parallel (default min = pp, max = min)
@@ -49,8 +50,9 @@
 //   bytes 0..7   magic "SSTOKV1\n"
 //   u64          number of examples
 //   per example  i64 label, u32 length, then `length` u32 token ids.
-// Parsing checks that the file exists, is a regular file and (tokens-bin)
-// starts with the magic; the contents are read by the data loader (issue 7).
+// Parsing checks that the file exists, is a regular file (a directory is
+// reported as one, before its suffix is looked at) and (tokens-bin) starts
+// with the magic; the contents are read by the data loader (issue 7).
 //
 // Synthetic datasets are produced by the built-in generator (issue 7,
 // slicesched/synth/tasks.h). The fields are validated here: task (one of
@@ -153,6 +155,11 @@ struct JobSpecOptions {
   // both off when it reloads a job that was accepted earlier.
   bool check_backbone = true;
   bool check_dataset_file = true;
+  // Whether a quoted 'yes' / "true" reads as a boolean
+  // (ConfigReader::AcceptQuotedBooleans). Off for new jobs; the JobManager
+  // turns it on when it reloads a job, which a sliced before the fourteenth
+  // session may have accepted that way.
+  bool accept_quoted_booleans = false;
 };
 
 struct ParsedJobSpec {
