@@ -63,10 +63,13 @@ int UsageError(const std::string& command, const std::string& message) {
 }
 
 // Command-line flags of one command: "--name VALUE" pairs and "--name"
-// switches, bound to variables. Parse() checks every value against its flag's
-// type and bounds and reports the first bad argument as a usage error naming
-// the flag and the value; the command's variables then hold values it may use
-// as they are (an int flag never truncates, a seed is never negative).
+// switches, bound to variables. Parse() checks the syntax of every value
+// against its flag's type (an integer, a number, one of the choices, given
+// when required) and reports the first bad argument as a usage error naming
+// the flag and the value; an int flag never truncates, a seed is never
+// negative. Bounds are not checked here: the command's options struct
+// checks them (its Validate(), reported through Rejected()), so that the
+// library and the command line cannot disagree.
 class Flags {
  public:
   explicit Flags(std::string command) : command_(std::move(command)) {}
@@ -75,11 +78,8 @@ class Flags {
   Flags& Int(const char* name, int64_t* out) { return Add(name, Kind::kInt64, out); }
   // An int variable: values outside int's range are refused, not truncated.
   Flags& Int(const char* name, int* out) { return Add(name, Kind::kInt, out); }
-  // A seed: a non-negative integer.
-  Flags& Seed(const char* name, uint64_t* out) {
-    Add(name, Kind::kSeed, out);
-    return AtLeast(0);
-  }
+  // A seed: a non-negative integer (the variable is unsigned).
+  Flags& Seed(const char* name, uint64_t* out) { return Add(name, Kind::kSeed, out); }
   // A finite number ("nan" and "inf" are refused).
   Flags& Num(const char* name, double* out) { return Add(name, Kind::kNum, out); }
   // A text flag whose value must be one of `allowed` (the default in *out is
@@ -87,21 +87,6 @@ class Flags {
   Flags& Choice(const char* name, std::vector<std::string> allowed, std::string* out) {
     Add(name, Kind::kText, out);
     flags_.back().allowed = std::move(allowed);
-    return *this;
-  }
-
-  // Bounds of the last Int/Seed/Num flag added (inclusive; Positive: > 0).
-  Flags& Range(int64_t lo, int64_t hi) {
-    flags_.back().lo = std::max(flags_.back().lo.value_or(lo), static_cast<double>(lo));
-    flags_.back().hi = std::min(flags_.back().hi.value_or(hi), static_cast<double>(hi));
-    return *this;
-  }
-  Flags& AtLeast(double lo) {
-    flags_.back().lo = std::max(flags_.back().lo.value_or(lo), lo);
-    return *this;
-  }
-  Flags& Positive() {
-    flags_.back().positive = true;
     return *this;
   }
   // The last flag added must be given.
@@ -141,8 +126,6 @@ class Flags {
     Kind kind;
     void* out;
     std::vector<std::string> allowed;  // Choice: the values accepted
-    std::optional<double> lo, hi;      // numbers: inclusive bounds
-    bool positive = false;             // numbers: > 0
     bool required = false;
   };
   // "a", "a or b", "a, b or c".
@@ -154,16 +137,6 @@ class Flags {
     }
     return text;
   }
-  // The bounds of `f` as words: "in 2..4096", "at least 1", "> 0".
-  static std::string Bounds(const Flag& f) {
-    auto num = [](double v) {
-      return std::abs(v) < 1e15 && v == std::floor(v) ? absl::StrCat(static_cast<int64_t>(v)) : absl::StrCat(v);
-    };
-    if (f.positive) return f.hi ? "in (0, " + num(*f.hi) + "]" : "> 0";
-    if (f.lo && f.hi) return "in " + num(*f.lo) + ".." + num(*f.hi);
-    if (f.lo) return "at least " + num(*f.lo);
-    return "at most " + num(*f.hi);
-  }
   // Converts and stores `v`; returns "" or what the value must be.
   static std::string Store(const Flag& f, const std::string& v) {
     if (f.kind == Kind::kText) {
@@ -173,35 +146,35 @@ class Flags {
       *static_cast<std::string*>(f.out) = v;
       return "";
     }
-    double x = 0;
-    int64_t n = 0;
     if (f.kind == Kind::kNum) {
+      double x = 0;
       if (!absl::SimpleAtod(v, &x) || !std::isfinite(x)) return "needs a number";
-    } else {
-      if (!absl::SimpleAtoi(v, &n)) return "needs an integer";
-      x = static_cast<double>(n);
+      *static_cast<double*>(f.out) = x;
+      return "";
     }
-    const bool in_bounds =
-        (!f.positive || x > 0) && (!f.lo || x >= *f.lo) && (!f.hi || x <= *f.hi);
-    if (!in_bounds) return "must be " + Bounds(f);
-    if (f.kind == Kind::kInt && (n < std::numeric_limits<int>::min() || n > std::numeric_limits<int>::max())) {
-      Flag within = f;  // the bounds an int can hold
-      within.lo = std::max<double>(f.lo.value_or(std::numeric_limits<int>::min()), std::numeric_limits<int>::min());
-      within.hi = std::min<double>(f.hi.value_or(std::numeric_limits<int>::max()), std::numeric_limits<int>::max());
-      return "must be " + Bounds(within);
-    }
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(v, &n)) return "needs an integer";
     switch (f.kind) {
-      case Kind::kInt: *static_cast<int*>(f.out) = static_cast<int>(n); break;
+      case Kind::kInt:
+        if (n < std::numeric_limits<int>::min() || n > std::numeric_limits<int>::max()) {
+          return absl::StrCat("needs an integer in ", std::numeric_limits<int>::min(), "..",
+                              std::numeric_limits<int>::max());
+        }
+        *static_cast<int*>(f.out) = static_cast<int>(n);
+        break;
       case Kind::kInt64: *static_cast<int64_t*>(f.out) = n; break;
-      case Kind::kSeed: *static_cast<uint64_t*>(f.out) = static_cast<uint64_t>(n); break;
-      case Kind::kNum: *static_cast<double*>(f.out) = x; break;
+      case Kind::kSeed:
+        if (n < 0) return "must be at least 0";
+        *static_cast<uint64_t*>(f.out) = static_cast<uint64_t>(n);
+        break;
+      case Kind::kNum:
       case Kind::kSwitch:
       case Kind::kText: break;
     }
     return "";
   }
   Flags& Add(const char* name, Kind kind, void* out) {
-    flags_.push_back({name, kind, out, {}, std::nullopt, std::nullopt, false, false});
+    flags_.push_back({name, kind, out, {}, false});
     return *this;
   }
   int Error(const std::string& message) const { return UsageError(command_, message); }
@@ -213,6 +186,18 @@ class Flags {
 int Failed(const char* command, const absl::Status& status) {
   std::fprintf(stderr, "slicesim %s: %s\n", command, std::string(status.message()).c_str());
   return kExitFailed;
+}
+
+// Prints what a command's options struct refused (its Validate(), called
+// before any work) and returns the exit code: an InvalidArgument is a bad
+// option value, named with the value by the library, so a usage error (2);
+// anything else a failure (1). Only Validate() results come here: an
+// InvalidArgument from a run itself (a malformed trace, an unwritable output
+// directory) goes to Failed(), the command line being well formed.
+int Rejected(const char* command, const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kInvalidArgument) return Failed(command, status);
+  std::fprintf(stderr, "slicesim %s: %s\n", command, std::string(status.message()).c_str());
+  return kExitUsage;
 }
 
 int Usage(FILE* to) {
@@ -328,19 +313,19 @@ int BenchSim(const std::vector<std::string>& args) {
   slicesched::BenchSimOptions o;
   bool json = false;
   std::string sweep_dir;
-  // The bounds are RunBenchSim's.
   if (int rc = Flags("bench-sim")
                    .Switch("--json", &json)
                    .Text("--sweep", &sweep_dir)
-                   .Int("--devices", &o.devices).Range(2, 4096)
-                   .Int("--ops", &o.ops).Range(1, 10000000)
-                   .Int("--repetitions", &o.repetitions).AtLeast(1)
-                   .Int("--warmup", &o.warmup).AtLeast(0)
+                   .Int("--devices", &o.devices)
+                   .Int("--ops", &o.ops)
+                   .Int("--repetitions", &o.repetitions)
+                   .Int("--warmup", &o.warmup)
                    .Seed("--seed", &o.seed)
-                   .Int("--horizon-us", &o.horizon_us).AtLeast(-1)
+                   .Int("--horizon-us", &o.horizon_us)
                    .Parse(args)) {
     return rc;
   }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("bench-sim", v);
   if (!sweep_dir.empty()) {
     absl::Status st = slicesched::RunBenchSimSweep({8, 64, 512}, {1000, 2000, 5000, 10000, 20000, 50000},
                                                    o.repetitions, sweep_dir);
@@ -370,19 +355,15 @@ int Accuracy(const std::vector<std::string>& args) {
   if (int rc = Flags("accuracy")
                    .Switch("--json", &json)
                    .Text("--trace", &o.trace)
-                   .Num("--minutes", &o.minutes).Positive()
-                   .Num("--load-scale", &o.load_scale).Positive()
-                   .Num("--warmup", &o.warmup_s).AtLeast(0)
-                   .Num("--predict-every", &o.predict_every_s).Positive()
+                   .Num("--minutes", &o.minutes)
+                   .Num("--load-scale", &o.load_scale)
+                   .Num("--warmup", &o.warmup_s)
+                   .Num("--predict-every", &o.predict_every_s)
                    .Seed("--seed", &o.seed)
                    .Parse(args)) {
     return rc;
   }
-  if (o.minutes * 60.0 <= o.warmup_s) {
-    return UsageError("accuracy", absl::StrCat("--minutes ", o.minutes, " (", o.minutes * 60.0,
-                                               " s) must exceed --warmup ", o.warmup_s,
-                                               " s, before which nothing is scored"));
-  }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("accuracy", v);
   auto r = slicesched::RunAccuracy(o);
   if (!r.ok()) return Failed("accuracy", r.status());
   if (json) {
@@ -409,14 +390,15 @@ int Replay(const std::vector<std::string>& args) {
                    .Choice("--policy", policies, &o.policy)
                    .Text("--out", &o.out_dir)
                    .Switch("--no-progress", &no_progress)
-                   .Num("--minutes", &o.minutes).Positive()
-                   .Num("--load-scale", &o.load_scale).Positive()
+                   .Num("--minutes", &o.minutes)
+                   .Num("--load-scale", &o.load_scale)
                    .Seed("--seed", &o.seed)
-                   .Int("--threads", &o.threads).Range(0, 1024)
+                   .Int("--threads", &o.threads)
                    .Parse(args)) {
     return rc;
   }
   o.progress = !no_progress;
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("replay", v);
   auto r = slicesched::RunReplay(o);
   if (!r.ok()) return Failed("replay", r.status());
   std::printf("workload: %s, %.0f minutes, load scale %.3f, seed %llu\n", r->workload.c_str(), o.minutes,
@@ -458,28 +440,26 @@ int Overhead(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   slicesched::OverheadOptions o;
   bool json = false;
-  int64_t wake_batch = o.wake_batch;
   bool pin = o.pin, direct_on_main = o.direct_on_main;
   std::string direct_allocator = o.direct_cache ? "cache" : "default";
   if (int rc = Flags("overhead")
                    .Switch("--json", &json)
                    .Choice("--model", {"tiny", "small", "llama3-8b"}, &o.model)
-                   .Int("--prefills", &o.prefills).AtLeast(1)
-                   .Int("--repetitions", &o.repetitions).AtLeast(1)
-                   .Int("--window", &o.window).AtLeast(1)
-                   .Int("--block", &o.block).AtLeast(1)
+                   .Int("--prefills", &o.prefills)
+                   .Int("--repetitions", &o.repetitions)
+                   .Int("--window", &o.window)
+                   .Int("--block", &o.block)
                    .Switch("--pin", &pin)
                    .Switch("--direct-on-main", &direct_on_main)
                    .Choice("--direct-allocator", {"cache", "default"}, &direct_allocator)
                    .Choice("--only", {"direct", "scheduled"}, &o.only)
-                   .Int("--nap-us", &o.nap_us).AtLeast(0)
-                   .Int("--wake-batch", &wake_batch).Range(-1, 1 << 20)
+                   .Int("--nap-us", &o.nap_us)
+                   .Int("--wake-batch", &o.wake_batch)
                    .Choice("--priorities", {"fcfs", "equal"}, &o.priorities)
                    .Seed("--seed", &o.seed)
                    .Parse(args)) {
     return rc;
   }
-  o.wake_batch = static_cast<int>(wake_batch);
   // Not given: the default batch, but never more than the window (so that
   // `--window 1` alone still means one prefill at a time).
   const bool wake_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
@@ -489,6 +469,7 @@ int Overhead(const std::vector<std::string>& args) {
   o.pin = pin;
   o.direct_on_main = direct_on_main;
   o.direct_cache = direct_allocator == "cache";
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("overhead", v);
   auto r = slicesched::RunOverhead(o);
   if (!r.ok()) return Failed("overhead", r.status());
   if (json) {
@@ -516,12 +497,12 @@ int Load(const std::vector<std::string>& args) {
   if (int rc = Flags("load")
                    .Text("--socket", &socket)
                    .Text("--target", &target)
-                   .Num("--seconds", &o.seconds).Positive()
+                   .Num("--seconds", &o.seconds)
                    .Text("--trace", &o.trace)
                    .Seed("--seed", &o.seed)
-                   .Int("--streams", &o.streams).Range(0, 4096)
-                   .Int("--offline-streams", &o.offline_streams).Range(0, 4096)
-                   .Num("--token-scale", &o.token_scale).AtLeast(1)
+                   .Int("--streams", &o.streams)
+                   .Int("--offline-streams", &o.offline_streams)
+                   .Num("--token-scale", &o.token_scale)
                    .Text("--online", &o.online_deployment)
                    .Text("--offline", &o.offline_deployment)
                    .Switch("--json", &json)
@@ -529,6 +510,7 @@ int Load(const std::vector<std::string>& args) {
     return rc;
   }
   o.target = target.empty() ? "unix:" + socket : target;
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("load", v);
   auto r = slicesched::RunLoad(o);
   if (!r.ok()) return Failed("load", r.status());
   std::printf("%s", json ? (r->ToJson() + "\n").c_str() : r->ToText().c_str());
@@ -547,10 +529,10 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
                    .Seed("--weights-seed", &weights_seed)
                    .Text("--safetensors", &safetensors)
                    .Text("--prompt", &prompt_text).Required()
-                   .Int("--max-tokens", &max_tokens).AtLeast(1).Required()
-                   .Num("--temperature", &temperature).AtLeast(0)
-                   .Num("--top-p", &top_p).Positive().Range(0, 1)
-                   .Int("--top-k", &top_k).AtLeast(0)
+                   .Int("--max-tokens", &max_tokens).Required()
+                   .Num("--temperature", &temperature)
+                   .Num("--top-p", &top_p)
+                   .Int("--top-k", &top_k)
                    .Seed("--seed", &seed)
                    .Text("--stop", &stop_text)
                    .Parse(args)) {
@@ -569,13 +551,16 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
   };
   std::vector<int64_t> prompt, stop;
   if (!ids(prompt_text, "--prompt", &prompt) || !ids(stop_text, "--stop", &stop)) return kExitUsage;
+  slicesched::executor::SamplingParams sp{.temperature = temperature, .top_p = top_p, .seed = seed, .top_k = top_k};
+  if (absl::Status v = slicesched::executor::CheckGenerateDirect(prompt, max_tokens, sp); !v.ok()) {
+    return Rejected("generate-direct", v);
+  }
   auto dims = slicesched::LlamaPreset(model);
   if (!dims.ok()) return Failed("generate-direct", dims.status());
   auto weights = safetensors.empty()
                      ? slicesched::executor::LlamaWeights::FromSeed(*dims, weights_seed)
                      : slicesched::executor::LlamaWeights::FromSafetensors(*dims, safetensors);
   if (!weights.ok()) return Failed("generate-direct", weights.status());
-  slicesched::executor::SamplingParams sp{.temperature = temperature, .top_p = top_p, .seed = seed, .top_k = top_k};
   auto tokens = slicesched::executor::GenerateDirect(**weights, prompt, max_tokens, sp, stop);
   if (!tokens.ok()) return Failed("generate-direct", tokens.status());
   std::printf("{\"tokens\": [%s]}\n", absl::StrJoin(*tokens, ", ").c_str());
@@ -595,18 +580,19 @@ int Fidelity(const std::vector<std::string>& args) {
   if (int rc = Flags("fidelity")
                    .Switch("--json", &json)
                    .Switch("--per-op", &per_op)
-                   .Int("--warmup", &o.warmup).AtLeast(0)
+                   .Int("--warmup", &o.warmup)
                    .Choice("--model", {"tiny", "small"}, &o.model)
-                   .Int("--calibration", &o.calibration).AtLeast(0)
-                   .Int("--iterations", &o.iterations).AtLeast(1)
+                   .Int("--calibration", &o.calibration)
+                   .Int("--iterations", &o.iterations)
                    .Seed("--seed", &o.seed)
-                   .Int("--train-batch", &o.train_batch).AtLeast(1)
-                   .Int("--train-tokens", &o.train_tokens).AtLeast(1)
-                   .Int("--prompt-tokens", &o.prompt_tokens).AtLeast(1)
-                   .Int("--decode-steps", &o.decode_steps).AtLeast(1)
+                   .Int("--train-batch", &o.train_batch)
+                   .Int("--train-tokens", &o.train_tokens)
+                   .Int("--prompt-tokens", &o.prompt_tokens)
+                   .Int("--decode-steps", &o.decode_steps)
                    .Parse(args)) {
     return rc;
   }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("fidelity", v);
   auto r = slicesched::RunFidelity(o);
   if (!r.ok()) return Failed("fidelity", r.status());
   if (json) {
@@ -659,9 +645,9 @@ int SynthData(const std::vector<std::string>& args) {
                    .Text("--task", &o.task)
                    .Text("--out", &out)
                    .Seed("--seed", &o.seed)
-                   .Int("--examples", &o.examples).AtLeast(1)
-                   .Int("--sequence-length", &o.sequence_length).AtLeast(2)
-                   .Int("--num-classes", &o.num_classes).AtLeast(2)
+                   .Int("--examples", &o.examples)
+                   .Int("--sequence-length", &o.sequence_length)
+                   .Int("--num-classes", &o.num_classes)
                    .Switch("--list", &list)
                    .Parse(args)) {
     return rc;
@@ -677,9 +663,7 @@ int SynthData(const std::vector<std::string>& args) {
     return UsageError("synth-data", "--out must end in .jsonl or .bin, got '" + out + "'");
   }
   if (o.task.empty()) return UsageError("synth-data", "--task NAME is required (--list prints the names)");
-  if (auto known = slicesched::synth::FindTask(o.task); !known.ok()) {
-    return UsageError("synth-data", "--task: " + std::string(known.status().message()));
-  }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("synth-data", v);
   auto ex = slicesched::synth::Generate(o);
   if (!ex.ok()) return Failed("synth-data", ex.status());
   absl::Status st;
@@ -701,12 +685,13 @@ int MakeBackbone(const std::vector<std::string>& args) {
   if (int rc = Flags("make-backbone")
                    .Text("--out", &out).Required()
                    .Seed("--seed", &o.seed)
-                   .Int("--rounds", &o.rounds).AtLeast(1)
-                   .Int("--steps", &o.steps_per_round).AtLeast(1)
+                   .Int("--rounds", &o.rounds)
+                   .Int("--steps", &o.steps_per_round)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
   }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("make-backbone", v);
   auto dims = slicesched::LlamaPreset("tiny");
   if (!dims.ok()) return Failed("make-backbone", dims.status());
   auto r = slicesched::executor::PretrainBackbone(*dims, o);
@@ -739,7 +724,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   slicesched::executor::YmirExperimentOptions o;
   std::string backbone, gains_out;
   bool json = false;
-  int64_t seed = static_cast<int64_t>(o.seed), backbone_seed = 1;
+  uint64_t backbone_seed = 1;
   std::string head = o.zero_head ? "zero" : "random", tasks;
   std::string envelope = o.iter_fit.envelope == slicesched::ymir::Envelope::kIsotonic ? "isotonic" : "min";
   std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
@@ -756,8 +741,8 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string distance = o.distance == slicesched::executor::YmirDistance::kCosine ? "cosine" : "normalised";
   if (int rc = Flags("ymir-estimators")
                    .Text("--backbone", &backbone)
-                   .Int("--backbone-seed", &backbone_seed)
-                   .Int("--seed", &seed)
+                   .Seed("--backbone-seed", &backbone_seed)
+                   .Seed("--seed", &o.seed)
                    .Int("--steps", &o.normal_steps)
                    .Num("--learning-rate", &o.learning_rate)
                    .Int("--warmup-steps", &o.lr_warmup_steps)
@@ -850,24 +835,15 @@ int YmirEstimators(const std::vector<std::string>& args) {
       o.tasks.push_back(t);
     }
   }
-  if (o.normal_steps < o.probe_steps) {
-    std::fprintf(stderr,
-                 "slicesim ymir-estimators: --steps %lld is below the Task2Vec probe's %lld steps (the probe "
-                 "is a prefix of each normal run); use --steps >= %lld\n",
-                 static_cast<long long>(o.normal_steps), static_cast<long long>(o.probe_steps),
-                 static_cast<long long>(o.probe_steps));
-    return 2;
-  }
-  o.seed = static_cast<uint64_t>(seed);
   // Bad options are named before the backbone is pretrained (~20 s).
-  if (absl::Status v = o.Validate(); !v.ok()) return Failed("ymir-estimators", v);
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-estimators", v);
   auto dims = slicesched::LlamaPreset("tiny");
   if (!dims.ok()) return Failed("ymir-estimators", dims.status());
   std::shared_ptr<const slicesched::executor::LlamaWeights> w;
   if (backbone.empty()) {
     // The default backbone: `slicesim make-backbone --seed backbone_seed`.
     slicesched::executor::PretrainOptions p;
-    p.seed = static_cast<uint64_t>(backbone_seed);
+    p.seed = backbone_seed;
     p.language = o.language;  // pretrained on the tasks' own language
     auto r = slicesched::executor::PretrainBackbone(*dims, p);
     if (!r.ok()) return Failed("ymir-estimators", r.status());
@@ -948,7 +924,7 @@ int YmirLut(const std::vector<std::string>& args) {
                    .Text("--grad-accum", &grad_accum)
                    .Text("--batches", &batches)
                    .Text("--frozen", &frozen)
-                   .Int("--iterations", &o.iterations).AtLeast(1)
+                   .Int("--iterations", &o.iterations)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
@@ -970,6 +946,7 @@ int YmirLut(const std::vector<std::string>& args) {
                                std::tuple{&frozen, "--frozen", &o.frozen_layers}}) {
     if (auto st = list(*text, flag, v); !st.ok()) return UsageError("ymir-lut", std::string(st.message()));
   }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-lut", v);
   auto dims = slicesched::LlamaPreset("tiny");
   if (!dims.ok()) return Failed("ymir-lut", dims.status());
   // Iteration times do not depend on the weights' values: without
@@ -1043,16 +1020,16 @@ int YmirCommand(const std::vector<std::string>& args) {
                    .Choice("--gains-definition", {"saved", "speedup"}, &o.gains_definition)
                    .Choice("--gains-column", {"gain", "gain_steps"}, &o.gains_column)
                    .Choice("--policy", policies, &o.policy)
-                   .Int("--jobs", &o.jobs).AtLeast(1)
+                   .Int("--jobs", &o.jobs)
                    .Seed("--seed", &o.config.seed)
-                   .Num("--load", &o.load).Positive()
-                   .Int("--gpus", &o.config.gpus).AtLeast(1)
-                   .Int("--nodes", &o.nodes).AtLeast(1)
-                   .Num("--round", &o.config.round_s).Positive()
-                   .Num("--restart", &o.config.restart_s).AtLeast(0)
-                   .Int("--ilp-window", &o.config.ilp_window).AtLeast(1)
-                   .Num("--ilp-gap", &o.config.ilp_gap).AtLeast(0)
-                   .Num("--ilp-time-limit", &o.config.ilp_time_limit_s).Positive()
+                   .Num("--load", &o.load)
+                   .Int("--gpus", &o.config.gpus)
+                   .Int("--nodes", &o.nodes)
+                   .Num("--round", &o.config.round_s)
+                   .Num("--restart", &o.config.restart_s)
+                   .Int("--ilp-window", &o.config.ilp_window)
+                   .Num("--ilp-gap", &o.config.ilp_gap)
+                   .Num("--ilp-time-limit", &o.config.ilp_time_limit_s)
                    .Num("--ymir-horizon", &o.config.ymir_horizon_s)
                    .Num("--lambda", &o.config.lambda)
                    .Choice("--ilp-donors", {"0", "1"}, &donors)
@@ -1061,11 +1038,9 @@ int YmirCommand(const std::vector<std::string>& args) {
                    .Parse(args)) {
     return rc;
   }
-  if (o.config.gpus % o.nodes != 0) {
-    return UsageError("ymir", absl::StrCat("--gpus (", o.config.gpus, ") must be a multiple of --nodes (", o.nodes, ")"));
-  }
   o.config.ilp_donors = donors == "1";
   o.config.ymir_pair_shares = pair_shares == "1";
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir", v);
   auto r = slicesched::RunYmirCompare(o);
   if (!r.ok()) return Failed("ymir", r.status());
   std::printf("%s\n", json ? r->ToJson(o).c_str() : r->ToText().c_str());

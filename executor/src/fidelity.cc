@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -497,15 +499,21 @@ std::string FidelityResult::ToJson() const {
       overall.error_pct <= target_error_pct && overall.iterations > 0 ? "true" : "false");
 }
 
-absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
-  if (o.iterations <= 0) return absl::InvalidArgumentError("fidelity: --iterations must be positive");
-  if (o.calibration < 0) return absl::InvalidArgumentError("fidelity: --calibration must be >= 0");
-  if (o.warmup < 0) return absl::InvalidArgumentError("fidelity: --warmup must be >= 0");
-  if (o.train_batch <= 0 || o.train_tokens <= 0 || o.prompt_tokens <= 0 || o.lora_rank <= 0 ||
-      o.head_outputs <= 0) {
-    return absl::InvalidArgumentError("fidelity: batch, token, rank and head sizes must be positive");
+absl::Status FidelityOptions::Validate() const {
+  const std::initializer_list<std::tuple<const char*, int64_t, int64_t>> checks = {
+      {"--iterations", 1, iterations},     {"--warmup", 0, warmup},
+      {"--calibration", 0, calibration},   {"--decode-steps", 0, decode_steps},
+      {"--train-batch", 1, train_batch},   {"--train-tokens", 1, train_tokens},
+      {"--prompt-tokens", 1, prompt_tokens}, {"lora_rank", 1, lora_rank},
+      {"head_outputs", 1, head_outputs}};
+  for (const auto& [name, min, v] : checks) {
+    if (v < min) return absl::InvalidArgumentError(StrCat(name, " must be at least ", min, ", got '", v, "'"));
   }
-  if (o.decode_steps < 0) return absl::InvalidArgumentError("fidelity: --decode-steps must be >= 0");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
   SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<FidelityRig> rig, FidelityRig::Create(o));
   FidelityResult r;
   r.model = o.model;

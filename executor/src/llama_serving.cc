@@ -2,6 +2,7 @@
 #include "slicesched/executor/llama_serving.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "slicesched/common/status.h"
@@ -15,11 +16,23 @@ SamplingParams SamplingForStep(const SamplingParams& base, int step) {
   return p;
 }
 
+absl::Status CheckGenerateDirect(const std::vector<int64_t>& prompt, int max_tokens, const SamplingParams& base) {
+  if (prompt.empty()) return absl::InvalidArgumentError("prompt: at least one token is required");
+  if (max_tokens < 1) return absl::InvalidArgumentError(StrCat("max_tokens must be at least 1, got '", max_tokens, "'"));
+  if (!(base.temperature >= 0) || !std::isfinite(base.temperature)) {
+    return absl::InvalidArgumentError(StrCat("temperature must be finite and at least 0, got '", base.temperature, "'"));
+  }
+  if (!(base.top_p >= 0 && base.top_p <= 1)) {
+    return absl::InvalidArgumentError(StrCat("top_p must be in [0, 1], got '", base.top_p, "'"));
+  }
+  if (base.top_k < 0) return absl::InvalidArgumentError(StrCat("top_k must be at least 0, got '", base.top_k, "'"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int64_t>> GenerateDirect(const LlamaWeights& weights, const std::vector<int64_t>& prompt,
                                                     int max_tokens, const SamplingParams& base,
                                                     const std::vector<int64_t>& stop_tokens) {
-  if (prompt.empty()) return absl::InvalidArgumentError("prompt: at least one token is required");
-  if (max_tokens < 1) return absl::InvalidArgumentError("max_tokens: must be at least 1");
+  SLICESCHED_RETURN_IF_ERROR(CheckGenerateDirect(prompt, max_tokens, base));
   std::vector<KvCache> caches(static_cast<size_t>(weights.num_groups()));
   std::vector<int64_t> out;
   Tensor tokens = Tensor::FromInt64(prompt, {1, static_cast<int64_t>(prompt.size())});

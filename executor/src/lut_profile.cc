@@ -2,7 +2,9 @@
 #include "slicesched/executor/lut_profile.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <thread>
+#include <tuple>
 
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
@@ -90,10 +92,13 @@ absl::Status LutProfileOptions::Validate() const {
     return absl::InvalidArgumentError(
         "LUT profile: devices, grad_accum, local_batch need values >= 1 and frozen_layers >= 0 (none empty)");
   }
-  if (sequence_length < 2 || num_classes < 2 || lora_rank < 1 || warmup < 0 || iterations < 1) {
-    return absl::InvalidArgumentError(StrCat("LUT profile: sequence_length ", sequence_length, " (>= 2), num_classes ",
-                                             num_classes, " (>= 2), lora_rank ", lora_rank, " (>= 1), warmup ",
-                                             warmup, " (>= 0), iterations ", iterations, " (>= 1)"));
+  const std::initializer_list<std::tuple<const char*, int64_t, int64_t>> checks = {
+      {"sequence_length", 2, sequence_length}, {"num_classes", 2, num_classes}, {"lora_rank", 1, lora_rank},
+      {"warmup", 0, warmup},                   {"iterations", 1, iterations}};
+  for (const auto& [name, min, v] : checks) {
+    if (v < min) {
+      return absl::InvalidArgumentError(StrCat("LUT profile: ", name, " must be at least ", min, ", got '", v, "'"));
+    }
   }
   return absl::OkStatus();
 }

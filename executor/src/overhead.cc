@@ -402,25 +402,32 @@ class ScheduledRig {
 
 }  // namespace
 
+absl::Status OverheadOptions::Validate() const {
+  auto at_least = [](const char* flag, int64_t min, int64_t v) {
+    return v >= min ? absl::OkStatus()
+                    : absl::InvalidArgumentError(StrCat(flag, " must be at least ", min, ", got '", v, "'"));
+  };
+  SLICESCHED_RETURN_IF_ERROR(at_least("--prefills", 1, prefills));
+  SLICESCHED_RETURN_IF_ERROR(at_least("--repetitions", 1, repetitions));
+  SLICESCHED_RETURN_IF_ERROR(at_least("--window", 1, window));
+  SLICESCHED_RETURN_IF_ERROR(at_least("--block", 1, block));
+  SLICESCHED_RETURN_IF_ERROR(at_least("--nap-us", 0, nap_us));
+  if (wake_batch < 1 || wake_batch > window) {
+    return absl::InvalidArgumentError(
+        StrCat("--wake-batch must be in 1..", window, " (at most --window), got '", wake_batch, "'"));
+  }
+  if (priorities != "fcfs" && priorities != "equal") {
+    return absl::InvalidArgumentError(StrCat("--priorities must be fcfs or equal, got '", priorities, "'"));
+  }
+  if (only != "" && only != "direct" && only != "scheduled") {
+    return absl::InvalidArgumentError(StrCat("--only must be direct or scheduled, got '", only, "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
-  if (o.prefills <= 0) return absl::InvalidArgumentError("overhead: --prefills must be positive");
-  if (o.repetitions <= 0) return absl::InvalidArgumentError("overhead: --repetitions must be positive");
-  if (o.window <= 0) return absl::InvalidArgumentError("overhead: --window must be positive");
-  if (o.block <= 0) return absl::InvalidArgumentError("overhead: --block must be positive");
-  if (o.nap_us < 0) return absl::InvalidArgumentError("overhead: --nap-us must be >= 0");
-  if (o.wake_batch < 1 || o.wake_batch > o.window) {
-    return absl::InvalidArgumentError(StrCat("overhead: --wake-batch must be in [1, --window = ", o.window,
-                                             "], got ", o.wake_batch));
-  }
-  if (o.priorities != "fcfs" && o.priorities != "equal") {
-    return absl::InvalidArgumentError(
-        StrCat("overhead: --priorities must be 'fcfs' or 'equal', got '", o.priorities, "'"));
-  }
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
   const bool fcfs = o.priorities == "fcfs";
-  if (o.only != "" && o.only != "direct" && o.only != "scheduled") {
-    return absl::InvalidArgumentError(
-        StrCat("overhead: --only must be 'direct' or 'scheduled', got '", o.only, "'"));
-  }
   SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
   // The direct path gets the same single core as an executor's device thread.
   executor::SetIntraOpThreadsForThisThread(1);

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
+#include <tuple>
 
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
@@ -46,16 +48,17 @@ Tensor Merge(const Tensor& w, const Tensor& b, const Tensor& a, double s) {
 }  // namespace
 
 absl::Status PretrainOptions::Validate() const {
-  if (rounds < 1 || steps_per_round < 1 || batch_size < 1 || lora_rank < 1 || eval_sentences < 1) {
-    return absl::InvalidArgumentError(
-        StrCat("pretraining: rounds, steps_per_round, batch_size, lora_rank and eval_sentences "
-               "must be >= 1 (got ",
-               rounds, ", ", steps_per_round, ", ", batch_size, ", ", lora_rank, ", ",
-               eval_sentences, ")"));
-  }
-  if (sequence_length < 2) {
-    return absl::InvalidArgumentError(
-        StrCat("pretraining: sequence_length must be >= 2, got ", sequence_length));
+  const std::initializer_list<std::tuple<const char*, int64_t, int64_t>> checks = {
+      {"rounds", 1, rounds},
+      {"steps_per_round (slicesim make-backbone --steps)", 1, steps_per_round},
+      {"batch_size", 1, batch_size},
+      {"lora_rank", 1, lora_rank},
+      {"eval_sentences", 1, eval_sentences},
+      {"sequence_length", 2, sequence_length}};
+  for (const auto& [name, min, v] : checks) {
+    if (v < min) {
+      return absl::InvalidArgumentError(StrCat("pretraining: ", name, " must be at least ", min, ", got '", v, "'"));
+    }
   }
   if (!(learning_rate > 0) || !(lora_alpha > 0)) {
     return absl::InvalidArgumentError("pretraining: learning_rate and lora_alpha must be > 0");

@@ -123,8 +123,9 @@ absl::Status YmirExperimentOptions::Validate() const {
   if (tasks.size() < 3)
     return absl::InvalidArgumentError("the Ymir experiment needs at least 3 tasks");
   for (const YmirTaskSpec& t : tasks) {
-    SLICESCHED_ASSIGN_OR_RETURN(synth::TaskInfo info, synth::FindTask(t.name));
-    if (info.kind != synth::TaskKind::kClassification) {
+    absl::StatusOr<synth::TaskInfo> info = synth::FindTask(t.name);  // NotFound: a bad option value here
+    if (!info.ok()) return absl::InvalidArgumentError(StrCat("--tasks: ", info.status().message()));
+    if (info->kind != synth::TaskKind::kClassification) {
       return absl::InvalidArgumentError(StrCat("task '", t.name, "' is not a classification task"));
     }
   }

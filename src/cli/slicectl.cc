@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -673,11 +675,17 @@ grpc::Status NameJobFile(const grpc::Status& s, const std::string& path) {
 
 Usage Submit(const Args& a, Runner* run) {
   const std::string& path = a.words()[1];
+  std::error_code ec;
+  // A directory opens as a stream on Linux and reads as nothing: say what it is.
+  if (std::filesystem::is_directory(path, ec)) {
+    return UsageError{StrCat("submit: '", path, "' is a directory; expected a job YAML file")};
+  }
   std::ifstream in(path, std::ios::binary);
+  if (!in) return UsageError{StrCat("submit: cannot read '", path, "': ", std::strerror(errno))};
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (!in || ss.str().empty()) return UsageError{StrCat("submit: cannot read '", path, "' (or it is empty)")};
-  std::error_code ec;
+  if (in.bad()) return UsageError{StrCat("submit: cannot read '", path, "'")};
+  if (ss.str().empty()) return UsageError{StrCat("submit: '", path, "' is empty; expected a job YAML file")};
   const std::filesystem::path abs = std::filesystem::absolute(path, ec);
   v1::SubmitJobRequest req;
   req.set_yaml(ec ? ss.str() : AnchorJobDatasetPath(ss.str(), abs.parent_path().string()));

@@ -51,19 +51,39 @@ std::string ConvertString(const YAML::Node& n, std::string* out) {
   return "";
 }
 
-std::string ConvertInt(const YAML::Node& n, int64_t* out) {
+// Whether scalar `n` is a YAML string by its form: quoted or block (the
+// non-specific tag "!") or tagged !!str. A plain scalar (tag "?"), one with a
+// type tag (!!int, !!bool, ...) and a node built in code (no tag) are not.
+bool IsStringScalar(const YAML::Node& n) {
+  return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str";
+}
+
+// Numbers follow the rule for booleans (below): a quoted or block scalar is a
+// string in YAML, so "16" where an integer or a number is expected is
+// refused with a hint, as every other YAML tool would read it as text,
+// unless `quoted_ok` (ConfigReader::AcceptQuotedScalars). A string that does
+// not spell a number gets the plain message.
+std::string ConvertInt(const YAML::Node& n, bool quoted_ok, int64_t* out) {
   int64_t v;
   if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &v)) {
     return absl::StrCat("expected an integer, got ", Describe(n));
+  }
+  if (!quoted_ok && IsStringScalar(n)) {
+    return absl::StrCat("expected an integer, got the string ", Describe(n),
+                        " (a quoted number is not a number; write it without quotes)");
   }
   *out = v;
   return "";
 }
 
-std::string ConvertDouble(const YAML::Node& n, double* out) {
+std::string ConvertDouble(const YAML::Node& n, bool quoted_ok, double* out) {
   double v;
   if (!n.IsScalar() || !absl::SimpleAtod(n.Scalar(), &v) || !std::isfinite(v)) {
     return absl::StrCat("expected a number, got ", Describe(n));
+  }
+  if (!quoted_ok && IsStringScalar(n)) {
+    return absl::StrCat("expected a number, got the string ", Describe(n),
+                        " (a quoted number is not a number; write it without quotes)");
   }
   *out = v;
   return "";
@@ -73,13 +93,13 @@ std::string ConvertDouble(const YAML::Node& n, double* out) {
 // case, or one tagged !!bool. A quoted or block scalar is a string in YAML,
 // whatever it spells ('yes' is the word, not the boolean), so it is refused
 // with a hint rather than read differently from every other YAML tool, unless
-// `quoted_ok` (ConfigReader::AcceptQuotedBooleans).
+// `quoted_ok` (ConfigReader::AcceptQuotedScalars).
 std::string ConvertBool(const YAML::Node& n, bool quoted_ok, bool* out) {
   if (n.IsScalar()) {
     const std::string s = absl::AsciiStrToLower(n.Scalar());
     const bool is_true = s == "true" || s == "yes" || s == "on";
     const bool is_false = s == "false" || s == "no" || s == "off";
-    const bool plain = quoted_ok || n.Tag() == "?" || n.Tag() == "tag:yaml.org,2002:bool";
+    const bool plain = quoted_ok || !IsStringScalar(n);
     if ((is_true || is_false) && plain) {
       *out = is_true;
       return "";
@@ -257,7 +277,7 @@ ConfigReader::ConfigReader(YAML::Node node, bool present, YAML::Node anchor,
       path_(std::move(path)),
       source_(parent.source_),
       errors_(parent.errors_),
-      quoted_booleans_(parent.quoted_booleans_) {}
+      quoted_scalars_(parent.quoted_scalars_) {}
 
 ConfigReader& ConfigReader::operator=(const ConfigReader& other) {
   if (this == &other) return *this;
@@ -267,7 +287,7 @@ ConfigReader& ConfigReader::operator=(const ConfigReader& other) {
   path_ = other.path_;
   source_ = other.source_;
   errors_ = other.errors_;
-  quoted_booleans_ = other.quoted_booleans_;
+  quoted_scalars_ = other.quoted_scalars_;
   return *this;
 }
 
@@ -480,16 +500,18 @@ void ConfigReader::ReadField(absl::string_view key, bool required,
 }
 void ConfigReader::ReadField(absl::string_view key, bool required,
                              int64_t* out) const {
-  ReadFieldWith(key, required, out, ConvertInt);
+  ReadFieldWith(key, required, out,
+                [this](const YAML::Node& n, int64_t* v) { return ConvertInt(n, quoted_scalars_, v); });
 }
 void ConfigReader::ReadField(absl::string_view key, bool required,
                              double* out) const {
-  ReadFieldWith(key, required, out, ConvertDouble);
+  ReadFieldWith(key, required, out,
+                [this](const YAML::Node& n, double* v) { return ConvertDouble(n, quoted_scalars_, v); });
 }
 void ConfigReader::ReadField(absl::string_view key, bool required,
                              bool* out) const {
   ReadFieldWith(key, required, out,
-                [this](const YAML::Node& n, bool* b) { return ConvertBool(n, quoted_booleans_, b); });
+                [this](const YAML::Node& n, bool* b) { return ConvertBool(n, quoted_scalars_, b); });
 }
 
 namespace {
@@ -507,13 +529,13 @@ void ConfigReader::ReadSelf(std::string* out) const {
   ReadSelfWith(*this, out, ConvertString);
 }
 void ConfigReader::ReadSelf(int64_t* out) const {
-  ReadSelfWith(*this, out, ConvertInt);
+  ReadSelfWith(*this, out, [this](const YAML::Node& n, int64_t* v) { return ConvertInt(n, quoted_scalars_, v); });
 }
 void ConfigReader::ReadSelf(double* out) const {
-  ReadSelfWith(*this, out, ConvertDouble);
+  ReadSelfWith(*this, out, [this](const YAML::Node& n, double* v) { return ConvertDouble(n, quoted_scalars_, v); });
 }
 void ConfigReader::ReadSelf(bool* out) const {
-  ReadSelfWith(*this, out, [this](const YAML::Node& n, bool* b) { return ConvertBool(n, quoted_booleans_, b); });
+  ReadSelfWith(*this, out, [this](const YAML::Node& n, bool* b) { return ConvertBool(n, quoted_scalars_, b); });
 }
 
 Bytes ConfigReader::RequiredBytes(absl::string_view key) const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
@@ -48,15 +49,23 @@ struct Prediction {
 
 }  // namespace
 
+absl::Status AccuracyOptions::Validate() const {
+  for (const auto& [flag, v] : {std::pair{"--minutes", minutes}, std::pair{"--load-scale", load_scale},
+                                std::pair{"--predict-every", predict_every_s}}) {
+    if (!(v > 0) || !std::isfinite(v)) return absl::InvalidArgumentError(StrCat(flag, " must be > 0, got '", v, "'"));
+  }
+  if (!(warmup_s >= 0) || !std::isfinite(warmup_s)) {
+    return absl::InvalidArgumentError(StrCat("--warmup must be at least 0, got '", warmup_s, "'"));
+  }
+  if (minutes * 60.0 <= warmup_s) {  // nothing would be scored: every figure would read 0.00%
+    return absl::InvalidArgumentError(StrCat("--minutes ", minutes, " (", minutes * 60.0, " s) must exceed --warmup ",
+                                             warmup_s, " s, before which nothing is scored"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AccuracyResult> RunAccuracy(const AccuracyOptions& o) {
-  if (!(o.minutes > 0) || !(o.load_scale > 0) || !(o.predict_every_s > 0)) {
-    return absl::InvalidArgumentError("--minutes, --load-scale and --predict-every must be positive");
-  }
-  if (o.minutes * 60.0 <= o.warmup_s) {  // nothing would be scored: every figure would read 0.00%
-    return absl::InvalidArgumentError(StrCat("--minutes ", o.minutes, " (", o.minutes * 60.0,
-                                             " s) must exceed the warm-up of ", o.warmup_s,
-                                             " s, before which nothing is scored"));
-  }
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
   AccuracyResult result;
   // Workload.
   std::vector<Request> requests;

@@ -185,11 +185,20 @@ class Builder {
 
 }  // namespace
 
+absl::Status BenchSimOptions::Validate() const {
+  auto bad = [](const char* flag, const char* bounds, int64_t v) {
+    return absl::InvalidArgumentError(StrCat(flag, " must be ", bounds, ", got '", v, "'"));
+  };
+  if (devices < 2 || devices > 4096) return bad("--devices", "in 2..4096", devices);
+  if (ops < 1 || ops > 10000000) return bad("--ops", "in 1..10000000", ops);
+  if (repetitions < 1) return bad("--repetitions", "at least 1", repetitions);
+  if (warmup < 0) return bad("--warmup", "at least 0", warmup);
+  if (horizon_us < -1) return bad("--horizon-us", "at least -1 (-1: to completion)", horizon_us);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BenchSimResult> RunBenchSim(const BenchSimOptions& o) {
-  if (o.devices < 2 || o.devices > 4096) return absl::InvalidArgumentError("--devices must be in 2..4096");
-  if (o.ops < 1 || o.ops > 10000000) return absl::InvalidArgumentError("--ops must be in 1..10000000");
-  if (o.repetitions < 1) return absl::InvalidArgumentError("--repetitions must be positive");
-  if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must not be negative");
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
   Builder b(o);
   SLICESCHED_RETURN_IF_ERROR(b.Build());
 

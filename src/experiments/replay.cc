@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
@@ -304,21 +306,24 @@ absl::Status WriteSummary(const std::string& dir, const ReplayResult& r) {
 
 }  // namespace
 
+absl::Status ReplayOptions::Validate() const {
+  for (const auto& [flag, v] : {std::pair{"--minutes", minutes}, std::pair{"--load-scale", load_scale}}) {
+    if (!(v > 0) || !std::isfinite(v)) return absl::InvalidArgumentError(StrCat(flag, " must be > 0, got '", v, "'"));
+  }
+  if (threads < 0 || threads > 1024) {
+    return absl::InvalidArgumentError(StrCat("--threads must be in 0..1024, got '", threads, "'"));
+  }
+  if (policy != "all" && MakePolicy(policy) == nullptr) {
+    return absl::InvalidArgumentError(StrCat("--policy must be Static-Online, Full-Share, Subset-Share, Dual-Share, "
+                                             "SliceScheduler or all, got '",
+                                             policy, "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ReplayResult> RunReplay(const ReplayOptions& o) {
-  if (!(o.minutes > 0) || !(o.load_scale > 0)) {
-    return absl::InvalidArgumentError("--minutes and --load-scale must be positive");
-  }
-  std::vector<std::string> names;
-  if (o.policy == "all") {
-    names = ReplayPolicyNames();
-  } else {
-    if (MakePolicy(o.policy) == nullptr) {
-      return absl::InvalidArgumentError(StrCat("unknown policy '", o.policy,
-                                               "' (Static-Online, Full-Share, Subset-Share, Dual-Share, "
-                                               "SliceScheduler or all)"));
-    }
-    names = {o.policy};
-  }
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
+  const std::vector<std::string> names = o.policy == "all" ? ReplayPolicyNames() : std::vector<std::string>{o.policy};
   ReplayResult result;
   result.load_scale = o.load_scale;
   // Workload: one day of arrivals, four shifted copies.

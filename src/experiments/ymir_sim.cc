@@ -1185,12 +1185,43 @@ std::string YmirCompareResult::ToText() const {
   return out;
 }
 
-absl::StatusOr<YmirCompareResult> RunYmirCompare(const YmirCompareOptions& options) {
-  YmirCompareOptions o = options;
-  if (o.nodes < 1 || o.config.gpus < 1 || o.config.gpus % o.nodes != 0) {
+absl::Status YmirCompareOptions::Validate() const {
+  auto bad = [](const char* flag, const char* bounds, auto v) {
+    return absl::InvalidArgumentError(StrCat(flag, " must be ", bounds, ", got '", v, "'"));
+  };
+  if (jobs < 1) return bad("--jobs", "at least 1", jobs);
+  if (!(load > 0) || !std::isfinite(load)) return bad("--load", "> 0", load);
+  if (config.gpus < 1) return bad("--gpus", "at least 1", config.gpus);
+  if (nodes < 1) return bad("--nodes", "at least 1", nodes);
+  if (config.gpus % nodes != 0) {
     return absl::InvalidArgumentError(
-        StrCat("--gpus (", o.config.gpus, ") must be a positive multiple of --nodes (", o.nodes, ")"));
+        StrCat("--gpus (", config.gpus, ") must be a multiple of --nodes (", nodes, ")"));
   }
+  if (!(config.round_s > 0) || !std::isfinite(config.round_s)) return bad("--round", "> 0", config.round_s);
+  if (!(config.restart_s >= 0) || !std::isfinite(config.restart_s)) return bad("--restart", "at least 0", config.restart_s);
+  if (config.ilp_window < 1) return bad("--ilp-window", "at least 1", config.ilp_window);
+  if (!(config.ilp_gap >= 0) || !std::isfinite(config.ilp_gap)) return bad("--ilp-gap", "at least 0", config.ilp_gap);
+  if (!(config.ilp_time_limit_s > 0) || !std::isfinite(config.ilp_time_limit_s)) {
+    return bad("--ilp-time-limit", "> 0", config.ilp_time_limit_s);
+  }
+  if (policy != "all") {
+    const std::vector<std::string> names = YmirSimPolicyNames();
+    if (std::find(names.begin(), names.end(), policy) == names.end()) {
+      return bad("--policy", "Ymir, Ymir-elastic, Tiresias, Optimus, Pollux, Themis, SRTF or all", policy);
+    }
+  }
+  if (!gains_definition.empty() && gains_definition != "saved" && gains_definition != "speedup") {
+    return bad("--gains-definition", "saved or speedup", gains_definition);
+  }
+  if (!gains_column.empty() && gains_column != "gain" && gains_column != "gain_steps") {
+    return bad("--gains-column", "gain or gain_steps", gains_column);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<YmirCompareResult> RunYmirCompare(const YmirCompareOptions& options) {
+  SLICESCHED_RETURN_IF_ERROR(options.Validate());
+  YmirCompareOptions o = options;
   o.config.gpus_per_node = o.config.gpus / o.nodes;
   YmirCompareResult r;
   if (o.trace.empty()) {
@@ -1213,11 +1244,8 @@ absl::StatusOr<YmirCompareResult> RunYmirCompare(const YmirCompareOptions& optio
     r.gains = "default stand-in (paper's reported distribution, not measured)";
   } else {
     YmirGainsLoadOptions load{.column = o.gains_column};
-    if (o.gains_definition == "saved" || o.gains_definition == "speedup") {
+    if (!o.gains_definition.empty()) {  // else the file's directive (Validate() checked the name)
       load.definition = o.gains_definition == "saved" ? YmirGainsDefinition::kSaved : YmirGainsDefinition::kSpeedup;
-    } else if (!o.gains_definition.empty()) {
-      return absl::InvalidArgumentError(
-          StrCat("--gains-definition must be 'saved' or 'speedup', got '", o.gains_definition, "'"));
     }
     SLICESCHED_ASSIGN_OR_RETURN(gains, LoadYmirGains(o.gains, load));
     r.gains = o.gains;

@@ -189,7 +189,7 @@ absl::Status JobManager::Reload() {
     so.tenant = row.tenant;
     so.check_backbone = false;  // accepted once; deployments may come and go
     so.check_dataset_file = false;
-    so.accept_quoted_booleans = true;  // as accepted then
+    so.accept_quoted_scalars = true;  // as accepted then
     absl::StatusOr<ParsedJobSpec> parsed = ParseJobSpec(row.yaml, so);
     if (parsed.ok()) {
       job.spec = parsed->spec;

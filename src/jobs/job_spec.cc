@@ -439,7 +439,7 @@ namespace {
 absl::StatusOr<ParsedJobSpec> ParseJobSpecTree(const YAML::Node& root, const JobSpecOptions& options) {
   ConfigErrors errors;
   ConfigReader r(root, options.source, &errors);
-  if (options.accept_quoted_booleans) r.AcceptQuotedBooleans();
+  if (options.accept_quoted_scalars) r.AcceptQuotedScalars();
   ParsedJobSpec out;
   out.spec = ParseJobSpec(r, options, &out.warnings);
   SLICESCHED_RETURN_IF_ERROR(errors.ToStatus());

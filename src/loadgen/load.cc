@@ -209,10 +209,22 @@ std::string LoadReport::ToText() const {
                                 tokens_per_s, 100 * mean_busy, busy));
 }
 
+absl::Status LoadOptions::Validate() const {
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    return absl::InvalidArgumentError(StrCat("--seconds must be > 0, got '", seconds, "'"));
+  }
+  if (!(token_scale >= 1) || !std::isfinite(token_scale)) {
+    return absl::InvalidArgumentError(StrCat("--token-scale must be at least 1, got '", token_scale, "'"));
+  }
+  for (const auto& [flag, v] : {std::pair{"--streams", streams}, std::pair{"--offline-streams", offline_streams}}) {
+    if (v < 0 || v > 4096) return absl::InvalidArgumentError(StrCat(flag, " must be in 0..4096, got '", v, "'"));
+  }
+  if (vocab < 1) return absl::InvalidArgumentError(StrCat("vocab must be at least 1, got ", vocab));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
-  if (o.seconds <= 0) return absl::InvalidArgumentError("seconds: must be > 0");
-  if (o.token_scale < 1) return absl::InvalidArgumentError("token_scale: must be >= 1");
-  if (o.vocab < 1) return absl::InvalidArgumentError("vocab: must be >= 1");
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
   LoadReport report;
   std::vector<Request> arrivals;
   if (o.streams <= 0) {

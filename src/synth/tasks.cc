@@ -224,29 +224,37 @@ absl::StatusOr<TaskInfo> FindTask(std::string_view name) {
   return absl::NotFoundError(StrCat("unknown synthetic task '", name, "' (known: ", names, ")"));
 }
 
-absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
-  auto info = FindTask(o.task);
+absl::Status DatasetOptions::Validate() const {
+  auto info = FindTask(task);
   if (!info.ok()) return absl::InvalidArgumentError(info.status().message());
-  SLICESCHED_ASSIGN_OR_RETURN(const TaskName parsed, ParseTaskName(o.task));
-  if (o.examples < 1) return absl::InvalidArgumentError(StrCat("examples must be at least 1, got ", o.examples));
-  if (o.sequence_length < 2) {
-    return absl::InvalidArgumentError(StrCat("sequence_length must be at least 2, got ", o.sequence_length));
+  SLICESCHED_ASSIGN_OR_RETURN(const TaskName parsed, ParseTaskName(task));
+  if (examples < 1) return absl::InvalidArgumentError(StrCat("examples must be at least 1, got ", examples));
+  if (sequence_length < 2) {
+    return absl::InvalidArgumentError(StrCat("sequence_length must be at least 2, got ", sequence_length));
   }
-  if (o.num_classes < 2)
-    return absl::InvalidArgumentError(StrCat("num_classes must be at least 2, got ", o.num_classes));
-  SLICESCHED_ASSIGN_OR_RETURN(Language lang, Language::Make(o.language));
+  if (num_classes < 2) return absl::InvalidArgumentError(StrCat("num_classes must be at least 2, got ", num_classes));
+  SLICESCHED_RETURN_IF_ERROR(language.Validate());
   const std::string& fam = info->family;
   const std::string variant = parsed.base.substr(std::min(parsed.base.size(), fam.size() + 1));
-  const bool split = variant == "split";
   const bool binary = fam == "parity" || variant == "major" || variant == "inv" || variant == "noisy";
-  if (binary && o.num_classes != 2) {
-    return absl::InvalidArgumentError(
-        StrCat("task '", o.task, "' is binary: num_classes must be 2, got ", o.num_classes));
+  if (binary && num_classes != 2) {
+    return absl::InvalidArgumentError(StrCat("task '", task, "' is binary: num_classes must be 2, got ", num_classes));
   }
-  if ((fam == "last-class" || fam == "first-class") && o.num_classes > o.language.classes) {
+  if ((fam == "last-class" || fam == "first-class") && num_classes > language.classes) {
     return absl::InvalidArgumentError(StrCat("task '", fam, "': num_classes must be at most the language's ",
-                                             o.language.classes, " classes, got ", o.num_classes));
+                                             language.classes, " classes, got ", num_classes));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Example>> Generate(const DatasetOptions& o) {
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
+  SLICESCHED_ASSIGN_OR_RETURN(const TaskInfo info, FindTask(o.task));
+  SLICESCHED_ASSIGN_OR_RETURN(const TaskName parsed, ParseTaskName(o.task));
+  SLICESCHED_ASSIGN_OR_RETURN(Language lang, Language::Make(o.language));
+  const std::string& fam = info.family;
+  const std::string variant = parsed.base.substr(std::min(parsed.base.size(), fam.size() + 1));
+  const bool split = variant == "split";
   const std::vector<int64_t>* set = ClassSet(fam);
   std::vector<int64_t> thresholds;
   if (set != nullptr && fam != "parity") {

@@ -163,6 +163,24 @@ TEST_F(SlicectlJobsTest, SubmitAnchorsARelativeDatasetPathAtTheFile) {
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("<job>")));
 }
 
+// A directory where the job file belongs used to read as nothing: "cannot
+// read 'DIR' (or it is empty)" did not say what was wrong. Both are usage
+// errors (exit 2), named before connecting.
+TEST_F(SlicectlTest, SubmitNamesADirectoryAndAnEmptyFile) {
+  const std::string jobs_dir = dir_ + "/jobdir";
+  std::filesystem::create_directories(jobs_dir);
+  Result r = Run({"submit", jobs_dir});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(StrCat("submit: '", jobs_dir, "' is a directory; expected a job YAML file")));
+  std::ofstream(jobs_dir + "/empty.yaml").flush();
+  r = Run({"submit", jobs_dir + "/empty.yaml"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(StrCat("submit: '", jobs_dir, "/empty.yaml' is empty; expected a job YAML file")));
+  r = Run({"submit", jobs_dir + "/absent.yaml"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(StrCat("submit: cannot read '", jobs_dir, "/absent.yaml': No such file or directory")));
+}
+
 // operations.md documents FineTune.CancelJob, but slicectl had no command
 // for it: a user could submit and watch a job, not stop it.
 TEST_F(SlicectlJobsTest, CancelJob) {

@@ -1,7 +1,10 @@
 // slicesim's exit codes: a bad command line (unknown option, missing or bad
 // value) exits 2 with "slicesim COMMAND: --OPTION ..., got 'VALUE'" on
-// stderr before any work; a failure while running exits 1. Runs the built
-// binary (SLICESIM_PATH), as a user would.
+// stderr before any work; a failure while running exits 1. The flags' syntax
+// (an integer, a number, one of the choices) is slicesim's own check; the
+// bounds are the options structs' Validate(), the one place they are
+// written, which slicesim reports as usage errors too. Runs the built binary
+// (SLICESIM_PATH), as a user would.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -79,10 +82,15 @@ TEST(SlicesimUsage, BadOptionValuesExitTwoNamingOptionAndValue) {
   ExpectUsage({
       {{"bench-sim", "--devices", "abc"}, "slicesim bench-sim: --devices needs an integer, got 'abc'"},
       {{"bench-sim", "--devices", "-3"}, "slicesim bench-sim: --devices must be in 2..4096, got '-3'"},
-      // Once truncated to int (1 device), now refused.
-      {{"bench-sim", "--devices", "4294967297"}, "slicesim bench-sim: --devices must be in 2..4096, got '4294967297'"},
+      // Once truncated to int (1 device), now refused: no int holds it.
+      {{"bench-sim", "--devices", "4294967297"},
+       "slicesim bench-sim: --devices needs an integer in -2147483648..2147483647, got '4294967297'"},
       {{"bench-sim", "--seed", "-1"}, "slicesim bench-sim: --seed must be at least 0, got '-1'"},
       {{"bench-sim", "--repetitions", "0"}, "slicesim bench-sim: --repetitions must be at least 1, got '0'"},
+      {{"bench-sim", "--sweep", "/dev/null/sweep", "--repetitions", "0"},
+       "slicesim bench-sim: --repetitions must be at least 1, got '0'"},
+      {{"bench-sim", "--horizon-us", "-2"},
+       "slicesim bench-sim: --horizon-us must be at least -1 (-1: to completion), got '-2'"},
       {{"bench-sim", "--devices"}, "slicesim bench-sim: --devices needs a value"},
       {{"bench-sim", "--device", "8"}, "slicesim bench-sim: unknown argument '--device'"},
       {{"accuracy", "--minutes", "nan"}, "slicesim accuracy: --minutes needs a number, got 'nan'"},
@@ -92,7 +100,9 @@ TEST(SlicesimUsage, BadOptionValuesExitTwoNamingOptionAndValue) {
       {{"replay", "--policy", "Best"},
        "slicesim replay: --policy must be Static-Online, Full-Share, Subset-Share, Dual-Share, SliceScheduler or "
        "all, got 'Best'"},
+      {{"replay", "--threads", "2000"}, "slicesim replay: --threads must be in 0..1024, got '2000'"},
       {{"load", "--streams", "-1"}, "slicesim load: --streams must be in 0..4096, got '-1'"},
+      {{"load", "--token-scale", "0.5"}, "slicesim load: --token-scale must be at least 1, got '0.5'"},
       {{"ymir", "--policy", "ymir"},
        "slicesim ymir: --policy must be Ymir, Ymir-elastic, Tiresias, Optimus, Pollux, Themis, SRTF or all, got "
        "'ymir'"},
@@ -100,12 +110,14 @@ TEST(SlicesimUsage, BadOptionValuesExitTwoNamingOptionAndValue) {
       {{"ymir", "--ilp-donors", "2"}, "slicesim ymir: --ilp-donors must be 0 or 1, got '2'"},
       {{"ymir", "--load", "-1"}, "slicesim ymir: --load must be > 0, got '-1'"},
       {{"ymir", "--gpus", "10", "--nodes", "4"}, "slicesim ymir: --gpus (10) must be a multiple of --nodes (4)"},
+      {{"ymir", "--ilp-window", "0"}, "slicesim ymir: --ilp-window must be at least 1, got '0'"},
       {{"synth-data", "--task", "fa-major"}, "slicesim synth-data: --out FILE is required"},
       {{"synth-data", "--task", "fa-major", "--out", "x.csv"},
        "slicesim synth-data: --out must end in .jsonl or .bin, got 'x.csv'"},
       {{"synth-data", "--task", "sst2", "--out", "x.jsonl"},
-       "slicesim synth-data: --task: unknown synthetic task 'sst2' (known: "},
-      {{"synth-data", "--examples", "0"}, "slicesim synth-data: --examples must be at least 1, got '0'"},
+       "slicesim synth-data: unknown synthetic task 'sst2' (known: "},
+      {{"synth-data", "--task", "fa-major", "--out", "x.jsonl", "--examples", "0"},
+       "slicesim synth-data: examples must be at least 1, got 0"},
   });
 }
 
@@ -115,7 +127,9 @@ TEST(SlicesimUsage, UnknownCommandExitsTwo) {
   EXPECT_THAT(r.err, HasSubstr("slicesim: unknown command 'frobnicate'"));
 }
 
-// Not usage errors: the command line is well formed, the run fails.
+// Not usage errors: the command line is well formed, the run fails (even
+// where the library reports the failure as InvalidArgument, as bench-sim's
+// sweep does for an output directory it cannot create).
 TEST(SlicesimUsage, FailuresWhileRunningExitOne) {
   Result r = RunSlicesim({"ymir", "--trace", "/nonexistent/slicesched/jobs.csv"});
   EXPECT_EQ(r.code, 1) << r.err;
@@ -123,6 +137,9 @@ TEST(SlicesimUsage, FailuresWhileRunningExitOne) {
   r = RunSlicesim({"gmg", "--config", "/nonexistent/slicesched/slicesim.yaml"});
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("/nonexistent/slicesched/slicesim.yaml"));
+  r = RunSlicesim({"bench-sim", "--sweep", "/dev/null/sweep"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot create /dev/null/sweep"));
 }
 
 #ifdef SLICESIM_HAS_TORCH_EXECUTORS
@@ -134,7 +151,14 @@ TEST(SlicesimUsage, LibTorchCommandsCheckTheirOptionsToo) {
       {{"fidelity", "--iterations", "0"}, "slicesim fidelity: --iterations must be at least 1, got '0'"},
       {{"generate-direct", "--max-tokens", "4"}, "slicesim generate-direct: --prompt is required"},
       {{"generate-direct", "--prompt", "1,2", "--max-tokens", "4", "--top-p", "1.5"},
-       "slicesim generate-direct: --top-p must be in (0, 1], got '1.5'"},
+       "slicesim generate-direct: top_p must be in [0, 1], got '1.5'"},
+      {{"generate-direct", "--prompt", "1,2", "--max-tokens", "0"},
+       "slicesim generate-direct: max_tokens must be at least 1, got '0'"},
+      {{"generate-direct", "--prompt", "1,2", "--max-tokens", "4", "--temperature", "-1"},
+       "slicesim generate-direct: temperature must be finite and at least 0, got '-1'"},
+      {{"overhead", "--window", "2", "--wake-batch", "3"},
+       "slicesim overhead: --wake-batch must be in 1..2 (at most --window), got '3'"},
+      {{"fidelity", "--train-batch", "0"}, "slicesim fidelity: --train-batch must be at least 1, got '0'"},
       {{"generate-direct", "--prompt", "1,x", "--max-tokens", "4"},
        "slicesim generate-direct: --prompt: 'x' is not a token id"},
   });
@@ -146,7 +170,19 @@ TEST(SlicesimUsage, YmirLibTorchCommandsCheckTheirOptionsToo) {
   ExpectUsage({
       {{"make-backbone", "--seed", "3"}, "slicesim make-backbone: --out is required"},
       {{"make-backbone", "--out", "b.safetensors", "--rounds", "0"},
-       "slicesim make-backbone: --rounds must be at least 1, got '0'"},
+       "slicesim make-backbone: pretraining: rounds must be at least 1, got '0'"},
+      {{"make-backbone", "--out", "b.safetensors", "--steps", "0"},
+       "slicesim make-backbone: pretraining: steps_per_round (slicesim make-backbone --steps) must be at least 1, "
+       "got '0'"},
+      {{"ymir-lut", "--out", "l.csv", "--iterations", "0"},
+       "slicesim ymir-lut: LUT profile: iterations must be at least 1, got '0'"},
+      // YmirExperimentOptions::Validate(), before the backbone is pretrained;
+      // once exit 1.
+      {{"ymir-estimators", "--steps", "5", "--probe-steps", "10"},
+       "slicesim ymir-estimators: Ymir experiment: normal_steps (slicesim --steps) must be >= probe_steps"},
+      {{"ymir-estimators", "--tasks", "nosuch,fa-major,fb-major"},
+       "slicesim ymir-estimators: --tasks: unknown synthetic task 'nosuch' (known: "},
+      {{"ymir-estimators", "--seed", "-1"}, "slicesim ymir-estimators: --seed must be at least 0, got '-1'"},
       {{"ymir-lut", "--iterations", "1"}, "slicesim ymir-lut: --out is required"},
       {{"ymir-lut", "--out", "l.csv", "--devices", "1,two"},
        "slicesim ymir-lut: --devices: '1,two' is not a comma-separated integer list"},

@@ -400,7 +400,6 @@ TEST(ConfigReaderTest, IntegerBoundsAndFormats) {
 too_big: 9223372036854775808
 neg: -12
 hex: 0x10
-quoted: "42"
 mem_int: 4096
 mem_huge: 99999999PiB
 )yaml");
@@ -410,7 +409,6 @@ mem_huge: 99999999PiB
   EXPECT_EQ(r.Required<int64_t>("too_big"), 0);
   EXPECT_EQ(r.Required<int64_t>("neg"), -12);
   EXPECT_EQ(r.Optional<int64_t>("hex", 1), 1);
-  EXPECT_EQ(r.Required<int64_t>("quoted"), 42);
   EXPECT_EQ(r.RequiredBytes("mem_int"), Bytes(4096));
   EXPECT_EQ(r.RequiredBytes("mem_huge"), Bytes::Zero());
   EXPECT_THAT(
@@ -419,7 +417,7 @@ mem_huge: 99999999PiB
           "c.yaml:2:10: too_big: expected an integer, got "
           "'9223372036854775808'",
           "c.yaml:4:6: hex: expected an integer, got '0x10'",
-          "c.yaml:7:11: mem_huge: byte size '99999999PiB' is out of range"));
+          "c.yaml:6:11: mem_huge: byte size '99999999PiB' is out of range"));
 }
 
 TEST(ConfigReaderTest, DoublesAndBools) {
@@ -476,11 +474,63 @@ e: |
   // the reader and its children; numbers still are not.
   ConfigErrors lenient_errors;
   ConfigReader lenient(root, "c.yaml", &lenient_errors);
-  lenient.AcceptQuotedBooleans();
+  lenient.AcceptQuotedScalars();
   EXPECT_TRUE(lenient.Required<bool>("a"));
   EXPECT_TRUE(lenient.Child("b").As<bool>());
   EXPECT_TRUE(lenient.Optional<bool>("c", true));
   EXPECT_THAT(lenient_errors.errors(), ElementsAre("c.yaml:3:4: c: expected true or false, got '0'"));
+}
+
+// Numbers follow the booleans' rule: a quoted "16" or '1.5' is a YAML string
+// (once read as the number it spells), reported with the file, the position,
+// the key and the value; the default is kept. Plain and !!int / !!float
+// tagged scalars are numbers; a quoted non-number gets the plain message.
+TEST(ConfigReaderTest, QuotedNumbersAreNotNumbers) {
+  const YAML::Node root = Parse(R"yaml(batch_size: "16"
+learning_rate: '1.5'
+plain_int: 16
+plain_float: 1.5
+tagged: !!int "8"
+block: |
+  4
+word: "sixteen"
+ints: [1, "2"]
+)yaml");
+  ConfigErrors errors;
+  ConfigReader r(root, "c.yaml", &errors);
+  EXPECT_EQ(r.Optional<int64_t>("batch_size", 1), 1);
+  EXPECT_DOUBLE_EQ(r.Optional<double>("learning_rate", 0.5), 0.5);
+  EXPECT_EQ(r.Required<int64_t>("plain_int"), 16);
+  EXPECT_DOUBLE_EQ(r.Required<double>("plain_float"), 1.5);
+  EXPECT_DOUBLE_EQ(r.Required<double>("plain_int"), 16.0);
+  EXPECT_EQ(r.Required<int64_t>("tagged"), 8);
+  EXPECT_EQ(r.Optional<int64_t>("block", 3), 3);
+  EXPECT_EQ(r.Optional<int64_t>("word", 3), 3);
+  std::vector<int64_t> ints;
+  for (const ConfigReader& e : r.Child("ints").Elements()) ints.push_back(e.As<int64_t>(-1));
+  EXPECT_THAT(ints, ElementsAre(1, -1));
+  EXPECT_THAT(errors.errors(),
+              ElementsAre("c.yaml:1:13: batch_size: expected an integer, got the string '16' (a quoted number is "
+                          "not a number; write it without quotes)",
+                          "c.yaml:2:16: learning_rate: expected a number, got the string '1.5' (a quoted number is "
+                          "not a number; write it without quotes)",
+                          "c.yaml:6:8: block: expected an integer, got the string '4\n' (a quoted number is not a "
+                          "number; write it without quotes)",
+                          "c.yaml:8:7: word: expected an integer, got 'sixteen'",
+                          "c.yaml:9:11: ints[1]: expected an integer, got the string '2' (a quoted number is not a "
+                          "number; write it without quotes)"));
+
+  // Re-reading text accepted before the rule: quoted numbers are numbers in
+  // the reader and its children; a word still is not.
+  ConfigErrors lenient_errors;
+  ConfigReader lenient(root, "c.yaml", &lenient_errors);
+  lenient.AcceptQuotedScalars();
+  EXPECT_EQ(lenient.Required<int64_t>("batch_size"), 16);
+  EXPECT_DOUBLE_EQ(lenient.Required<double>("learning_rate"), 1.5);
+  EXPECT_DOUBLE_EQ(lenient.Required<double>("batch_size"), 16.0);
+  EXPECT_EQ(lenient.Child("ints").At(1).As<int64_t>(), 2);
+  EXPECT_EQ(lenient.Optional<int64_t>("word", 3), 3);
+  EXPECT_THAT(lenient_errors.errors(), ElementsAre("c.yaml:8:7: word: expected an integer, got 'sixteen'"));
 }
 
 TEST(ConfigReaderTest, ListsOfScalarsAndUnitValues) {

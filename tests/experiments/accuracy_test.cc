@@ -29,11 +29,14 @@ TEST(AccuracyTest, ShortRunIsAccurateAndDeterministic) {
 TEST(AccuracyTest, RejectsBadOptions) {
   AccuracyOptions o;
   o.minutes = 0;
-  EXPECT_FALSE(RunAccuracy(o).ok());
+  EXPECT_EQ(RunAccuracy(o).status().message(), "--minutes must be > 0, got '0'");
   // A run within the warm-up scores nothing; it used to report 0.00% errors.
   o.minutes = 0.5;
   EXPECT_THAT(RunAccuracy(o).status().message(),
-              ::testing::HasSubstr("--minutes 0.5 (30 s) must exceed the warm-up of 60 s"));
+              ::testing::HasSubstr("--minutes 0.5 (30 s) must exceed --warmup 60 s"));
+  o.warmup_s = -1;  // once checked by slicesim's flags only
+  EXPECT_EQ(o.Validate().message(), "--warmup must be at least 0, got '-1'");
+  o.warmup_s = 60;
   o.minutes = 2;
   o.trace = "/nonexistent/trace.csv";
   EXPECT_EQ(RunAccuracy(o).status().code(), absl::StatusCode::kNotFound);

@@ -71,10 +71,17 @@ TEST(ReplayTest, SliceSchedulerLeadsOnTheAzureTrace) {
 TEST(ReplayTest, RejectsBadOptions) {
   ReplayOptions o;
   o.policy = "Round-Robin";
-  EXPECT_THAT(RunReplay(o).status().message(), ::testing::HasSubstr("unknown policy 'Round-Robin'"));
+  EXPECT_THAT(RunReplay(o).status().message(),
+              ::testing::AllOf(::testing::HasSubstr("--policy must be Static-Online"),
+                               ::testing::HasSubstr("got 'Round-Robin'")));
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
   o.policy = "all";
+  EXPECT_TRUE(o.Validate().ok());
+  o.threads = 1025;  // once checked by slicesim's flags only
+  EXPECT_EQ(o.Validate().message(), "--threads must be in 0..1024, got '1025'");
+  o.threads = 0;
   o.minutes = -1;
-  EXPECT_FALSE(RunReplay(o).ok());
+  EXPECT_EQ(RunReplay(o).status().message(), "--minutes must be > 0, got '-1'");
   o.minutes = 1;
   o.trace = "/nonexistent.csv";
   EXPECT_FALSE(RunReplay(o).ok());

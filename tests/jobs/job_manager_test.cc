@@ -559,11 +559,15 @@ TEST_F(JobManagerTest, ConcurrentCallersKeepLogsGapless) {
 }
 
 // A job stored by a sliced that read `allow_sharing: 'yes'` as true (before
-// quoted words were refused) reloads as it was accepted; a new submission
-// with the same YAML is refused.
-TEST(JobManagerReload, QuotedBooleansOfStoredJobsStillRead) {
+// quoted words were refused) or `batch_size: "16"` as 16 (before quoted
+// numbers were) reloads as it was accepted; a new submission with the same
+// YAML is refused, naming each key and value.
+TEST(JobManagerReload, QuotedScalarsOfStoredJobsStillRead) {
   const std::string dir = FreshDir("quoted");
-  const std::string yaml = JobYaml("old", "allow_sharing: 'no'\n");
+  std::string yaml = JobYaml("old", "allow_sharing: 'no'\n");
+  const std::string numbers = "{learning_rate: 0.001, batch_size: 8}";
+  ASSERT_NE(yaml.find(numbers), std::string::npos);
+  yaml.replace(yaml.find(numbers), numbers.size(), "{learning_rate: '0.002', batch_size: \"16\"}");
   {
     auto store = StateStore::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
@@ -575,10 +579,18 @@ TEST(JobManagerReload, QuotedBooleansOfStoredJobsStillRead) {
   ASSERT_TRUE(old.ok());
   EXPECT_EQ(old->state, JobState::kQueued) << old->message;
   EXPECT_FALSE(old->spec.allow_sharing);
+  EXPECT_EQ(old->spec.hyperparameters.batch_size, 16);
+  EXPECT_DOUBLE_EQ(old->spec.hyperparameters.learning_rate, 0.002);
   auto fresh = (*m)->Submit(yaml, "t", false);
   ASSERT_FALSE(fresh.ok());
   EXPECT_THAT(fresh.status().message(),
               HasSubstr("allow_sharing: expected true or false, got the string 'no' (a quoted word is not a boolean"));
+  EXPECT_THAT(fresh.status().message(),
+              HasSubstr("hyperparameters.batch_size: expected an integer, got the string '16' (a quoted number is "
+                        "not a number; write it without quotes)"));
+  EXPECT_THAT(fresh.status().message(),
+              HasSubstr("hyperparameters.learning_rate: expected a number, got the string '0.002' (a quoted "
+                        "number is not a number"));
 }
 
 // Rows this binary cannot use (an unknown state, YAML that no longer parses)

@@ -232,6 +232,13 @@ TEST(JobSpecTest, EveryFieldReportsItsError) {
       {"  max_epochs: 2", "  max_epochs: 2\nallow_sharing: 'yes'",
        "allow_sharing: expected true or false, got the string 'yes' (a quoted word is not a boolean", 12},
       {"  max_epochs: 2", "  max_epochs: 2\nallow_sharing: 1", "allow_sharing: expected true or false, got '1'", 12},
+      // Numbers follow the booleans' rule: a quoted one is a string.
+      {"  batch_size: 8", "  batch_size: \"16\"",
+       "hyperparameters.batch_size: expected an integer, got the string '16' (a quoted number is not a number; "
+       "write it without quotes)", 7},
+      {"  learning_rate: 0.001", "  learning_rate: '0.001'",
+       "hyperparameters.learning_rate: expected a number, got the string '0.001' (a quoted number is not a number; "
+       "write it without quotes)", 6},
       {"  synthetic: {task: parity, seed: 1}", "  path: /etc/hostname\n  format: csv",
        "dataset.format: must be jsonl or tokens-bin, got 'csv'", 5},
       {"dataset:\n  synthetic: {task: parity, seed: 1}\n", "dataset: 3\n", "dataset: expected a map", 3},

@@ -119,11 +119,15 @@ class ConfigErrors {
 //
 // Supported scalar types for Required<T>/Optional<T>/As<T>:
 //   std::string  any scalar
-//   int64_t      base-10 integer, optional sign
-//   double       finite decimal number ("1.5", "2e9"); inf/nan are rejected
+//   int64_t      base-10 integer, optional sign, unquoted (or tagged !!int)
+//   double       finite decimal number ("1.5", "2e9"), unquoted (or tagged
+//                !!float or !!int); inf/nan are rejected
 //   bool         true/false, yes/no, on/off (any case), unquoted (or tagged
-//                !!bool); a quoted 'yes' or "true" is a string and is
-//                reported, as are numbers such as 1
+//                !!bool); numbers such as 1 are reported
+// A quoted or block scalar is a YAML string: "16" where an integer or a number
+// is expected, or 'yes' where a boolean is, is reported ("... got the string
+// '16' (a quoted number is not a number; write it without quotes)") unless
+// AcceptQuotedScalars().
 class ConfigReader {
  public:
   // Reader for the root of a tree loaded from `source_name`. `errors` must
@@ -150,11 +154,12 @@ class ConfigReader {
   ConfigErrors* errors() const { return errors_; }
 
   // Reads a quoted 'yes' / "true" (and the other boolean words) as the
-  // boolean it spells, in this reader and every reader derived from it. Only
-  // for re-reading text that was accepted that way before quoted words were
+  // boolean it spells and a quoted "16" / '1.5' as the integer or number it
+  // spells, in this reader and every reader derived from it. Only for
+  // re-reading text that was accepted that way before quoted scalars were
   // refused (the job manager's stored jobs); new input stays strict.
-  ConfigReader& AcceptQuotedBooleans() {
-    quoted_booleans_ = true;
+  ConfigReader& AcceptQuotedScalars() {
+    quoted_scalars_ = true;
     return *this;
   }
 
@@ -292,7 +297,7 @@ class ConfigReader {
   std::string path_;
   ConfigSource source_;
   ConfigErrors* errors_ = nullptr;
-  bool quoted_booleans_ = false;  // AcceptQuotedBooleans()
+  bool quoted_scalars_ = false;  // AcceptQuotedScalars()
 };
 
 }  // namespace slicesched

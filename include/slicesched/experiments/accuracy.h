@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace slicesched {
@@ -42,6 +43,11 @@ struct AccuracyOptions {
   double warmup_s = 60;         // predictions and estimator errors before this are not scored
   double predict_every_s = 1.0;
   uint64_t seed = 1;
+  // InvalidArgument naming the option (as slicesim's flag) and its value:
+  // minutes, load_scale and predict_every_s > 0, warmup_s >= 0, and the run
+  // longer than the warm-up (else nothing is scored). RunAccuracy checks it
+  // first.
+  absl::Status Validate() const;
 };
 
 struct AccuracyResult {

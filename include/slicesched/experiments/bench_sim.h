@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace slicesched {
@@ -28,6 +29,10 @@ struct BenchSimOptions {
   int warmup = 5;        // untimed repetitions before the timed ones
   uint64_t seed = 1;
   int64_t horizon_us = -1;  // stop the run early (profiling); -1 = to completion
+  // InvalidArgument naming the option (as slicesim's flag) and its value:
+  // devices 2..4096, ops 1..10000000, repetitions >= 1, warmup >= 0,
+  // horizon_us >= -1. RunBenchSim checks it first.
+  absl::Status Validate() const;
 };
 
 struct BenchSimResult {

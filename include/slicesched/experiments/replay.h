@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "slicesched/experiments/replay_metrics.h"
 
@@ -36,6 +37,10 @@ struct ReplayOptions {
   std::string out_dir;           // where CSVs (and PNGs) go; empty = none
   bool progress = true;          // progress bar on stderr when it is a terminal
   int threads = 0;               // what-if threads; 0 = hardware threads - 1
+  // InvalidArgument naming the option (as slicesim's flag) and its value:
+  // minutes and load_scale > 0, threads in 0..1024, policy a name of
+  // ReplayPolicyNames() or "all". RunReplay checks it first.
+  absl::Status Validate() const;
 };
 
 struct PolicyResult {

@@ -134,6 +134,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "slicesched/ymir/planner.h"
 
@@ -393,6 +394,12 @@ struct YmirCompareOptions {
   double load = 1;
   int nodes = 60;
   YmirSimConfig config;
+  // InvalidArgument naming the option (as slicesim's flag) and its value:
+  // jobs, nodes and config.gpus >= 1 with gpus a multiple of nodes, load,
+  // config.round_s and config.ilp_time_limit_s > 0, config.restart_s and
+  // config.ilp_gap >= 0, config.ilp_window >= 1, policy, gains_definition
+  // and gains_column one of their names. RunYmirCompare checks it first.
+  absl::Status Validate() const;
 };
 
 struct YmirCompareResult {

@@ -7,7 +7,9 @@
 // planner decides which jobs run, paired how and on how many GPUs, and drives
 // the lifecycle through JobManager's transition methods.
 //
-// Format (every key is documented in docs/operations.md, "Fine-tuning jobs"):
+// Format (every key is documented in docs/operations.md, "Fine-tuning jobs";
+// numbers and booleans are written unquoted: `batch_size: "16"` is a string
+// and is refused, common/config.h):
 //
 //   name: sst2-lora               # [A-Za-z0-9._-], 1..64 characters
 //   backbone: tiny                # a model preset (tiny, small, llama3-8b)
@@ -155,11 +157,12 @@ struct JobSpecOptions {
   // both off when it reloads a job that was accepted earlier.
   bool check_backbone = true;
   bool check_dataset_file = true;
-  // Whether a quoted 'yes' / "true" reads as a boolean
-  // (ConfigReader::AcceptQuotedBooleans). Off for new jobs; the JobManager
-  // turns it on when it reloads a job, which a sliced before the fourteenth
-  // session may have accepted that way.
-  bool accept_quoted_booleans = false;
+  // Whether a quoted 'yes' / "true" reads as a boolean and a quoted "16" as
+  // a number (ConfigReader::AcceptQuotedScalars). Off for new jobs; the
+  // JobManager turns it on when it reloads a job, which an older sliced may
+  // have accepted that way (quoted words until the fourteenth session,
+  // quoted numbers until the fifteenth).
+  bool accept_quoted_scalars = false;
 };
 
 struct ParsedJobSpec {

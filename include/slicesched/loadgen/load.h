@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace slicesched {
@@ -55,6 +56,10 @@ struct LoadOptions {
   uint32_t ttft_slo_ms = 1000;
   uint32_t tpot_slo_ms = 200;
   double rpc_timeout_s = 300;
+  // InvalidArgument naming the option (as slicesim load's flag, else the
+  // field) and its value: seconds > 0, token_scale >= 1, streams and
+  // offline_streams in 0..4096, vocab >= 1. RunLoad checks it first.
+  absl::Status Validate() const;
 };
 
 struct LoadReport {

@@ -204,6 +204,11 @@ struct DatasetOptions {
   // (see "Label strength" above). 0 = label every sentence as drawn.
   int64_t margin = 0;
   LanguageOptions language;
+  // InvalidArgument naming the option and its value: a known task, examples
+  // >= 1, sequence_length >= 2, num_classes >= 2 (2 for binary tasks, at
+  // most language.classes for last-class and first-class), a valid
+  // language. Generate checks it first.
+  absl::Status Validate() const;
 };
 
 // The examples of a task. InvalidArgument for an unknown task, non-positive

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace slicesched {
@@ -62,7 +63,12 @@ struct FidelityOptions {
   int64_t head_outputs = 3;
   // Serving: prompt length of each new conversation, decode steps each.
   int64_t prompt_tokens = 32;
-  int decode_steps = 4;
+  int decode_steps = 4;  // 0: each conversation is a prefill only
+  // InvalidArgument naming the option (as slicesim fidelity's flag, else the
+  // field) and its value: iterations >= 1, warmup, calibration and
+  // decode_steps >= 0, train_batch, train_tokens, prompt_tokens, lora_rank
+  // and head_outputs >= 1. RunFidelity checks it first.
+  absl::Status Validate() const;
 };
 
 struct FidelityKindResult {

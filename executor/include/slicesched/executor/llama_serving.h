@@ -61,6 +61,11 @@ SamplingParams SamplingForStep(const SamplingParams& base, int step);
 // with SamplingForStep(base, k), until `max_tokens` tokens or a stop token
 // (included). Tests and `slicesim generate-direct` compare the daemon's
 // streams with it.
+// GenerateDirect's argument checks, before any work: InvalidArgument naming
+// the argument and its value (a non-empty prompt, max_tokens >= 1, the
+// sampling parameters Sample accepts: temperature finite and >= 0, top_p in
+// [0, 1], top_k >= 0).
+absl::Status CheckGenerateDirect(const std::vector<int64_t>& prompt, int max_tokens, const SamplingParams& base);
 absl::StatusOr<std::vector<int64_t>> GenerateDirect(const LlamaWeights& weights, const std::vector<int64_t>& prompt,
                                                     int max_tokens, const SamplingParams& base,
                                                     const std::vector<int64_t>& stop_tokens = {});

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "slicesched/executor/executor.h"
@@ -99,6 +100,11 @@ struct OverheadOptions {
   // untimed, before the repetitions so the tokens are still compared;
   // overhead_pct is then 0 and the skipped path's times are 0.
   std::string only;
+  // InvalidArgument naming the option (as slicesim overhead's flag) and its
+  // value: prefills, repetitions, window and block >= 1, nap_us >= 0,
+  // wake_batch in 1..window, priorities and only one of their names.
+  // RunOverhead checks it first.
+  absl::Status Validate() const;
 };
 
 // What the kernel's scheduler accounted to one thread over the timed blocks
