@@ -172,6 +172,8 @@ TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {
   EXPECT_EQ(strip(r1->ToJson()), strip(r2->ToJson()));
 }
 
+void CheckBestPairsBySteps(const YmirEstimatorReport& r);  // below
+
 // The iteration estimator and the stop-loss as wired into the experiment.
 TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
@@ -267,9 +269,11 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   EXPECT_GE(r->negative_caught,
             std::max(r->negative_caught_by_estimator, r->negative_caught_by_stop_loss));
   EXPECT_GE(r->iteration.normal_max_pct, r->iteration.normal_pct);
+  CheckBestPairsBySteps(*r);
   const std::string json = r->ToJson();
   for (const char* key : {"\"transfer_cls_accuracy\"", "\"iter_err_normal_pct\"",
                           "\"iter_err_transfer_pct\"", "\"best_pairs\"", "\"negative_caught\"",
+                          "\"speedup_steps\"", "\"gain_mape_pct\"", "\"negative_pairs\"",
                           "\"steps_transfer_stop_loss\"", "\"fit_from_step\"", "\"fitted_points\"",
                           "\"iter_observed_steps_mean\"", "\"iteration_first_window\"", "\"observed_until\""}) {
     EXPECT_THAT(json, testing::HasSubstr(key));
@@ -539,6 +543,36 @@ TEST(Task2Vec, AreaSpeedupRecoversATimeRescaling) {
   EXPECT_TRUE(clamped);
 }
 
+// The best pairs by the measured speed-up in steps to target (the
+// acceptance's field, "best_pairs_steps"), whatever the gain measure: the
+// largest steps_normal / steps_transfer first, no other pair above the last,
+// printed with the steps speed-up and, beside it, the measured gain's.
+void CheckBestPairsBySteps(const YmirEstimatorReport& r) {
+  const std::vector<size_t> best = r.BestPairsBySteps(3);
+  ASSERT_EQ(best.size(), std::min<size_t>(3, r.pairs.size()));
+  ASSERT_FALSE(best.empty());
+  for (size_t k = 0; k < best.size(); ++k) {
+    const YmirPair& p = r.pairs[best[k]];
+    EXPECT_NEAR(1.0 + p.gain_steps, p.steps_normal / p.steps_transfer, 1e-12);
+    if (k > 0) {
+      EXPECT_LE(p.gain_steps, r.pairs[best[k - 1]].gain_steps);
+    }
+  }
+  for (size_t i = 0; i < r.pairs.size(); ++i) {
+    if (std::find(best.begin(), best.end(), i) == best.end()) {
+      EXPECT_LE(r.pairs[i].gain_steps, r.pairs[best.back()].gain_steps);
+    }
+  }
+  EXPECT_EQ(r.BestPairsBySteps(1000).size(), r.pairs.size());
+  const YmirPair& top = r.pairs[best[0]];
+  EXPECT_THAT(r.ToJson(), testing::HasSubstr(absl::StrFormat(
+                              "\"best_pairs_steps\": [{\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", "
+                              "\"steps_normal\": %.2f, \"steps_transfer\": %.2f, \"censored\": %s, "
+                              "\"speedup_steps\": %.3f, \"speedup\": %.3f}",
+                              top.task_a, top.task_b, top.mode, top.steps_normal, top.steps_transfer,
+                              top.censored ? "true" : "false", 1.0 + top.gain_steps, 1.0 + top.gain)));
+}
+
 // --gain area and --probe head, wired into the experiment.
 TEST(Task2Vec, AreaGainAndHeadProbeAreWired) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
@@ -575,6 +609,10 @@ TEST(Task2Vec, AreaGainAndHeadProbeAreWired) {
   }
   EXPECT_TRUE(some_differ);
   EXPECT_TRUE(some_similarity_differs);  // the head probe's embeddings are other ones
+  // Under the area gain the best pairs by steps to target are still ranked
+  // and printed by the steps speed-up.
+  CheckBestPairsBySteps(*area);
+  CheckBestPairsBySteps(*steps);
   // The area gain does not change the normal runs' targets or steps.
   EXPECT_EQ(area->normal_steps, steps->normal_steps);
   EXPECT_EQ(area->normal_target_loss, steps->normal_target_loss);

@@ -608,6 +608,88 @@ TEST_F(JobRunnerTest, SubmittedJobIsProfiledBeforeItIsQueued) {
   EXPECT_EQ(runner_->stats().steps_done, 16u);  // its own run: all 16 iterations from scratch
 }
 
+// Runtime reuse (job_runner.h, 6.; issue 7, deliverable 6): after a restart
+// the data of a job waiting for its devices is prepared planner.prefetch
+// (default 30 s) before the next planning round, not earlier, and not at its
+// resume: its context switch then reports prepare_data_ms 0 (the prefetch's
+// own time beside it as prefetched_data_ms), while the job resumed at the
+// first round, without a prefetch, pays for its data in its switch. The parts
+// add up to context_switch_ms.
+TEST_F(JobRunnerTest, WaitingJobsDataIsPreparedAheadOfThePlannedResume) {
+  PlannerConfig planner;
+  ASSERT_EQ(planner.prefetch, Duration::Seconds(30));
+  ASSERT_EQ(planner.interval, Duration::Seconds(120));
+  StartDaemon(1, planner);
+  NewRunner();
+  const uint64_t a = Submit(SyntheticJob("prefetch-a", "fa-major", "", 400, 3));
+  const uint64_t b = Submit(SyntheticJob("prefetch-b", "fb-major", "", 400, 3));
+  ProfileAndPlan({a, b});
+  ASSERT_TRUE(TickUntil([&] {
+    return runner_->TrainingPosition(a).first >= 2 || runner_->TrainingPosition(b).first >= 2;
+  }));
+  runner_->Stop();
+  runner_.reset();
+  OpenJobs();  // the restart: both queued, nothing loaded
+  ASSERT_EQ(Job(a).state, jobs::JobState::kQueued);
+  ASSERT_EQ(Job(b).state, jobs::JobState::kQueued);
+  NewRunner();
+  const Timestamp t0 = clock_.Now();
+  const size_t events_a = Events(a).size(), events_b = Events(b).size();
+  ASSERT_TRUE(runner_->Tick().ok());  // the first round: one device, one job runs
+  const bool a_runs = Job(a).state == jobs::JobState::kRunning;
+  const uint64_t run = a_runs ? a : b, wait = a_runs ? b : a;
+  ASSERT_EQ(Job(run).state, jobs::JobState::kRunning);
+  ASSERT_EQ(Job(wait).state, jobs::JobState::kQueued);
+  executor::TrainBatch x;
+  EXPECT_FALSE(runner_->MicroBatchOf(wait, 0, &x)) << "prepared before the prefetch window";
+  // The resumed job's first micro-batch ends (its switch is reported).
+  const size_t events_before_restart = a_runs ? events_a : events_b;
+  ASSERT_TRUE(TickUntil([&] {
+    const std::vector<JobEvent> e = Events(run);
+    for (size_t i = events_before_restart; i < e.size(); ++i) {
+      if (e[i].kind == "progress" && e[i].details_json.find("context_switch_ms") != std::string::npos) return true;
+    }
+    return false;
+  }));
+  EXPECT_FALSE(runner_->MicroBatchOf(wait, 0, &x)) << "prepared before the prefetch window";
+  clock_.SetTime(t0 + Duration::Seconds(89));  // the next round at t0 + 120: 31 s ahead
+  ASSERT_TRUE(runner_->Tick().ok());
+  EXPECT_FALSE(runner_->MicroBatchOf(wait, 0, &x)) << "prepared more than prefetch_s ahead";
+  clock_.SetTime(t0 + Duration::Seconds(90));  // 30 s ahead
+  ASSERT_TRUE(runner_->Tick().ok());
+  EXPECT_TRUE(runner_->MicroBatchOf(wait, 0, &x)) << "not prepared prefetch_s ahead of the round";
+  EXPECT_EQ(Job(wait).state, jobs::JobState::kQueued);
+  ASSERT_TRUE(jobs_->Cancel(run, "make room").ok());
+  clock_.SetTime(t0 + Duration::Seconds(120));  // the round: the waiting job resumes
+  std::vector<JobEvent> ev;
+  ASSERT_TRUE(TickUntil([&] { return FindEventWith(wait, "progress", "context_switch_ms", &ev) != nullptr; }));
+  auto field = [](const std::string& json, const std::string& key) {
+    const size_t at = json.find("\"" + key + "\":");
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + key.size() + 3));
+  };
+  const std::string w = FindEventWith(wait, "progress", "context_switch_ms", &ev)->details_json;
+  EXPECT_EQ(field(w, "prepare_data_ms"), 0.0) << w;
+  EXPECT_GT(field(w, "prefetched_data_ms"), 0.0) << w;
+  EXPECT_GE(field(w, "load_checkpoint_ms"), 0.0) << w;
+  EXPECT_GT(field(w, "first_step_ms"), 0.0) << w;
+  EXPECT_NEAR(field(w, "context_switch_ms"), field(w, "load_checkpoint_ms") + field(w, "first_step_ms"), 1e-3) << w;
+  // The job resumed at the first round prepared its data in its switch.
+  std::vector<JobEvent> rev = Events(run);
+  const JobEvent* switched = nullptr;
+  for (size_t i = events_before_restart; i < rev.size() && switched == nullptr; ++i) {
+    if (rev[i].kind == "progress" && rev[i].details_json.find("context_switch_ms") != std::string::npos) {
+      switched = &rev[i];
+    }
+  }
+  ASSERT_NE(switched, nullptr);
+  const std::string r = switched->details_json;
+  EXPECT_GT(field(r, "prepare_data_ms"), 0.0) << r;
+  EXPECT_EQ(field(r, "prefetched_data_ms"), -1.0) << r;
+  EXPECT_NEAR(field(r, "context_switch_ms"),
+              field(r, "load_checkpoint_ms") + field(r, "prepare_data_ms") + field(r, "first_step_ms"), 1e-3)
+      << r;
+}
+
 // A job left profiling by a restart is profiled again.
 TEST_F(JobRunnerTest, JobLeftProfilingByARestartIsProfiledAgain) {
   StartDaemon(1);
