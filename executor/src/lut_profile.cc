@@ -32,30 +32,6 @@ TrainBatch Batch(int64_t rows, int64_t seq, int64_t vocab, int64_t classes, uint
   return b;
 }
 
-// The gradient of one device's micro-batch with the bottom `frozen` layers
-// frozen (base has fusion 1: one group per layer).
-absl::StatusOr<TaskAdapters> Gradients(const LlamaWeights& base, const TaskAdapters& params,
-                                       const TrainBatch& batch, int64_t frozen) {
-  const TaskAdapters* tasks[] = {&params};
-  SLICESCHED_ASSIGN_OR_RETURN(Tensor hidden, Embedding(base, batch.tokens));
-  std::vector<std::shared_ptr<GroupTape>> tapes;
-  for (int64_t g = 0; g < base.num_groups(); ++g) {
-    SLICESCHED_ASSIGN_OR_RETURN(GroupForwardResult f, TrainGroupForward(base, g, tasks, {}, hidden));
-    tapes.push_back(f.tape);
-    hidden = f.hidden_out;
-  }
-  SLICESCHED_ASSIGN_OR_RETURN(HeadLossResult h, TrainHeadLoss(base, tasks, {}, hidden, batch.labels));
-  SLICESCHED_ASSIGN_OR_RETURN(TaskAdapters grads, TaskAdapters::ZerosLike(params));
-  grads.head = h.d_head[0];
-  Tensor d = h.d_hidden;
-  for (int64_t g = base.num_groups() - 1; g >= frozen; --g) {
-    SLICESCHED_ASSIGN_OR_RETURN(GroupBackwardResult b, TrainGroupBackward(*tapes[static_cast<size_t>(g)], d));
-    d = b.d_hidden_in;
-    grads.layers[static_cast<size_t>(g)] = b.grads[0][0];
-  }
-  return grads;
-}
-
 // One training iteration of `key` (see lut_profile.h).
 absl::Status Iteration(const LlamaWeights& base, TaskState& st, const ymir::LutKey& key,
                        const std::vector<TrainBatch>& batches) {
@@ -67,7 +43,9 @@ absl::Status Iteration(const LlamaWeights& base, TaskState& st, const ymir::LutK
       devices.emplace_back([&, d] {
         SetIntraOpThreadsForThisThread(1);
         const TrainBatch& b = batches[static_cast<size_t>((round * key.devices + d) % static_cast<int64_t>(batches.size()))];
-        grads[static_cast<size_t>(d)] = Gradients(base, st.params, b, key.frozen_layers);
+        auto g = ComputeLutDeviceGradients(base, st.params, b, key.frozen_layers, key.grad_checkpoint);
+        grads[static_cast<size_t>(d)] = g.ok() ? absl::StatusOr<TaskAdapters>(std::move(g->grads))
+                                               : absl::StatusOr<TaskAdapters>(g.status());
       });
     }
     for (std::thread& t : devices) t.join();
@@ -81,6 +59,50 @@ absl::Status Iteration(const LlamaWeights& base, TaskState& st, const ymir::LutK
 
 }  // namespace
 
+absl::StatusOr<LutDeviceGradients> ComputeLutDeviceGradients(const LlamaWeights& base, const TaskAdapters& params,
+                                                             const TrainBatch& batch, int64_t frozen,
+                                                             bool grad_checkpoint) {
+  if (base.dims().fusion != 1) return absl::InvalidArgumentError("LUT profile: the backbone view needs fusion 1");
+  const TaskAdapters* tasks[] = {&params};
+  LutDeviceGradients out;
+  SLICESCHED_ASSIGN_OR_RETURN(Tensor hidden, Embedding(base, batch.tokens));
+  // Without checkpointing every group's tape (its activations) stays alive
+  // until its backward; with it only the groups' inputs are kept.
+  std::vector<std::shared_ptr<GroupTape>> tapes(static_cast<size_t>(base.num_groups()));
+  std::vector<Tensor> inputs(static_cast<size_t>(base.num_groups()));
+  int64_t live = 0;
+  for (int64_t g = 0; g < base.num_groups(); ++g) {
+    inputs[static_cast<size_t>(g)] = hidden;
+    SLICESCHED_ASSIGN_OR_RETURN(GroupForwardResult f, TrainGroupForward(base, g, tasks, {}, hidden));
+    ++out.group_forwards;
+    if (!grad_checkpoint && g >= frozen) {
+      tapes[static_cast<size_t>(g)] = f.tape;
+      out.max_live_tapes = std::max(out.max_live_tapes, ++live);
+    }
+    hidden = f.hidden_out;
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(HeadLossResult h, TrainHeadLoss(base, tasks, {}, hidden, batch.labels));
+  SLICESCHED_ASSIGN_OR_RETURN(out.grads, TaskAdapters::ZerosLike(params));
+  out.grads.head = h.d_head[0];
+  Tensor d = h.d_hidden;
+  for (int64_t g = base.num_groups() - 1; g >= frozen; --g) {
+    std::shared_ptr<GroupTape> tape = std::move(tapes[static_cast<size_t>(g)]);
+    if (grad_checkpoint) {  // recompute the group's activations from its saved input
+      SLICESCHED_ASSIGN_OR_RETURN(GroupForwardResult f,
+                                  TrainGroupForward(base, g, tasks, {}, inputs[static_cast<size_t>(g)]));
+      ++out.group_forwards;
+      tape = f.tape;
+      out.max_live_tapes = std::max(out.max_live_tapes, ++live);
+    }
+    SLICESCHED_ASSIGN_OR_RETURN(GroupBackwardResult b, TrainGroupBackward(*tape, d));
+    tape.reset();
+    --live;
+    d = b.d_hidden_in;
+    out.grads.layers[static_cast<size_t>(g)] = b.grads[0][0];
+  }
+  return out;
+}
+
 absl::Status LutProfileOptions::Validate() const {
   auto positive = [](const std::vector<int64_t>& v, int64_t min) {
     return !v.empty() && std::all_of(v.begin(), v.end(), [&](int64_t x) { return x >= min; });
@@ -89,6 +111,12 @@ absl::Status LutProfileOptions::Validate() const {
       !positive(frozen_layers, 0)) {
     return absl::InvalidArgumentError(
         "LUT profile: devices, grad_accum, local_batch need values >= 1 and frozen_layers >= 0 (none empty)");
+  }
+  auto flags = [](const std::vector<int64_t>& v) {
+    return !v.empty() && std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 0 || x == 1; });
+  };
+  if (!flags(amp) || !flags(grad_checkpoint)) {
+    return absl::InvalidArgumentError("LUT profile: amp and grad_checkpoint need values 0 or 1 (none empty)");
   }
   if (sequence_length < 2 || num_classes < 2 || lora_rank < 1 || warmup < 0 || iterations < 1) {
     return absl::InvalidArgumentError(StrCat("LUT profile: sequence_length ", sequence_length, " (>= 2), num_classes ",
@@ -108,34 +136,47 @@ absl::StatusOr<ymir::TimeLut> ProfileTimeLut(const LlamaWeights& weights, const 
                                                weights.dims().layers, " layers"));
     }
   }
-  SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> base, weights.WithFusion(1));
-  const LlamaDims& dims = base->dims();
-  ymir::TimeLut lut;
-  for (int64_t d : o.devices) {
-    for (int64_t ga : o.grad_accum) {
-      for (int64_t b : o.local_batch) {
-        for (int64_t f : o.frozen_layers) {
-          const ymir::LutKey key{.devices = d, .grad_accum = ga, .local_batch = b, .frozen_layers = f};
-          std::vector<TrainBatch> batches;
-          for (int64_t i = 0; i < d * ga; ++i) {
-            batches.push_back(Batch(b, o.sequence_length, dims.vocab, o.num_classes, o.seed + static_cast<uint64_t>(i)));
+  SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> f32, weights.WithFusion(1));
+  std::shared_ptr<const LlamaWeights> bf16;
+  if (std::find(o.amp.begin(), o.amp.end(), 1) != o.amp.end()) {
+    SLICESCHED_ASSIGN_OR_RETURN(bf16, f32->WithDType(DType::kBF16));
+  }
+  const LlamaDims& dims = f32->dims();
+  std::vector<ymir::LutKey> keys;
+  for (int64_t amp : o.amp) {
+    for (int64_t ckpt : o.grad_checkpoint) {
+      for (int64_t d : o.devices) {
+        for (int64_t ga : o.grad_accum) {
+          for (int64_t b : o.local_batch) {
+            for (int64_t f : o.frozen_layers) {
+              keys.push_back({.devices = d, .grad_accum = ga, .local_batch = b, .frozen_layers = f,
+                              .amp = amp == 1, .grad_checkpoint = ckpt == 1});
+            }
           }
-          SLICESCHED_ASSIGN_OR_RETURN(
-              TaskState st, TaskState::Init(dims, LoraConfig{.rank = o.lora_rank, .alpha = 8.0}, o.num_classes, o.seed,
-                                            AdamWOptions{.lr = 1e-3}));
-          for (int64_t w = 0; w < o.warmup; ++w) SLICESCHED_RETURN_IF_ERROR(Iteration(*base, st, key, batches));
-          std::vector<double> times;
-          for (int64_t it = 0; it < o.iterations; ++it) {
-            const Timestamp t0 = clock.Now();
-            SLICESCHED_RETURN_IF_ERROR(Iteration(*base, st, key, batches));
-            times.push_back((clock.Now() - t0).ToSecondsF());
-          }
-          std::sort(times.begin(), times.end());
-          const double median = times[times.size() / 2];
-          SLICESCHED_RETURN_IF_ERROR(lut.Set(key, std::max(median, 1e-9), o.iterations));
         }
       }
     }
+  }
+  ymir::TimeLut lut;
+  for (const ymir::LutKey& key : keys) {
+    const LlamaWeights& base = key.amp ? *bf16 : *f32;
+    std::vector<TrainBatch> batches;
+    for (int64_t i = 0; i < key.devices * key.grad_accum; ++i) {
+      batches.push_back(
+          Batch(key.local_batch, o.sequence_length, dims.vocab, o.num_classes, o.seed + static_cast<uint64_t>(i)));
+    }
+    SLICESCHED_ASSIGN_OR_RETURN(TaskState st, TaskState::Init(dims, LoraConfig{.rank = o.lora_rank, .alpha = 8.0},
+                                                              o.num_classes, o.seed, AdamWOptions{.lr = 1e-3}));
+    for (int64_t w = 0; w < o.warmup; ++w) SLICESCHED_RETURN_IF_ERROR(Iteration(base, st, key, batches));
+    std::vector<double> times;
+    for (int64_t it = 0; it < o.iterations; ++it) {
+      const Timestamp t0 = clock.Now();
+      SLICESCHED_RETURN_IF_ERROR(Iteration(base, st, key, batches));
+      times.push_back((clock.Now() - t0).ToSecondsF());
+    }
+    std::sort(times.begin(), times.end());
+    const double median = times[times.size() / 2];
+    SLICESCHED_RETURN_IF_ERROR(lut.Set(key, std::max(median, 1e-9), o.iterations));
   }
   return lut;
 }
