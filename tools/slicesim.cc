@@ -295,7 +295,8 @@ int Usage(FILE* to) {
                "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch),\n"
                "                        the iteration estimator's errors and the stop-loss\n"
                "  ymir-lut --out FILE [--backbone FILE] [--devices 1,2] [--grad-accum 1,2]\n"
-               "         [--batches 4,8,16] [--frozen 0,2] [--amp 0,1] [--ckpt 0,1] [--iterations N] [--json]\n"
+               "         [--batches 4,8,16] [--frozen 0,2] [--amp 0,1] [--ckpt 0,1]\n"
+               "         [--parallelism data,pipeline] [--iterations N] [--json]\n"
                "                        profile Ymir's time LUT (seconds per training iteration) on\n"
                "                        this machine's CPU devices; writes it as CSV (needs LibTorch)\n"
                "  ymir [--trace FILE] [--jobs N] [--seed S] [--load 1|2] [--gpus G] [--nodes N]\n"
@@ -940,7 +941,7 @@ int YmirLut(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_YMIR_T2V
   slicesched::executor::LutProfileOptions o;
   std::string out, backbone, devices = "1,2", grad_accum = "1,2", batches = "4,8,16", frozen = "0,2", amp = "0,1",
-                                  ckpt = "0,1";
+                                  ckpt = "0,1", parallelism = "data,pipeline";
   bool json = false;
   if (int rc = Flags("ymir-lut")
                    .Text("--out", &out).Required()
@@ -951,6 +952,7 @@ int YmirLut(const std::vector<std::string>& args) {
                    .Text("--frozen", &frozen)
                    .Text("--amp", &amp)
                    .Text("--ckpt", &ckpt)
+                   .Text("--parallelism", &parallelism)
                    .Int("--iterations", &o.iterations).AtLeast(1)
                    .Switch("--json", &json)
                    .Parse(args)) {
@@ -978,6 +980,16 @@ int YmirLut(const std::vector<std::string>& args) {
   for (auto [text, flag, v] : {std::tuple{&amp, "--amp", &o.amp}, std::tuple{&ckpt, "--ckpt", &o.grad_checkpoint}}) {
     for (int64_t x : *v) {
       if (x != 0 && x != 1) return UsageError("ymir-lut", std::string(flag) + ": values must be 0 or 1, got '" + *text + "'");
+    }
+  }
+  o.parallelism.clear();
+  for (absl::string_view part : absl::StrSplit(parallelism, ',')) {
+    if (part == "data") {
+      o.parallelism.push_back(slicesched::ymir::Parallelism::kData);
+    } else if (part == "pipeline") {
+      o.parallelism.push_back(slicesched::ymir::Parallelism::kPipeline);
+    } else {
+      return UsageError("ymir-lut", "--parallelism: values must be data or pipeline, got '" + parallelism + "'");
     }
   }
   auto dims = slicesched::LlamaPreset("tiny");

@@ -419,17 +419,18 @@ TEST(LutProfile, ProfilesEveryKeyOfTheGrid) {
   TickingClock clock;
   auto lut = ProfileTimeLut(**w, o, clock);
   ASSERT_TRUE(lut.ok()) << lut.status();
-  EXPECT_EQ(lut->entries().size(), 32u);  // 2 x 2 x 2 x 1 x 2 x 2
-  int amp = 0, ckpt = 0;
+  EXPECT_EQ(lut->entries().size(), 64u);  // 2 x 2 x 2 x 1 x 2 x 2 x 2 (both device counts divide 4 layers)
+  int amp = 0, ckpt = 0, pipeline = 0;
   for (const auto& [key, e] : lut->entries()) {
     EXPECT_NEAR(e.seconds, 0.001, 1e-12) << key.ToString();  // one tick per iteration
     EXPECT_EQ(e.samples, 1);
     amp += key.amp ? 1 : 0;
     ckpt += key.grad_checkpoint ? 1 : 0;
-    EXPECT_EQ(key.parallelism, ymir::Parallelism::kData);
+    pipeline += key.parallelism == ymir::Parallelism::kPipeline ? 1 : 0;
   }
-  EXPECT_EQ(amp, 16);
-  EXPECT_EQ(ckpt, 16);
+  EXPECT_EQ(amp, 32);
+  EXPECT_EQ(ckpt, 32);
+  EXPECT_EQ(pipeline, 32);
   auto mid = lut->Lookup({.devices = 1, .grad_accum = 1, .local_batch = 3});
   ASSERT_TRUE(mid.ok()) << mid.status();
   EXPECT_TRUE(mid->interpolated);
@@ -440,12 +441,20 @@ TEST(LutProfile, ProfilesEveryKeyOfTheGrid) {
   for (const ymir::LutKey& k : mid_amp->source) {
     EXPECT_TRUE(k.amp && k.grad_checkpoint) << k.ToString();
   }
-  // Pipeline parallelism is not profiled: not found until measured.
-  EXPECT_EQ(lut->Lookup({.devices = 2, .grad_accum = 1, .local_batch = 2, .parallelism = ymir::Parallelism::kPipeline})
-                .status()
-                .code(),
-            absl::StatusCode::kNotFound);
+  // Pipeline keys are measured, and interpolate among pipeline keys only.
+  auto pp = lut->Lookup({.devices = 2, .grad_accum = 1, .local_batch = 3, .parallelism = ymir::Parallelism::kPipeline});
+  ASSERT_TRUE(pp.ok()) << pp.status();
+  EXPECT_TRUE(pp->interpolated);
+  for (const ymir::LutKey& k : pp->source) EXPECT_EQ(k.parallelism, ymir::Parallelism::kPipeline) << k.ToString();
+  // A pipeline over a device count that does not divide the layers is skipped.
+  o.devices = {3};
+  o.parallelism = {ymir::Parallelism::kData, ymir::Parallelism::kPipeline};
+  auto three = ProfileTimeLut(**w, o, clock);
+  ASSERT_TRUE(three.ok()) << three.status();
+  for (const auto& [key, e] : three->entries()) EXPECT_EQ(key.parallelism, ymir::Parallelism::kData) << key.ToString();
+  EXPECT_EQ(three->entries().size(), 16u);
   // Only the listed values are profiled.
+  o.parallelism = {ymir::Parallelism::kData};
   o.amp = {1};
   o.grad_checkpoint = {0};
   o.devices = {1};
@@ -454,6 +463,10 @@ TEST(LutProfile, ProfilesEveryKeyOfTheGrid) {
   ASSERT_TRUE(only.ok()) << only.status();
   ASSERT_EQ(only->entries().size(), 2u);
   for (const auto& [key, e] : only->entries()) EXPECT_TRUE(key.amp && !key.grad_checkpoint) << key.ToString();
+  o.parallelism = {};
+  EXPECT_THAT(std::string(ProfileTimeLut(**w, o, clock).status().message()),
+              testing::HasSubstr("parallelism needs data and/or pipeline"));
+  o.parallelism = {ymir::Parallelism::kData};
   o.amp = {0, 2};
   EXPECT_THAT(std::string(ProfileTimeLut(**w, o, clock).status().message()),
               testing::HasSubstr("amp and grad_checkpoint need values 0 or 1"));
@@ -526,6 +539,61 @@ TEST(LutProfile, GradientCheckpointingRecomputesAndGivesTheSameGradients) {
   }
   EXPECT_THAT(std::string(ComputeLutDeviceGradients(**w, st->params, batch, 0, true).status().message()),
               testing::HasSubstr("fusion 1"));
+}
+
+// Pipeline parallelism in the profiler: 2 and 4 stages (threads over
+// consecutive layers, GPipe), with and without frozen layers and
+// checkpointing, give every micro-batch exactly the gradient one device
+// computes for it; a stage count that does not divide the layers is refused.
+TEST(LutProfile, PipelineStagesGiveEachMicroBatchItsOwnGradient) {
+  SetIntraOpThreadsForThisThread(1);  // the stages' setting, for bit-identical sums
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  auto base = (*w)->WithFusion(1);
+  ASSERT_TRUE(base.ok());
+  auto st = TaskState::Init(Tiny(), LoraConfig{.rank = 4, .alpha = 8.0}, 2, 3);
+  ASSERT_TRUE(st.ok());
+  std::vector<TrainBatch> micro;
+  for (int64_t m = 0; m < 3; ++m) {
+    std::vector<int64_t> tokens, labels;
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t s = 0; s < 5; ++s) {
+        tokens.push_back((m * 53 + r * 31 + s * 7) % Tiny().vocab);
+        labels.push_back(s == 4 ? (m + r) % 2 : -1);
+      }
+    }
+    TrainBatch b;
+    b.tokens = Tensor::FromInt64(tokens, {2, 5});
+    b.labels = Tensor::FromInt64(labels, {2, 5});
+    micro.push_back(b);
+  }
+  // Adapters away from their zero init (every layer then has a gradient).
+  for (int i = 0; i < 2; ++i) {
+    auto g = ComputeLutDeviceGradients(**base, st->params, micro[0], 0, false);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(AccumulateGradients(*st, g->grads).ok());
+    ASSERT_TRUE(AdamWStep(*st).ok());
+  }
+  for (int64_t stages : {int64_t{2}, int64_t{4}}) {
+    for (int64_t frozen : {int64_t{0}, int64_t{1}, int64_t{2}}) {
+      for (bool ckpt : {false, true}) {
+        auto pp = ComputeLutPipelineGradients(**base, st->params, micro, stages, frozen, ckpt);
+        ASSERT_TRUE(pp.ok()) << pp.status();
+        ASSERT_EQ(pp->size(), micro.size());
+        for (size_t m = 0; m < micro.size(); ++m) {
+          auto one = ComputeLutDeviceGradients(**base, st->params, micro[m], frozen, false);
+          ASSERT_TRUE(one.ok()) << one.status();
+          EXPECT_TRUE(SameValues((*pp)[m], one->grads))
+              << "stages " << stages << " frozen " << frozen << " ckpt " << ckpt << " micro-batch " << m;
+        }
+      }
+    }
+  }
+  EXPECT_THAT(std::string(ComputeLutPipelineGradients(**base, st->params, micro, 3, 0, false).status().message()),
+              testing::HasSubstr("pipeline parallelism over 3 devices needs a device count that divides the "
+                                 "backbone's 4 layers"));
+  EXPECT_THAT(std::string(ComputeLutPipelineGradients(**base, st->params, {}, 2, 0, false).status().message()),
+              testing::HasSubstr("needs micro-batches"));
 }
 
 // AMP in the profiler: the bf16 copy of the backbone (LlamaWeights::WithDType)

@@ -149,6 +149,8 @@ TEST(SlicesimUsage, YmirLibTorchCommandsCheckTheirOptionsToo) {
        "slicesim make-backbone: --rounds must be at least 1, got '0'"},
       {{"ymir-lut", "--iterations", "1"}, "slicesim ymir-lut: --out is required"},
       {{"ymir-lut", "--out", "l.csv", "--amp", "0,2"}, "slicesim ymir-lut: --amp: values must be 0 or 1, got '0,2'"},
+      {{"ymir-lut", "--out", "l.csv", "--parallelism", "data,tensor"},
+       "slicesim ymir-lut: --parallelism: values must be data or pipeline, got 'data,tensor'"},
       {{"ymir-lut", "--out", "l.csv", "--ckpt", "1,x"},
        "slicesim ymir-lut: --ckpt: '1,x' is not a comma-separated integer list"},
       {{"ymir-lut", "--out", "l.csv", "--devices", "1,two"},

@@ -22,11 +22,23 @@
 // fused group of one layer; the gradients are bit-identical to keeping every
 // activation, see LutDeviceGradients).
 //
+// Pipeline parallelism (parallelism = pipeline): the d devices are d
+// stages, each a thread holding layers/d consecutive layers (d must divide
+// the layers; other device counts are skipped for pipeline keys); an
+// iteration is grad_accum micro-batches of local_batch rows, scheduled as
+// GPipe: every micro-batch's forward flows stage to stage (stage 0 embeds,
+// the last stage runs the head and the loss), then every backward flows
+// back; hidden states and their gradients pass between the stages' threads
+// (the pp activation transfer, in host memory); the per-micro-batch
+// gradients are accumulated in micro-batch order, then one AdamW step. The
+// key's fields mean what the daemon's runner writes (server/job_runner_dp.h,
+// DpLutKey: devices = all the job's devices, grad_accum = micro-batches per
+// iteration).
+//
 // What the profiler varies: devices, grad_accum, local_batch,
-// frozen_layers, amp and grad_checkpoint over the option lists. It does NOT
-// vary parallelism (data parallel only): that key is recorded as
-// parallelism = data, and lookups with pipeline are NotFound until measured
-// (e.g. by online feedback from the daemon's pipeline-parallel jobs).
+// frozen_layers, amp, grad_checkpoint and parallelism over the option
+// lists (their product, less the pipeline keys whose device count does not
+// divide the layers).
 //
 // Each key: `warmup` untimed iterations, then `iterations` timed ones; the
 // entry is their median (samples = iterations). Times come from the
@@ -34,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,6 +64,7 @@ struct LutProfileOptions {
   std::vector<int64_t> frozen_layers = {0, 2};
   std::vector<int64_t> amp = {0, 1};              // 0 / 1 each
   std::vector<int64_t> grad_checkpoint = {0, 1};  // 0 / 1 each
+  std::vector<ymir::Parallelism> parallelism = {ymir::Parallelism::kData, ymir::Parallelism::kPipeline};
   int64_t sequence_length = 8;
   int64_t num_classes = 2;
   int64_t lora_rank = 8;
@@ -76,6 +90,18 @@ struct LutDeviceGradients {
 absl::StatusOr<LutDeviceGradients> ComputeLutDeviceGradients(const LlamaWeights& base, const TaskAdapters& params,
                                                              const TrainBatch& batch, int64_t frozen,
                                                              bool grad_checkpoint);
+
+// A pipeline iteration's gradients (above), one TaskAdapters per
+// micro-batch: `stages` threads over layers/stages consecutive groups each
+// (`base` with fusion 1; stages must divide the layers), GPipe order. Each
+// equals ComputeLutDeviceGradients of that micro-batch (bit-identical with
+// one intra-op thread: the same operators on the same inputs). A failing
+// stage fails the call (the other stages are released).
+absl::StatusOr<std::vector<TaskAdapters>> ComputeLutPipelineGradients(const LlamaWeights& base,
+                                                                      const TaskAdapters& params,
+                                                                      std::span<const TrainBatch> micro_batches,
+                                                                      int64_t stages, int64_t frozen,
+                                                                      bool grad_checkpoint);
 
 // Profiles every key of the grid (their product) on `base` (f32; the AMP
 // keys on its bf16 copy).
