@@ -26,6 +26,7 @@
 #include "slicesched/server/config.h"
 #include "slicesched/server/job_runner.h"
 #include "slicesched/server/master.h"
+#include "slicesched/synth/tasks.h"
 #include "slicesched/ymir/time_lut.h"
 #include "job_runner_fixture.h"
 
@@ -249,6 +250,55 @@ TEST_F(JobRunnerTest, BadDatasetFailsTheJobWithAReason) {
   const jobs::JobInfo j = Job(id);
   EXPECT_EQ(j.state, jobs::JobState::kFailed);
   EXPECT_THAT(j.message, HasSubstr("token id 999 outside the backbone's vocabulary"));
+}
+
+// Datasets a user points a job at (issue 7, deliverable 1; the formats in
+// docs/operations.md): the same examples as a JSONL file, as a tokens-bin
+// file and from the built-in generator train bit-identical jobs (the same
+// rows, head size and held-out split, whatever the format).
+TEST_F(JobRunnerTest, JsonlAndTokensBinFilesTrainLikeTheGeneratorsDataset) {
+  StartDaemon(1);
+  synth::DatasetOptions o;
+  o.task = "fa-major";
+  o.seed = 3;
+  o.examples = 80;
+  o.sequence_length = 8;
+  auto weights = master_->BackboneWeights("tiny-ft");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  o.language.vocab = (*weights)->dims().vocab;
+  auto examples = synth::Generate(o);
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  const std::string jsonl = StrCat(dir_, "/fa.jsonl"), bin = StrCat(dir_, "/fa.bin");
+  ASSERT_TRUE(synth::WriteJsonl(jsonl, *examples).ok());
+  ASSERT_TRUE(synth::WriteTokensBin(bin, *examples).ok());
+  NewRunner();
+  auto file_job = [](const std::string& name, const std::string& path) {
+    return StrCat("name: ", name, "\nbackbone: tiny\ndataset: {path: ", path,
+                  "}\nhyperparameters: {learning_rate: 0.01, batch_size: 8}\n"
+                  "stop: {metric: accuracy, target: 0.999, max_epochs: 2, max_iterations: 5}\n");
+  };
+  const uint64_t from_jsonl = Submit(file_job("from-jsonl", jsonl));
+  const uint64_t from_bin = Submit(file_job("from-bin", bin));
+  std::string synthetic = SyntheticJob("from-generator", "fa-major");
+  synthetic.replace(synthetic.find("max_epochs: 2"), 13, "max_epochs: 2, max_iterations: 5");
+  const uint64_t generated = Submit(synthetic);
+  ASSERT_TRUE(TickUntil([&] {
+    return jobs::IsTerminal(Job(from_jsonl).state) && jobs::IsTerminal(Job(from_bin).state) &&
+           jobs::IsTerminal(Job(generated).state);
+  }));
+  const LlamaDims dims = (*weights)->dims();
+  std::vector<executor::TaskState> states;
+  for (uint64_t id : {from_jsonl, from_bin, generated}) {
+    const jobs::JobInfo j = Job(id);
+    ASSERT_EQ(j.state, jobs::JobState::kCompleted) << j.name << ": " << j.message;
+    EXPECT_EQ(j.iterations_done, 5) << j.name;
+    auto st = executor::LoadTaskCheckpoint(j.checkpoint_path, dims);
+    ASSERT_TRUE(st.ok()) << st.status();
+    states.push_back(*st);
+  }
+  EXPECT_EQ(states[0].step, 5);
+  EXPECT_TRUE(BitEqual(states[0], states[1])) << "JSONL and tokens-bin";
+  EXPECT_TRUE(BitEqual(states[0], states[2])) << "JSONL and the generator";
 }
 
 // Pairing: with a gains table that makes fa-major -> fa-inv very useful and
