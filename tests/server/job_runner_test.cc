@@ -740,6 +740,62 @@ TEST_F(JobRunnerTest, WaitingJobsDataIsPreparedAheadOfThePlannedResume) {
       << r;
 }
 
+// Runtime reuse (job_runner.h, 6.; issue 7, deliverable 6): a job the
+// planner preempts for a short one keeps its loaded data and its training
+// state in memory on the resident backbone while paused, so when it runs
+// again nothing is reloaded: its context switch is the first micro-batch
+// alone (no load_checkpoint_ms, no prepare_data_ms), and it continues from
+// the position it was paused at.
+TEST_F(JobRunnerTest, PreemptedJobKeepsItsStateResidentAndResumesWithoutReloading) {
+  StartDaemon(1);
+  NewRunner();
+  const uint64_t a = Submit(SyntheticJob("long", "fa-major", "", 400, 3));
+  ProfileAndPlan({a});
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 2; }));
+  const uint64_t b = Submit(SyntheticJob("short", "parity"));
+  ASSERT_TRUE(TickUntil([&] { return Job(a).state == jobs::JobState::kPaused || jobs::IsTerminal(Job(b).state); }));
+  ASSERT_EQ(Job(a).state, jobs::JobState::kPaused) << "the planner ran the short job after the long one";
+  ASSERT_TRUE(TickUntil([&] { return Job(b).state == jobs::JobState::kRunning || jobs::IsTerminal(Job(b).state); }));
+  // Paused: its data and its state stay loaded.
+  executor::TrainBatch x;
+  EXPECT_TRUE(runner_->MicroBatchOf(a, 0, &x)) << "the paused job's data was released";
+  const size_t events_at_pause = Events(a).size();
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(b).state); }));
+  // Still paused (the completion plans in the next pass), its micro-batch in
+  // flight at the preemption long ended: where it stands.
+  ASSERT_EQ(Job(a).state, jobs::JobState::kPaused);
+  EXPECT_TRUE(runner_->MicroBatchOf(a, 0, &x)) << "the paused job's data was released";
+  const auto paused_at = runner_->TrainingPosition(a);
+  EXPECT_GE(paused_at.first, 2);
+  ASSERT_TRUE(TickUntil([&] {
+    const std::vector<JobEvent> e = Events(a);
+    for (size_t i = events_at_pause; i < e.size(); ++i) {
+      if (e[i].kind == "progress" && e[i].details_json.find("context_switch_ms") != std::string::npos) return true;
+    }
+    return false;
+  }));
+  const std::vector<JobEvent> e = Events(a);
+  std::string sw;
+  bool ran_again = false;
+  for (size_t i = events_at_pause; i < e.size(); ++i) {
+    ran_again |= e[i].kind == "running";
+    if (sw.empty() && e[i].kind == "progress" && e[i].details_json.find("context_switch_ms") != std::string::npos) {
+      sw = e[i].details_json;
+    }
+  }
+  EXPECT_TRUE(ran_again);
+  EXPECT_THAT(sw, HasSubstr("\"first_step_ms\""));
+  EXPECT_THAT(sw, ::testing::Not(HasSubstr("load_checkpoint_ms"))) << sw;
+  EXPECT_THAT(sw, ::testing::Not(HasSubstr("prepare_data_ms"))) << sw;
+  // It went on from where it was paused (the switch is reported after its
+  // first micro-batch since: one more at most).
+  const size_t at = sw.find("\"iterations_done\":");
+  ASSERT_NE(at, std::string::npos) << sw;
+  const int64_t resumed = std::stoll(sw.substr(at + 18));
+  EXPECT_GE(resumed, paused_at.first);
+  EXPECT_LE(resumed, paused_at.first + 1);
+}
+
 // A job left profiling by a restart is profiled again.
 TEST_F(JobRunnerTest, JobLeftProfilingByARestartIsProfiledAgain) {
   StartDaemon(1);
