@@ -280,7 +280,8 @@ int Usage(FILE* to) {
                "                        by training the synthetic tasks (Ymir Table 2; needs LibTorch),\n"
                "                        the iteration estimator's errors and the stop-loss\n"
                "  ymir-lut --out FILE [--backbone FILE] [--devices 1,2] [--grad-accum 1,2]\n"
-               "         [--batches 4,8,16] [--frozen 0,2] [--iterations N] [--json]\n"
+               "         [--batches 4,8,16] [--frozen 0,2] [--amp 0,1] [--ckpt 0,1]\n"
+               "         [--parallelism data,pipeline] [--iterations N] [--json]\n"
                "                        profile Ymir's time LUT (seconds per training iteration) on\n"
                "                        this machine's CPU devices; writes it as CSV (needs LibTorch)\n"
                "  ymir [--trace FILE] [--jobs N] [--seed S] [--load 1|2] [--gpus G] [--nodes N]\n"
@@ -915,7 +916,8 @@ int YmirEstimators(const std::vector<std::string>& args) {
 int YmirLut(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_YMIR_T2V
   slicesched::executor::LutProfileOptions o;
-  std::string out, backbone, devices = "1,2", grad_accum = "1,2", batches = "4,8,16", frozen = "0,2";
+  std::string out, backbone, devices = "1,2", grad_accum = "1,2", batches = "4,8,16", frozen = "0,2", amp = "0,1",
+                                  ckpt = "0,1", parallelism = "data,pipeline";
   bool json = false;
   if (int rc = Flags("ymir-lut")
                    .Text("--out", &out).Required()
@@ -924,6 +926,9 @@ int YmirLut(const std::vector<std::string>& args) {
                    .Text("--grad-accum", &grad_accum)
                    .Text("--batches", &batches)
                    .Text("--frozen", &frozen)
+                   .Text("--amp", &amp)
+                   .Text("--ckpt", &ckpt)
+                   .Text("--parallelism", &parallelism)
                    .Int("--iterations", &o.iterations)
                    .Switch("--json", &json)
                    .Parse(args)) {
@@ -943,8 +948,20 @@ int YmirLut(const std::vector<std::string>& args) {
   for (auto [text, flag, v] : {std::tuple{&devices, "--devices", &o.devices},
                                std::tuple{&grad_accum, "--grad-accum", &o.grad_accum},
                                std::tuple{&batches, "--batches", &o.local_batch},
-                               std::tuple{&frozen, "--frozen", &o.frozen_layers}}) {
+                               std::tuple{&frozen, "--frozen", &o.frozen_layers},
+                               std::tuple{&amp, "--amp", &o.amp},
+                               std::tuple{&ckpt, "--ckpt", &o.grad_checkpoint}}) {
     if (auto st = list(*text, flag, v); !st.ok()) return UsageError("ymir-lut", std::string(st.message()));
+  }
+  o.parallelism.clear();
+  for (absl::string_view part : absl::StrSplit(parallelism, ',')) {
+    if (part == "data") {
+      o.parallelism.push_back(slicesched::ymir::Parallelism::kData);
+    } else if (part == "pipeline") {
+      o.parallelism.push_back(slicesched::ymir::Parallelism::kPipeline);
+    } else {
+      return UsageError("ymir-lut", "--parallelism: values must be data or pipeline, got '" + parallelism + "'");
+    }
   }
   if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-lut", v);
   auto dims = slicesched::LlamaPreset("tiny");
@@ -968,14 +985,17 @@ int YmirLut(const std::vector<std::string>& args) {
   const double seconds = (clock.Now() - t0).ToSecondsF();
   if (auto st = lut->Save(out); !st.ok()) return Failed("ymir-lut", st);
   // Example lookups: keys the grid did not measure are interpolated (and
-  // marked); categorical keys the CPU cannot vary are not found.
+  // marked); categorical keys that were not profiled (pipeline parallelism,
+  // or an AMP / checkpointing value left out of the grid) are not found.
   using slicesched::ymir::LutKey;
   std::vector<LutKey> probes = {
       LutKey{.devices = o.devices.front(), .grad_accum = o.grad_accum.front(), .local_batch = o.local_batch.front()},
       LutKey{.devices = o.devices.front(), .grad_accum = o.grad_accum.front(), .local_batch = 12},
       LutKey{.devices = o.devices.back(), .grad_accum = 3, .local_batch = 6, .frozen_layers = 1},
       LutKey{.devices = 4, .grad_accum = 1, .local_batch = 8},
-      LutKey{.devices = 1, .grad_accum = 1, .local_batch = 8, .amp = true}};
+      LutKey{.devices = 1, .grad_accum = 1, .local_batch = 8, .amp = true},
+      LutKey{.devices = 1, .grad_accum = 1, .local_batch = 12, .grad_checkpoint = true},
+      LutKey{.devices = 2, .grad_accum = 1, .local_batch = 8, .parallelism = slicesched::ymir::Parallelism::kPipeline}};
   std::string lookups;
   for (const LutKey& k : probes) {
     auto r = lut->Lookup(k);

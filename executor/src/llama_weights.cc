@@ -1,12 +1,15 @@
 // LlamaWeights bookkeeping and safetensors loading (torch-free TU; FromSeed
 // lives in llama_ops.cc).
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "llama_internal.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/llama_ops.h"
 #include "slicesched/executor/safetensors.h"
+#include "tensor_internal.h"
 
 namespace slicesched::executor {
 
@@ -109,6 +112,45 @@ absl::StatusOr<std::shared_ptr<const LlamaWeights>> LlamaWeights::WithFusion(int
   auto w = std::shared_ptr<LlamaWeights>(new LlamaWeights(*this));
   w->dims_ = dims;
   return std::shared_ptr<const LlamaWeights>(std::move(w));
+}
+
+namespace {
+
+// f32 -> bf16 by round to nearest even (NaN stays a quiet NaN).
+uint16_t Bf16Bits(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+absl::StatusOr<Tensor> Converted(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  const std::vector<float> values = t.ToFloat();
+  if (dtype == DType::kF32) {
+    return internal::TensorFromBytes(dtype, t.shape(), values.data(), values.size() * sizeof(float));
+  }
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = Bf16Bits(values[i]);
+  return internal::TensorFromBytes(dtype, t.shape(), bits.data(), bits.size() * sizeof(uint16_t));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const LlamaWeights>> LlamaWeights::WithDType(DType dtype) const {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        StrCat("LlamaWeights::WithDType: ", DTypeName(dtype), " is not supported (f32 or bf16)"));
+  }
+  if (dtype == dims_.dtype) return std::shared_ptr<const LlamaWeights>(new LlamaWeights(*this));
+  LlamaDims dims = dims_;
+  dims.dtype = dtype;
+  std::vector<Tensor> tensors;
+  for (const auto& [name, t] : NamedTensors()) {
+    SLICESCHED_ASSIGN_OR_RETURN(Tensor c, Converted(t, dtype));
+    tensors.push_back(std::move(c));
+  }
+  return Assemble(dims, options_, std::move(tensors));
 }
 
 std::vector<std::pair<std::string, Tensor>> LlamaWeights::NamedTensors() const {

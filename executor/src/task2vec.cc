@@ -1244,6 +1244,15 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   return rep;
 }
 
+std::vector<size_t> YmirEstimatorReport::BestPairsBySteps(size_t k) const {
+  std::vector<size_t> order(pairs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return pairs[x].gain_steps > pairs[y].gain_steps; });
+  order.resize(std::min(k, order.size()));
+  return order;
+}
+
 std::string YmirEstimatorReport::GainsCsv() const {
   // Format 2 (configs/ymir/README.md; read by LoadYmirGains): the measured
   // gain beside the steps-to-target gain, which is an upper bound when a
@@ -1380,8 +1389,21 @@ std::string YmirEstimatorReport::ToJson() const {
     const YmirPair& p = pairs[order[k]];
     j += absl::StrFormat(
         "%s{\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"steps_normal\": %.2f, "
-        "\"steps_transfer\": %.2f, \"speedup\": %.3f}",
-        k ? ", " : "", p.task_a, p.task_b, p.mode, p.steps_normal, p.steps_transfer, 1.0 + p.gain);
+        "\"steps_transfer\": %.2f, \"speedup\": %.3f, \"speedup_steps\": %.3f}",
+        k ? ", " : "", p.task_a, p.task_b, p.mode, p.steps_normal, p.steps_transfer, 1.0 + p.gain,
+        1.0 + p.gain_steps);
+  }
+  j += "],\n";
+  // The best pairs by the measured speed-up in steps to target.
+  j += "  \"best_pairs_steps\": [";
+  const std::vector<size_t> by_steps = BestPairsBySteps(3);
+  for (size_t k = 0; k < by_steps.size(); ++k) {
+    const YmirPair& p = pairs[by_steps[k]];
+    j += absl::StrFormat(
+        "%s{\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", \"steps_normal\": %.2f, "
+        "\"steps_transfer\": %.2f, \"censored\": %s, \"speedup_steps\": %.3f, \"speedup\": %.3f}",
+        k ? ", " : "", p.task_a, p.task_b, p.mode, p.steps_normal, p.steps_transfer,
+        p.censored ? "true" : "false", 1.0 + p.gain_steps, 1.0 + p.gain);
   }
   j += "],\n";
   j += absl::StrFormat(

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -172,6 +174,8 @@ TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {
   EXPECT_EQ(strip(r1->ToJson()), strip(r2->ToJson()));
 }
 
+void CheckBestPairsBySteps(const YmirEstimatorReport& r);  // below
+
 // The iteration estimator and the stop-loss as wired into the experiment.
 TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
@@ -267,9 +271,11 @@ TEST(Task2Vec, IterationEstimatorAndStopLossAreReported) {
   EXPECT_GE(r->negative_caught,
             std::max(r->negative_caught_by_estimator, r->negative_caught_by_stop_loss));
   EXPECT_GE(r->iteration.normal_max_pct, r->iteration.normal_pct);
+  CheckBestPairsBySteps(*r);
   const std::string json = r->ToJson();
   for (const char* key : {"\"transfer_cls_accuracy\"", "\"iter_err_normal_pct\"",
                           "\"iter_err_transfer_pct\"", "\"best_pairs\"", "\"negative_caught\"",
+                          "\"speedup_steps\"", "\"gain_mape_pct\"", "\"negative_pairs\"",
                           "\"steps_transfer_stop_loss\"", "\"fit_from_step\"", "\"fitted_points\"",
                           "\"iter_observed_steps_mean\"", "\"iteration_first_window\"", "\"observed_until\""}) {
     EXPECT_THAT(json, testing::HasSubstr(key));
@@ -402,6 +408,8 @@ TEST(LutProfile, ProfilesEveryKeyOfTheGrid) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(w.ok());
   LutProfileOptions o;
+  EXPECT_EQ(o.amp, (std::vector<int64_t>{0, 1}));  // both profiled by default
+  EXPECT_EQ(o.grad_checkpoint, (std::vector<int64_t>{0, 1}));
   o.devices = {1, 2};
   o.grad_accum = {1};
   o.local_batch = {2, 4};
@@ -411,19 +419,245 @@ TEST(LutProfile, ProfilesEveryKeyOfTheGrid) {
   TickingClock clock;
   auto lut = ProfileTimeLut(**w, o, clock);
   ASSERT_TRUE(lut.ok()) << lut.status();
-  EXPECT_EQ(lut->entries().size(), 8u);
+  EXPECT_EQ(lut->entries().size(), 64u);  // 2 x 2 x 2 x 1 x 2 x 2 x 2 (both device counts divide 4 layers)
+  int amp = 0, ckpt = 0, pipeline = 0;
   for (const auto& [key, e] : lut->entries()) {
     EXPECT_NEAR(e.seconds, 0.001, 1e-12) << key.ToString();  // one tick per iteration
     EXPECT_EQ(e.samples, 1);
-    EXPECT_FALSE(key.amp);
-    EXPECT_EQ(key.parallelism, ymir::Parallelism::kData);
+    amp += key.amp ? 1 : 0;
+    ckpt += key.grad_checkpoint ? 1 : 0;
+    pipeline += key.parallelism == ymir::Parallelism::kPipeline ? 1 : 0;
   }
+  EXPECT_EQ(amp, 32);
+  EXPECT_EQ(ckpt, 32);
+  EXPECT_EQ(pipeline, 32);
   auto mid = lut->Lookup({.devices = 1, .grad_accum = 1, .local_batch = 3});
   ASSERT_TRUE(mid.ok()) << mid.status();
   EXPECT_TRUE(mid->interpolated);
+  // AMP and checkpointing keys interpolate among their own kind only.
+  auto mid_amp = lut->Lookup({.devices = 1, .grad_accum = 1, .local_batch = 3, .amp = true, .grad_checkpoint = true});
+  ASSERT_TRUE(mid_amp.ok()) << mid_amp.status();
+  EXPECT_TRUE(mid_amp->interpolated);
+  for (const ymir::LutKey& k : mid_amp->source) {
+    EXPECT_TRUE(k.amp && k.grad_checkpoint) << k.ToString();
+  }
+  // Pipeline keys are measured, and interpolate among pipeline keys only.
+  auto pp = lut->Lookup({.devices = 2, .grad_accum = 1, .local_batch = 3, .parallelism = ymir::Parallelism::kPipeline});
+  ASSERT_TRUE(pp.ok()) << pp.status();
+  EXPECT_TRUE(pp->interpolated);
+  for (const ymir::LutKey& k : pp->source) EXPECT_EQ(k.parallelism, ymir::Parallelism::kPipeline) << k.ToString();
+  // A pipeline over a device count that does not divide the layers is skipped.
+  o.devices = {3};
+  o.parallelism = {ymir::Parallelism::kData, ymir::Parallelism::kPipeline};
+  auto three = ProfileTimeLut(**w, o, clock);
+  ASSERT_TRUE(three.ok()) << three.status();
+  for (const auto& [key, e] : three->entries()) EXPECT_EQ(key.parallelism, ymir::Parallelism::kData) << key.ToString();
+  EXPECT_EQ(three->entries().size(), 16u);
+  // Only the listed values are profiled.
+  o.parallelism = {ymir::Parallelism::kData};
+  o.amp = {1};
+  o.grad_checkpoint = {0};
+  o.devices = {1};
+  o.frozen_layers = {0};
+  auto only = ProfileTimeLut(**w, o, clock);
+  ASSERT_TRUE(only.ok()) << only.status();
+  ASSERT_EQ(only->entries().size(), 2u);
+  for (const auto& [key, e] : only->entries()) EXPECT_TRUE(key.amp && !key.grad_checkpoint) << key.ToString();
+  o.parallelism = {};
+  EXPECT_THAT(std::string(ProfileTimeLut(**w, o, clock).status().message()),
+              testing::HasSubstr("parallelism needs data and/or pipeline"));
+  o.parallelism = {ymir::Parallelism::kData};
+  o.amp = {0, 2};
+  EXPECT_THAT(std::string(ProfileTimeLut(**w, o, clock).status().message()),
+              testing::HasSubstr("amp values must be 0 or 1, got '2'"));
+  o.amp = {0};
+  o.grad_checkpoint = {};
+  EXPECT_THAT(std::string(ProfileTimeLut(**w, o, clock).status().message()),
+              testing::HasSubstr("grad_checkpoint needs a value"));
+  o.grad_checkpoint = {0};
   o.frozen_layers = {Tiny().layers};
   EXPECT_THAT(std::string(ProfileTimeLut(**w, o, clock).status().message()),
               testing::HasSubstr("frozen_layers"));
+}
+
+bool SameValues(const TaskAdapters& a, const TaskAdapters& b) {
+  const auto na = a.NamedTensors(), nb = b.NamedTensors();
+  if (na.size() != nb.size()) return false;
+  for (size_t i = 0; i < na.size(); ++i) {
+    if (na[i].first != nb[i].first || na[i].second.ToFloat() != nb[i].second.ToFloat()) return false;
+  }
+  return true;
+}
+
+// Gradient checkpointing in the profiler (lut_profile.h): the group forwards
+// are run again before their backward and at most one group's activations
+// are alive, yet every gradient is bit-identical to keeping them all; frozen
+// bottom layers get no gradient (and no recomputation) either way.
+TEST(LutProfile, GradientCheckpointingRecomputesAndGivesTheSameGradients) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  auto base = (*w)->WithFusion(1);
+  ASSERT_TRUE(base.ok());
+  const int64_t layers = Tiny().layers;
+  ASSERT_EQ((*base)->num_groups(), layers);
+  auto st = TaskState::Init(Tiny(), LoraConfig{.rank = 4, .alpha = 8.0}, 2, 3);
+  ASSERT_TRUE(st.ok());
+  // Adapters away from their zero init, so every layer's gradient is nonzero.
+  TrainBatch batch;
+  {
+    std::vector<int64_t> tokens, labels;
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int64_t s = 0; s < 6; ++s) {
+        tokens.push_back((r * 31 + s * 7) % Tiny().vocab);
+        labels.push_back(s == 5 ? r % 2 : -1);
+      }
+    }
+    batch.tokens = Tensor::FromInt64(tokens, {3, 6});
+    batch.labels = Tensor::FromInt64(labels, {3, 6});
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto g = ComputeLutDeviceGradients(**base, st->params, batch, 0, false);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(AccumulateGradients(*st, g->grads).ok());
+    ASSERT_TRUE(AdamWStep(*st).ok());
+  }
+  for (int64_t frozen : {int64_t{0}, int64_t{1}}) {
+    auto kept = ComputeLutDeviceGradients(**base, st->params, batch, frozen, false);
+    auto ckpt = ComputeLutDeviceGradients(**base, st->params, batch, frozen, true);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    EXPECT_TRUE(SameValues(kept->grads, ckpt->grads)) << "frozen " << frozen;
+    EXPECT_EQ(kept->group_forwards, layers);
+    EXPECT_EQ(ckpt->group_forwards, layers + (layers - frozen));
+    EXPECT_EQ(kept->max_live_tapes, layers - frozen);
+    EXPECT_EQ(ckpt->max_live_tapes, 1);
+    for (int64_t l = 0; l < layers; ++l) {
+      const std::vector<float> q = ckpt->grads.layers[static_cast<size_t>(l)].q_b.ToFloat();
+      const bool any = std::any_of(q.begin(), q.end(), [](float x) { return x != 0.f; });
+      EXPECT_EQ(any, l >= frozen) << "layer " << l << ", frozen " << frozen;
+    }
+  }
+  EXPECT_THAT(std::string(ComputeLutDeviceGradients(**w, st->params, batch, 0, true).status().message()),
+              testing::HasSubstr("fusion 1"));
+}
+
+// Pipeline parallelism in the profiler: 2 and 4 stages (threads over
+// consecutive layers, GPipe), with and without frozen layers and
+// checkpointing, give every micro-batch exactly the gradient one device
+// computes for it; a stage count that does not divide the layers is refused.
+TEST(LutProfile, PipelineStagesGiveEachMicroBatchItsOwnGradient) {
+  SetIntraOpThreadsForThisThread(1);  // the stages' setting, for bit-identical sums
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  auto base = (*w)->WithFusion(1);
+  ASSERT_TRUE(base.ok());
+  auto st = TaskState::Init(Tiny(), LoraConfig{.rank = 4, .alpha = 8.0}, 2, 3);
+  ASSERT_TRUE(st.ok());
+  std::vector<TrainBatch> micro;
+  for (int64_t m = 0; m < 3; ++m) {
+    std::vector<int64_t> tokens, labels;
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t s = 0; s < 5; ++s) {
+        tokens.push_back((m * 53 + r * 31 + s * 7) % Tiny().vocab);
+        labels.push_back(s == 4 ? (m + r) % 2 : -1);
+      }
+    }
+    TrainBatch b;
+    b.tokens = Tensor::FromInt64(tokens, {2, 5});
+    b.labels = Tensor::FromInt64(labels, {2, 5});
+    micro.push_back(b);
+  }
+  // Adapters away from their zero init (every layer then has a gradient).
+  for (int i = 0; i < 2; ++i) {
+    auto g = ComputeLutDeviceGradients(**base, st->params, micro[0], 0, false);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(AccumulateGradients(*st, g->grads).ok());
+    ASSERT_TRUE(AdamWStep(*st).ok());
+  }
+  for (int64_t stages : {int64_t{2}, int64_t{4}}) {
+    for (int64_t frozen : {int64_t{0}, int64_t{1}, int64_t{2}}) {
+      for (bool ckpt : {false, true}) {
+        auto pp = ComputeLutPipelineGradients(**base, st->params, micro, stages, frozen, ckpt);
+        ASSERT_TRUE(pp.ok()) << pp.status();
+        ASSERT_EQ(pp->size(), micro.size());
+        for (size_t m = 0; m < micro.size(); ++m) {
+          auto one = ComputeLutDeviceGradients(**base, st->params, micro[m], frozen, false);
+          ASSERT_TRUE(one.ok()) << one.status();
+          EXPECT_TRUE(SameValues((*pp)[m], one->grads))
+              << "stages " << stages << " frozen " << frozen << " ckpt " << ckpt << " micro-batch " << m;
+        }
+      }
+    }
+  }
+  EXPECT_THAT(std::string(ComputeLutPipelineGradients(**base, st->params, micro, 3, 0, false).status().message()),
+              testing::HasSubstr("pipeline parallelism over 3 devices needs a device count that divides the "
+                                 "backbone's 4 layers"));
+  EXPECT_THAT(std::string(ComputeLutPipelineGradients(**base, st->params, {}, 2, 0, false).status().message()),
+              testing::HasSubstr("needs micro-batches"));
+}
+
+// AMP in the profiler: the bf16 copy of the backbone (LlamaWeights::WithDType)
+// holds every parameter rounded to the nearest bf16 (ties to even), converts
+// back to f32 exactly, and trains: its gradients are near the f32 ones but
+// not the same (the backbone really runs in bf16).
+TEST(LutProfile, AmpRunsTheBackboneInBf16) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ((*w)->dims().dtype, DType::kF32);
+  auto bf = (*w)->WithDType(DType::kBF16);
+  ASSERT_TRUE(bf.ok()) << bf.status();
+  EXPECT_EQ((*bf)->dims().dtype, DType::kBF16);
+  auto rne = [](float f) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, sizeof u);
+    u = ((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16) << 16;
+    float out = 0;
+    std::memcpy(&out, &u, sizeof out);
+    return out;
+  };
+  const auto f32_named = (*w)->NamedTensors(), bf_named = (*bf)->NamedTensors();
+  ASSERT_EQ(f32_named.size(), bf_named.size());
+  int64_t rounded = 0;
+  for (size_t i = 0; i < f32_named.size(); ++i) {
+    EXPECT_EQ(bf_named[i].second.dtype(), DType::kBF16) << bf_named[i].first;
+    const std::vector<float> a = f32_named[i].second.ToFloat(), b = bf_named[i].second.ToFloat();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) {
+      ASSERT_EQ(b[k], rne(a[k])) << bf_named[i].first << "[" << k << "]";
+      rounded += a[k] != b[k] ? 1 : 0;
+    }
+  }
+  EXPECT_GT(rounded, 0);
+  auto back = (*bf)->WithDType(DType::kF32);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)->dims().dtype, DType::kF32);
+  const auto back_named = (*back)->NamedTensors();
+  for (size_t i = 0; i < back_named.size(); ++i) {
+    EXPECT_EQ(back_named[i].second.dtype(), DType::kF32);
+    EXPECT_EQ(back_named[i].second.ToFloat(), bf_named[i].second.ToFloat()) << back_named[i].first;
+  }
+  EXPECT_THAT(std::string((*w)->WithDType(DType::kF16).status().message()),
+              testing::HasSubstr("f16 is not supported (f32 or bf16)"));
+
+  auto f1 = (*w)->WithFusion(1);
+  auto b1 = (*bf)->WithFusion(1);
+  ASSERT_TRUE(f1.ok() && b1.ok());
+  auto st = TaskState::Init(Tiny(), LoraConfig{.rank = 4, .alpha = 8.0}, 2, 3);
+  ASSERT_TRUE(st.ok());
+  TrainBatch batch;
+  batch.tokens = Tensor::FromInt64(std::vector<int64_t>{1, 5, 9, 13, 17, 21, 2, 6, 10, 14, 18, 22}, {2, 6});
+  batch.labels = Tensor::FromInt64(std::vector<int64_t>{-1, -1, -1, -1, -1, 1, -1, -1, -1, -1, -1, 0}, {2, 6});
+  auto gf = ComputeLutDeviceGradients(**f1, st->params, batch, 0, false);
+  auto gb = ComputeLutDeviceGradients(**b1, st->params, batch, 0, false);
+  ASSERT_TRUE(gf.ok()) << gf.status();
+  ASSERT_TRUE(gb.ok()) << gb.status();
+  EXPECT_EQ(gb->grads.head.dtype(), DType::kF32);  // f32 master state
+  const double scale = gf->grads.head.MaxAbsDiff(Tensor::FromFloat(std::vector<float>(
+                                                     static_cast<size_t>(gf->grads.head.numel()), 0.f),
+                                                 gf->grads.head.shape()));
+  const double diff = gb->grads.head.MaxAbsDiff(gf->grads.head);
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 0.05 * scale);
 }
 
 TEST(Task2Vec, RepeatsAverageTheStepsOfIndependentSeeds) {
@@ -539,6 +773,36 @@ TEST(Task2Vec, AreaSpeedupRecoversATimeRescaling) {
   EXPECT_TRUE(clamped);
 }
 
+// The best pairs by the measured speed-up in steps to target (the
+// acceptance's field, "best_pairs_steps"), whatever the gain measure: the
+// largest steps_normal / steps_transfer first, no other pair above the last,
+// printed with the steps speed-up and, beside it, the measured gain's.
+void CheckBestPairsBySteps(const YmirEstimatorReport& r) {
+  const std::vector<size_t> best = r.BestPairsBySteps(3);
+  ASSERT_EQ(best.size(), std::min<size_t>(3, r.pairs.size()));
+  ASSERT_FALSE(best.empty());
+  for (size_t k = 0; k < best.size(); ++k) {
+    const YmirPair& p = r.pairs[best[k]];
+    EXPECT_NEAR(1.0 + p.gain_steps, p.steps_normal / p.steps_transfer, 1e-12);
+    if (k > 0) {
+      EXPECT_LE(p.gain_steps, r.pairs[best[k - 1]].gain_steps);
+    }
+  }
+  for (size_t i = 0; i < r.pairs.size(); ++i) {
+    if (std::find(best.begin(), best.end(), i) == best.end()) {
+      EXPECT_LE(r.pairs[i].gain_steps, r.pairs[best.back()].gain_steps);
+    }
+  }
+  EXPECT_EQ(r.BestPairsBySteps(1000).size(), r.pairs.size());
+  const YmirPair& top = r.pairs[best[0]];
+  EXPECT_THAT(r.ToJson(), testing::HasSubstr(absl::StrFormat(
+                              "\"best_pairs_steps\": [{\"a\": \"%s\", \"b\": \"%s\", \"mode\": \"%s\", "
+                              "\"steps_normal\": %.2f, \"steps_transfer\": %.2f, \"censored\": %s, "
+                              "\"speedup_steps\": %.3f, \"speedup\": %.3f}",
+                              top.task_a, top.task_b, top.mode, top.steps_normal, top.steps_transfer,
+                              top.censored ? "true" : "false", 1.0 + top.gain_steps, 1.0 + top.gain)));
+}
+
 // --gain area and --probe head, wired into the experiment.
 TEST(Task2Vec, AreaGainAndHeadProbeAreWired) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
@@ -575,6 +839,10 @@ TEST(Task2Vec, AreaGainAndHeadProbeAreWired) {
   }
   EXPECT_TRUE(some_differ);
   EXPECT_TRUE(some_similarity_differs);  // the head probe's embeddings are other ones
+  // Under the area gain the best pairs by steps to target are still ranked
+  // and printed by the steps speed-up.
+  CheckBestPairsBySteps(*area);
+  CheckBestPairsBySteps(*steps);
   // The area gain does not change the normal runs' targets or steps.
   EXPECT_EQ(area->normal_steps, steps->normal_steps);
   EXPECT_EQ(area->normal_target_loss, steps->normal_target_loss);

@@ -184,6 +184,11 @@ TEST(SlicesimUsage, YmirLibTorchCommandsCheckTheirOptionsToo) {
        "slicesim ymir-estimators: --tasks: unknown synthetic task 'nosuch' (known: "},
       {{"ymir-estimators", "--seed", "-1"}, "slicesim ymir-estimators: --seed must be at least 0, got '-1'"},
       {{"ymir-lut", "--iterations", "1"}, "slicesim ymir-lut: --out is required"},
+      {{"ymir-lut", "--out", "l.csv", "--amp", "0,2"}, "slicesim ymir-lut: LUT profile: amp values must be 0 or 1, got '2'"},
+      {{"ymir-lut", "--out", "l.csv", "--parallelism", "data,tensor"},
+       "slicesim ymir-lut: --parallelism: values must be data or pipeline, got 'data,tensor'"},
+      {{"ymir-lut", "--out", "l.csv", "--ckpt", "1,x"},
+       "slicesim ymir-lut: --ckpt: '1,x' is not a comma-separated integer list"},
       {{"ymir-lut", "--out", "l.csv", "--devices", "1,two"},
        "slicesim ymir-lut: --devices: '1,two' is not a comma-separated integer list"},
   });

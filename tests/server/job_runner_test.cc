@@ -26,6 +26,7 @@
 #include "slicesched/server/config.h"
 #include "slicesched/server/job_runner.h"
 #include "slicesched/server/master.h"
+#include "slicesched/synth/tasks.h"
 #include "slicesched/ymir/time_lut.h"
 #include "job_runner_fixture.h"
 
@@ -249,6 +250,55 @@ TEST_F(JobRunnerTest, BadDatasetFailsTheJobWithAReason) {
   const jobs::JobInfo j = Job(id);
   EXPECT_EQ(j.state, jobs::JobState::kFailed);
   EXPECT_THAT(j.message, HasSubstr("token id 999 outside the backbone's vocabulary"));
+}
+
+// Datasets a user points a job at (issue 7, deliverable 1; the formats in
+// docs/operations.md): the same examples as a JSONL file, as a tokens-bin
+// file and from the built-in generator train bit-identical jobs (the same
+// rows, head size and held-out split, whatever the format).
+TEST_F(JobRunnerTest, JsonlAndTokensBinFilesTrainLikeTheGeneratorsDataset) {
+  StartDaemon(1);
+  synth::DatasetOptions o;
+  o.task = "fa-major";
+  o.seed = 3;
+  o.examples = 80;
+  o.sequence_length = 8;
+  auto weights = master_->BackboneWeights("tiny-ft");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  o.language.vocab = (*weights)->dims().vocab;
+  auto examples = synth::Generate(o);
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  const std::string jsonl = StrCat(dir_, "/fa.jsonl"), bin = StrCat(dir_, "/fa.bin");
+  ASSERT_TRUE(synth::WriteJsonl(jsonl, *examples).ok());
+  ASSERT_TRUE(synth::WriteTokensBin(bin, *examples).ok());
+  NewRunner();
+  auto file_job = [](const std::string& name, const std::string& path) {
+    return StrCat("name: ", name, "\nbackbone: tiny\ndataset: {path: ", path,
+                  "}\nhyperparameters: {learning_rate: 0.01, batch_size: 8}\n"
+                  "stop: {metric: accuracy, target: 0.999, max_epochs: 2, max_iterations: 5}\n");
+  };
+  const uint64_t from_jsonl = Submit(file_job("from-jsonl", jsonl));
+  const uint64_t from_bin = Submit(file_job("from-bin", bin));
+  std::string synthetic = SyntheticJob("from-generator", "fa-major");
+  synthetic.replace(synthetic.find("max_epochs: 2"), 13, "max_epochs: 2, max_iterations: 5");
+  const uint64_t generated = Submit(synthetic);
+  ASSERT_TRUE(TickUntil([&] {
+    return jobs::IsTerminal(Job(from_jsonl).state) && jobs::IsTerminal(Job(from_bin).state) &&
+           jobs::IsTerminal(Job(generated).state);
+  }));
+  const LlamaDims dims = (*weights)->dims();
+  std::vector<executor::TaskState> states;
+  for (uint64_t id : {from_jsonl, from_bin, generated}) {
+    const jobs::JobInfo j = Job(id);
+    ASSERT_EQ(j.state, jobs::JobState::kCompleted) << j.name << ": " << j.message;
+    EXPECT_EQ(j.iterations_done, 5) << j.name;
+    auto st = executor::LoadTaskCheckpoint(j.checkpoint_path, dims);
+    ASSERT_TRUE(st.ok()) << st.status();
+    states.push_back(*st);
+  }
+  EXPECT_EQ(states[0].step, 5);
+  EXPECT_TRUE(BitEqual(states[0], states[1])) << "JSONL and tokens-bin";
+  EXPECT_TRUE(BitEqual(states[0], states[2])) << "JSONL and the generator";
 }
 
 // Pairing: with a gains table that makes fa-major -> fa-inv very useful and
@@ -606,6 +656,144 @@ TEST_F(JobRunnerTest, SubmittedJobIsProfiledBeforeItIsQueued) {
   EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
   EXPECT_EQ(Job(id).iterations_done, 16);
   EXPECT_EQ(runner_->stats().steps_done, 16u);  // its own run: all 16 iterations from scratch
+}
+
+// Runtime reuse (job_runner.h, 6.; issue 7, deliverable 6): after a restart
+// the data of a job waiting for its devices is prepared planner.prefetch
+// (default 30 s) before the next planning round, not earlier, and not at its
+// resume: its context switch then reports prepare_data_ms 0 (the prefetch's
+// own time beside it as prefetched_data_ms), while the job resumed at the
+// first round, without a prefetch, pays for its data in its switch. The parts
+// add up to context_switch_ms.
+TEST_F(JobRunnerTest, WaitingJobsDataIsPreparedAheadOfThePlannedResume) {
+  PlannerConfig planner;
+  ASSERT_EQ(planner.prefetch, Duration::Seconds(30));
+  ASSERT_EQ(planner.interval, Duration::Seconds(120));
+  StartDaemon(1, planner);
+  NewRunner();
+  const uint64_t a = Submit(SyntheticJob("prefetch-a", "fa-major", "", 400, 3));
+  const uint64_t b = Submit(SyntheticJob("prefetch-b", "fb-major", "", 400, 3));
+  ProfileAndPlan({a, b});
+  ASSERT_TRUE(TickUntil([&] {
+    return runner_->TrainingPosition(a).first >= 2 || runner_->TrainingPosition(b).first >= 2;
+  }));
+  runner_->Stop();
+  runner_.reset();
+  OpenJobs();  // the restart: both queued, nothing loaded
+  ASSERT_EQ(Job(a).state, jobs::JobState::kQueued);
+  ASSERT_EQ(Job(b).state, jobs::JobState::kQueued);
+  NewRunner();
+  const Timestamp t0 = clock_.Now();
+  const size_t events_a = Events(a).size(), events_b = Events(b).size();
+  ASSERT_TRUE(runner_->Tick().ok());  // the first round: one device, one job runs
+  const bool a_runs = Job(a).state == jobs::JobState::kRunning;
+  const uint64_t run = a_runs ? a : b, wait = a_runs ? b : a;
+  ASSERT_EQ(Job(run).state, jobs::JobState::kRunning);
+  ASSERT_EQ(Job(wait).state, jobs::JobState::kQueued);
+  executor::TrainBatch x;
+  EXPECT_FALSE(runner_->MicroBatchOf(wait, 0, &x)) << "prepared before the prefetch window";
+  // The resumed job's first micro-batch ends (its switch is reported).
+  const size_t events_before_restart = a_runs ? events_a : events_b;
+  ASSERT_TRUE(TickUntil([&] {
+    const std::vector<JobEvent> e = Events(run);
+    for (size_t i = events_before_restart; i < e.size(); ++i) {
+      if (e[i].kind == "progress" && e[i].details_json.find("context_switch_ms") != std::string::npos) return true;
+    }
+    return false;
+  }));
+  EXPECT_FALSE(runner_->MicroBatchOf(wait, 0, &x)) << "prepared before the prefetch window";
+  clock_.SetTime(t0 + Duration::Seconds(89));  // the next round at t0 + 120: 31 s ahead
+  ASSERT_TRUE(runner_->Tick().ok());
+  EXPECT_FALSE(runner_->MicroBatchOf(wait, 0, &x)) << "prepared more than prefetch_s ahead";
+  clock_.SetTime(t0 + Duration::Seconds(90));  // 30 s ahead
+  ASSERT_TRUE(runner_->Tick().ok());
+  EXPECT_TRUE(runner_->MicroBatchOf(wait, 0, &x)) << "not prepared prefetch_s ahead of the round";
+  EXPECT_EQ(Job(wait).state, jobs::JobState::kQueued);
+  ASSERT_TRUE(jobs_->Cancel(run, "make room").ok());
+  clock_.SetTime(t0 + Duration::Seconds(120));  // the round: the waiting job resumes
+  std::vector<JobEvent> ev;
+  ASSERT_TRUE(TickUntil([&] { return FindEventWith(wait, "progress", "context_switch_ms", &ev) != nullptr; }));
+  auto field = [](const std::string& json, const std::string& key) {
+    const size_t at = json.find("\"" + key + "\":");
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + key.size() + 3));
+  };
+  const std::string w = FindEventWith(wait, "progress", "context_switch_ms", &ev)->details_json;
+  EXPECT_EQ(field(w, "prepare_data_ms"), 0.0) << w;
+  EXPECT_GT(field(w, "prefetched_data_ms"), 0.0) << w;
+  EXPECT_GE(field(w, "load_checkpoint_ms"), 0.0) << w;
+  EXPECT_GT(field(w, "first_step_ms"), 0.0) << w;
+  EXPECT_NEAR(field(w, "context_switch_ms"), field(w, "load_checkpoint_ms") + field(w, "first_step_ms"), 1e-3) << w;
+  // The job resumed at the first round prepared its data in its switch.
+  std::vector<JobEvent> rev = Events(run);
+  const JobEvent* switched = nullptr;
+  for (size_t i = events_before_restart; i < rev.size() && switched == nullptr; ++i) {
+    if (rev[i].kind == "progress" && rev[i].details_json.find("context_switch_ms") != std::string::npos) {
+      switched = &rev[i];
+    }
+  }
+  ASSERT_NE(switched, nullptr);
+  const std::string r = switched->details_json;
+  EXPECT_GT(field(r, "prepare_data_ms"), 0.0) << r;
+  EXPECT_EQ(field(r, "prefetched_data_ms"), -1.0) << r;
+  EXPECT_NEAR(field(r, "context_switch_ms"),
+              field(r, "load_checkpoint_ms") + field(r, "prepare_data_ms") + field(r, "first_step_ms"), 1e-3)
+      << r;
+}
+
+// Runtime reuse (job_runner.h, 6.; issue 7, deliverable 6): a job the
+// planner preempts for a short one keeps its loaded data and its training
+// state in memory on the resident backbone while paused, so when it runs
+// again nothing is reloaded: its context switch is the first micro-batch
+// alone (no load_checkpoint_ms, no prepare_data_ms), and it continues from
+// the position it was paused at.
+TEST_F(JobRunnerTest, PreemptedJobKeepsItsStateResidentAndResumesWithoutReloading) {
+  StartDaemon(1);
+  NewRunner();
+  const uint64_t a = Submit(SyntheticJob("long", "fa-major", "", 400, 3));
+  ProfileAndPlan({a});
+  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(a).first >= 2; }));
+  const uint64_t b = Submit(SyntheticJob("short", "parity"));
+  ASSERT_TRUE(TickUntil([&] { return Job(a).state == jobs::JobState::kPaused || jobs::IsTerminal(Job(b).state); }));
+  ASSERT_EQ(Job(a).state, jobs::JobState::kPaused) << "the planner ran the short job after the long one";
+  ASSERT_TRUE(TickUntil([&] { return Job(b).state == jobs::JobState::kRunning || jobs::IsTerminal(Job(b).state); }));
+  // Paused: its data and its state stay loaded.
+  executor::TrainBatch x;
+  EXPECT_TRUE(runner_->MicroBatchOf(a, 0, &x)) << "the paused job's data was released";
+  const size_t events_at_pause = Events(a).size();
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(b).state); }));
+  // Still paused (the completion plans in the next pass), its micro-batch in
+  // flight at the preemption long ended: where it stands.
+  ASSERT_EQ(Job(a).state, jobs::JobState::kPaused);
+  EXPECT_TRUE(runner_->MicroBatchOf(a, 0, &x)) << "the paused job's data was released";
+  const auto paused_at = runner_->TrainingPosition(a);
+  EXPECT_GE(paused_at.first, 2);
+  ASSERT_TRUE(TickUntil([&] {
+    const std::vector<JobEvent> e = Events(a);
+    for (size_t i = events_at_pause; i < e.size(); ++i) {
+      if (e[i].kind == "progress" && e[i].details_json.find("context_switch_ms") != std::string::npos) return true;
+    }
+    return false;
+  }));
+  const std::vector<JobEvent> e = Events(a);
+  std::string sw;
+  bool ran_again = false;
+  for (size_t i = events_at_pause; i < e.size(); ++i) {
+    ran_again |= e[i].kind == "running";
+    if (sw.empty() && e[i].kind == "progress" && e[i].details_json.find("context_switch_ms") != std::string::npos) {
+      sw = e[i].details_json;
+    }
+  }
+  EXPECT_TRUE(ran_again);
+  EXPECT_THAT(sw, HasSubstr("\"first_step_ms\""));
+  EXPECT_THAT(sw, ::testing::Not(HasSubstr("load_checkpoint_ms"))) << sw;
+  EXPECT_THAT(sw, ::testing::Not(HasSubstr("prepare_data_ms"))) << sw;
+  // It went on from where it was paused (the switch is reported after its
+  // first micro-batch since: one more at most).
+  const size_t at = sw.find("\"iterations_done\":");
+  ASSERT_NE(at, std::string::npos) << sw;
+  const int64_t resumed = std::stoll(sw.substr(at + 18));
+  EXPECT_GE(resumed, paused_at.first);
+  EXPECT_LE(resumed, paused_at.first + 1);
 }
 
 // A job left profiling by a restart is profiled again.

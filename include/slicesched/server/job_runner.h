@@ -94,9 +94,12 @@
 //      data and its TaskState in memory. Data of queued / paused jobs is
 //      prepared once the next planning round is within planner.prefetch.
 //      Every (re)start measures its context switch, split into
-//      load_checkpoint_ms, prepare_data_ms (0 when prefetched) and
-//      first_step_ms (submit of the first micro-batch to its end), reported
-//      in the job's next progress event.
+//      load_checkpoint_ms, prepare_data_ms (0 when prefetched; the prefetch's
+//      own time is reported beside it as prefetched_data_ms, outside the
+//      total) and first_step_ms (submit of the first micro-batch to its end),
+//      summed as context_switch_ms, reported in the job's next progress
+//      event. A job whose state and data stayed in memory (preempted or
+//      paused, not restarted) reports no load or preparation part.
 //
 // JobView from the job's state: remaining_iterations = the iteration limit
 // (max_epochs x iterations per epoch, capped by max_iterations) minus

@@ -68,6 +68,12 @@ class LlamaWeights {
   // factor, e.g. fusion 1 to run a fused group's layers one at a time.
   absl::StatusOr<std::shared_ptr<const LlamaWeights>> WithFusion(int64_t fusion) const;
 
+  // A copy of every parameter in `dtype` (f32 or bf16; InvalidArgument
+  // otherwise): f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact. The
+  // same dtype returns the same parameters (shared). E.g. the time LUT's
+  // AMP profile (lut_profile.h) runs the backbone in bf16.
+  absl::StatusOr<std::shared_ptr<const LlamaWeights>> WithDType(DType dtype) const;
+
   // All tensors under their HuggingFace names (for WriteSafetensors).
   std::vector<std::pair<std::string, Tensor>> NamedTensors() const;
 

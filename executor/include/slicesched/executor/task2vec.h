@@ -601,6 +601,17 @@ struct YmirEstimatorReport {
   int64_t train_steps = 0;            // optimizer steps run in total
   double seconds = 0;
 
+  // The k pairs with the largest measured speed-up in steps to target,
+  // steps_normal / steps_transfer = 1 + gain_steps (B's steps to its normal
+  // bar alone over its steps under the transfer), largest first, ties in
+  // pair order; whatever gain_measure is. A censored transfer run's
+  // speed-up is an upper bound (it needs at least max_steps + 1 steps).
+  // ToJson prints them as "best_pairs_steps" (the acceptance of issue 7's
+  // "measured speed-up in steps-to-target of the best pairs"); its
+  // "best_pairs" rank by the measured gain (gain_measure) instead and carry
+  // the steps speed-up beside it.
+  std::vector<size_t> BestPairsBySteps(size_t k) const;
+
   std::string ToJson() const;
   // Gains table, format 2 (LoadYmirGains, configs/ymir/README.md): the
   // comments "# gains-format: 2", "# gain-definition: speedup" and
