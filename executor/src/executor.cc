@@ -28,6 +28,13 @@ void AddLocked(std::atomic<size_t>& counter, ptrdiff_t delta) {
   counter.store(counter.load(std::memory_order_relaxed) + static_cast<size_t>(delta), std::memory_order_relaxed);
 }
 
+// A spin-wait iteration's hint to the CPU.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 }  // namespace
 
 ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunner* kernels,
@@ -847,14 +854,33 @@ void ExecutorSet::OwnerSleepUntil(absl::Time until, OwnerSleep mode) {
   owner_sleep_.store(OwnerSleep::kAwake, std::memory_order_relaxed);
 }
 
-bool ExecutorSet::OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+bool ExecutorSet::OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout,
+                               absl::Duration spin) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  const absl::Time spin_until = start + std::min(spin, timeout);
   owner_wait_min_.store(min_completions, std::memory_order_relaxed);
   owner_wait_.store(kind, std::memory_order_relaxed);
   bool ok = false;
+  bool polled = false;  // the last look was a poll, not a sleep
   for (;;) {
     if (OwnerWaitSatisfied()) {
       ok = true;
+      if (polled) {
+        // Seen at once, the completion's device thread still holds mu_
+        // (its finish goes on to pick its next node or to wait), and the
+        // drain that follows would sleep on mu_ and be woken by that
+        // thread's unlock: the wake-up the poll avoided. Poll for mu_ too.
+        const absl::Time until = absl::Now() + absl::Microseconds(100);
+        for (int i = 0; !mu_.TryLock(); ++i) {
+          if ((i & 15) == 15 && absl::Now() >= until) {
+            mu_.Lock();
+            break;
+          }
+          for (int k = 0; k < 64; ++k) CpuRelax();
+        }
+        mu_.Unlock();
+      }
       break;
     }
     const absl::Time now = absl::Now();
@@ -862,6 +888,12 @@ bool ExecutorSet::OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Dur
     // No lock here: the owner never waits for a device thread's critical
     // section (and never needs that thread's unlock to wake it).
     const OwnerSleep mode = OwnerSleepMode();
+    polled = mode == OwnerSleep::kNapping && now < spin_until;
+    if (polled) {
+      // Polling (see WaitForFinishBatch): awake, so no device wakes it.
+      for (int i = 0; i < 64; ++i) CpuRelax();
+      continue;
+    }
     OwnerSleepUntil(mode == OwnerSleep::kNapping ? std::min(deadline, now + owner_nap_) : deadline, mode);
   }
   owner_wait_.store(OwnerWait::kNone, std::memory_order_relaxed);
@@ -870,18 +902,18 @@ bool ExecutorSet::OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Dur
 
 bool ExecutorSet::WaitForCompletion(absl::Duration timeout) {
   if (comm_.num_retrying() > 0) return true;
-  return OwnerWaitFor(OwnerWait::kEvent, 0, timeout);
+  return OwnerWaitFor(OwnerWait::kEvent, 0, timeout, absl::ZeroDuration());
 }
 
 bool ExecutorSet::WaitForFinish(absl::Duration timeout) {
   if (comm_.num_retrying() > 0) return true;
-  return OwnerWaitFor(OwnerWait::kCompletions, 1, timeout);
+  return OwnerWaitFor(OwnerWait::kCompletions, 1, timeout, absl::ZeroDuration());
 }
 
-bool ExecutorSet::WaitForFinishBatch(absl::Duration timeout, int min_completions) {
-  if (min_completions <= 1) return WaitForFinish(timeout);
+bool ExecutorSet::WaitForFinishBatch(absl::Duration timeout, int min_completions, absl::Duration spin) {
   if (comm_.num_retrying() > 0) return true;
-  return OwnerWaitFor(OwnerWait::kCompletions, static_cast<size_t>(min_completions), timeout);
+  return OwnerWaitFor(OwnerWait::kCompletions, static_cast<size_t>(std::max(min_completions, 1)), timeout,
+                      spin);
 }
 
 void ExecutorSet::OwnerSleeps() {

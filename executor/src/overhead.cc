@@ -47,13 +47,13 @@ std::string OverheadResult::ToJson() const {
   };
   return absl::StrFormat(
       "{\"prefills\": %d, \"direct_s\": %.4f, \"scheduled_s\": %.4f, \"overhead_pct\": %.2f, "
-      "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"nap_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
+      "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"nap_us\": %d, \"tail_spin_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "
       "\"per_prefill_direct_us\": %.1f, \"per_prefill_scheduled_us\": %.1f, \"tokens_match\": %s, "
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
       "\"scheduled_ops\": %d, \"fast_path_ops\": %d, \"owner_wakes\": %d, "
       "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_allocator\": \"%s\", \"device_cache\": {\"hits\": %d, \"misses\": %d}, \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
-      prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, nap_us, wake_batch, list(direct_runs_s),
+      prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, nap_us, tail_spin_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
@@ -262,32 +262,46 @@ class ScheduledRig {
   // fcfs: each prefill ranks below the one submitted before it (see
   // OverheadOptions::priorities); otherwise all rank alike.
   absl::Status RunPrefills(std::span<const Tensor> prompts, int window, int wake_batch, bool fcfs,
-                           std::span<int64_t> tokens) {
+                           absl::Duration tail_spin, std::span<int64_t> tokens) {
     std::fill(tokens.begin(), tokens.end(), -1);
     size_t next = 0, retired = 0, in_flight = 0;
     while (retired < prompts.size()) {
       bool submitted = false;
-      while (in_flight < static_cast<size_t>(window) && next < prompts.size()) {
-        spec_.bindings = {{"B", 1}, {"S", 1}};
-        spec_.arrival = clock_.Now();
-        // First come, first served: a lower priority for every later
-        // prefill (the queue discipline runs higher priorities first).
-        spec_.priority = fcfs ? -static_cast<int32_t>(submitted_++ % (int64_t{1} << 31)) : 0;
-        SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g_.Instantiate(spec_));
-        runner_->SetRequest(id, LlamaRequest{prompts[next], executor::SamplingParams{}});
-        {
-          absl::MutexLock l(&mu_);
-          slot_.insert_or_assign(id.value(), Slot{next, -1});
+      // At an idle device, the first prefill is scheduled (and its operators
+      // handed over) before the rest of the window is instantiated.
+      const bool first_alone = in_flight == 0 && window > 1;
+      for (int pass = first_alone ? 0 : 1; pass < 2; ++pass) {
+        const size_t fill = pass == 0 ? 1 : static_cast<size_t>(window);
+        while (in_flight < fill && next < prompts.size()) {
+          spec_.bindings = {{"B", 1}, {"S", 1}};
+          spec_.arrival = clock_.Now();
+          // First come, first served: a lower priority for every later
+          // prefill (the queue discipline runs higher priorities first).
+          spec_.priority = fcfs ? -static_cast<int32_t>(submitted_++ % (int64_t{1} << 31)) : 0;
+          SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g_.Instantiate(spec_));
+          runner_->SetRequest(id, LlamaRequest{prompts[next], executor::SamplingParams{}});
+          {
+            absl::MutexLock l(&mu_);
+            slot_.insert_or_assign(id.value(), Slot{next, -1});
+          }
+          ++next;
+          ++in_flight;
+          submitted = true;
         }
-        ++next;
-        ++in_flight;
-        submitted = true;
+        if (submitted || !g_.unscheduled_frontier().empty()) {
+          SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, sched_.Schedule(env_, clock_.Now()));
+          whatif_runs_ += st.whatif_runs;
+        }
+        submitted = false;
       }
-      if (submitted || !g_.unscheduled_frontier().empty()) {
-        SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, sched_.Schedule(env_, clock_.Now()));
-        whatif_runs_ += st.whatif_runs;
-      }
-      if (!exec_->WaitForFinishBatch(absl::Seconds(60), wake_batch)) {
+      // With nothing left to submit, a batch refills nothing: retire each
+      // prefill as it finishes, so that the last one's retirement is all
+      // that is left when the device runs dry. The last one's completion
+      // is polled for (up to tail_spin), not napped through.
+      const bool tail = next == prompts.size();
+      const int batch = tail ? 1 : wake_batch;
+      const absl::Duration spin = tail && in_flight == 1 ? tail_spin : absl::ZeroDuration();
+      if (!exec_->WaitForFinishBatch(absl::Seconds(60), batch, spin)) {
         return absl::DeadlineExceededError("scheduled prefill: no completion within 60 s");
       }
       feedback_.clear();
@@ -412,6 +426,7 @@ absl::Status OverheadOptions::Validate() const {
   SLICESCHED_RETURN_IF_ERROR(at_least("--window", 1, window));
   SLICESCHED_RETURN_IF_ERROR(at_least("--block", 1, block));
   SLICESCHED_RETURN_IF_ERROR(at_least("--nap-us", 0, nap_us));
+  SLICESCHED_RETURN_IF_ERROR(at_least("--tail-spin-us", 0, tail_spin_us));
   if (wake_batch < 1 || wake_batch > window) {
     return absl::InvalidArgumentError(
         StrCat("--wake-batch must be in 1..", window, " (at most --window), got '", wake_batch, "'"));
@@ -427,6 +442,7 @@ absl::Status OverheadOptions::Validate() const {
 
 absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(o.Validate());
+  const absl::Duration tail_spin = absl::Microseconds(o.tail_spin_us);
   const bool fcfs = o.priorities == "fcfs";
   SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
   // The direct path gets the same single core as an executor's device thread.
@@ -536,7 +552,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, static_cast<size_t>(std::max(o.warmup, 0)), false, nullptr));
   if (o.warmup > 0) {
     const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, o.wake_batch, fcfs,
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, o.wake_batch, fcfs, tail_spin,
                                                 std::span<int64_t>(sched_tokens).first(n)));
   }
   SLICESCHED_RETURN_IF_ERROR(rig->Settle());
@@ -549,6 +565,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.block = std::min<int64_t>(o.block, o.prefills);
   r.only = o.only;
   r.nap_us = o.nap_us;
+  r.tail_spin_us = o.tail_spin_us;
   r.wake_batch = o.wake_batch;
   r.direct_on_main = o.direct_on_main;
   r.direct_cache = o.direct_cache;
@@ -558,7 +575,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   // With one path timed, the other one's tokens come from one untimed run.
   if (!run_direct) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, prompts.size(), true, nullptr));
   if (!run_sched) {
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, o.wake_batch, fcfs, sched_tokens));
+    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, o.wake_batch, fcfs, tail_spin, sched_tokens));
     SLICESCHED_RETURN_IF_ERROR(rig->Settle());
   }
   const pid_t main_tid = CurrentTid();
@@ -582,7 +599,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
         const double dev0 = rig->DeviceCpuSeconds();
         const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
         const auto t0 = std::chrono::steady_clock::now();
-        SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, o.wake_batch, fcfs,
+        SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, o.wake_batch, fcfs, tail_spin,
                                                     std::span<int64_t>(sched_tokens).subspan(b, n)));
         sched_s += Seconds(std::chrono::steady_clock::now() - t0);
         master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;

@@ -1128,6 +1128,54 @@ TEST(ExecutorSetTest, NappingOwnerIsWokenWhenTheDeviceGoesIdleNotPerCompletion) 
   }
 }
 
+// WaitForFinishBatch's `spin`: an owner that would nap (on CPU 0, its
+// device thread on CPU 1) polls instead, so the completion it waits for is
+// seen without a wake (owner_wakes stays 0; napping, the device going idle
+// would wake it: see the test above); beside the device (both on CPU 0) it
+// blocks and is woken as without a spin. Either way the wait returns true
+// with the completion pending and the instance retires. A helper thread
+// releases the kernel once the owner waits; nothing waits on time.
+TEST(ExecutorSetTest, SpinningOwnerPollsInsteadOfNappingButNotBesideTheDevice) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two CPUs";
+  Watchdog watchdog(absl::Minutes(2));
+  for (const int device_cpu : {1, 0}) {
+    SCOPED_TRACE(StrCat("device on CPU ", device_cpu));
+    PinnedThread pin(0);
+    ASSERT_TRUE(pin.ok());
+    Rig r(1);
+    ExecutorOptions o;
+    o.owner_nap = absl::Minutes(10);  // a nap outlasts the test
+    o.device_cpus = {device_cpu};
+    r.Start(o);
+    const TemplateId single = *r.g.RegisterTemplate(Chain(1));
+    const InstanceId a = r.New(single, 8);
+    absl::Notification entered, release;
+    r.kernels.SetHook([&](const KernelCall& k) {
+      if (k.instance != a) return;
+      entered.Notify();
+      release.WaitForNotification();
+    });
+    std::thread helper([&] {
+      entered.WaitForNotification();  // the device has published its CPU
+      // Released once the owner waits (polling, or asleep beside the device).
+      while (!r.exec->owner_waiting() || (device_cpu == 0 && !r.exec->owner_asleep())) std::this_thread::yield();
+      release.Notify();
+    });
+    r.Place(a, {0});
+    entered.WaitForNotification();
+    ASSERT_TRUE(r.exec->WaitForFinishBatch(absl::Seconds(60), 1, absl::Minutes(10)));
+    helper.join();
+    ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+    const std::vector<RetiredInstance> retired = r.g.TakeRetired();
+    ASSERT_EQ(retired.size(), 1u);
+    EXPECT_EQ(retired[0].state, InstanceState::kDone) << retired[0].failure;
+    EXPECT_EQ(r.exec->owner_wakes(), device_cpu == 1 ? 0 : 1);
+    // Nothing in flight: the spin does not outlast the timeout.
+    EXPECT_FALSE(r.exec->WaitForFinishBatch(absl::Milliseconds(1), 1, absl::Minutes(10)));
+    EXPECT_EQ(r.exec->stored_tensors(), 0u);
+  }
+}
+
 // A completion whose successor leaves the device (a transfer to another
 // device) needs the owner at once, even though its device goes on with
 // other work: the devices do not pass work to each other. X = op0 on cpu0

@@ -116,6 +116,13 @@
 //   owner_nap = 0: no naps; the owner sleeps until a device wakes it for
 //   every event that satisfies its wait (the protocol before: one wake per
 //   completion or batch). owner_wakes() counts the wakes.
+//   Where it expects the completion soon (WaitForFinishBatch's `spin`), an
+//   owner that would nap polls instead: a nap's end or a wake reaches an
+//   idle virtual CPU only ~0.1 ms later on this project's VMs. Having seen
+//   the completion, it polls for the set's lock too (the device thread
+//   still holds it, finishing), rather than sleeping on it and being woken
+//   by that thread's unlock (docs/experiments.md, issue 5, fifteenth
+//   session).
 #pragma once
 
 #include <atomic>
@@ -214,7 +221,15 @@ class ExecutorSet final : public ExecutionBackend {
   // will not come). An owner that keeps several instances in flight
   // retires them in batches (and, with owner_nap = 0, is woken
   // min_completions times less often).
-  bool WaitForFinishBatch(absl::Duration timeout, int min_completions);
+  //
+  // `spin`: for up to this long the owner polls instead of napping (while
+  // it would nap: not beside a device), so the completion it waits for is
+  // seen at once, without a wake-up of its CPU (on a VM, an interrupt to a
+  // halted virtual CPU: ~0.1 ms; see "Owner waits"). Worth it only where
+  // that completion is expected within about `spin` (e.g. the last
+  // instance in flight); the polling costs the owner's CPU.
+  bool WaitForFinishBatch(absl::Duration timeout, int min_completions,
+                          absl::Duration spin = absl::ZeroDuration());
   // An owner that waits on something else too (the daemon's command queue)
   // sets this and blocks on its own wait: between OwnerSleeps() and
   // OwnerAwake() the notifier is called (once) where WaitForFinish would be
@@ -233,6 +248,8 @@ class ExecutorSet final : public ExecutionBackend {
   // thread; for tests).
   bool owner_asleep() const { return owner_sleep_.load(std::memory_order_acquire) != OwnerSleep::kAwake; }
   bool owner_napping() const { return owner_sleep_.load(std::memory_order_acquire) == OwnerSleep::kNapping; }
+  // Whether the owner is inside one of the waits (asleep or polling).
+  bool owner_waiting() const { return owner_wait_.load(std::memory_order_acquire) != OwnerWait::kNone; }
   // Stops device `d`'s thread: its running node (once its kernel returns)
   // and its queued nodes fail with a reason, as does anything later queued
   // on it or any transfer touching it.
@@ -503,7 +520,7 @@ class ExecutorSet final : public ExecutionBackend {
   void MaybeWakeOwner(size_t d, bool urgent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Refreshes `s.busy` and busy_devices_; true when `s` went idle.
   bool NoteWork(DeviceState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout);
+  bool OwnerWaitFor(OwnerWait kind, size_t min_completions, absl::Duration timeout, absl::Duration spin);
   // How the owner sleeps (see "Owner waits"): awake, napping (woken only
   // for what needs it now) or blocked (woken for every event its wait is
   // satisfied by).

@@ -64,6 +64,12 @@ struct OverheadOptions {
   // looks instead of being woken by the device thread; 0: woken for every
   // batch of completions (the protocol before).
   int64_t nap_us = absl::ToInt64Microseconds(ExecutorOptions::kDefaultOwnerNap);
+  // Once a block's last prefill is the only one in flight, the master polls
+  // for its completion for up to this many microseconds (>= 0; the `spin`
+  // of ExecutorSet::WaitForFinishBatch) instead of napping: a wake-up of
+  // the master's idle CPU costs ~0.1 ms on this project's VMs. It polls
+  // only while it does not share a CPU with the device thread. 0: naps.
+  int64_t tail_spin_us = 500;
   // The master retires prefills in batches of this many (>= 1, at most
   // `window`): its wait returns once that many prefills have finished (or
   // the device ran out of work; ExecutorSet::WaitForFinishBatch). 1: every
@@ -129,6 +135,7 @@ struct OverheadResult {
   int window = 0;
   int64_t block = 0;
   int64_t nap_us = 0;
+  int64_t tail_spin_us = 0;
   int wake_batch = 0;
   std::string model;
   std::string placement;  // how the scheduled prefills were placed
