@@ -450,6 +450,8 @@ JobCounts JobManager::Counts() {
   return c;
 }
 
+int64_t JobManager::NowUnixMs() const { return store_->Now(); }
+
 absl::StatusOr<JobInfo> JobManager::Cancel(uint64_t id, std::string_view reason) {
   SLICESCHED_RETURN_IF_ERROR(CheckReason(reason, "Cancel"));
   absl::MutexLock lock(&mu_);

@@ -65,11 +65,6 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int64_t UnixMsNow() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 using executor::LlamaTrainJob;
@@ -610,7 +605,7 @@ void JobRunner::Profile(Runtime& rt, const jobs::JobInfo& info) {
       return;
     }
     stats_.profile_steps += 1;
-    if (rt.profile_done > 0) rt.profile_sum_s += MsSince(rt.inflight_since) / 1000.0;
+    if (rt.profile_done > 0) rt.profile_sum_s += SpanSeconds(rt, 1, MsSince(rt.inflight_since) / 1000.0);
     rt.profile_done += 1;
   }
   if (info.state != jobs::JobState::kProfiling) {  // cancelled / failed meanwhile
@@ -876,7 +871,7 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
   std::map<uint64_t, std::string> task_of;
   int demand = 0;
   for (const jobs::JobInfo& j : page.jobs) demand += j.spec.min_gpus;
-  const int64_t now_ms = UnixMsNow();
+  const int64_t now_ms = jobs_->NowUnixMs();  // the clock of submitted_unix_ms
   for (const jobs::JobInfo& j : page.jobs) {
     Runtime& rt = RuntimeFor(j);
     if (j.spec.min_gpus > devices) {
@@ -1540,8 +1535,12 @@ absl::Status JobRunner::SubmitWave(Runtime& rt, int64_t k) {
   return absl::OkStatus();
 }
 
+double JobRunner::SpanSeconds(const Runtime& rt, int64_t waves, double elapsed_s) const {
+  return options_.span_seconds ? options_.span_seconds(rt.id, waves, elapsed_s) : elapsed_s;
+}
+
 void JobRunner::RecordWave(Runtime& rt, double ms) {
-  const double s = ms / 1000.0;
+  const double s = SpanSeconds(rt, 1, ms / 1000.0);
   if (rt.wave_size == 1) {
     // A micro-batch alone: the one-stream times (the planner's gpus.min).
     rt.one_stream_samples += 1;
@@ -1554,11 +1553,13 @@ void JobRunner::RecordWave(Runtime& rt, double ms) {
   }
   // A whole iteration on one device count: measured, and fed to the LUT.
   if (rt.step() > rt.inflight_step_before && rt.iteration_gpus > 0 && rt.iteration_gpus == rt.wave_gpus) {
+    const DpShape shape = rt.dp_shape();
     const double iter_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - rt.iteration_since).count();
+        SpanSeconds(rt, DpWaves(shape, DpStreams(shape, rt.iteration_gpus)),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - rt.iteration_since).count());
     rt.measured_iter_s[rt.iteration_gpus] = Ema(rt.measured_iter_s[rt.iteration_gpus], iter_s);
     if (dp_ != nullptr && dp_->has_lut) {
-      const ymir::LutKey key = DpLutKey(rt.dp_shape(), rt.iteration_gpus);
+      const ymir::LutKey key = DpLutKey(shape, rt.iteration_gpus);
       if (dp_->lut.Update(key, iter_s).ok()) dp_->lut_dirty = true;
     }
   }

@@ -4,6 +4,15 @@
 // weights seed 5, partition single), a real JobManager on the state
 // directory, and a JobRunner on a ManualClock. The runner waits on instance
 // records (condition waits), never sleeps.
+//
+// No planning input comes from real time: the JobManager's timestamps (so a
+// job's submission time and the waited_s the planner sees) are read from
+// the ManualClock, and every timed span of training (a profiling
+// micro-batch, a wave, an iteration; JobRunnerOptions::span_seconds) lasts
+// kMicroBatchS per wave, so profiled and measured iteration times are
+// kMicroBatchS x grad_accumulation however loaded the machine is. Before
+// NewRunner a test may set span_seconds_ (other times per job; null: the
+// real elapsed times, as in the daemon).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +20,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -57,6 +67,13 @@ inline bool BitEqual(const executor::TaskState& a, const executor::TaskState& b)
 
 class JobRunnerFixture : public ::testing::Test {
  protected:
+  static constexpr int64_t kUnixEpochMs = 1'700'000'000'000;  // the ManualClock's epoch as Unix time
+  static constexpr double kMicroBatchS = 0.04;  // about an idle run's profiled time here
+
+  JobRunnerFixture() {
+    jobs_options_.now_unix_ms = [this] { return kUnixEpochMs + clock_.Now().nanos() / 1'000'000; };
+  }
+
   // Starts the master on a new directory (dir_); no JobManager or runner yet.
   void StartMaster(const std::string& name, int devices) {
     dir_ = UniqueRunnerTestDir(name);
@@ -91,6 +108,7 @@ class JobRunnerFixture : public ::testing::Test {
     o.planner = planner_;
     o.state_dir = config_.state_dir;
     o.clock = &clock_;
+    o.span_seconds = span_seconds_;
     auto r = JobRunner::Create(master_.get(), jobs_.get(), o);
     ASSERT_TRUE(r.ok()) << r.status();
     runner_ = *std::move(r);
@@ -138,6 +156,9 @@ class JobRunnerFixture : public ::testing::Test {
   PlannerConfig planner_;
   jobs::JobManager::Options jobs_options_;  // of the next OpenJobs
   ManualClock clock_;
+  std::function<double(uint64_t, int64_t, double)> span_seconds_ = [](uint64_t, int64_t waves, double) {
+    return static_cast<double>(waves) * kMicroBatchS;
+  };
   std::unique_ptr<Master> master_;
   std::unique_ptr<jobs::JobManager> jobs_;
   std::unique_ptr<JobRunner> runner_;

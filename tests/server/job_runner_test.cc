@@ -481,6 +481,60 @@ TEST_F(JobRunnerStopLossTest, PairingThatImprovesIsKept) {
   }
 }
 
+// What the stop-loss tests above rest on: the planner prices the spatial
+// pair from the two jobs' profiled iteration times t. With gain 0.5 the
+// pair trains (1 - 0.5) x (24 + 24) joint iterations at the slower job's
+// time, so its TranWt, (2 min(T_a, T_b) + max(T_a, T_b)) / (2 x joint) with
+// T = 24 t, is 0.5 + t_fast / t_slow: once one job's time is more than
+// twice the other's the candidate falls under the planner's bar
+// (min_tran_wt 1), is pruned, and the jobs run one after the other. With
+// real measurements a loaded machine can stretch one job's two timed
+// profiling micro-batches that far; here each job's spans are set
+// (JobRunnerOptions::span_seconds): 1.9x still pairs, 2.1x does not.
+TEST_F(JobRunnerStopLossTest, SpatialPairIsPricedFromTheProfiledIterationTimes) {
+  StartDaemon(1, SpatialGains());
+  auto slower = std::make_shared<std::map<uint64_t, double>>();  // job -> factor on kMicroBatchS
+  span_seconds_ = [slower](uint64_t job, int64_t waves, double) {
+    return static_cast<double>(waves) * kMicroBatchS * (slower->contains(job) ? slower->at(job) : 1.0);
+  };
+  NewRunner();
+  auto profiled = [&](uint64_t id) {
+    std::vector<JobEvent> ev;
+    const JobEvent* e = FindEventWith(id, "progress", "profiled_iter_time_s", &ev);
+    if (e == nullptr) return std::nan("");
+    const size_t at = e->details_json.find("\"profiled_iter_time_s\":");
+    return std::stod(e->details_json.substr(at + 23));
+  };
+  const std::string stop = "metric: accuracy, target: 0.999";
+  const uint64_t a = Submit(Job3Epochs("a", "fa-major", "1e-12", stop));
+  const uint64_t b = Submit(Job3Epochs("b", "fa-inv", "1e-12", stop));
+  (*slower)[b] = 1.9;  // TranWt 0.5 + 1 / 1.9 = 1.03
+  ProfileAndPlan({a, b});
+  EXPECT_DOUBLE_EQ(profiled(a), kMicroBatchS);
+  EXPECT_DOUBLE_EQ(profiled(b), 1.9 * kMicroBatchS);
+  EXPECT_EQ(Job(a).plan.mode, jobs::RunMode::kSpatial) << Job(a).message;
+  EXPECT_EQ(Job(b).plan.mode, jobs::RunMode::kSpatial) << Job(b).message;
+  ASSERT_TRUE(jobs_->Cancel(a, "next pair").ok());
+  ASSERT_TRUE(jobs_->Cancel(b, "next pair").ok());
+
+  const uint64_t c = Submit(Job3Epochs("c", "fa-major", "1e-12", stop));
+  const uint64_t d = Submit(Job3Epochs("d", "fa-inv", "1e-12", stop));
+  (*slower)[d] = 2.1;  // TranWt 0.5 + 1 / 2.1 = 0.98: pruned
+  ProfileAndPlan({c, d});
+  EXPECT_DOUBLE_EQ(profiled(c), kMicroBatchS);
+  EXPECT_DOUBLE_EQ(profiled(d), 2.1 * kMicroBatchS);
+  const jobs::JobInfo jc = Job(c), jd = Job(d);
+  EXPECT_EQ(static_cast<int>(jc.state == jobs::JobState::kRunning) + static_cast<int>(jd.state == jobs::JobState::kRunning),
+            1)
+      << jc.message << " / " << jd.message;
+  for (const jobs::JobInfo& j : {jc, jd}) {
+    EXPECT_TRUE(j.state == jobs::JobState::kRunning || j.state == jobs::JobState::kQueued) << "job " << j.id;
+    if (j.state == jobs::JobState::kRunning) {
+      EXPECT_EQ(j.plan.mode, jobs::RunMode::kAlone) << "job " << j.id;
+    }
+  }
+}
+
 // Temporal A -> B: B runs as the pair's target (mode temporal, partner the
 // completed A) from A's adapters; with a learning rate that cannot move its
 // accuracy it is decoupled after 2 epochs and finishes alone with its own
@@ -629,9 +683,11 @@ TEST_F(JobRunnerTemporalCurveTest, TargetThatBeatsTheNormalCurveIsKept) {
 // Profiling (issue 8): a submitted job is profiled with real training
 // micro-batches before the planner sees it; the measured time is in the
 // profiling job's progress event; its own training starts from scratch
-// afterwards (the profile ran on a scratch copy).
+// afterwards (the profile ran on a scratch copy). Timed as in the daemon
+// (real elapsed times, no span_seconds): one job, no decision depends on it.
 TEST_F(JobRunnerTest, SubmittedJobIsProfiledBeforeItIsQueued) {
   StartDaemon(1);
+  span_seconds_ = nullptr;
   NewRunner();
   const uint64_t id = Submit(SyntheticJob("profile-me", "parity"));
   ASSERT_TRUE(runner_->Tick().ok());

@@ -183,6 +183,10 @@ class JobManager {
   // The job after the call: cancelled, or the terminal state it had reached.
   absl::StatusOr<JobInfo> Cancel(uint64_t id, std::string_view reason);
   JobCounts Counts();
+  // Now on the clock of the stored timestamps (submitted_unix_ms, ...):
+  // Options::now_unix_ms, else the wall clock. The job runner measures how
+  // long a job has waited since its submission with it.
+  int64_t NowUnixMs() const;
 
   // --- Transitions the planner drives (see the table above) -----------------
   absl::StatusOr<JobInfo> StartProfiling(uint64_t id, const std::vector<uint32_t>& devices);

@@ -114,13 +114,14 @@
 // (planner.time_lut), else ESTIMATED as micro-batch time x ceil(GA / m)
 // plus a sync cost per extra concurrent stream (measured from this
 // deployment's waves, else 10% of a micro-batch); every other count is 0
-// (not allowed). Measured iterations (a whole iteration on one device
-// count, never a joint one) go back into the LUT by TimeLut::Update
-// (EWMA), written to the
-// LUT's file after each planning round and at Stop (a missing file starts
-// empty). The LUT key has no sequence length or backbone: one LUT is
+// (not allowed). Every measured time here is a span timed through
+// JobRunnerOptions::span_seconds. Measured iterations (a whole iteration
+// on one device count, never a joint one) go back into the LUT by
+// TimeLut::Update (EWMA), written to the LUT's file after each planning
+// round and at Stop (a missing file starts empty). The LUT key has no sequence length or backbone: one LUT is
 // assumed to describe the daemon's jobs; fair_share_jct_s = remaining x
-// time x max(1, demand / devices); waited_s from the submission time;
+// time x max(1, demand / devices); waited_s from the submission time to
+// now, both on the JobManager's clock (JobManager::NowUnixMs);
 // has_progress once a step ran. Tasks for the gains table are the
 // synthetic task names (file datasets: the job name), as `slicesim
 // ymir-estimators --gains-out` writes them (configs/ymir/gains_synth.csv);
@@ -273,6 +274,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -306,6 +308,16 @@ struct JobRunnerOptions {
   // The clock of planning rounds, checkpoint intervals and prefetch; not
   // owned, must outlive the runner. Null: the runner's own SteadyClock.
   const Clock* clock = nullptr;
+  // The seconds a timed span of job `job_id`'s training is taken to have
+  // lasted: a profiling micro-batch or a wave (`waves` = 1), or a whole
+  // iteration on one device count (`waves` = its waves), given `elapsed_s`,
+  // the real time from its submit to its end. The planner's iteration times
+  // come from these spans only (profiling, then the EMAs, the sync cost and
+  // the time LUT; see "JobView" above). Null: the elapsed time (the daemon).
+  // Tests give fixed durations, so that no planning decision depends on the
+  // machine's load. The context switch's parts (reported, never planned
+  // with) are always the elapsed times.
+  std::function<double(uint64_t job_id, int64_t waves, double elapsed_s)> span_seconds;
   double default_iter_time_s = 0.05;
   int64_t max_eval_examples = 128;
 };
@@ -393,7 +405,10 @@ class JobRunner {
   void OfferIterTimes(Runtime& rt, double min_time_s, int devices, ymir::JobView* v);
   // Submits the next wave, micro-batches k, k+1, ..; records them in rt.
   absl::Status SubmitWave(Runtime& rt, int64_t k);
+  // `ms` as measured (the wave's submit to its end).
   void RecordWave(Runtime& rt, double ms);
+  // A timed span of the job's training through options_.span_seconds.
+  double SpanSeconds(const Runtime& rt, int64_t waves, double elapsed_s) const;
   void FailJob(uint64_t id, const std::string& reason);
   std::string DeploymentFor(const jobs::JobSpec& spec, absl::Status* error);
 

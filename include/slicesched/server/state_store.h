@@ -166,6 +166,9 @@ class StateStore {
 
   const std::string& path() const { return path_; }
   absl::StatusOr<int> SchemaVersion();
+  // The clock of the *_unix_ms columns: Options::now_unix_ms, else the wall
+  // clock (Unix milliseconds).
+  int64_t Now() const;
 
   // --- Deployments (keyed by name) ---------------------------------------
   // Inserts or replaces; a replaced deployment keeps its created time.
@@ -247,7 +250,6 @@ class StateStore {
   // The (job_a, job_b, time) rows of a pair table (decoupled_pairs, joint_pairs).
   absl::StatusOr<std::vector<DecoupledPair>> ListPairsLocked(std::string_view table)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t Now() const;
 
   // Constant after construction.
   const std::string path_;
