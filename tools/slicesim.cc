@@ -230,7 +230,7 @@ int Usage(FILE* to) {
                "                        (built-in Azure-derived model or a trace) plus offline\n"
                "                        streams, or N closed-loop streams; prints the summary\n"
                "  fidelity [--model tiny|small] [--warmup N] [--calibration N] [--iterations N] [--seed S]\n"
-               "           [--per-op] [--json]\n"
+               "           [--drift-smoothing S] [--per-op] [--json]\n"
                "                        simulator-predicted vs measured time per training and serving\n"
                "                        iteration, pp2 on 2 CPU executors (paper Table 2; needs LibTorch)\n"
                "  synth-data --task NAME --out FILE [--seed N] [--examples K] [--sequence-length L]\n"
@@ -591,6 +591,7 @@ int Fidelity(const std::vector<std::string>& args) {
                    .Int("--train-tokens", &o.train_tokens)
                    .Int("--prompt-tokens", &o.prompt_tokens)
                    .Int("--decode-steps", &o.decode_steps)
+                   .Num("--drift-smoothing", &o.drift_smoothing)
                    .Parse(args)) {
     return rc;
   }
@@ -616,9 +617,9 @@ int Fidelity(const std::vector<std::string>& args) {
                 r->target_error_pct,
                 r->overall.error_pct <= r->target_error_pct ? "met" : "NOT met");
     std::printf("simulator per-operator error weighted by duration: %.2f%%\n", r->op_wape_pct);
-    std::printf("calibration: device factors %.3f %.3f, overlap %.3f, transfer overlap %.3f\n",
+    std::printf("calibration: device factors %.3f %.3f (drift %.3f), overlap %.3f, transfer overlap %.3f\n",
                 r->device_factors.size() > 0 ? r->device_factors[0] : 1.0,
-                r->device_factors.size() > 1 ? r->device_factors[1] : 1.0, r->overlap_factor,
+                r->device_factors.size() > 1 ? r->device_factors[1] : 1.0, r->drift_factor, r->overlap_factor,
                 r->transfer_overlap_factor);
     if (per_op) {
       std::printf("%-44s %3s %7s %12s %12s %8s\n", "operator or hop (scored)", "dev", "samples", "predicted ms",

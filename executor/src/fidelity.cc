@@ -306,6 +306,7 @@ class FidelityRig {
       job_->state = std::move(init);
     }
     job_->accumulation = 1;  // an AdamW step every iteration
+    calibration_.set_drift_smoothing(o.drift_smoothing);
     ctx_.set_calibration(&calibration_);
     runner_->SetTokenSink([this](InstanceId inst, const Tensor& tokens) {
       const std::vector<int64_t> v = tokens.ToInt64();
@@ -490,12 +491,12 @@ std::string FidelityResult::ToJson() const {
       "\"calibration_iterations\": %d, "
       "\"train\": %s, \"serve\": %s, \"overall\": %s, \"op_mape_pct\": %.2f, "
       "\"transfer_mape_pct\": %.2f, \"op_wape_pct\": %.2f, \"learned_handoff_ms\": [%.4f, %.4f], "
-      "\"device_factors\": [%.4f, %.4f], \"overlap_factor\": %.4f, \"transfer_overlap_factor\": %.4f, "
-      "\"ops\": %s, \"target_error_pct\": %.2f, \"target_met\": %s}",
+      "\"device_factors\": [%.4f, %.4f], \"drift_factor\": %.4f, \"overlap_factor\": %.4f, "
+      "\"transfer_overlap_factor\": %.4f, \"ops\": %s, \"target_error_pct\": %.2f, \"target_met\": %s}",
       model, devices, placement, warmup, calibration, KindJson(train), KindJson(serve), KindJson(overall),
       op_mape_pct, transfer_mape_pct, op_wape_pct, learned_handoff_01_ms, learned_handoff_10_ms,
       device_factors.size() > 0 ? device_factors[0] : 1.0, device_factors.size() > 1 ? device_factors[1] : 1.0,
-      overlap_factor, transfer_overlap_factor, op_list, target_error_pct,
+      drift_factor, overlap_factor, transfer_overlap_factor, op_list, target_error_pct,
       overall.error_pct <= target_error_pct && overall.iterations > 0 ? "true" : "false");
 }
 
@@ -508,6 +509,9 @@ absl::Status FidelityOptions::Validate() const {
       {"head_outputs", 1, head_outputs}};
   for (const auto& [name, min, v] : checks) {
     if (v < min) return absl::InvalidArgumentError(StrCat(name, " must be at least ", min, ", got '", v, "'"));
+  }
+  if (!(drift_smoothing >= 0 && drift_smoothing <= 1)) {
+    return absl::InvalidArgumentError(StrCat("--drift-smoothing must be in [0, 1], got '", drift_smoothing, "'"));
   }
   return absl::OkStatus();
 }
@@ -555,6 +559,7 @@ absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
   r.ops = rig->OpStats();
   r.op_wape_pct = rig->OpWapePct();
   for (int d = 0; d < 2; ++d) r.device_factors.push_back(rig->calibration().device_factor(DeviceId(d)));
+  r.drift_factor = rig->calibration().drift_factor(DeviceId(0));
   r.overlap_factor = rig->calibration().overlap_factor();
   r.transfer_overlap_factor = rig->calibration().transfer_overlap_factor();
   return r;

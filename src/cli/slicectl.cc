@@ -401,19 +401,21 @@ int Status(Client& c) {
   const v1::Calibration& cal = r.calibration();
   if (cal.devices().empty()) return kSlicectlOk;
   std::vector<std::vector<std::string>> rows;
-  auto row = [&rows](const std::string& name, const v1::CalibrationFactor& f, const std::string& ops,
-                     const std::string& busy) {
-    rows.push_back({name, absl::StrFormat("%.3f", f.factor()), absl::StrFormat("%.3f", f.raw()),
+  auto row = [&rows](const std::string& name, const v1::CalibrationFactor& f, const std::string& drift,
+                     const std::string& ops, const std::string& busy) {
+    rows.push_back({name, absl::StrFormat("%.3f", f.factor()), drift, absl::StrFormat("%.3f", f.raw()),
                     absl::StrFormat("%.3f", f.weight()), StrCat(f.samples()), ops, busy});
   };
   for (const v1::DeviceCalibration& d : cal.devices()) {
-    row(d.name().empty() ? StrCat("device ", d.device()) : d.name(), d.speed(), StrCat(d.operators()),
+    row(d.name().empty() ? StrCat("device ", d.device()) : d.name(), d.speed(),
+        absl::StrFormat("%.3f", d.has_drift() ? d.drift().factor() : 1.0), StrCat(d.operators()),
         absl::StrFormat("%.1f s", d.busy_seconds()));
   }
-  row("overlap", cal.overlap(), "-", "-");
-  row("transfer overlap", cal.transfer_overlap(), "-", "-");
-  c.out() << "\ncalibration (speed factor per device, > 1 slower; overlap slowdowns)\n"
-          << FormatTable({"FACTOR OF", "VALUE", "RAW", "WEIGHT", "SAMPLES", "OPERATORS", "BUSY"}, rows);
+  row("overlap", cal.overlap(), "-", "-", "-");
+  row("transfer overlap", cal.transfer_overlap(), "-", "-", "-");
+  c.out() << "\ncalibration (speed factor per device within its type, > 1 slower, times its type's drift; "
+             "overlap slowdowns)\n"
+          << FormatTable({"FACTOR OF", "VALUE", "DRIFT", "RAW", "WEIGHT", "SAMPLES", "OPERATORS", "BUSY"}, rows);
   return kSlicectlOk;
 }
 

@@ -30,16 +30,26 @@ RuntimeCalibration::RuntimeCalibration(const AcceleratorSet& accelerators, doubl
     names_.push_back(d.name);
     if (it == types.end()) types.push_back(d.type);
   }
-  raw_.resize(groups_.size());
-  device_.assign(groups_.size(), 1.0);
-  others_since_.assign(groups_.size(), 0);
+  InitDevices();
 }
 
 RuntimeCalibration::RuntimeCalibration(std::vector<int> device_groups, double smoothing)
     : smoothing_(smoothing), groups_(std::move(device_groups)) {
+  InitDevices();
+}
+
+void RuntimeCalibration::InitDevices() {
   raw_.resize(groups_.size());
   device_.assign(groups_.size(), 1.0);
   others_since_.assign(groups_.size(), 0);
+  // A dense index per distinct group, for its drift.
+  std::vector<int> seen;
+  for (int g : groups_) {
+    auto it = std::find(seen.begin(), seen.end(), g);
+    group_index_.push_back(static_cast<int>(it - seen.begin()));
+    if (it == seen.end()) seen.push_back(g);
+  }
+  drift_.assign(seen.size(), Ratio{});
 }
 
 bool RuntimeCalibration::Ratio::Step(double model_ns, double measured_ns, double smoothing) {
@@ -109,11 +119,17 @@ void RuntimeCalibration::AgeOthers(size_t d) {
 void RuntimeCalibration::ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped) {
   if (!(model_ns > 0.0) || d.value() >= device_.size()) return;
   if (overlapped) {
-    overlap_.Step(model_ns * device_[d.value()], measured_ns, smoothing_);
+    // Relative to the drifted speed (the header).
+    overlap_.Step(model_ns * device_factor(d), measured_ns, smoothing_);
   } else if (raw_[d.value()].Step(model_ns, measured_ns, smoothing_)) {
     AgeOthers(d.value());
     PinGroup(groups_[d.value()]);
   }
+}
+
+void RuntimeCalibration::ObserveSpeed(DeviceId d, double model_ns, double measured_ns) {
+  if (!(drift_smoothing_ > 0.0) || !(model_ns > 0.0) || d.value() >= device_.size()) return;
+  drift_[group_index_[d.value()]].Step(model_ns * device_[d.value()], measured_ns, drift_smoothing_);
 }
 
 void RuntimeCalibration::ObserveTransfer(double model_ns, double measured_ns, bool overlapped) {
@@ -131,6 +147,7 @@ CalibrationView RuntimeCalibration::View() const {
   auto view = [](const Ratio& r) {
     return CalibrationFactorView{.factor = r.factor, .raw = r.factor, .weight = r.weight, .samples = r.samples};
   };
+  for (size_t d = 0; d < groups_.size(); ++d) v.drift.push_back(view(drift_[group_index_[d]]));
   v.overlap = view(overlap_);
   v.transfer_overlap = view(transfer_overlap_);
   return v;
@@ -253,6 +270,7 @@ absl::Status RuntimeCalibration::Restore(std::string_view text) {
   raw_ = std::move(raw);
   overlap_ = overlap;
   transfer_overlap_ = transfer_overlap;
+  std::fill(drift_.begin(), drift_.end(), Ratio{});  // not saved: starts at 1 (the header)
   std::fill(others_since_.begin(), others_since_.end(), 0);
   for (int g : groups_) PinGroup(g);
   return absl::OkStatus();

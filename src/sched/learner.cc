@@ -30,6 +30,9 @@ void OnlineLearner::Apply(const Feedback& f, bool score) {
       informative = has_model && (f.overlapped ? seen.plain : seen.devices);
     }
     if (informative) calibration_->ObserveOp(f.device, model, measured, f.overlapped);
+    // The group's drift learns from every plain sample with a model (the
+    // one-device rule does not apply to it: calibration.h).
+    if (has_model && !f.overlapped) calibration_->ObserveSpeed(f.device, model, measured);
     if (f.handoff >= Duration::Zero()) transfers_->ObserveDeliveryGap(f.device, f.handoff);
   } else {
     const double model = transfers_->PredictLinkNs(f.device, f.dst, f.bytes.count());

@@ -12,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "slicesched/cluster/ground_truth.h"
 #include "slicesched/cluster/virtual_cluster.h"
@@ -338,9 +339,11 @@ struct Master::Impl {
       const std::string name =
           i < nd ? StrCat("device ", gmg.accelerators().device(DeviceId(static_cast<uint16_t>(i))).name, " speed")
                  : std::string(i == nd ? "overlap" : "transfer overlap");
-      spdlog::info("calibration: {} factor {:.3f} -> {:.3f} (raw {:.3f}, weight {:.3f}, {} samples{})", name,
-                   logged_factor[i], f.factor, f.raw, f.weight, f.samples,
-                   i < nd ? StrCat(", ", ops_done[i], " ops on it") : "");
+      // A device's factor is its relative one times its type's drift.
+      spdlog::info("calibration: {} factor {:.3f} -> {:.3f} ({}raw {:.3f}, weight {:.3f}, {} samples{})", name,
+                   logged_factor[i], factor,
+                   i < nd ? absl::StrFormat("relative %.3f, drift %.3f, ", f.factor, v.drift[i].factor) : "",
+                   f.raw, f.weight, f.samples, i < nd ? StrCat(", ", ops_done[i], " ops on it") : "");
       logged_factor[i] = factor;
       logged_at[i] = now;
     }

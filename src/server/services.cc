@@ -92,6 +92,7 @@ void FillCalibration(const MasterStatus& st, v1::Calibration* out) {
     v1::DeviceCalibration* dc = out->add_devices();
     dc->set_device(static_cast<uint32_t>(d));
     FillFactor(st.calibration.devices[d], dc->mutable_speed());
+    if (d < st.calibration.drift.size()) FillFactor(st.calibration.drift[d], dc->mutable_drift());
     if (d < st.device_activity.size()) {
       const MasterStatus::DeviceActivity& a = st.device_activity[d];
       dc->set_name(a.name);

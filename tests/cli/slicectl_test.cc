@@ -237,7 +237,7 @@ TEST_F(SlicectlTest, StatusTableAndJson) {
   r = Run({"status"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\ncalibration (speed factor per device"));
-  EXPECT_THAT(r.out, HasSubstr("FACTOR OF         VALUE  RAW    WEIGHT  SAMPLES  OPERATORS  BUSY"));
+  EXPECT_THAT(r.out, HasSubstr("FACTOR OF         VALUE  DRIFT  RAW    WEIGHT  SAMPLES  OPERATORS  BUSY"));
   EXPECT_THAT(r.out, HasSubstr("\nv0                "));
   EXPECT_THAT(r.out, HasSubstr("\noverlap           "));
   EXPECT_THAT(r.out, HasSubstr("\ntransfer overlap  1.000"));
@@ -251,6 +251,7 @@ TEST_F(SlicectlTest, StatusTableAndJson) {
     const auto& dev = devices.values(d).struct_value().fields();
     EXPECT_EQ(dev.at("name").string_value(), StrCat("v", d));
     EXPECT_GT(dev.at("speed").struct_value().fields().at("factor").number_value(), 0.0);
+    EXPECT_GT(dev.at("drift").struct_value().fields().at("factor").number_value(), 0.0);
     if (dev.contains("operators")) operators += std::stoll(dev.at("operators").string_value());
   }
   EXPECT_GT(operators, 0);

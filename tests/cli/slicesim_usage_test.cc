@@ -159,6 +159,7 @@ TEST(SlicesimUsage, LibTorchCommandsCheckTheirOptionsToo) {
       {{"overhead", "--window", "2", "--wake-batch", "3"},
        "slicesim overhead: --wake-batch must be in 1..2 (at most --window), got '3'"},
       {{"fidelity", "--train-batch", "0"}, "slicesim fidelity: --train-batch must be at least 1, got '0'"},
+      {{"fidelity", "--drift-smoothing", "1.5"}, "slicesim fidelity: --drift-smoothing must be in [0, 1], got '1.5'"},
       {{"generate-direct", "--prompt", "1,x", "--max-tokens", "4"},
        "slicesim generate-direct: --prompt: 'x' is not a token id"},
   });

@@ -1,6 +1,7 @@
 #include "slicesched/estimate/calibration.h"
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -110,11 +111,102 @@ TEST(RuntimeCalibrationTest, EstimatorAndCalibrationDoNotDriftUnderSkewedNoise) 
     }
     const bool had_model = est.HasModel(key);
     est.Observe(key, {}, Duration::Nanos(static_cast<int64_t>(cal.NormalizeOp(DeviceId(d), t, false))));
-    if (had_model) cal.ObserveOp(DeviceId(d), model, t, false);
+    if (had_model) {
+      cal.ObserveOp(DeviceId(d), model, t, false);
+      cal.ObserveSpeed(DeviceId(d), model, t);
+    }
+    // The drift stays near 1 throughout: it does not walk with the
+    // estimator (which is not trained with it taken out).
+    if (i >= 1000) {
+      ASSERT_NEAR(cal.drift_factor(DeviceId(d)), 1.0, 0.1) << "sample " << i;
+    }
   }
   EXPECT_NEAR(predicted / measured, 1.0, 0.03);
   EXPECT_NEAR(cal.device_factor(DeviceId(0)), 0.9 / std::sqrt(0.99), 0.05);
   EXPECT_NEAR(cal.device_factor(DeviceId(1)), 1.1 / std::sqrt(0.99), 0.05);
+}
+
+// The fidelity rig's case: two devices of one type, each key running on
+// one device only (so no sample is informative for the device factors),
+// one sample per key per iteration, and the whole machine changing speed.
+// The estimators' 256-sample windows follow over hundreds of iterations;
+// the group's drift follows within tens of samples, and once the windows
+// have caught up it is back at 1.
+TEST(RuntimeCalibrationTest, DriftFollowsAWholeGroupsChangeOfSpeed) {
+  TemplateBuilder b("t");
+  b.ExternalInput("x", DType::kF32, {"1"})
+      .Op("a", OpKind::kGeneric)
+      .Inputs({"$x"})
+      .Output("y", DType::kF32, {"1"})
+      .Op("b", OpKind::kGeneric)
+      .Inputs({"a"})
+      .Output("z", DType::kF32, {"1"});
+  auto tpl = b.Build();
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  // Predicted over measured over `from`..`to` (iterations), with the drift
+  // on or off; speed(i) scales every operator of iteration i.
+  auto run = [&](double drift_smoothing, const std::function<double(int)>& speed, int from, int to,
+                 double* drift_at_end) {
+    OpEstimator est;
+    const int key[] = {est.Register("cpu", **tpl, 0), est.Register("cpu", **tpl, 1)};
+    RuntimeCalibration cal(2);
+    cal.set_drift_smoothing(drift_smoothing);
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> u(0.96, 1.04);
+    double predicted = 0, measured = 0;
+    for (int i = 0; i < to; ++i) {
+      for (int d = 0; d < 2; ++d) {  // op a on device 0 (4 ms), op b on device 1 (6 ms)
+        const double t = (d == 0 ? 4e6 : 6e6) * speed(i) * u(rng);
+        const double model = est.PredictNs(key[d], {});
+        if (i >= from) {
+          predicted += model * cal.device_factor(DeviceId(d));
+          measured += t;
+        }
+        const bool had_model = est.HasModel(key[d]);
+        est.Observe(key[d], {}, Duration::Nanos(static_cast<int64_t>(cal.NormalizeOp(DeviceId(d), t, false))));
+        if (had_model) cal.ObserveSpeed(DeviceId(d), model, t);
+      }
+    }
+    *drift_at_end = cal.drift_factor(DeviceId(0));
+    return predicted / measured;
+  };
+  // The machine gets 30% faster at iteration 200; scored 100 iterations
+  // from 300 on (200 samples after the step, the drift's memory).
+  const auto step = [](int i) { return i < 200 ? 1.0 : 0.7; };
+  double drift = 0, off_drift = 0;
+  const double on = run(RuntimeCalibration::kDefaultDriftSmoothing, step, 300, 400, &drift);
+  const double off = run(0, step, 300, 400, &off_drift);
+  EXPECT_NEAR(on, 1.0, 0.02);
+  EXPECT_GT(off, 1.15);  // the windows still hold most of the slower past
+  // At 400 each key's window (iterations 144..399) means 0.766 of the old
+  // speed; the drift carries the rest (its means lag a little: ~0.85).
+  EXPECT_GT(drift, 0.75);
+  EXPECT_LT(drift, 0.92);
+  EXPECT_EQ(off_drift, 1.0);
+  // Long after, the windows hold only the new speed and the drift is ~1.
+  double late = 0;
+  EXPECT_NEAR(run(RuntimeCalibration::kDefaultDriftSmoothing, step, 900, 1000, &late), 1.0, 0.02);
+  EXPECT_NEAR(late, 1.0, 0.03);
+  // The drift is the group's: a device of another type is not moved.
+  RuntimeCalibration two(std::vector<int>{0, 1}, 0.05);
+  two.set_drift_smoothing(0.05);
+  for (int i = 0; i < 200; ++i) two.ObserveSpeed(DeviceId(0), 1e6, 0.7e6);
+  EXPECT_NEAR(two.drift_factor(DeviceId(0)), 0.7, 0.01);
+  EXPECT_NEAR(two.device_factor(DeviceId(0)), 0.7, 0.01);
+  EXPECT_EQ(two.drift_factor(DeviceId(1)), 1.0);
+  EXPECT_EQ(two.View().drift[0].samples, 200);
+  EXPECT_EQ(two.View().devices[0].factor, 1.0);  // the relative factor, without the drift
+  // The estimators are trained without it taken out.
+  EXPECT_DOUBLE_EQ(two.NormalizeOp(DeviceId(0), 1e6, false), 1e6);
+  // Not saved: a restored calibration starts its drift at 1.
+  RuntimeCalibration restored(std::vector<int>{0, 1}, 0.05);
+  ASSERT_TRUE(restored.Restore(two.Save()).ok());
+  EXPECT_EQ(restored.drift_factor(DeviceId(0)), 1.0);
+  // Nonsense samples are ignored, as for the other factors.
+  two.ObserveSpeed(DeviceId(0), 1e6, 50e6);
+  two.ObserveSpeed(DeviceId(0), 0, 1e6);
+  two.ObserveSpeed(DeviceId(9), 1e6, 1e6);
+  EXPECT_EQ(two.View().drift[0].samples, 200);
 }
 
 TEST(RuntimeCalibrationTest, EvidenceOfADeviceWithoutSamplesAgesToItsGroup) {

@@ -67,6 +67,28 @@
 // start cold. Restore checks the text against this calibration's devices
 // (count, groups, names) and changes nothing when any of it is wrong.
 //
+// Common-mode drift. Pinning leaves what all devices of a type share to the
+// per-type estimator, which fits a window of up to 256 samples per key (and
+// is made unbiased over it): on a machine whose speed changes as a whole (a
+// host others share, clocks that throttle), a key that runs once per
+// iteration follows over hundreds of iterations (on the two-CPU fidelity
+// rig the host's speed moved 30% within seconds and the predictions lagged
+// it by 27%; docs/experiments.md, issue 5, sixteenth session). So each
+// group also learns a drift: the ratio of the same exponentially weighted
+// means (kDefaultDriftSmoothing per sample), of measured times to the calibrated
+// model (estimator x pinned device factor), from every plain (not
+// overlapped) sample of any key with a model (ObserveSpeed; the one-device
+// rule above does not apply: a drift moves every key of the group at once).
+// The simulator multiplies by it (device_factor), but the estimators are
+// *not* trained with it taken out (NormalizeOp leaves it in): they keep
+// following the group's long-run speed over their windows, and the drift
+// is the short-term ratio of the current speed to that, back at 1 once
+// the windows have caught up. Taking it out of their training would make
+// the product of the two unidentifiable again (the random walk above). The
+// overlap factor is learned relative to the drifted speed. A drift is not
+// saved (Save / Restore): it describes the last seconds, not the devices;
+// a restored calibration starts it at 1.
+//
 // Only informative samples move a factor: model > 0, measured > 0 and
 // measured / model <= 10 (a model that far off is a cold key, not a speed).
 // Callers should not feed operators whose estimator has no model yet (its
@@ -107,7 +129,8 @@ struct CalibrationFactorView {
   int64_t samples = 0;  // informative samples taken
 };
 struct CalibrationView {
-  std::vector<CalibrationFactorView> devices;  // by device id
+  std::vector<CalibrationFactorView> devices;  // by device id; factor: pinned, without the drift
+  std::vector<CalibrationFactorView> drift;    // by device id: its group's drift
   std::vector<int> device_groups;
   CalibrationFactorView overlap, transfer_overlap;
 };
@@ -121,7 +144,11 @@ class RuntimeCalibration {
   // device_groups[d]: the group (type) of device d, any ints.
   explicit RuntimeCalibration(std::vector<int> device_groups, double smoothing = 0.02);
 
-  double device_factor(DeviceId d) const { return device_[d.value()]; }
+  // What the simulator multiplies device d's predictions by: its pinned
+  // (relative) factor times its group's drift.
+  double device_factor(DeviceId d) const { return device_[d.value()] * drift_[group_index_[d.value()]].factor; }
+  // The group's common-mode drift alone (see above).
+  double drift_factor(DeviceId d) const { return drift_[group_index_[d.value()]].factor; }
   double overlap_factor() const { return overlap_.factor; }
   double transfer_overlap_factor() const { return transfer_overlap_.factor; }
   size_t num_devices() const { return groups_.size(); }
@@ -136,13 +163,24 @@ class RuntimeCalibration {
   absl::Status Restore(std::string_view text);
 
   void set_ageing(CalibrationAgeing ageing) { ageing_ = ageing; }
+  // The drift's weight per sample; 0 turns the drift off (it stays 1).
+  // The default, a memory of ~200 samples (~8 iterations of the fidelity
+  // rig, a tenth of a second of a busy daemon's feedback), was the better of
+  // 0.005 and 0.01 on that rig (docs/experiments.md, issue 5, sixteenth
+  // session); the device factors' 0.02 let preemption noise through.
+  static constexpr double kDefaultDriftSmoothing = 0.005;
+  void set_drift_smoothing(double s) { drift_smoothing_ = s; }
+  double drift_smoothing() const { return drift_smoothing_; }
 
   // `model_ns` is the estimator's prediction without any factor.
   void ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped);
   void ObserveTransfer(double model_ns, double measured_ns, bool overlapped);
+  // A plain (not overlapped) sample of any key with a model, for the drift
+  // of device d's group; `model_ns` as for ObserveOp.
+  void ObserveSpeed(DeviceId d, double model_ns, double measured_ns);
 
   // The measurement with this calibration's factors taken out, for training
-  // the per-type estimator.
+  // the per-type estimator (all but the drift: see above).
   double NormalizeOp(DeviceId d, double measured_ns, bool overlapped) const {
     return measured_ns / (device_[d.value()] * (overlapped ? overlap_.factor : 1.0));
   }
@@ -164,6 +202,7 @@ class RuntimeCalibration {
     // Adds one sample; false if ignored.
     bool Step(double model_ns, double measured_ns, double smoothing);
   };
+  void InitDevices();  // the per-device vectors and the group index, from groups_
   void PinGroup(int group);
   // Geometric mean of the raw factors of `device`'s group but itself, of
   // those with any weight (1 when none).
@@ -176,6 +215,9 @@ class RuntimeCalibration {
   std::vector<std::string> names_;  // device names where known (else empty)
   std::vector<Ratio> raw_;      // per device, before pinning
   std::vector<double> device_;  // per device, pinned
+  std::vector<int> group_index_;  // per device: its group's index in drift_
+  std::vector<Ratio> drift_;      // per distinct group, in order of first device
+  double drift_smoothing_ = kDefaultDriftSmoothing;
   Ratio overlap_, transfer_overlap_;
   CalibrationAgeing ageing_;
   // Per device: samples its group's other devices took since its last one.

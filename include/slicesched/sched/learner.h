@@ -15,7 +15,8 @@
 // device's speed into its own coefficients, and the two would trade the
 // same scale back and forth), an overlap factor from keys (transfer pairs)
 // also seen without overlap, and nothing from keys still predicting the
-// default duration (OpEstimator::HasModel).
+// default duration (OpEstimator::HasModel). The calibration's common-mode
+// drift learns from every plain sample of a key with a model.
 #pragma once
 
 #include <cstdint>

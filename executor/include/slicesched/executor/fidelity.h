@@ -44,6 +44,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "slicesched/estimate/calibration.h"
 
 namespace slicesched {
 
@@ -64,10 +65,14 @@ struct FidelityOptions {
   // Serving: prompt length of each new conversation, decode steps each.
   int64_t prompt_tokens = 32;
   int decode_steps = 4;  // 0: each conversation is a prefill only
+  // The calibration's drift weight per sample (calibration.h); 0 turns the
+  // common-mode drift off (the estimators alone follow the machine's speed).
+  double drift_smoothing = RuntimeCalibration::kDefaultDriftSmoothing;
   // InvalidArgument naming the option (as slicesim fidelity's flag, else the
   // field) and its value: iterations >= 1, warmup, calibration and
   // decode_steps >= 0, train_batch, train_tokens, prompt_tokens, lora_rank
-  // and head_outputs >= 1. RunFidelity checks it first.
+  // and head_outputs >= 1, drift_smoothing in [0, 1]. RunFidelity checks it
+  // first.
   absl::Status Validate() const;
 };
 
@@ -127,7 +132,8 @@ struct FidelityResult {
   double learned_handoff_01_ms = 0;
   double learned_handoff_10_ms = 0;
   // RuntimeCalibration at the end of the run.
-  std::vector<double> device_factors;
+  std::vector<double> device_factors;  // as the simulator used them: relative x drift
+  double drift_factor = 1.0;           // the devices' (one type's) drift at the end
   double overlap_factor = 1.0, transfer_overlap_factor = 1.0;
   std::vector<FidelityOpStat> ops;  // by name
   double target_error_pct = 2.0;  // the paper reports 1.83%
