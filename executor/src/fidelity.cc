@@ -1,13 +1,12 @@
+#include "slicesched/common/option_checks.h"
 #include "slicesched/executor/fidelity.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -501,17 +500,17 @@ std::string FidelityResult::ToJson() const {
 }
 
 absl::Status FidelityOptions::Validate() const {
-  const std::initializer_list<std::tuple<const char*, int64_t, int64_t>> checks = {
-      {"--iterations", 1, iterations},     {"--warmup", 0, warmup},
-      {"--calibration", 0, calibration},   {"--decode-steps", 0, decode_steps},
-      {"--train-batch", 1, train_batch},   {"--train-tokens", 1, train_tokens},
-      {"--prompt-tokens", 1, prompt_tokens}, {"lora_rank", 1, lora_rank},
-      {"head_outputs", 1, head_outputs}};
-  for (const auto& [name, min, v] : checks) {
-    if (v < min) return absl::InvalidArgumentError(StrCat(name, " must be at least ", min, ", got '", v, "'"));
-  }
+  SLICESCHED_RETURN_IF_ERROR(CheckAtLeast({{"--iterations", 1, iterations},
+                                           {"--warmup", 0, warmup},
+                                           {"--calibration", 0, calibration},
+                                           {"--decode-steps", 0, decode_steps},
+                                           {"--train-batch", 1, train_batch},
+                                           {"--train-tokens", 1, train_tokens},
+                                           {"--prompt-tokens", 1, prompt_tokens},
+                                           {"lora_rank", 1, lora_rank},
+                                           {"head_outputs", 1, head_outputs}}));
   if (!(drift_smoothing >= 0 && drift_smoothing <= 1)) {
-    return absl::InvalidArgumentError(StrCat("--drift-smoothing must be in [0, 1], got '", drift_smoothing, "'"));
+    return OptionOutOfRange("--drift-smoothing", "in [0, 1]", drift_smoothing);
   }
   return absl::OkStatus();
 }

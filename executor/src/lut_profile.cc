@@ -1,13 +1,12 @@
 // Torch-free TU: drives the training operators of train_ops.h.
+#include "slicesched/common/option_checks.h"
 #include "slicesched/executor/lut_profile.h"
 
 #include <algorithm>
 #include <deque>
-#include <initializer_list>
 #include <memory>
 #include <span>
 #include <thread>
-#include <tuple>
 
 #include "absl/synchronization/mutex.h"
 
@@ -288,15 +287,12 @@ absl::Status LutProfileOptions::Validate() const {
       }
     }
   }
-  const std::initializer_list<std::tuple<const char*, int64_t, int64_t>> checks = {
-      {"sequence_length", 2, sequence_length}, {"num_classes", 2, num_classes}, {"lora_rank", 1, lora_rank},
-      {"warmup", 0, warmup},                   {"iterations", 1, iterations}};
-  for (const auto& [name, min, v] : checks) {
-    if (v < min) {
-      return absl::InvalidArgumentError(StrCat("LUT profile: ", name, " must be at least ", min, ", got '", v, "'"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckAtLeast({{"sequence_length", 2, sequence_length},
+                       {"num_classes", 2, num_classes},
+                       {"lora_rank", 1, lora_rank},
+                       {"warmup", 0, warmup},
+                       {"iterations", 1, iterations}},
+                      "LUT profile: ");
 }
 
 absl::StatusOr<ymir::TimeLut> ProfileTimeLut(const LlamaWeights& weights, const LutProfileOptions& o,

@@ -1,3 +1,4 @@
+#include "slicesched/common/option_checks.h"
 #include "slicesched/executor/overhead.h"
 
 #include <pthread.h>
@@ -417,25 +418,18 @@ class ScheduledRig {
 }  // namespace
 
 absl::Status OverheadOptions::Validate() const {
-  auto at_least = [](const char* flag, int64_t min, int64_t v) {
-    return v >= min ? absl::OkStatus()
-                    : absl::InvalidArgumentError(StrCat(flag, " must be at least ", min, ", got '", v, "'"));
-  };
-  SLICESCHED_RETURN_IF_ERROR(at_least("--prefills", 1, prefills));
-  SLICESCHED_RETURN_IF_ERROR(at_least("--repetitions", 1, repetitions));
-  SLICESCHED_RETURN_IF_ERROR(at_least("--window", 1, window));
-  SLICESCHED_RETURN_IF_ERROR(at_least("--block", 1, block));
-  SLICESCHED_RETURN_IF_ERROR(at_least("--nap-us", 0, nap_us));
-  SLICESCHED_RETURN_IF_ERROR(at_least("--tail-spin-us", 0, tail_spin_us));
+  SLICESCHED_RETURN_IF_ERROR(CheckAtLeast({{"--prefills", 1, prefills},
+                                           {"--repetitions", 1, repetitions},
+                                           {"--window", 1, window},
+                                           {"--block", 1, block},
+                                           {"--nap-us", 0, nap_us},
+                                           {"--tail-spin-us", 0, tail_spin_us}}));
   if (wake_batch < 1 || wake_batch > window) {
-    return absl::InvalidArgumentError(
-        StrCat("--wake-batch must be in 1..", window, " (at most --window), got '", wake_batch, "'"));
+    return OptionOutOfRange("--wake-batch", StrCat("in 1..", window, " (at most --window)"), wake_batch);
   }
-  if (priorities != "fcfs" && priorities != "equal") {
-    return absl::InvalidArgumentError(StrCat("--priorities must be fcfs or equal, got '", priorities, "'"));
-  }
+  if (priorities != "fcfs" && priorities != "equal") return OptionOutOfRange("--priorities", "fcfs or equal", priorities);
   if (only != "" && only != "direct" && only != "scheduled") {
-    return absl::InvalidArgumentError(StrCat("--only must be direct or scheduled, got '", only, "'"));
+    return OptionOutOfRange("--only", "direct or scheduled", only);
   }
   return absl::OkStatus();
 }

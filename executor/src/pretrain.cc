@@ -1,4 +1,5 @@
 // Torch-free TU: everything goes through the training operators.
+#include "slicesched/common/option_checks.h"
 #include "slicesched/executor/pretrain.h"
 
 #include <unistd.h>
@@ -6,9 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
-#include <initializer_list>
 #include <map>
-#include <tuple>
 
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
@@ -48,18 +47,13 @@ Tensor Merge(const Tensor& w, const Tensor& b, const Tensor& a, double s) {
 }  // namespace
 
 absl::Status PretrainOptions::Validate() const {
-  const std::initializer_list<std::tuple<const char*, int64_t, int64_t>> checks = {
-      {"rounds", 1, rounds},
-      {"steps_per_round (slicesim make-backbone --steps)", 1, steps_per_round},
-      {"batch_size", 1, batch_size},
-      {"lora_rank", 1, lora_rank},
-      {"eval_sentences", 1, eval_sentences},
-      {"sequence_length", 2, sequence_length}};
-  for (const auto& [name, min, v] : checks) {
-    if (v < min) {
-      return absl::InvalidArgumentError(StrCat("pretraining: ", name, " must be at least ", min, ", got '", v, "'"));
-    }
-  }
+  SLICESCHED_RETURN_IF_ERROR(CheckAtLeast({{"rounds", 1, rounds},
+                                           {"steps_per_round (slicesim make-backbone --steps)", 1, steps_per_round},
+                                           {"batch_size", 1, batch_size},
+                                           {"lora_rank", 1, lora_rank},
+                                           {"eval_sentences", 1, eval_sentences},
+                                           {"sequence_length", 2, sequence_length}},
+                                          "pretraining: "));
   if (!(learning_rate > 0) || !(lora_alpha > 0)) {
     return absl::InvalidArgumentError("pretraining: learning_rate and lora_alpha must be > 0");
   }

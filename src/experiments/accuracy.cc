@@ -1,3 +1,4 @@
+#include "slicesched/common/option_checks.h"
 #include "slicesched/experiments/accuracy.h"
 
 #include <algorithm>
@@ -52,11 +53,9 @@ struct Prediction {
 absl::Status AccuracyOptions::Validate() const {
   for (const auto& [flag, v] : {std::pair{"--minutes", minutes}, std::pair{"--load-scale", load_scale},
                                 std::pair{"--predict-every", predict_every_s}}) {
-    if (!(v > 0) || !std::isfinite(v)) return absl::InvalidArgumentError(StrCat(flag, " must be > 0, got '", v, "'"));
+    if (!(v > 0) || !std::isfinite(v)) return OptionOutOfRange(flag, "> 0", v);
   }
-  if (!(warmup_s >= 0) || !std::isfinite(warmup_s)) {
-    return absl::InvalidArgumentError(StrCat("--warmup must be at least 0, got '", warmup_s, "'"));
-  }
+  if (!(warmup_s >= 0) || !std::isfinite(warmup_s)) return OptionOutOfRange("--warmup", "at least 0", warmup_s);
   if (minutes * 60.0 <= warmup_s) {  // nothing would be scored: every figure would read 0.00%
     return absl::InvalidArgumentError(StrCat("--minutes ", minutes, " (", minutes * 60.0, " s) must exceed --warmup ",
                                              warmup_s, " s, before which nothing is scored"));

@@ -1,3 +1,4 @@
+#include "slicesched/common/option_checks.h"
 #include "slicesched/experiments/bench_sim.h"
 
 #include <algorithm>
@@ -186,14 +187,11 @@ class Builder {
 }  // namespace
 
 absl::Status BenchSimOptions::Validate() const {
-  auto bad = [](const char* flag, const char* bounds, int64_t v) {
-    return absl::InvalidArgumentError(StrCat(flag, " must be ", bounds, ", got '", v, "'"));
-  };
-  if (devices < 2 || devices > 4096) return bad("--devices", "in 2..4096", devices);
-  if (ops < 1 || ops > 10000000) return bad("--ops", "in 1..10000000", ops);
-  if (repetitions < 1) return bad("--repetitions", "at least 1", repetitions);
-  if (warmup < 0) return bad("--warmup", "at least 0", warmup);
-  if (horizon_us < -1) return bad("--horizon-us", "at least -1 (-1: to completion)", horizon_us);
+  if (devices < 2 || devices > 4096) return OptionOutOfRange("--devices", "in 2..4096", devices);
+  if (ops < 1 || ops > 10000000) return OptionOutOfRange("--ops", "in 1..10000000", ops);
+  if (repetitions < 1) return OptionOutOfRange("--repetitions", "at least 1", repetitions);
+  if (warmup < 0) return OptionOutOfRange("--warmup", "at least 0", warmup);
+  if (horizon_us < -1) return OptionOutOfRange("--horizon-us", "at least -1 (-1: to completion)", horizon_us);
   return absl::OkStatus();
 }
 

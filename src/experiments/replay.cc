@@ -1,3 +1,4 @@
+#include "slicesched/common/option_checks.h"
 #include "slicesched/experiments/replay.h"
 
 #include <unistd.h>
@@ -308,15 +309,12 @@ absl::Status WriteSummary(const std::string& dir, const ReplayResult& r) {
 
 absl::Status ReplayOptions::Validate() const {
   for (const auto& [flag, v] : {std::pair{"--minutes", minutes}, std::pair{"--load-scale", load_scale}}) {
-    if (!(v > 0) || !std::isfinite(v)) return absl::InvalidArgumentError(StrCat(flag, " must be > 0, got '", v, "'"));
+    if (!(v > 0) || !std::isfinite(v)) return OptionOutOfRange(flag, "> 0", v);
   }
-  if (threads < 0 || threads > 1024) {
-    return absl::InvalidArgumentError(StrCat("--threads must be in 0..1024, got '", threads, "'"));
-  }
+  if (threads < 0 || threads > 1024) return OptionOutOfRange("--threads", "in 0..1024", threads);
   if (policy != "all" && MakePolicy(policy) == nullptr) {
-    return absl::InvalidArgumentError(StrCat("--policy must be Static-Online, Full-Share, Subset-Share, Dual-Share, "
-                                             "SliceScheduler or all, got '",
-                                             policy, "'"));
+    return OptionOutOfRange("--policy", "Static-Online, Full-Share, Subset-Share, Dual-Share, SliceScheduler or all",
+                            policy);
   }
   return absl::OkStatus();
 }

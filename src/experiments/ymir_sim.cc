@@ -1,3 +1,4 @@
+#include "slicesched/common/option_checks.h"
 #include "slicesched/experiments/ymir_sim.h"
 
 #include <algorithm>
@@ -1186,35 +1187,32 @@ std::string YmirCompareResult::ToText() const {
 }
 
 absl::Status YmirCompareOptions::Validate() const {
-  auto bad = [](const char* flag, const char* bounds, auto v) {
-    return absl::InvalidArgumentError(StrCat(flag, " must be ", bounds, ", got '", v, "'"));
-  };
-  if (jobs < 1) return bad("--jobs", "at least 1", jobs);
-  if (!(load > 0) || !std::isfinite(load)) return bad("--load", "> 0", load);
-  if (config.gpus < 1) return bad("--gpus", "at least 1", config.gpus);
-  if (nodes < 1) return bad("--nodes", "at least 1", nodes);
+  if (jobs < 1) return OptionOutOfRange("--jobs", "at least 1", jobs);
+  if (!(load > 0) || !std::isfinite(load)) return OptionOutOfRange("--load", "> 0", load);
+  if (config.gpus < 1) return OptionOutOfRange("--gpus", "at least 1", config.gpus);
+  if (nodes < 1) return OptionOutOfRange("--nodes", "at least 1", nodes);
   if (config.gpus % nodes != 0) {
     return absl::InvalidArgumentError(
         StrCat("--gpus (", config.gpus, ") must be a multiple of --nodes (", nodes, ")"));
   }
-  if (!(config.round_s > 0) || !std::isfinite(config.round_s)) return bad("--round", "> 0", config.round_s);
-  if (!(config.restart_s >= 0) || !std::isfinite(config.restart_s)) return bad("--restart", "at least 0", config.restart_s);
-  if (config.ilp_window < 1) return bad("--ilp-window", "at least 1", config.ilp_window);
-  if (!(config.ilp_gap >= 0) || !std::isfinite(config.ilp_gap)) return bad("--ilp-gap", "at least 0", config.ilp_gap);
+  if (!(config.round_s > 0) || !std::isfinite(config.round_s)) return OptionOutOfRange("--round", "> 0", config.round_s);
+  if (!(config.restart_s >= 0) || !std::isfinite(config.restart_s)) return OptionOutOfRange("--restart", "at least 0", config.restart_s);
+  if (config.ilp_window < 1) return OptionOutOfRange("--ilp-window", "at least 1", config.ilp_window);
+  if (!(config.ilp_gap >= 0) || !std::isfinite(config.ilp_gap)) return OptionOutOfRange("--ilp-gap", "at least 0", config.ilp_gap);
   if (!(config.ilp_time_limit_s > 0) || !std::isfinite(config.ilp_time_limit_s)) {
-    return bad("--ilp-time-limit", "> 0", config.ilp_time_limit_s);
+    return OptionOutOfRange("--ilp-time-limit", "> 0", config.ilp_time_limit_s);
   }
   if (policy != "all") {
     const std::vector<std::string> names = YmirSimPolicyNames();
     if (std::find(names.begin(), names.end(), policy) == names.end()) {
-      return bad("--policy", "Ymir, Ymir-elastic, Tiresias, Optimus, Pollux, Themis, SRTF or all", policy);
+      return OptionOutOfRange("--policy", "Ymir, Ymir-elastic, Tiresias, Optimus, Pollux, Themis, SRTF or all", policy);
     }
   }
   if (!gains_definition.empty() && gains_definition != "saved" && gains_definition != "speedup") {
-    return bad("--gains-definition", "saved or speedup", gains_definition);
+    return OptionOutOfRange("--gains-definition", "saved or speedup", gains_definition);
   }
   if (!gains_column.empty() && gains_column != "gain" && gains_column != "gain_steps") {
-    return bad("--gains-column", "gain or gain_steps", gains_column);
+    return OptionOutOfRange("--gains-column", "gain or gain_steps", gains_column);
   }
   return absl::OkStatus();
 }

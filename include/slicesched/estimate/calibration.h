@@ -170,7 +170,6 @@ class RuntimeCalibration {
   // session); the device factors' 0.02 let preemption noise through.
   static constexpr double kDefaultDriftSmoothing = 0.005;
   void set_drift_smoothing(double s) { drift_smoothing_ = s; }
-  double drift_smoothing() const { return drift_smoothing_; }
 
   // `model_ns` is the estimator's prediction without any factor.
   void ObserveOp(DeviceId d, double model_ns, double measured_ns, bool overlapped);
