@@ -216,7 +216,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--tail-spin-us U] [--priorities fcfs|equal] [--only direct|scheduled] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin|--no-pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--tail-spin-us U] [--priorities fcfs|equal] [--only direct|scheduled] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -441,7 +441,7 @@ int Overhead(const std::vector<std::string>& args) {
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
   slicesched::OverheadOptions o;
   bool json = false;
-  bool pin = o.pin, direct_on_main = o.direct_on_main;
+  bool pin = false, no_pin = false, direct_on_main = o.direct_on_main;
   std::string direct_allocator = o.direct_cache ? "cache" : "default";
   if (int rc = Flags("overhead")
                    .Switch("--json", &json)
@@ -451,6 +451,7 @@ int Overhead(const std::vector<std::string>& args) {
                    .Int("--window", &o.window)
                    .Int("--block", &o.block)
                    .Switch("--pin", &pin)
+                   .Switch("--no-pin", &no_pin)
                    .Switch("--direct-on-main", &direct_on_main)
                    .Choice("--direct-allocator", {"cache", "default"}, &direct_allocator)
                    .Choice("--only", {"direct", "scheduled"}, &o.only)
@@ -468,7 +469,10 @@ int Overhead(const std::vector<std::string>& args) {
     return a == "--wake-batch" || a.rfind("--wake-batch=", 0) == 0;
   });
   if (!wake_given) o.wake_batch = std::clamp(o.wake_batch, 1, std::max(o.window, 1));
-  o.pin = pin;
+  if (pin && no_pin) {
+    return Rejected("overhead", absl::InvalidArgumentError("--pin and --no-pin contradict each other; give one"));
+  }
+  if (pin || no_pin) o.pin = pin;  // neither: the default (pinned)
   o.direct_on_main = direct_on_main;
   o.direct_cache = direct_allocator == "cache";
   if (absl::Status v = o.Validate(); !v.ok()) return Rejected("overhead", v);

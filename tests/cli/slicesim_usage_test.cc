@@ -148,6 +148,7 @@ TEST(SlicesimUsage, LibTorchCommandsCheckTheirOptionsToo) {
       {{"overhead", "--model", "huge"}, "slicesim overhead: --model must be tiny, small or llama3-8b, got 'huge'"},
       {{"overhead", "--only", "both"}, "slicesim overhead: --only must be direct or scheduled, got 'both'"},
       {{"overhead", "--window", "0"}, "slicesim overhead: --window must be at least 1, got '0'"},
+      {{"overhead", "--pin", "--no-pin"}, "slicesim overhead: --pin and --no-pin contradict each other; give one"},
       {{"fidelity", "--iterations", "0"}, "slicesim fidelity: --iterations must be at least 1, got '0'"},
       {{"generate-direct", "--max-tokens", "4"}, "slicesim generate-direct: --prompt is required"},
       {{"generate-direct", "--prompt", "1,2", "--max-tokens", "4", "--top-p", "1.5"},

@@ -54,11 +54,17 @@ struct OverheadOptions {
   int64_t block = 100;  // prefills per alternation block (>= 1; capped at prefills)
   // With two or more CPUs allowed: the direct loop and the device thread run
   // pinned to the same CPU, the master on the others (its own core, as in
-  // the paper's setup), so its wake-ups do not preempt the device thread.
-  // Off by default: on a machine whose cores are shared with other work, a
-  // master pinned to a busy core is preempted while it holds the executors'
-  // lock, which costs far more (docs/experiments.md).
-  bool pin = false;
+  // the paper's setup), so its wake-ups do not preempt the device thread and
+  // both paths run their operators on the same CPU. On by default since the
+  // seventeenth session: on that session's VM the unpinned figure swung from
+  // -12% to +47% between runs of one binary (the kernel placed the two
+  // threads on different vCPUs, which the host runs at different speeds
+  // from moment to moment) while the pinned one stayed at 0.5-3%
+  // (docs/experiments.md, issue 5). `slicesim overhead --no-pin` turns it
+  // off: on a machine whose cores are busy with other work a master pinned
+  // to a busy core is preempted while it holds the executors' lock, which
+  // costs far more than its wake-ups.
+  bool pin = true;
   // The executors' owner nap in microseconds (ExecutorOptions::owner_nap,
   // >= 0): while the device holds work the master naps this long between
   // looks instead of being woken by the device thread; 0: woken for every
