@@ -78,9 +78,11 @@ class JobRunnerSpatialTest : public JobRunnerFixture {
     {
       std::ofstream out(gains);
       // 0.8, not 0.5: at 0.5 these pairs price within a few percent of
-      // TranWt 1 (the planner's pruning bar), so the noise in the measured
-      // iteration times decided whether the planner paired them, and tests
-      // that need the pair flaked on a loaded machine.
+      // TranWt 1 (the planner's pruning bar), so a small change in the
+      // iteration times decides whether the planner pairs them (before the
+      // fixture fixed the timed spans, JobRunnerOptions::span_seconds, the
+      // tests that need the pair flaked on a loaded machine); 0.8 keeps
+      // them clear of the bar.
       out << "task_a,task_b,mode,gain\nfa-major,fa-inv,spatial,0.8\n";
     }
     planner_.mode = PlannerConfig::Mode::kYmir;
