@@ -1,4 +1,3 @@
-#include "slicesched/common/option_checks.h"
 #include "slicesched/executor/fidelity.h"
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "slicesched/common/clock.h"
+#include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/estimate/calibration.h"

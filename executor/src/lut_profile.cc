@@ -1,5 +1,4 @@
 // Torch-free TU: drives the training operators of train_ops.h.
-#include "slicesched/common/option_checks.h"
 #include "slicesched/executor/lut_profile.h"
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 
 #include "absl/synchronization/mutex.h"
 
+#include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/tensor.h"

@@ -1,4 +1,3 @@
-#include "slicesched/common/option_checks.h"
 #include "slicesched/executor/overhead.h"
 
 #include <pthread.h>
@@ -25,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "slicesched/common/clock.h"
+#include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/common/thread_pool.h"

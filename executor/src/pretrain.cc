@@ -1,5 +1,4 @@
 // Torch-free TU: everything goes through the training operators.
-#include "slicesched/common/option_checks.h"
 #include "slicesched/executor/pretrain.h"
 
 #include <unistd.h>
@@ -9,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/safetensors.h"

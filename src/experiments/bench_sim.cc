@@ -1,4 +1,3 @@
-#include "slicesched/common/option_checks.h"
 #include "slicesched/experiments/bench_sim.h"
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/estimate/estimators.h"

@@ -1,4 +1,3 @@
-#include "slicesched/common/option_checks.h"
 #include "slicesched/experiments/replay.h"
 
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "slicesched/cluster/ground_truth.h"
 #include "slicesched/cluster/virtual_cluster.h"
+#include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/common/thread_pool.h"

@@ -1,4 +1,3 @@
-#include "slicesched/common/option_checks.h"
 #include "slicesched/experiments/ymir_sim.h"
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/workload/trace.h"
@@ -1195,10 +1195,16 @@ absl::Status YmirCompareOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("--gpus (", config.gpus, ") must be a multiple of --nodes (", nodes, ")"));
   }
-  if (!(config.round_s > 0) || !std::isfinite(config.round_s)) return OptionOutOfRange("--round", "> 0", config.round_s);
-  if (!(config.restart_s >= 0) || !std::isfinite(config.restart_s)) return OptionOutOfRange("--restart", "at least 0", config.restart_s);
+  if (!(config.round_s > 0) || !std::isfinite(config.round_s)) {
+    return OptionOutOfRange("--round", "> 0", config.round_s);
+  }
+  if (!(config.restart_s >= 0) || !std::isfinite(config.restart_s)) {
+    return OptionOutOfRange("--restart", "at least 0", config.restart_s);
+  }
   if (config.ilp_window < 1) return OptionOutOfRange("--ilp-window", "at least 1", config.ilp_window);
-  if (!(config.ilp_gap >= 0) || !std::isfinite(config.ilp_gap)) return OptionOutOfRange("--ilp-gap", "at least 0", config.ilp_gap);
+  if (!(config.ilp_gap >= 0) || !std::isfinite(config.ilp_gap)) {
+    return OptionOutOfRange("--ilp-gap", "at least 0", config.ilp_gap);
+  }
   if (!(config.ilp_time_limit_s > 0) || !std::isfinite(config.ilp_time_limit_s)) {
     return OptionOutOfRange("--ilp-time-limit", "> 0", config.ilp_time_limit_s);
   }
