@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/option_checks.h"
+#include "slicesched/common/stats.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/common/thread_pool.h"
@@ -53,6 +54,7 @@ std::string OverheadResult::ToJson() const {
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
       "\"scheduled_ops\": %d, \"fast_path_ops\": %d, \"owner_wakes\": %d, "
       "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_allocator\": \"%s\", \"device_cache\": {\"hits\": %d, \"misses\": %d}, \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
+      "\"paired_overhead_pct\": %.2f, \"paired_quartiles_pct\": [%.2f, %.2f], \"block_pairs\": %d, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, nap_us, tail_spin_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
@@ -60,7 +62,7 @@ std::string OverheadResult::ToJson() const {
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
       scheduled_ops, fast_path_ops, owner_wakes, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread",
       direct_cache ? "per-thread cache" : "c10 default", device_cache_hits, device_cache_misses, priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
-      placement, pinning, model);
+      paired_overhead_pct, paired_q1_pct, paired_q3_pct, block_ratios.size(), placement, pinning, model);
 }
 
 std::string ThreadSched::ToJson() const {
@@ -76,13 +78,6 @@ using executor::LlamaKernelRunner;
 using executor::LlamaRequest;
 using executor::LlamaWeights;
 using executor::Tensor;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -600,9 +595,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     ThreadSched direct_t, dev_t, master_t;
     for (size_t b = 0; b < prompts.size(); b += block) {
       const size_t n = std::min(block, prompts.size() - b);
+      double direct_block_s = 0;
       if (run_direct) {
         DirectTimes ts;
         SLICESCHED_RETURN_IF_ERROR(run_direct_loop(b, n, true, &ts));
+        direct_block_s = ts.wall_s;
         direct_s += ts.wall_s;
         direct_c += ts.cpu_s;
         direct_t = Plus(direct_t, ts.sched);
@@ -614,7 +611,9 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
         const auto t0 = std::chrono::steady_clock::now();
         SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, o.wake_batch, fcfs, tail_spin,
                                                     std::span<int64_t>(sched_tokens).subspan(b, n)));
-        sched_s += Seconds(std::chrono::steady_clock::now() - t0);
+        const double sched_block_s = Seconds(std::chrono::steady_clock::now() - t0);
+        sched_s += sched_block_s;
+        if (run_direct && direct_block_s > 0) r.block_ratios.push_back(sched_block_s / direct_block_s);
         master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
         dev_c += rig->DeviceCpuSeconds() - dev0;
         master_t = Plus(master_t, Minus(ReadThreadSched(main_tid), m0));
@@ -641,6 +640,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.direct_s = Median(r.direct_runs_s);
   r.scheduled_s = Median(r.scheduled_runs_s);
   r.overhead_pct = r.direct_s > 0 && r.scheduled_s > 0 ? 100.0 * (r.scheduled_s - r.direct_s) / r.direct_s : 0.0;
+  if (!r.block_ratios.empty()) {
+    r.paired_overhead_pct = 100.0 * (Median(r.block_ratios) - 1.0);
+    r.paired_q1_pct = 100.0 * (Quantile(r.block_ratios, 0.25) - 1.0);
+    r.paired_q3_pct = 100.0 * (Quantile(r.block_ratios, 0.75) - 1.0);
+  }
   const executor::CpuCacheStats cache = rig->DeviceCache();
   r.device_cache_hits = cache.hits;
   r.device_cache_misses = cache.misses;

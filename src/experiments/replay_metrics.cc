@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "slicesched/common/stats.h"
 #include "slicesched/common/strings.h"
 
 namespace slicesched {
@@ -48,15 +49,6 @@ int64_t IntersectionLength(const std::vector<BusyInterval>& a, const std::vector
     }
   }
   return total;
-}
-
-// Linear interpolation between closest ranks (numpy's default).
-double Percentile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  const double h = static_cast<double>(sorted.size() - 1) * q;
-  const size_t i = static_cast<size_t>(std::floor(h));
-  const size_t j = std::min(i + 1, sorted.size() - 1);
-  return sorted[i] + (h - static_cast<double>(i)) * (sorted[j] - sorted[i]);
 }
 
 }  // namespace
@@ -105,9 +97,9 @@ IdleSliceSummary SummarizeIdleSlices(const std::vector<IdleSlice>& slices, doubl
   s.total_idle_s = static_cast<double>(total_idle_ns) / 1e9;
   s.count = filtered.size();
   std::sort(filtered.begin(), filtered.end());
-  s.p50_ms = Percentile(filtered, 0.50);
-  s.p90_ms = Percentile(filtered, 0.90);
-  s.p99_ms = Percentile(filtered, 0.99);
+  s.p50_ms = QuantileOfSorted(filtered, 0.50);
+  s.p90_ms = QuantileOfSorted(filtered, 0.90);
+  s.p99_ms = QuantileOfSorted(filtered, 0.99);
   double filtered_ms = 0, below_p99_ms = 0;
   for (double d : filtered) {
     filtered_ms += d;

@@ -18,6 +18,7 @@
 #include "absl/base/internal/raw_logging.h"
 #include "absl/status/status.h"
 #include "slicesched/common/status.h"
+#include "slicesched/common/stats.h"
 #include "slicesched/common/strings.h"
 
 namespace slicesched {
@@ -246,14 +247,6 @@ bool ParseDouble(std::string_view s, double& out) {
 // ---------------------------------------------------------------------------
 // Statistics helpers.
 
-double Percentile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  const double h = (sorted.size() - 1) * q;
-  const size_t i = static_cast<size_t>(std::floor(h));
-  const size_t j = std::min(i + 1, sorted.size() - 1);
-  return sorted[i] + (h - i) * (sorted[j] - sorted[i]);
-}
-
 double Mean(const std::vector<double>& v) {
   if (v.empty()) return 0;
   return std::accumulate(v.begin(), v.end(), 0.0) / v.size();
@@ -458,12 +451,12 @@ TraceSummary Summarize(const std::vector<Request>& requests) {
     }
     s.interarrival_cv = mean > 0 ? std::sqrt(sq / n) / mean : 0;
   }
-  s.context_p50 = Percentile(context, 0.5);
-  s.context_p90 = Percentile(context, 0.9);
-  s.context_p99 = Percentile(context, 0.99);
-  s.output_p50 = Percentile(output, 0.5);
-  s.output_p90 = Percentile(output, 0.9);
-  s.output_p99 = Percentile(output, 0.99);
+  s.context_p50 = QuantileOfSorted(context, 0.5);
+  s.context_p90 = QuantileOfSorted(context, 0.9);
+  s.context_p99 = QuantileOfSorted(context, 0.99);
+  s.output_p50 = QuantileOfSorted(output, 0.5);
+  s.output_p90 = QuantileOfSorted(output, 0.9);
+  s.output_p99 = QuantileOfSorted(output, 0.99);
   s.context_mean = Mean(context);
   s.output_mean = Mean(output);
   return s;

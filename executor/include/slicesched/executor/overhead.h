@@ -150,6 +150,13 @@ struct OverheadResult {
   double scheduled_s = 0;  // median over repetitions
   double overhead_pct = 0; // 100 * (scheduled - direct) / direct
   std::vector<double> direct_runs_s, scheduled_runs_s;
+  // Each block's pair (direct, then scheduled, back to back; every block of
+  // every repetition): the scheduled block's time over the direct one's.
+  // The paired figure follows the machine's speed from block to block
+  // (~50 ms apart), where the sums over a repetition mix blocks run at
+  // different speeds. Median and quartiles, as percentages over 1.
+  std::vector<double> block_ratios;
+  double paired_overhead_pct = 0, paired_q1_pct = 0, paired_q3_pct = 0;
   bool tokens_match = false;
   // CPU time (medians over repetitions): the calling thread during (a); the
   // device thread and the master (calling) thread during (b). On a machine
