@@ -26,8 +26,9 @@
 // path's time for the repetition is the sum over its blocks. Alternating in
 // blocks of ~50 ms rather than whole runs of ~0.5 s makes both paths see the
 // same machine when other work comes and goes (block = N is the coarse
-// alternation). The result reports the medians over `repetitions`. Both
-// paths produce the same tokens (checked).
+// alternation). The result reports the medians over `repetitions`, and
+// each block pair's ratio (OverheadResult::block_ratios). Both paths
+// produce the same tokens (checked).
 //
 // Torch-free header; the implementation links the LibTorch executors
 // (library slicesched::executor_experiments, built with LibTorch only).
