@@ -216,7 +216,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin|--no-pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--tail-spin-us U] [--priorities fcfs|equal] [--only direct|scheduled] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin|--no-pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--tail-spin-us U] [--priorities fcfs|equal] [--order abba|direct-first] [--only direct|scheduled] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -459,6 +459,7 @@ int Overhead(const std::vector<std::string>& args) {
                    .Int("--tail-spin-us", &o.tail_spin_us)
                    .Int("--wake-batch", &o.wake_batch)
                    .Choice("--priorities", {"fcfs", "equal"}, &o.priorities)
+                   .Choice("--order", {"abba", "direct-first"}, &o.order)
                    .Seed("--seed", &o.seed)
                    .Parse(args)) {
     return rc;

@@ -54,7 +54,7 @@ std::string OverheadResult::ToJson() const {
       "\"direct_cpu_s\": %.4f, \"device_cpu_s\": %.4f, \"master_cpu_s\": %.4f, "
       "\"scheduled_ops\": %d, \"fast_path_ops\": %d, \"owner_wakes\": %d, "
       "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_allocator\": \"%s\", \"device_cache\": {\"hits\": %d, \"misses\": %d}, \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
-      "\"paired_overhead_pct\": %.2f, \"paired_quartiles_pct\": [%.2f, %.2f], \"block_pairs\": %d, "
+      "\"paired_overhead_pct\": %.2f, \"paired_quartiles_pct\": [%.2f, %.2f], \"block_pairs\": %d, \"order\": \"%s\", "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, nap_us, tail_spin_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
@@ -62,7 +62,7 @@ std::string OverheadResult::ToJson() const {
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
       scheduled_ops, fast_path_ops, owner_wakes, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread",
       direct_cache ? "per-thread cache" : "c10 default", device_cache_hits, device_cache_misses, priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
-      paired_overhead_pct, paired_q1_pct, paired_q3_pct, block_ratios.size(), placement, pinning, model);
+      paired_overhead_pct, paired_q1_pct, paired_q3_pct, block_ratios.size(), order, placement, pinning, model);
 }
 
 std::string ThreadSched::ToJson() const {
@@ -427,6 +427,7 @@ absl::Status OverheadOptions::Validate() const {
     return OptionOutOfRange("--wake-batch", StrCat("in 1..", window, " (at most --window)"), wake_batch);
   }
   if (priorities != "fcfs" && priorities != "equal") return OptionOutOfRange("--priorities", "fcfs or equal", priorities);
+  if (order != "abba" && order != "direct-first") return OptionOutOfRange("--order", "abba or direct-first", order);
   if (only != "" && only != "direct" && only != "scheduled") {
     return OptionOutOfRange("--only", "direct or scheduled", only);
   }
@@ -437,6 +438,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(o.Validate());
   const absl::Duration tail_spin = absl::Microseconds(o.tail_spin_us);
   const bool fcfs = o.priorities == "fcfs";
+  const bool abba = o.order == "abba";
   SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
   // The direct path gets the same single core as an executor's device thread.
   executor::SetIntraOpThreadsForThisThread(1);
@@ -578,6 +580,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.direct_on_main = o.direct_on_main;
   r.direct_cache = o.direct_cache;
   r.priorities = o.priorities;
+  r.order = o.order;
   r.tokens_match = true;
   const bool run_direct = o.only != "scheduled", run_sched = o.only != "direct";
   // With one path timed, the other one's tokens come from one untimed run.
@@ -595,31 +598,40 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     ThreadSched direct_t, dev_t, master_t;
     for (size_t b = 0; b < prompts.size(); b += block) {
       const size_t n = std::min(block, prompts.size() - b);
-      double direct_block_s = 0;
-      if (run_direct) {
+      double direct_block_s = 0, sched_block_s = 0;
+      auto direct_block = [&]() -> absl::Status {
         DirectTimes ts;
         SLICESCHED_RETURN_IF_ERROR(run_direct_loop(b, n, true, &ts));
         direct_block_s = ts.wall_s;
-        direct_s += ts.wall_s;
         direct_c += ts.cpu_s;
         direct_t = Plus(direct_t, ts.sched);
-      }
-      if (run_sched) {
+        return absl::OkStatus();
+      };
+      auto sched_block = [&]() -> absl::Status {
         const ThreadSched m0 = ReadThreadSched(main_tid), d0 = rig->DeviceSched();
         const double dev0 = rig->DeviceCpuSeconds();
         const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
         const auto t0 = std::chrono::steady_clock::now();
         SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, o.wake_batch, fcfs, tail_spin,
                                                     std::span<int64_t>(sched_tokens).subspan(b, n)));
-        const double sched_block_s = Seconds(std::chrono::steady_clock::now() - t0);
-        sched_s += sched_block_s;
-        if (run_direct && direct_block_s > 0) r.block_ratios.push_back(sched_block_s / direct_block_s);
+        sched_block_s = Seconds(std::chrono::steady_clock::now() - t0);
         master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
         dev_c += rig->DeviceCpuSeconds() - dev0;
         master_t = Plus(master_t, Minus(ReadThreadSched(main_tid), m0));
         dev_t = Plus(dev_t, Minus(rig->DeviceSched(), d0));
-        SLICESCHED_RETURN_IF_ERROR(rig->Settle());
-      }
+        return rig->Settle();
+      };
+      // "abba": every other pair runs its scheduled block first (the order
+      // flips from block to block and from repetition to repetition), so a
+      // drift of the machine's speed, or whatever one path leaves behind for
+      // the path run after it, weighs on both paths alike.
+      const bool direct_first = !abba || ((b / block) + static_cast<size_t>(rep)) % 2 == 0;
+      if (direct_first && run_direct) SLICESCHED_RETURN_IF_ERROR(direct_block());
+      if (run_sched) SLICESCHED_RETURN_IF_ERROR(sched_block());
+      if (!direct_first && run_direct) SLICESCHED_RETURN_IF_ERROR(direct_block());
+      direct_s += direct_block_s;
+      sched_s += sched_block_s;
+      if (run_direct && run_sched && direct_block_s > 0) r.block_ratios.push_back(sched_block_s / direct_block_s);
     }
     r.direct_runs_s.push_back(direct_s);
     r.scheduled_runs_s.push_back(sched_s);

@@ -21,8 +21,9 @@
 // retirement; the device runs the same operators on the same tokens as (a)
 // (the sampled tokens are compared).
 // The two alternate in one process: each repetition runs the N prompts in
-// blocks of `block` (default 100), a block directly, then the same block
-// scheduled (from an empty pipeline to its last retirement), and so on; a
+// blocks of `block` (default 100), a block directly and the same block
+// scheduled (from an empty pipeline to its last retirement), in either order
+// (OverheadOptions::order), and so on; a
 // path's time for the repetition is the sum over its blocks. Alternating in
 // blocks of ~50 ms rather than whole runs of ~0.5 s makes both paths see the
 // same machine when other work comes and goes (block = N is the coarse
@@ -105,6 +106,12 @@ struct OverheadOptions {
   // microseconds of each other and the device runs dry until the master
   // has refilled the window; docs/experiments.md, issue 5, sixth session).
   std::string priorities = "fcfs";
+  // The order of each block pair: "abba" (the direct block first in every
+  // other pair, the scheduled one first in the rest, flipping between
+  // repetitions too, so a drift of the host's speed or what one path leaves
+  // behind for the next weighs on both alike) or "direct-first" (every pair
+  // direct, then scheduled: the harness before the eighteenth session).
+  std::string order = "abba";
   uint64_t seed = 1;    // weights
   int warmup = 20;      // untimed prefills of each kind first
   std::string model = "tiny";  // a Llama preset: tiny, small, llama3-8b
@@ -115,7 +122,7 @@ struct OverheadOptions {
   std::string only;
   // InvalidArgument naming the option (as slicesim overhead's flag) and its
   // value: prefills, repetitions, window and block >= 1, nap_us >= 0,
-  // wake_batch in 1..window, priorities and only one of their names.
+  // wake_batch in 1..window, priorities, order and only one of their names.
   // RunOverhead checks it first.
   absl::Status Validate() const;
 };
@@ -177,6 +184,7 @@ struct OverheadResult {
   // run: requests served from it and those that allocated.
   int64_t device_cache_hits = 0, device_cache_misses = 0;
   std::string priorities;       // OverheadOptions::priorities
+  std::string order;            // OverheadOptions::order
   // The scheduler's view of the direct loop's thread, of the device thread
   // and of the master thread (see ThreadSched).
   ThreadSched direct_thread, device_thread, master_thread;
