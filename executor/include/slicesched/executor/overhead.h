@@ -158,8 +158,10 @@ struct OverheadResult {
   double scheduled_s = 0;  // median over repetitions
   double overhead_pct = 0; // 100 * (scheduled - direct) / direct
   std::vector<double> direct_runs_s, scheduled_runs_s;
-  // Each block's pair (direct, then scheduled, back to back; every block of
-  // every repetition): the scheduled block's time over the direct one's.
+  // Each block's pair (its direct and scheduled runs, back to back in the
+  // order OverheadOptions::order gives; every block of every repetition,
+  // when both paths are timed): the scheduled block's time over the direct
+  // one's.
   // The paired figure follows the machine's speed from block to block
   // (~50 ms apart), where the sums over a repetition mix blocks run at
   // different speeds. Median and quartiles, as percentages over 1.
