@@ -484,10 +484,15 @@ int Overhead(const std::vector<std::string>& args) {
   } else {
     std::printf("%lld prefills (context 1), median of %d alternations, %d in flight\n"
                 "direct %.3f s, scheduled %.3f s: overhead %.2f%%\n"
-                "block by block (%zu pairs of %lld prefills): median %.2f%%, quartiles %.2f%% .. %.2f%%\n%s\n%s\n",
+                "block by block (%zu pairs of %lld prefills): median %.2f%%, quartiles %.2f%% .. %.2f%%; "
+                "%.2f us an operator (%d a prefill, %.1f us each directly)\n%s\n%s\n",
                 static_cast<long long>(r->prefills), r->repetitions, r->window, r->direct_s, r->scheduled_s,
                 r->overhead_pct, r->block_ratios.size(), static_cast<long long>(r->block), r->paired_overhead_pct,
-                r->paired_q1_pct, r->paired_q3_pct, r->placement.c_str(), r->pinning.c_str());
+                r->paired_q1_pct, r->paired_q3_pct, r->paired_overhead_us_per_op, r->ops_per_prefill,
+                r->prefills > 0 && r->ops_per_prefill > 0
+                    ? 1e6 * r->direct_s / static_cast<double>(r->prefills * r->ops_per_prefill)
+                    : 0.0,
+                r->placement.c_str(), r->pinning.c_str());
   }
   return 0;
 #else

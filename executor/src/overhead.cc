@@ -55,6 +55,7 @@ std::string OverheadResult::ToJson() const {
       "\"scheduled_ops\": %d, \"fast_path_ops\": %d, \"owner_wakes\": %d, "
       "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_allocator\": \"%s\", \"device_cache\": {\"hits\": %d, \"misses\": %d}, \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"paired_overhead_pct\": %.2f, \"paired_quartiles_pct\": [%.2f, %.2f], \"block_pairs\": %d, \"order\": \"%s\", "
+      "\"ops_per_prefill\": %d, \"per_op_direct_us\": %.2f, \"paired_overhead_us_per_op\": %.3f, "
       "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, nap_us, tail_spin_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
@@ -62,7 +63,9 @@ std::string OverheadResult::ToJson() const {
       tokens_match ? "true" : "false", direct_cpu_s, device_cpu_s, master_cpu_s,
       scheduled_ops, fast_path_ops, owner_wakes, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread",
       direct_cache ? "per-thread cache" : "c10 default", device_cache_hits, device_cache_misses, priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
-      paired_overhead_pct, paired_q1_pct, paired_q3_pct, block_ratios.size(), order, placement, pinning, model);
+      paired_overhead_pct, paired_q1_pct, paired_q3_pct, block_ratios.size(), order, ops_per_prefill,
+      prefills > 0 && ops_per_prefill > 0 ? 1e6 * direct_s / static_cast<double>(prefills * ops_per_prefill) : 0.0,
+      paired_overhead_us_per_op, placement, pinning, model);
 }
 
 std::string ThreadSched::ToJson() const {
@@ -245,6 +248,7 @@ class ScheduledRig {
                                 LlamaKernelRunner::Create(std::move(w), dims));
     auto rig = std::unique_ptr<ScheduledRig>(new ScheduledRig(std::move(accel), std::move(runner)));
     SLICESCHED_ASSIGN_OR_RETURN(rig->prefill_, rig->g_.RegisterTemplate(t.prefill));
+    rig->prefill_ops_ = t.prefill->num_ops();
     for (const OpSpec& op : t.prefill->ops()) {
       if (op.weight_key.empty()) continue;
       SLICESCHED_RETURN_IF_ERROR(rig->g_.LoadWeights(DeviceId(0), op.weight_key, op.weight_bytes));
@@ -333,6 +337,8 @@ class ScheduledRig {
     return g_.VerifyInvariants();
   }
   int64_t whatif_runs() const { return whatif_runs_; }
+  // Operators in one prefill (the template's).
+  int prefill_ops() const { return prefill_ops_; }
   const ExecutorSet& executors() const { return *exec_; }
   // CPU time the device thread has used so far (0 before its first sample).
   double DeviceCpuSeconds() {
@@ -396,6 +402,7 @@ class ScheduledRig {
   SliceScheduler sched_;
   SchedulerEnv env_;
   TemplateId prefill_;
+  int prefill_ops_ = 0;
   InstanceSpec spec_;
   std::vector<Feedback> feedback_;
   // Prefills in flight: instance -> (prompt index, sampled token); the token
@@ -593,6 +600,9 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   std::vector<double> direct_cpu, dev_cpu, master_cpu;
   std::vector<ThreadSched> direct_sched, dev_sched, master_sched;
   const size_t block = static_cast<size_t>(std::min<int64_t>(o.block, o.prefills));
+  r.ops_per_prefill = std::max(rig->prefill_ops(), 1);
+  // Each block pair's extra time per operator (see paired_overhead_us_per_op).
+  std::vector<double> block_extra_us_per_op;
   for (int rep = 0; rep < o.repetitions; ++rep) {
     double direct_s = 0, sched_s = 0, direct_c = 0, dev_c = 0, master_c = 0;
     ThreadSched direct_t, dev_t, master_t;
@@ -631,7 +641,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
       if (!direct_first && run_direct) SLICESCHED_RETURN_IF_ERROR(direct_block());
       direct_s += direct_block_s;
       sched_s += sched_block_s;
-      if (run_direct && run_sched && direct_block_s > 0) r.block_ratios.push_back(sched_block_s / direct_block_s);
+      if (run_direct && run_sched && direct_block_s > 0) {
+        r.block_ratios.push_back(sched_block_s / direct_block_s);
+        block_extra_us_per_op.push_back(1e6 * (sched_block_s - direct_block_s) /
+                                        static_cast<double>(n * static_cast<size_t>(r.ops_per_prefill)));
+      }
     }
     r.direct_runs_s.push_back(direct_s);
     r.scheduled_runs_s.push_back(sched_s);
@@ -656,6 +670,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     r.paired_overhead_pct = 100.0 * (Median(r.block_ratios) - 1.0);
     r.paired_q1_pct = 100.0 * (Quantile(r.block_ratios, 0.25) - 1.0);
     r.paired_q3_pct = 100.0 * (Quantile(r.block_ratios, 0.75) - 1.0);
+    r.paired_overhead_us_per_op = Median(std::move(block_extra_us_per_op));
   }
   const executor::CpuCacheStats cache = rig->DeviceCache();
   r.device_cache_hits = cache.hits;

@@ -167,6 +167,15 @@ struct OverheadResult {
   // different speeds. Median and quartiles, as percentages over 1.
   std::vector<double> block_ratios;
   double paired_overhead_pct = 0, paired_q1_pct = 0, paired_q3_pct = 0;
+  // Operators in one prefill (the prefill template's: embedding, the fused
+  // layer groups, LM head, sampling), and the paired figure as a time: the
+  // median over the block pairs of the scheduled block's extra time over
+  // its direct twin, per operator, in microseconds. The fixed cost of
+  // scheduling an operator, whatever its size: over an operator of t us
+  // the overhead is ~100 * this / t percent (the JSON also prints
+  // per_op_direct_us, the direct loop's mean time per operator).
+  int ops_per_prefill = 0;
+  double paired_overhead_us_per_op = 0;
   bool tokens_match = false;
   // CPU time (medians over repetitions): the calling thread during (a); the
   // device thread and the master (calling) thread during (b). On a machine
