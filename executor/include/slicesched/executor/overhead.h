@@ -172,10 +172,10 @@ struct OverheadResult {
   // median over the block pairs of the scheduled block's extra time over
   // its direct twin, per operator, in microseconds. The fixed cost of
   // scheduling an operator, whatever its size: over an operator of t us
-  // the overhead is ~100 * this / t percent (the JSON also prints
-  // per_op_direct_us, the direct loop's mean time per operator).
+  // the overhead is ~100 * this / t percent; per_op_direct_us: the direct
+  // loop's mean time per operator (direct_s over prefills * ops_per_prefill).
   int ops_per_prefill = 0;
-  double paired_overhead_us_per_op = 0;
+  double paired_overhead_us_per_op = 0, per_op_direct_us = 0;
   bool tokens_match = false;
   // CPU time (medians over repetitions): the calling thread during (a); the
   // device thread and the master (calling) thread during (b). On a machine
