@@ -489,7 +489,7 @@ int Overhead(const std::vector<std::string>& args) {
                 static_cast<long long>(r->prefills), r->repetitions, r->window, r->direct_s, r->scheduled_s,
                 r->overhead_pct, r->block_ratios.size(), static_cast<long long>(r->block), r->paired_overhead_pct,
                 r->paired_q1_pct, r->paired_q3_pct, r->paired_overhead_us_per_op, r->ops_per_prefill,
-                r->per_op_direct_us, r->placement.c_str(), r->pinning.c_str());
+                r->per_op_direct_us(), r->placement.c_str(), r->pinning.c_str());
   }
   return 0;
 #else

@@ -64,7 +64,7 @@ std::string OverheadResult::ToJson() const {
       scheduled_ops, fast_path_ops, owner_wakes, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread",
       direct_cache ? "per-thread cache" : "c10 default", device_cache_hits, device_cache_misses, priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
       paired_overhead_pct, paired_q1_pct, paired_q3_pct, block_ratios.size(), order, ops_per_prefill,
-      per_op_direct_us, paired_overhead_us_per_op, placement, pinning, model);
+      per_op_direct_us(), paired_overhead_us_per_op, placement, pinning, model);
 }
 
 std::string ThreadSched::ToJson() const {
@@ -665,7 +665,6 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.direct_s = Median(r.direct_runs_s);
   r.scheduled_s = Median(r.scheduled_runs_s);
   r.overhead_pct = r.direct_s > 0 && r.scheduled_s > 0 ? 100.0 * (r.scheduled_s - r.direct_s) / r.direct_s : 0.0;
-  r.per_op_direct_us = 1e6 * r.direct_s / static_cast<double>(r.prefills * r.ops_per_prefill);
   if (!r.block_ratios.empty()) {
     r.paired_overhead_pct = 100.0 * (Median(r.block_ratios) - 1.0);
     r.paired_q1_pct = 100.0 * (Quantile(r.block_ratios, 0.25) - 1.0);

@@ -172,10 +172,15 @@ struct OverheadResult {
   // median over the block pairs of the scheduled block's extra time over
   // its direct twin, per operator, in microseconds. The fixed cost of
   // scheduling an operator, whatever its size: over an operator of t us
-  // the overhead is ~100 * this / t percent; per_op_direct_us: the direct
-  // loop's mean time per operator (direct_s over prefills * ops_per_prefill).
+  // the overhead is ~100 * this / t percent.
   int ops_per_prefill = 0;
-  double paired_overhead_us_per_op = 0, per_op_direct_us = 0;
+  double paired_overhead_us_per_op = 0;
+  // The direct loop's mean time per operator, in microseconds (0 before
+  // ops_per_prefill is known).
+  double per_op_direct_us() const {
+    return prefills > 0 && ops_per_prefill > 0 ? 1e6 * direct_s / static_cast<double>(prefills * ops_per_prefill)
+                                               : 0.0;
+  }
   bool tokens_match = false;
   // CPU time (medians over repetitions): the calling thread during (a); the
   // device thread and the master (calling) thread during (b). On a machine
