@@ -216,7 +216,7 @@ int Usage(FILE* to) {
                "  replay [--trace FILE] [--policy NAME|all] [--minutes M] [--seed S]\n"
                "         [--load-scale X] [--out DIR]\n"
                "                        the paper's co-location experiment on the virtual cluster\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin|--no-pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--tail-spin-us U] [--priorities fcfs|equal] [--order abba|direct-first] [--only direct|scheduled] [--json]\n"
+               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin|--no-pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--tail-spin-us U] [--priorities fcfs|equal] [--order abba|direct-first] [--only direct|scheduled] [--null] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"
@@ -455,6 +455,7 @@ int Overhead(const std::vector<std::string>& args) {
                    .Switch("--direct-on-main", &direct_on_main)
                    .Choice("--direct-allocator", {"cache", "default"}, &direct_allocator)
                    .Choice("--only", {"direct", "scheduled"}, &o.only)
+                   .Switch("--null", &o.null_check)
                    .Int("--nap-us", &o.nap_us)
                    .Int("--tail-spin-us", &o.tail_spin_us)
                    .Int("--wake-batch", &o.wake_batch)
@@ -482,6 +483,10 @@ int Overhead(const std::vector<std::string>& args) {
   if (json) {
     std::printf("%s\n", r->ToJson().c_str());
   } else {
+    if (r->null_check) {
+      std::printf("null check: \"scheduled\" below is the direct loop on a twin thread (an A/A comparison: "
+                  "what a scheduler costing nothing would get on this machine)\n");
+    }
     std::printf("%lld prefills (context 1), median of %d alternations, %d in flight\n"
                 "direct %.3f s, scheduled %.3f s: overhead %.2f%%\n"
                 "block by block (%zu pairs of %lld prefills): median %.2f%%, quartiles %.2f%% .. %.2f%%; "

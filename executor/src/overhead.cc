@@ -56,7 +56,7 @@ std::string OverheadResult::ToJson() const {
       "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_allocator\": \"%s\", \"device_cache\": {\"hits\": %d, \"misses\": %d}, \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"paired_overhead_pct\": %.2f, \"paired_quartiles_pct\": [%.2f, %.2f], \"block_pairs\": %d, \"order\": \"%s\", "
       "\"ops_per_prefill\": %d, \"per_op_direct_us\": %.2f, \"paired_overhead_us_per_op\": %.3f, "
-      "\"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
+      "\"compared\": \"%s\", \"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, nap_us, tail_spin_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
@@ -64,7 +64,8 @@ std::string OverheadResult::ToJson() const {
       scheduled_ops, fast_path_ops, owner_wakes, only.empty() ? "both" : only, direct_on_main ? "master thread" : "own thread",
       direct_cache ? "per-thread cache" : "c10 default", device_cache_hits, device_cache_misses, priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
       paired_overhead_pct, paired_q1_pct, paired_q3_pct, block_ratios.size(), order, ops_per_prefill,
-      per_op_direct_us(), paired_overhead_us_per_op, placement, pinning, model);
+      per_op_direct_us(), paired_overhead_us_per_op, null_check ? "direct twin (null check)" : "scheduled",
+      placement, pinning, model);
 }
 
 std::string ThreadSched::ToJson() const {
@@ -437,6 +438,14 @@ absl::Status OverheadOptions::Validate() const {
   if (only != "" && only != "direct" && only != "scheduled") {
     return OptionOutOfRange("--only", "direct or scheduled", only);
   }
+  if (null_check && !only.empty()) {
+    return absl::InvalidArgumentError(StrCat("--null times the direct loop against its twin; --only ", only,
+                                             " times one path (give one of them)"));
+  }
+  if (null_check && direct_on_main) {
+    return absl::InvalidArgumentError(
+        "--null runs the direct loop and its twin each on a thread of its own; --direct-on-main contradicts it");
+  }
   return absl::OkStatus();
 }
 
@@ -504,19 +513,24 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     double wall_s = 0, cpu_s = 0;
     ThreadSched sched;
   };
-  std::unique_ptr<DirectThread> direct_thread;
-  if (o.direct_on_main && o.direct_cache) executor::UseCachingCpuAllocatorOnThisThread();
-  if (!o.direct_on_main) {
-    direct_thread = std::make_unique<DirectThread>(o.direct_cache);
+  auto make_direct_thread = [&] {
+    auto t = std::make_unique<DirectThread>(o.direct_cache);
     if (device_cpu >= 0) {
-      direct_thread->Run([&] {
+      t->Run([&] {
         cpu_set_t set;
         CPU_ZERO(&set);
         CPU_SET(device_cpu, &set);
         (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
       });
     }
-  }
+    return t;
+  };
+  std::unique_ptr<DirectThread> direct_thread;
+  if (o.direct_on_main && o.direct_cache) executor::UseCachingCpuAllocatorOnThisThread();
+  if (!o.direct_on_main) direct_thread = make_direct_thread();
+  // The null check's second path: the direct loop on a twin thread.
+  std::unique_ptr<DirectThread> twin_thread;
+  if (o.null_check) twin_thread = make_direct_thread();
   // A block's wall time starts on the calling (master's) thread, before it
   // hands the block to the loop's thread, and ends on that thread after its
   // last prefill: like a scheduled block, which starts before the master
@@ -529,9 +543,13 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   // prefills, where the paper's single run counts it once
   // (docs/experiments.md, issue 5). The scheduler counters are read from
   // outside the timed window, as the device thread's are.
-  auto run_direct_loop = [&](size_t b, size_t n, bool store, DirectTimes* ts) -> absl::Status {
+  // `thread`: the direct loop's thread or the null check's twin (nullptr:
+  // this one, OverheadOptions::direct_on_main); `tokens`: where the sampled
+  // tokens go (nullptr: dropped).
+  auto run_direct_loop = [&](DirectThread* thread, size_t b, size_t n, std::vector<int64_t>* tokens,
+                             DirectTimes* ts) -> absl::Status {
     absl::Status st;
-    const pid_t tid = direct_thread != nullptr ? direct_thread->tid() : CurrentTid();
+    const pid_t tid = thread != nullptr ? thread->tid() : CurrentTid();
     const ThreadSched s0 = ts != nullptr ? ReadThreadSched(tid) : ThreadSched{};
     std::chrono::steady_clock::time_point t0, t1;
     auto loop = [&] {
@@ -543,14 +561,14 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
           st = t.status();
           return;
         }
-        if (store) direct_tokens[k] = *t;
+        if (tokens != nullptr) (*tokens)[k] = *t;
       }
       t1 = std::chrono::steady_clock::now();
       if (ts != nullptr) ts->cpu_s += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
     };
-    if (direct_thread != nullptr) {
+    if (thread != nullptr) {
       t0 = std::chrono::steady_clock::now();
-      direct_thread->Run(loop);
+      thread->Run(loop);
     } else {
       pin_to(true);
       t0 = std::chrono::steady_clock::now();
@@ -565,7 +583,9 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   };
 
   pin_to(false);
-  SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, static_cast<size_t>(std::max(o.warmup, 0)), false, nullptr));
+  const auto warmup = static_cast<size_t>(std::max(o.warmup, 0));
+  SLICESCHED_RETURN_IF_ERROR(run_direct_loop(direct_thread.get(), 0, warmup, nullptr, nullptr));
+  if (twin_thread != nullptr) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(twin_thread.get(), 0, warmup, nullptr, nullptr));
   if (o.warmup > 0) {
     const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
     SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, o.wake_batch, fcfs, tail_spin,
@@ -587,10 +607,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.direct_cache = o.direct_cache;
   r.priorities = o.priorities;
   r.order = o.order;
+  r.null_check = o.null_check;
   r.tokens_match = true;
   const bool run_direct = o.only != "scheduled", run_sched = o.only != "direct";
   // With one path timed, the other one's tokens come from one untimed run.
-  if (!run_direct) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(0, prompts.size(), true, nullptr));
+  if (!run_direct) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(direct_thread.get(), 0, prompts.size(), &direct_tokens, nullptr));
   if (!run_sched) {
     SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, o.wake_batch, fcfs, tail_spin, sched_tokens));
     SLICESCHED_RETURN_IF_ERROR(rig->Settle());
@@ -610,13 +631,21 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
       double direct_block_s = 0, sched_block_s = 0;
       auto direct_block = [&]() -> absl::Status {
         DirectTimes ts;
-        SLICESCHED_RETURN_IF_ERROR(run_direct_loop(b, n, true, &ts));
+        SLICESCHED_RETURN_IF_ERROR(run_direct_loop(direct_thread.get(), b, n, &direct_tokens, &ts));
         direct_block_s = ts.wall_s;
         direct_c += ts.cpu_s;
         direct_t = Plus(direct_t, ts.sched);
         return absl::OkStatus();
       };
       auto sched_block = [&]() -> absl::Status {
+        if (twin_thread != nullptr) {  // the null check: the twin in the scheduled path's place
+          DirectTimes ts;
+          SLICESCHED_RETURN_IF_ERROR(run_direct_loop(twin_thread.get(), b, n, &sched_tokens, &ts));
+          sched_block_s = ts.wall_s;
+          dev_c += ts.cpu_s;
+          dev_t = Plus(dev_t, ts.sched);
+          return absl::OkStatus();
+        }
         const ThreadSched m0 = ReadThreadSched(main_tid), d0 = rig->DeviceSched();
         const double dev0 = rig->DeviceCpuSeconds();
         const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
@@ -677,7 +706,8 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   r.scheduled_ops = rig->executors().completed_ops();
   r.fast_path_ops = rig->executors().fast_path_ops();
   r.owner_wakes = rig->executors().owner_wakes();
-  r.placement = rig->whatif_runs() == 0
+  r.placement = o.null_check ? "none: the null check times the direct loop against its twin (no scheduler)"
+                : rig->whatif_runs() == 0
                     ? "SliceScheduler, 1 CPU device: one candidate (partition single), no what-if runs"
                     : StrCat("SliceScheduler, 1 CPU device, ", rig->whatif_runs(), " what-if runs");
   if (device_cpu >= 0) {
@@ -685,7 +715,8 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     for (int c = 0; c < CPU_SETSIZE; ++c) {
       if (CPU_ISSET(c, &master_set)) others += StrCat(others.empty() ? "" : ",", c);
     }
-    r.pinning = StrCat("direct loop and device thread on CPU ", device_cpu, ", master on CPU ", others);
+    r.pinning = o.null_check ? StrCat("direct loop and its twin on CPU ", device_cpu, ", master on CPU ", others)
+                             : StrCat("direct loop and device thread on CPU ", device_cpu, ", master on CPU ", others);
   } else {
     r.pinning = o.pin ? "not pinned (fewer than 2 CPUs allowed)" : "not pinned";
   }

@@ -120,10 +120,20 @@ struct OverheadOptions {
   // untimed, before the repetitions so the tokens are still compared;
   // overhead_pct is then 0 and the skipped path's times are 0.
   std::string only;
+  // The null check (`slicesim overhead --null`): the scheduled path is
+  // replaced by the direct loop itself on a twin thread (a second thread of
+  // its own, set up and pinned like the first), alternated with the direct
+  // loop exactly as the scheduled blocks are. Two identical paths: the
+  // overhead_pct and paired figures of this A/A comparison are what a
+  // scheduler that cost nothing would get on this machine, i.e. the
+  // resolution of the measurement. Quote it beside the real figure, from
+  // runs alternated with it.
+  bool null_check = false;
   // InvalidArgument naming the option (as slicesim overhead's flag) and its
   // value: prefills, repetitions, window and block >= 1, nap_us >= 0,
-  // wake_batch in 1..window, priorities, order and only one of their names.
-  // RunOverhead checks it first.
+  // wake_batch in 1..window, priorities, order and only one of their names;
+  // null_check with only or direct_on_main (the twin is the direct loop's
+  // thread's double; both paths are timed). RunOverhead checks it first.
   absl::Status Validate() const;
 };
 
@@ -194,6 +204,10 @@ struct OverheadResult {
   // included; ExecutorSet::owner_wakes).
   int64_t owner_wakes = 0;
   std::string only;  // OverheadOptions::only
+  // OverheadOptions::null_check: the "scheduled" figures (scheduled_s, the
+  // block pairs, overhead_pct) are the twin direct loop's, and so are
+  // device_cpu_s and device_thread; the master's are zero.
+  bool null_check = false;
   bool direct_on_main = false;  // OverheadOptions::direct_on_main
   bool direct_cache = true;     // OverheadOptions::direct_cache
   // The device thread's tensor cache (cpu_allocator.h) at the end of the
