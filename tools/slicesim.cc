@@ -487,11 +487,13 @@ int Overhead(const std::vector<std::string>& args) {
       std::printf("null check: \"scheduled\" below is the direct loop on a twin thread (an A/A comparison: "
                   "what a scheduler costing nothing would get on this machine)\n");
     }
-    std::printf("%lld prefills (context 1), median of %d alternations, %d in flight\n"
+    std::printf("%lld prefills (context 1), median of %d alternations, %s\n"
                 "direct %.3f s, scheduled %.3f s: overhead %.2f%%\n"
                 "block by block (%zu pairs of %lld prefills): median %.2f%%, quartiles %.2f%% .. %.2f%%; "
                 "%.2f us an operator (%d a prefill, %.1f us each directly)\n%s\n%s\n",
-                static_cast<long long>(r->prefills), r->repetitions, r->window, r->direct_s, r->scheduled_s,
+                static_cast<long long>(r->prefills), r->repetitions,
+                r->null_check ? "no scheduler" : absl::StrCat(r->window, " in flight").c_str(), r->direct_s,
+                r->scheduled_s,
                 r->overhead_pct, r->block_ratios.size(), static_cast<long long>(r->block), r->paired_overhead_pct,
                 r->paired_q1_pct, r->paired_q3_pct, r->paired_overhead_us_per_op, r->ops_per_prefill,
                 r->per_op_direct_us(), r->placement.c_str(), r->pinning.c_str());
