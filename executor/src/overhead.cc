@@ -629,22 +629,24 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     for (size_t b = 0; b < prompts.size(); b += block) {
       const size_t n = std::min(block, prompts.size() - b);
       double direct_block_s = 0, sched_block_s = 0;
-      auto direct_block = [&]() -> absl::Status {
+      // The block's prompts through the direct loop on `thread`: its time
+      // goes to `block_s`, its CPU and scheduler counts are added to `cpu`
+      // and `sched`.
+      auto direct_loop_block = [&](DirectThread* thread, std::vector<int64_t>* tokens, double& block_s,
+                                   double& cpu, ThreadSched& sched) -> absl::Status {
         DirectTimes ts;
-        SLICESCHED_RETURN_IF_ERROR(run_direct_loop(direct_thread.get(), b, n, &direct_tokens, &ts));
-        direct_block_s = ts.wall_s;
-        direct_c += ts.cpu_s;
-        direct_t = Plus(direct_t, ts.sched);
+        SLICESCHED_RETURN_IF_ERROR(run_direct_loop(thread, b, n, tokens, &ts));
+        block_s = ts.wall_s;
+        cpu += ts.cpu_s;
+        sched = Plus(sched, ts.sched);
         return absl::OkStatus();
+      };
+      auto direct_block = [&]() -> absl::Status {
+        return direct_loop_block(direct_thread.get(), &direct_tokens, direct_block_s, direct_c, direct_t);
       };
       auto sched_block = [&]() -> absl::Status {
         if (twin_thread != nullptr) {  // the null check: the twin in the scheduled path's place
-          DirectTimes ts;
-          SLICESCHED_RETURN_IF_ERROR(run_direct_loop(twin_thread.get(), b, n, &sched_tokens, &ts));
-          sched_block_s = ts.wall_s;
-          dev_c += ts.cpu_s;
-          dev_t = Plus(dev_t, ts.sched);
-          return absl::OkStatus();
+          return direct_loop_block(twin_thread.get(), &sched_tokens, sched_block_s, dev_c, dev_t);
         }
         const ThreadSched m0 = ReadThreadSched(main_tid), d0 = rig->DeviceSched();
         const double dev0 = rig->DeviceCpuSeconds();
