@@ -3,8 +3,7 @@
 // layer groups, head, sample), their nodes in the order Rebuild meets them
 // (instance by instance, so the basis kinds repeat with period 7), sorted by
 // op, or shuffled. Dot switches on the kind; the three orders tell how much
-// of its cost is that switch mispredicting (see docs/experiments.md, issue
-// 3, tenth session).
+// of its cost is that switch mispredicting (see docs/design/simulator.md).
 //
 //   build/bench/feature_basis_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>

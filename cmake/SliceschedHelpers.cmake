@@ -1,8 +1,9 @@
 # Small helpers that give every component the same shape:
 #
 #   slicesched_library(NAME gmg SRCS a.cc b.cc DEPS slicesched::common absl::status)
-#     -> static library slicesched_gmg, alias slicesched::gmg, public headers
-#        from include/, private headers from src/.
+#     -> static library slicesched_gmg, alias slicesched::gmg, exporting only
+#        its own public headers (include/slicesched/gmg/), private headers
+#        beside its sources.
 #   slicesched_test(NAME gmg_test SRCS test.cc DEPS slicesched::gmg [LABELS l])
 #     -> gtest executable registered with ctest (one ctest entry per test case).
 #   slicesched_benchmark(NAME gmg_bench SRCS bench.cc DEPS slicesched::gmg)
@@ -16,16 +17,61 @@ function(slicesched_apply_warnings target)
   endif()
 endfunction()
 
+# The public headers a library exports, as symbolic links under
+# build/hdrs/<target>/slicesched/..., so its consumers see exactly those
+# headers and no others: an include of a header from a component that is not
+# among a target's (transitive) dependencies fails to compile. HDRS lists
+# headers relative to include/slicesched/; HDRS_DIR adds every header of one
+# folder there (the default: the folder named like the library).
+function(_slicesched_export_headers target)
+  cmake_parse_arguments(ARG "" "" "HDRS;HDRS_DIR" ${ARGN})
+  set(root ${PROJECT_SOURCE_DIR}/include/slicesched)
+  set(headers ${ARG_HDRS})
+  foreach(dir ${ARG_HDRS_DIR})
+    file(GLOB found CONFIGURE_DEPENDS RELATIVE ${root} ${root}/${dir}/*.h)
+    if(NOT found)
+      message(FATAL_ERROR "${target}: no headers in include/slicesched/${dir}")
+    endif()
+    list(APPEND headers ${found})
+  endforeach()
+  set(out ${CMAKE_BINARY_DIR}/hdrs/${target})
+  file(REMOVE_RECURSE ${out})
+  foreach(h ${headers})
+    if(NOT EXISTS ${root}/${h})
+      message(FATAL_ERROR "${target}: header include/slicesched/${h} does not exist")
+    endif()
+    get_filename_component(dir ${out}/slicesched/${h} DIRECTORY)
+    file(MAKE_DIRECTORY ${dir})
+    file(CREATE_LINK ${root}/${h} ${out}/slicesched/${h} SYMBOLIC)
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY SLICESCHED_EXPORTED_HEADERS ${headers})
+  set(${target}_HDRS_ROOT ${out} PARENT_SCOPE)
+endfunction()
+
+#   slicesched_library(NAME gmg SRCS a.cc DEPS ... [PRIVATE_DEPS ...]
+#                      [HDRS dir/a.h ...] [HDRS_DIR dir ...] [INTERFACE])
+# A static library (an INTERFACE library with INTERFACE and no SRCS) whose
+# private headers are those beside its sources.
 function(slicesched_library)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INTERFACE" "NAME" "SRCS;DEPS;PRIVATE_DEPS;HDRS;HDRS_DIR" ${ARGN})
   set(target slicesched_${ARG_NAME})
-  add_library(${target} STATIC ${ARG_SRCS})
+  if(NOT ARG_HDRS AND NOT ARG_HDRS_DIR AND IS_DIRECTORY ${PROJECT_SOURCE_DIR}/include/slicesched/${ARG_NAME})
+    set(ARG_HDRS_DIR ${ARG_NAME})
+  endif()
+  _slicesched_export_headers(${target} HDRS ${ARG_HDRS} HDRS_DIR ${ARG_HDRS_DIR})
+  if(ARG_INTERFACE)
+    add_library(${target} INTERFACE)
+    target_include_directories(${target} INTERFACE ${${target}_HDRS_ROOT})
+    target_link_libraries(${target} INTERFACE ${ARG_DEPS})
+  else()
+    add_library(${target} STATIC ${ARG_SRCS})
+    target_include_directories(${target}
+      PUBLIC ${${target}_HDRS_ROOT}
+      PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+    target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+    slicesched_apply_warnings(${target})
+  endif()
   add_library(slicesched::${ARG_NAME} ALIAS ${target})
-  target_include_directories(${target}
-    PUBLIC ${PROJECT_SOURCE_DIR}/include
-    PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
-  slicesched_apply_warnings(${target})
 endfunction()
 
 function(slicesched_test)

@@ -32,15 +32,15 @@
 #include "slicesched/loadgen/load.h"
 #include "slicesched/synth/tasks.h"
 #ifdef SLICESCHED_HAVE_TORCH_EXECUTORS
-#include "slicesched/executor/llama_serving.h"
-#include "slicesched/executor/fidelity.h"
-#include "slicesched/executor/overhead.h"
+#include "slicesched/executor/kernels/llama_serving.h"
+#include "slicesched/experiments/fidelity.h"
+#include "slicesched/experiments/overhead.h"
 #endif
 #ifdef SLICESCHED_HAVE_YMIR_T2V
-#include "slicesched/executor/pretrain.h"
-#include "slicesched/executor/safetensors.h"
-#include "slicesched/executor/lut_profile.h"
-#include "slicesched/executor/task2vec.h"
+#include "slicesched/experiments/pretrain.h"
+#include "slicesched/executor/torch/safetensors.h"
+#include "slicesched/experiments/lut_profile.h"
+#include "slicesched/experiments/task2vec.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/json.h"
@@ -716,7 +716,7 @@ int MakeBackbone(const std::vector<std::string>& args) {
   auto r = slicesched::executor::PretrainBackbone(*dims, o);
   if (!r.ok()) return Failed("make-backbone", r.status());
   const std::map<std::string, std::string> meta = {
-      {"slicesched.pretrain", "synthetic-language merged-LoRA (executor/include/slicesched/executor/pretrain.h)"},
+      {"slicesched.pretrain", "synthetic-language merged-LoRA (include/slicesched/experiments/pretrain.h)"},
       {"slicesched.seed", std::to_string(o.seed)},
       {"slicesched.rounds", std::to_string(o.rounds)},
       {"slicesched.steps_per_round", std::to_string(o.steps_per_round)}};

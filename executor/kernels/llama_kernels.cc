@@ -1,6 +1,6 @@
 // The Llama KernelRunner and its TransferBackend. Torch-free TU: it uses only
 // the public operator API (llama_ops.h, tensor.h).
-#include "slicesched/executor/llama_kernels.h"
+#include "slicesched/executor/kernels/llama_kernels.h"
 
 #include <algorithm>
 #include <optional>
@@ -11,8 +11,8 @@
 
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/cpu_allocator.h"
-#include "tensor_internal.h"
+#include "slicesched/executor/torch/cpu_allocator.h"
+#include "slicesched/executor/torch/aten_tensor.h"
 
 namespace slicesched::executor {
 namespace {

@@ -1,5 +1,5 @@
 // Torch-free: uses only the public operator API (llama_ops.h, llama_kernels.h).
-#include "slicesched/executor/llama_serving.h"
+#include "slicesched/executor/kernels/llama_serving.h"
 
 #include <algorithm>
 #include <cmath>

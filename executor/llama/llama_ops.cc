@@ -1,6 +1,6 @@
 // Llama operators on LibTorch: weights from a seed, embedding, fused decoder
 // layer groups with a KV cache, LM head and sampling. Torch TU (ATen only).
-#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/llama/llama_ops.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -10,10 +10,10 @@
 #include <limits>
 
 #include "llama_internal.h"
-#include "llama_math.h"
+#include "slicesched/executor/llama/llama_math.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "tensor_internal.h"
+#include "slicesched/executor/torch/aten_tensor.h"
 
 namespace slicesched::executor {
 

@@ -7,9 +7,9 @@
 #include "llama_internal.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/safetensors.h"
-#include "tensor_internal.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/torch/safetensors.h"
+#include "slicesched/executor/torch/aten_tensor.h"
 
 namespace slicesched::executor {
 

@@ -1,5 +1,5 @@
 // CUDA runtime + NCCL host code (no device code, no nvcc): see nccl_transfer.h.
-#include "slicesched/executor/nccl_transfer.h"
+#include "slicesched/executor/nccl/nccl_transfer.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

@@ -1,4 +1,4 @@
-#include "slicesched/executor/executor.h"
+#include "slicesched/executor/runtime/executor.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -834,7 +834,7 @@ ExecutorSet::OwnerSleep ExecutorSet::OwnerSleepMode() const {
 
 void ExecutorSet::OwnerSleepUntil(absl::Time until, OwnerSleep mode) {
   if (mode == OwnerSleep::kBlocked) {
-    // On the set's lock, as before the naps: the device threads that wake
+    // On the set's lock: the device threads that wake
     // it hold that lock anyway (the caller loops on spurious returns).
     absl::MutexLock l(&mu_);
     owner_sleep_.store(mode, std::memory_order_relaxed);

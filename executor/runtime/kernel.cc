@@ -1,4 +1,4 @@
-#include "slicesched/executor/kernel.h"
+#include "slicesched/executor/runtime/kernel.h"
 
 #include <cstring>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "slicesched/executor/memory_pool.h"
+#include "slicesched/executor/runtime/memory_pool.h"
 
 #include <utility>
 

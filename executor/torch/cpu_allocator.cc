@@ -1,6 +1,6 @@
 // The per-thread cache of LibTorch's CPU tensor memory (see cpu_allocator.h).
 // Torch TU, but c10 headers only (no ATen): cheap to compile.
-#include "slicesched/executor/cpu_allocator.h"
+#include "slicesched/executor/torch/cpu_allocator.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>

@@ -1,6 +1,6 @@
 // safetensors reader/writer. Torch-free TU: tensors are built through the
 // byte-level helpers in tensor_internal.h.
-#include "slicesched/executor/safetensors.h"
+#include "slicesched/executor/torch/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -20,7 +20,7 @@
 #include "slicesched/common/json.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "tensor_internal.h"
+#include "slicesched/executor/torch/aten_tensor.h"
 
 namespace slicesched::executor {
 

@@ -1,5 +1,5 @@
 // Tensor handle and the torch <-> Status glue. Torch TU (ATen only).
-#include "slicesched/executor/tensor.h"
+#include "slicesched/executor/torch/tensor.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -15,7 +15,7 @@
 #include <span>
 
 #include "slicesched/common/strings.h"
-#include "tensor_internal.h"
+#include "slicesched/executor/torch/aten_tensor.h"
 
 namespace slicesched::executor {
 

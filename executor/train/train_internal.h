@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 
 namespace slicesched::executor::internal {
 

@@ -7,7 +7,7 @@
 // inference tensors, which autograd refuses to save for backward. Plain()
 // gives a normal tensor aliasing the same storage (no copy; the backbone is
 // never written), so the frozen weights can take part in the graph.
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -20,10 +20,10 @@
 #include <tuple>
 #include <utility>
 
-#include "llama_math.h"
+#include "slicesched/executor/llama/llama_math.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "tensor_internal.h"
+#include "slicesched/executor/torch/aten_tensor.h"
 #include "train_internal.h"
 
 namespace slicesched::executor {

@@ -9,8 +9,8 @@
 
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/safetensors.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/torch/safetensors.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "train_internal.h"
 
 namespace slicesched::executor {

@@ -1,4 +1,4 @@
-#include "slicesched/executor/fidelity.h"
+#include "slicesched/experiments/fidelity.h"
 
 #include <algorithm>
 #include <array>
@@ -18,10 +18,10 @@
 #include "slicesched/common/strings.h"
 #include "slicesched/estimate/calibration.h"
 #include "slicesched/estimate/estimators.h"
-#include "slicesched/executor/executor.h"
-#include "slicesched/executor/llama_kernels.h"
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/runtime/executor.h"
+#include "slicesched/executor/kernels/llama_kernels.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/gmg/placement.h"

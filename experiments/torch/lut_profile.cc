@@ -1,5 +1,5 @@
 // Torch-free TU: drives the training operators of train_ops.h.
-#include "slicesched/executor/lut_profile.h"
+#include "slicesched/experiments/lut_profile.h"
 
 #include <algorithm>
 #include <deque>
@@ -12,8 +12,8 @@
 #include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/tensor.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/torch/tensor.h"
+#include "slicesched/executor/train/train_ops.h"
 
 namespace slicesched::executor {
 namespace {

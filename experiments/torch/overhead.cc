@@ -1,4 +1,4 @@
-#include "slicesched/executor/overhead.h"
+#include "slicesched/experiments/overhead.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -30,10 +30,10 @@
 #include "slicesched/common/strings.h"
 #include "slicesched/common/thread_pool.h"
 #include "slicesched/estimate/estimators.h"
-#include "slicesched/executor/cpu_allocator.h"
-#include "slicesched/executor/executor.h"
-#include "slicesched/executor/llama_kernels.h"
-#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/torch/cpu_allocator.h"
+#include "slicesched/executor/runtime/executor.h"
+#include "slicesched/executor/kernels/llama_kernels.h"
+#include "slicesched/executor/llama/llama_ops.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/sched/slice_scheduler.h"
@@ -537,11 +537,10 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   // instantiates its first prefill (so it includes waking the idle device
   // thread) and ends once the master, polling, has retired the last one.
   // Each block of either path thus pays one wake-up of an idle thread on
-  // the pinned CPU; timed from inside the loop, as before the seventeenth
-  // session, the direct blocks paid none and the alternation in blocks
-  // counted that wake-up against the scheduled path ten times per 1,000
-  // prefills, where the paper's single run counts it once
-  // (docs/experiments.md, issue 5). The scheduler counters are read from
+  // the pinned CPU. Timed from inside the loop, the direct blocks would pay
+  // none and the alternation in blocks would count that wake-up against the
+  // scheduled path ten times per 1,000 prefills, where the paper's single
+  // run counts it once (docs/results.md). The scheduler counters are read from
   // outside the timed window, as the device thread's are.
   // `thread`: the direct loop's thread or the null check's twin (nullptr:
   // this one, OverheadOptions::direct_on_main); `tokens`: where the sampled

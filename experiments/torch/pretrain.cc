@@ -1,5 +1,5 @@
 // Torch-free TU: everything goes through the training operators.
-#include "slicesched/executor/pretrain.h"
+#include "slicesched/experiments/pretrain.h"
 
 #include <unistd.h>
 
@@ -11,8 +11,8 @@
 #include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/safetensors.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/torch/safetensors.h"
+#include "slicesched/executor/train/train_ops.h"
 
 namespace slicesched::executor {
 namespace {

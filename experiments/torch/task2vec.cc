@@ -1,5 +1,5 @@
 // Torch-free TU: the experiment drives the training operators of train_ops.h.
-#include "slicesched/executor/task2vec.h"
+#include "slicesched/experiments/task2vec.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/ymir/iteration_estimator.h"
 #include "slicesched/ymir/stop_loss.h"
 #include "slicesched/ymir/stopping.h"

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
-#include "estimate/nnls.h"
+#include "nnls.h"
 #include "slicesched/common/config.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"

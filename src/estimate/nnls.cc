@@ -1,4 +1,4 @@
-#include "estimate/nnls.h"
+#include "nnls.h"
 
 #include <algorithm>
 #include <cmath>

@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "jobs/json_writer.h"
+#include "json_writer.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 

@@ -1,5 +1,5 @@
 // Torch-free TU: the runner drives the training operators through their
-// LibTorch-free API (executor/train_ops.h, llama_kernels.h).
+// LibTorch-free API (executor/train/train_ops.h, llama_kernels.h).
 #include "slicesched/server/job_runner.h"
 
 #include <algorithm>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/experiments/ymir_sim.h"
+#include "slicesched/ymir/gains.h"
 #include "slicesched/server/job_runner_dp.h"
 #include "slicesched/synth/tasks.h"
 #include "slicesched/ymir/planner.h"
@@ -27,9 +27,9 @@
 
 #if SLICESCHED_SERVING_WITH_TORCH
 #include "job_runner_spatial.h"
-#include "slicesched/executor/llama_kernels.h"
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/kernels/llama_kernels.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #endif
 
 namespace slicesched {
@@ -1516,7 +1516,7 @@ absl::Status JobRunner::SubmitWave(Runtime& rt, int64_t k) {
     rt.iteration_gpus = 0;  // re-planned mid-iteration: not a measurement of one count
   }
   for (int i = 0; i < static_cast<int>(groups.size()); ++i) {
-    // One stream: its whole device set, as before data parallelism.
+    // One stream: its whole device set, as without data parallelism.
     std::vector<uint32_t> devs = groups.size() == 1 ? rt.plan.devices : groups[static_cast<size_t>(i)];
     TrainStepArgs args = MicroBatchStep(rt, k + i, rt.job, std::move(devs), StrCat("job-", rt.id, "/mb-", k + i));
     args.micro_index = k + i;
@@ -1567,7 +1567,7 @@ void JobRunner::RecordWave(Runtime& rt, double ms) {
 }
 
 // ---------------------------------------------------------------------------
-// Spatial joint training (issue 7): the pair's micro-batches mix the rows of
+// Spatial joint training: the pair's micro-batches mix the rows of
 // both jobs and run as one "<deployment>/train" instance with two task slots
 // (slot 0 = the smaller job id, slot 1 = the other; llama_kernels.h), which
 // accumulates each job's gradients into its own TaskState and takes one
@@ -1753,7 +1753,7 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     // One joint stream, no data parallelism: a wave of one micro-batch that
     // is no measurement of a GPU count (joint timings stay out of the time
     // LUT and measured_iter_s; RecordWave still takes it as the job's
-    // one-stream micro-batch time, as before data parallelism, when it
+    // one-stream micro-batch time, as without data parallelism, when it
     // carries the job's rows).
     r->wave.clear();
     r->wave_size = 1;

@@ -1,6 +1,6 @@
 // Internal to the job runner (job_runner.h): the data plumbing of spatial
 // joint training and of the stop-loss reference of a spatial pairing, apart
-// from the runner's control flow. Torch-free (executor/train_ops.h only);
+// from the runner's control flow. Torch-free (executor/train/train_ops.h only);
 // compiled with LibTorch only (SLICESCHED_SERVING_WITH_TORCH).
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/ymir/iteration_estimator.h"
 
 namespace slicesched::spatial {

@@ -28,7 +28,7 @@
 #include "spdlog/spdlog.h"
 
 #if SLICESCHED_SERVING_WITH_TORCH
-#include "slicesched/executor/llama_serving.h"
+#include "slicesched/executor/kernels/llama_serving.h"
 #endif
 
 namespace slicesched {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end test of sliced from another stack (issue 6 acceptance).
+"""End-to-end test of sliced from another stack.
 
 Starts the real `sliced` binary with the embedded default config (4 CPU
 devices, tiny-online with weights seed 1 and tiny-offline with seed 2), and

@@ -3,7 +3,7 @@
 
 Starts the real `sliced` binary on the embedded default config (with
 --no-job-runner: this test is about the API and persistence, so jobs stay
-queued; tests/server/jobs_restart_e2e.py runs them) and, from
+queued; tests/e2e/jobs_restart_e2e.py runs them) and, from
 Python (Debian's python3-grpcio, stubs generated from the .proto now):
   1. submits every example job of configs/jobs/ (dataset paths made
      absolute, as a remote client must), a job whose backbone is a

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Restart acceptance of fine-tuning jobs (issue 8): kill -9 with jobs running.
+"""Restart acceptance of fine-tuning jobs: kill -9 with jobs running.
 
 Starts the real `sliced` (LibTorch CPU devices, the job runner on) with a
 config of two CPU devices and a short checkpoint interval, submits three

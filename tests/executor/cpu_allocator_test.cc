@@ -1,7 +1,7 @@
 // The per-thread cache of LibTorch's CPU tensor memory (cpu_allocator.h).
 // Each test runs its allocations on a thread of its own, so that which
 // threads opted in is known (there is no opting out).
-#include "slicesched/executor/cpu_allocator.h"
+#include "slicesched/executor/torch/cpu_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "slicesched/executor/tensor.h"
+#include "slicesched/executor/torch/tensor.h"
 
 namespace slicesched::executor {
 namespace {

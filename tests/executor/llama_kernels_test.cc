@@ -2,7 +2,7 @@
 // a tiny Llama prefill placed "pp2" on two CPU devices and decode steps
 // attached to its KV checkpoints must generate exactly the tokens of a direct
 // call sequence of the operators. Torch-free TU (public executor headers).
-#include "slicesched/executor/llama_kernels.h"
+#include "slicesched/executor/kernels/llama_kernels.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,10 +21,10 @@
 #include "absl/synchronization/notification.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/cpu_allocator.h"
-#include "slicesched/executor/executor.h"
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/torch/cpu_allocator.h"
+#include "slicesched/executor/runtime/executor.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/gmg/placement.h"
@@ -777,7 +777,7 @@ class HoldingRunner final : public KernelRunner {
 
 using Buf = StoredBuf;
 
-// Acceptance of issue 5: at seeded instants of a real run on 4 CPU devices
+// The executors' acceptance check: at seeded instants of a real run on 4 CPU devices
 // (tiny Llama prefills placed pp2 on four different device pairs, decode
 // steps on their KV checkpoints, LoRA training micro-batches; transfers
 // between devices), paused, the simulator's reconstruction from the GMG

@@ -1,6 +1,6 @@
 // Numerics of the LibTorch Llama operators on the "tiny" preset (f32).
 // Torch-free TU: everything goes through the public executor headers.
-#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/llama/llama_ops.h"
 
 #include <gtest/gtest.h>
 

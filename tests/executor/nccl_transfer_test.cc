@@ -1,6 +1,6 @@
 // The NCCL transfer backend: compiled wherever CUDA and NCCL are found; the
 // tests that move bytes need two CUDA devices and skip cleanly without them.
-#include "slicesched/executor/nccl_transfer.h"
+#include "slicesched/executor/nccl/nccl_transfer.h"
 
 #include <gtest/gtest.h>
 

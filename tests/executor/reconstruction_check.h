@@ -1,4 +1,4 @@
-// Test helper shared by the executor tests (torch-free): the issue-5
+// Test helper shared by the executor tests (torch-free): the
 // snapshot-equivalence check of a paused ExecutorSet against the simulator's
 // reconstruction from the GMG snapshot.
 #pragma once
@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "slicesched/common/clock.h"
-#include "slicesched/executor/executor.h"
+#include "slicesched/executor/runtime/executor.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/snapshot.h"
 #include "slicesched/sim/simulator.h"

@@ -25,9 +25,9 @@
 #include "slicesched/common/clock.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/executor.h"
-#include "slicesched/executor/kernel.h"
-#include "slicesched/executor/memory_pool.h"
+#include "slicesched/executor/runtime/executor.h"
+#include "slicesched/executor/runtime/kernel.h"
+#include "slicesched/executor/runtime/memory_pool.h"
 #include "slicesched/gmg/placement.h"
 #include "slicesched/gmg/snapshot.h"
 #include "slicesched/sim/simulator.h"
@@ -1061,7 +1061,7 @@ class PinnedThread {
 // owner sleeps on (its nap here outlasts the test) and learns of A with B.
 // B's completion leaves the device idle, which does wake it: one wake for
 // two completions, and no wait for the nap. Beside the device (the same
-// CPU), or with owner_nap 0 (the protocol before), the owner blocks and A
+// CPU), or with owner_nap 0 (no naps), the owner blocks and A
 // wakes it. A helper thread releases the kernels once the owner sleeps;
 // nothing waits on time.
 TEST(ExecutorSetTest, NappingOwnerIsWokenWhenTheDeviceGoesIdleNotPerCompletion) {

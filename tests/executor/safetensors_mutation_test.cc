@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "fuzz/mutator.h"
-#include "slicesched/executor/safetensors.h"
+#include "slicesched/executor/torch/safetensors.h"
 
 namespace slicesched::executor {
 namespace {

@@ -1,5 +1,5 @@
 // safetensors reader/writer: round trips and corrupt files. Torch-free TU.
-#include "slicesched/executor/safetensors.h"
+#include "slicesched/executor/torch/safetensors.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/llama/llama_ops.h"
 #include "slicesched/gmg/llama.h"
 
 namespace slicesched::executor {

@@ -3,7 +3,7 @@
 // learning, a frozen backbone, gradient accumulation, per-task optimizer
 // state under joint training and decoupling, temporal transfer, checkpoints
 // and input validation. Torch-free TU: only the public executor headers.
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/safetensors.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/torch/safetensors.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/ymir/stop_loss.h"
 

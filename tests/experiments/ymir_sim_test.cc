@@ -300,8 +300,8 @@ TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
   EXPECT_THAT(std::string(dup.status().message()), HasSubstr("s7.csv:7: duplicate spatial gain for x, y"));
 }
 
-// Format 2 (slicesim ymir-estimators --gains-out since the thirteenth
-// session): the measured (area) gain beside the steps-to-target gain; the
+// Format 2 (what slicesim ymir-estimators --gains-out writes): the
+// measured (area) gain beside the steps-to-target gain; the
 // steps gain is what the simulator reads by default.
 constexpr char kFormat2Head[] =
     "# gains-format: 2\n# gain-definition: speedup\n# gain-measure: area\n"
@@ -474,7 +474,7 @@ TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
 }
 
 // configs/ymir/gains_synth.csv: the estimators' default family (the graded
-// one with a negative level), --repeats 3, format 2 (thirteenth session);
+// one with a negative level), --repeats 3, format 2;
 // the values are the file's rows, read from gain_steps.
 TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
   const std::string path = std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv";
@@ -504,7 +504,7 @@ TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
   EXPECT_NEAR(v, 1 - (1 / (1 + 0.215323) + 1 / (1 + 0.598290)) / 2, 1e-9);
   // A spatial pair with one censored row is censored (first-class,fb-bins,spatial,...,1).
   EXPECT_TRUE(g->Censored("fb-bins", "first-class", ymir::Mode::kSpatial));
-  // The area column still reads as the eleventh session's table did.
+  // The area column (`gain`) still reads on its own.
   auto area = LoadYmirGains(path, YmirGainsLoadOptions{.column = "gain"});
   ASSERT_TRUE(area.ok()) << area.status();
   ASSERT_TRUE(area->Get("fa-bins", "fa-bins@1", ymir::Mode::kTemporal, &v));

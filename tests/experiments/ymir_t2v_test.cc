@@ -15,10 +15,10 @@
 
 #include "absl/strings/str_format.h"
 #include "slicesched/common/clock.h"
-#include "slicesched/executor/lut_profile.h"
-#include "slicesched/executor/pretrain.h"
-#include "slicesched/executor/safetensors.h"
-#include "slicesched/executor/task2vec.h"
+#include "slicesched/experiments/lut_profile.h"
+#include "slicesched/experiments/pretrain.h"
+#include "slicesched/executor/torch/safetensors.h"
+#include "slicesched/experiments/task2vec.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/ymir/iteration_estimator.h"
 
@@ -712,7 +712,7 @@ TEST(Task2Vec, ZeroHeadStartsUniformAndTheWarmUpRampsTheLearningRate) {
 }
 
 // --curves-only: the normal runs of the full experiment, nothing else; the
-// seventh session's family (data salts, label margin) runs through it.
+// graded family (data salts, label margin) runs through it.
 TEST(Task2Vec, CurvesOnlyGivesTheFullRunsNormalCurves) {
   auto w = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(w.ok());
@@ -1119,7 +1119,7 @@ TEST(Task2Vec, RejectsBadOptions) {
               testing::HasSubstr("recency_half_life must be finite and >= 0, got -1"));
 }
 
-// The defaults (task2vec.h, the ninth session): the area gain over the whole
+// The defaults (task2vec.h): the area gain over the whole
 // normal run; with a budget of one normal run (max_steps_factor 1) that
 // window no longer fits, and the error names it.
 TEST(Task2Vec, DefaultAreaWindowIsTheWholeNormalRun) {
@@ -1136,8 +1136,8 @@ TEST(Task2Vec, DefaultAreaWindowIsTheWholeNormalRun) {
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
 }
 
-// The default iteration fit (task2vec.h, iter_fit: recency weights since the
-// thirteenth session) on a normal run that stays at its start until step 16
+// The default iteration fit (task2vec.h, iter_fit: recency weights) on a
+// normal run that stays at its start until step 16
 // and then decays (the target at step 60), evaluated on the default schedule
 // (every step to the longest prefix, 48, then every eval_every) with 2%
 // seeded noise: the estimate at the first window (32 steps) is within 16% on

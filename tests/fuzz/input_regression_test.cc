@@ -1,6 +1,6 @@
 // The exact minimal inputs the mutation campaign (parser_mutation_test.cc)
 // found crashing, overflowing or silently accepted, each with the error the
-// fixed parser now gives. See docs/experiments.md, "Input robustness".
+// fixed parser now gives. See docs/results.md.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The input-robustness campaign over the daemon's text and file parsers (the
-// brief's standard: bad input gets a clear error that names what is wrong,
+// project's standard: bad input gets a clear error that names what is wrong,
 // never a crash). Every surface starts from valid examples (the repository's
 // configs, job YAMLs, gains tables, token files, or generated fixtures) and
 // feeds the parser kIterations seeded mutations (tests/fuzz/mutator.h). A

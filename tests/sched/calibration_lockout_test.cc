@@ -1,4 +1,4 @@
-// The calibration lock-out (issue 6, twelfth session), reproduced in virtual
+// The calibration lock-out (docs/design/calibration.md), reproduced in virtual
 // time: four devices of one type and one speed (the ground truth has no
 // per-device skew), online prefills of the tiny Llama arriving at random,
 // SliceScheduler placing them by what-if, the OnlineLearner feeding the
@@ -166,8 +166,7 @@ TEST(CalibrationLockout, ADeviceSlowedEarlyIsUsedAgainOnceItIsFast) {
               calm.mean_latency_ms);
 }
 
-// The diagnosis: without ageing (the calibration before the twelfth
-// session), the same run locks device 2 out for good.
+// The diagnosis: without ageing, the same run locks device 2 out for good.
 TEST(CalibrationLockout, WithoutAgeingTheDeviceStaysLockedOut) {
   const LockoutRun r = RunLoad({.disturb_until_s = 1}, /*seconds=*/20, {.half_life_samples = CalibrationAgeing::kNever});
   const int64_t total = r.ops_after_5s[0] + r.ops_after_5s[1] + r.ops_after_5s[2] + r.ops_after_5s[3];
@@ -194,8 +193,8 @@ TEST(CalibrationLockout, ADeviceThatStaysSlowIsStillMostlyAvoided) {
 // on. Nothing is learned during the gap, and nothing should be forgotten: a
 // global idle gap says nothing about the devices, and the factors the run
 // learned before it are what the first predictions after it need. (Ageing
-// by wall time threw a 5 s gap's evidence mostly away: the twelfth
-// session's accuracy regression.)
+// by wall time threw a 5 s gap's evidence mostly away and made `slicesim
+// accuracy` worse.)
 TEST(CalibrationLockout, AGlobalIdleGapAgesNothing) {
   const LockoutRun r = RunLoad({.gap_from_s = 3, .gap_until_s = 8, .device_skew_pct = 4}, /*seconds=*/10);
   ASSERT_EQ(r.factor_before_gap.size(), 4u);

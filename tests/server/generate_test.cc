@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/llama_serving.h"
+#include "slicesched/executor/kernels/llama_serving.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/services.h"

@@ -28,7 +28,7 @@
 
 #include "slicesched/common/clock.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/job_runner.h"

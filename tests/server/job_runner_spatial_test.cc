@@ -1,5 +1,5 @@
-// Spatial joint training in the daemon's job runner (server/job_runner.h,
-// issue 7): a spatial pair trains one shared adapter with a head per job on
+// Spatial joint training in the daemon's job runner (server/job_runner.h):
+// a spatial pair trains one shared adapter with a head per job on
 // mixed micro-batches run as "<dep>/train" instances with two task slots;
 // decoupling (here: the partner completing) leaves each job with exactly its
 // part of the joint state, and it continues alone with plain steps; a
@@ -21,9 +21,9 @@
 
 #include "slicesched/common/clock.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/llama_kernels.h"
-#include "slicesched/executor/tensor.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/kernels/llama_kernels.h"
+#include "slicesched/executor/torch/tensor.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/job_runner.h"

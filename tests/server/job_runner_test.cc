@@ -20,8 +20,8 @@
 
 #include "slicesched/common/clock.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/executor/llama_kernels.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/kernels/llama_kernels.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/job_runner.h"
@@ -252,7 +252,7 @@ TEST_F(JobRunnerTest, BadDatasetFailsTheJobWithAReason) {
   EXPECT_THAT(j.message, HasSubstr("token id 999 outside the backbone's vocabulary"));
 }
 
-// Datasets a user points a job at (issue 7, deliverable 1; the formats in
+// Datasets a user points a job at (the formats in
 // docs/operations.md): the same examples as a JSONL file, as a tokens-bin
 // file and from the built-in generator train bit-identical jobs (the same
 // rows, head size and held-out split, whatever the format).
@@ -376,7 +376,7 @@ TEST_F(JobRunnerPairingTest, ElasticFallbackNeverPairs) {
   }
 }
 
-// Stop-loss (issue 7): a spatial pairing is judged 2 epochs after it began
+// Stop-loss: a spatial pairing is judged 2 epochs after it began
 // against each member's metric at its start. Members that cannot improve
 // (learning rate 1e-12: the accuracy does not move) are decoupled with the
 // reason in the event log and each finishes its own run alone; members that
@@ -576,8 +576,8 @@ TEST_F(JobRunnerPairingTest, TemporalTargetThatDoesNotImproveIsDecoupled) {
   EXPECT_NE(std::find(d, kinds.end(), "completed"), kinds.end());
 }
 
-// Stop-loss of a temporal target against the normal curve (issue 7,
-// deliverable 5). Job n trains fa-inv normally first (alone, from scratch,
+// Stop-loss of a temporal target against the normal curve.
+// Job n trains fa-inv normally first (alone, from scratch,
 // 3 epochs, loss evaluated at each epoch end); then source a (task and
 // learning rate per test) -> target b (fa-inv, n's setup, another seed) runs
 // temporally: b starts from a's trained adapters and is judged at 2 epochs
@@ -680,7 +680,7 @@ TEST_F(JobRunnerTemporalCurveTest, TargetThatBeatsTheNormalCurveIsKept) {
   EXPECT_EQ(Job(b).state, jobs::JobState::kCompleted) << Job(b).message;
 }
 
-// Profiling (issue 8): a submitted job is profiled with real training
+// Profiling: a submitted job is profiled with real training
 // micro-batches before the planner sees it; the measured time is in the
 // profiling job's progress event; its own training starts from scratch
 // afterwards (the profile ran on a scratch copy). Timed as in the daemon
@@ -714,7 +714,7 @@ TEST_F(JobRunnerTest, SubmittedJobIsProfiledBeforeItIsQueued) {
   EXPECT_EQ(runner_->stats().steps_done, 16u);  // its own run: all 16 iterations from scratch
 }
 
-// Runtime reuse (job_runner.h, 6.; issue 7, deliverable 6): after a restart
+// Runtime reuse (job_runner.h, 6.): after a restart
 // the data of a job waiting for its devices is prepared planner.prefetch
 // (default 30 s) before the next planning round, not earlier, and not at its
 // resume: its context switch then reports prepare_data_ms 0 (the prefetch's
@@ -796,7 +796,7 @@ TEST_F(JobRunnerTest, WaitingJobsDataIsPreparedAheadOfThePlannedResume) {
       << r;
 }
 
-// Runtime reuse (job_runner.h, 6.; issue 7, deliverable 6): a job the
+// Runtime reuse (job_runner.h, 6.): a job the
 // planner preempts for a short one keeps its loaded data and its training
 // state in memory on the resident backbone while paused, so when it runs
 // again nothing is reloaded: its context switch is the first micro-batch

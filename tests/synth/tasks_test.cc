@@ -255,7 +255,7 @@ TEST(SynthTasks, LabelMarginSeparatesTheClassesAndBalancesThem) {
   EXPECT_GT(touching, 0);
   // The 32-token language's fa count at length 16 has quartile thresholds
   // only 1 apart: the thresholds must be spaced for the margin, or a class
-  // is empty (the seventh session's first margin run failed exactly so).
+  // is empty (a margin run without the spacing failed exactly so).
   DatasetOptions q{.task = "fa-bins", .seed = 1, .examples = 400, .sequence_length = 16, .num_classes = 4};
   q.margin = 1;
   q.language.vocab = 32;

@@ -382,7 +382,7 @@ TEST(IterationEstimator, OnlineEstimateRecoversPlateauThenDropCurves) {
 // noise, the running minimum of the flat start is a staircase (each lucky
 // dip lowers it a little), which an equal-weight fit reads as an early, slow
 // decay: every prediction comes late. Recency weights (a half-life of 12
-// steps, what the experiment uses: executor/task2vec.h) discount the
+// steps, what the experiment uses: experiments/task2vec.h) discount the
 // staircase.
 TEST(IterationEstimator, RecencyWeightsDiscountTheEnvelopeOfANoisyFlatStart) {
   const LossCurve truth = PlateauThenDrop(0.3, 0.7, 0.04, 16);

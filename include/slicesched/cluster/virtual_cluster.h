@@ -21,7 +21,7 @@
 #include "slicesched/cluster/ground_truth.h"
 #include "slicesched/comm/arbitration.h"
 #include "slicesched/gmg/gmg.h"
-#include "slicesched/sched/backend.h"
+#include "slicesched/backend/backend.h"
 #include "slicesched/sim/queue_discipline.h"
 
 namespace slicesched {

@@ -1,5 +1,5 @@
 // The communication graph: pending cross-device transfers and their
-// arbitration (paper §3.5.2, DESIGN.md "transfers").
+// arbitration (paper §3.5.2; docs/architecture.md).
 //
 // A transfer goes through three steps:
 //   Intent  the tensor is ready at the source: AddIntent() makes it pending;

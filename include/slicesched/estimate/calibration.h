@@ -40,7 +40,7 @@
 // device, and the what-if placement avoids a device that looks slow, so a
 // factor that rose for a passing reason (the device's thread shared a core
 // for a second) would never see the samples that bring it back: the device
-// is locked out (docs/experiments.md, issue 6, twelfth session;
+// is locked out (docs/design/calibration.md;
 // tests/sched/calibration_lockout_test.cc). So once the other devices of its
 // group have taken `grace_samples` informative samples since its last one,
 // the weight of its evidence halves every `half_life_samples` more of
@@ -54,8 +54,8 @@
 // is an operator the placement could have given this device, so ageing
 // bounds how much work a device can be passed over for on old evidence
 // whatever the load, while an idle system (no samples anywhere) and a
-// device that keeps getting samples age nothing. (Ageing by wall time,
-// feedback time, the twelfth session's first version, threw away real,
+// device that keeps getting samples age nothing. (Ageing by wall time
+// (feedback time) instead threw away real,
 // persistent per-device skew in every idle second: `slicesim accuracy`
 // 1.56% -> 2.23%.) A device alone in its group never ages (nothing to age
 // towards); the overlap factors do not age (the placement cannot starve
@@ -73,7 +73,7 @@
 // host others share, clocks that throttle), a key that runs once per
 // iteration follows over hundreds of iterations (on the two-CPU fidelity
 // rig the host's speed moved 30% within seconds and the predictions lagged
-// it by 27%; docs/experiments.md, issue 5, sixteenth session). So each
+// it by 27%; docs/design/calibration.md). So each
 // group also learns a drift: the ratio of the same exponentially weighted
 // means (kDefaultDriftSmoothing per sample), of measured times to the calibrated
 // model (estimator x pinned device factor), from every plain (not
@@ -114,7 +114,7 @@ namespace slicesched {
 // ~0.8 s of the others' feedback in the lock-out test (~2,500 samples a
 // second over three CPU devices); in `slicesim accuracy` (8 A16s, ~150 a
 // second) a pair idle between its requests rarely reaches it
-// (docs/experiments.md, issue 6, twelfth session, follow-up).
+// (docs/design/calibration.md).
 struct CalibrationAgeing {
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
   int64_t grace_samples = 2000;      // before ageing starts
@@ -166,8 +166,8 @@ class RuntimeCalibration {
   // The drift's weight per sample; 0 turns the drift off (it stays 1).
   // The default, a memory of ~200 samples (~8 iterations of the fidelity
   // rig, a tenth of a second of a busy daemon's feedback), was the better of
-  // 0.005 and 0.01 on that rig (docs/experiments.md, issue 5, sixteenth
-  // session); the device factors' 0.02 let preemption noise through.
+  // 0.005 and 0.01 on that rig (docs/design/calibration.md); the device
+  // factors' 0.02 let preemption noise through.
   static constexpr double kDefaultDriftSmoothing = 0.005;
   void set_drift_smoothing(double s) { drift_smoothing_ = s; }
 

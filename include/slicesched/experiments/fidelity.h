@@ -32,7 +32,7 @@
 // Table 2 figure, per kind and overall), and mean_abs_error_pct = the mean of
 // the per-iteration |predicted - measured| / measured. Nothing is tuned to
 // the target: the report says whether the 2% target is met
-// (docs/experiments.md explains why it is not on a shared 2-vCPU machine).
+// (docs/results.md explains why it is not on a shared 2-vCPU machine).
 //
 // Torch-free header; the implementation links the LibTorch executors
 // (library slicesched::executor_experiments, built with LibTorch only).

@@ -1,5 +1,5 @@
-// The offline profiler of Ymir's time LUT (slicesched/ymir/time_lut.h; issue
-// 7, deliverable 4): times real LoRA training iterations of a backbone on
+// The offline profiler of Ymir's time LUT (slicesched/ymir/time_lut.h):
+// times real LoRA training iterations of a backbone on
 // this machine's CPU devices over a small grid of LUT keys.
 //
 // What one iteration is, for a key (devices d, grad_accum ga, local_batch b,
@@ -51,8 +51,8 @@
 
 #include "absl/status/statusor.h"
 #include "slicesched/common/clock.h"
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/ymir/time_lut.h"
 
 namespace slicesched::executor {

@@ -42,7 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "slicesched/executor/executor.h"
+#include "slicesched/executor/runtime/executor.h"
 
 namespace slicesched {
 
@@ -57,12 +57,12 @@ struct OverheadOptions {
   // With two or more CPUs allowed: the direct loop and the device thread run
   // pinned to the same CPU, the master on the others (its own core, as in
   // the paper's setup), so its wake-ups do not preempt the device thread and
-  // both paths run their operators on the same CPU. On by default since the
-  // seventeenth session: on that session's VM the unpinned figure swung from
+  // both paths run their operators on the same CPU. On by default: on one
+  // of this project's VMs the unpinned figure swung from
   // -12% to +47% between runs of one binary (the kernel placed the two
   // threads on different vCPUs, which the host runs at different speeds
   // from moment to moment) while the pinned one stayed at 0.5-3%
-  // (docs/experiments.md, issue 5). `slicesim overhead --no-pin` turns it
+  // (docs/design/executor.md). `slicesim overhead --no-pin` turns it
   // off: on a machine whose cores are busy with other work a master pinned
   // to a busy core is preempted while it holds the executors' lock, which
   // costs far more than its wake-ups.
@@ -70,7 +70,7 @@ struct OverheadOptions {
   // The executors' owner nap in microseconds (ExecutorOptions::owner_nap,
   // >= 0): while the device holds work the master naps this long between
   // looks instead of being woken by the device thread; 0: woken for every
-  // batch of completions (the protocol before).
+  // batch of completions.
   int64_t nap_us = absl::ToInt64Microseconds(ExecutorOptions::kDefaultOwnerNap);
   // Once a block's last prefill is the only one in flight, the master polls
   // for its completion for up to this many microseconds (>= 0; the `spin`
@@ -81,36 +81,36 @@ struct OverheadOptions {
   // The master retires prefills in batches of this many (>= 1, at most
   // `window`): its wait returns once that many prefills have finished (or
   // the device ran out of work; ExecutorSet::WaitForFinishBatch). 1: every
-  // prefill (the protocol before: window 4, wake_batch 1). Batching pays
+  // prefill. Batching pays
   // only with "fcfs" priorities: with equal ones the prefills in flight
   // finish together anyway.
   int wake_batch = 4;
   // The direct loop runs on a thread of its own by default, like the
   // device thread (see overhead.cc: DirectThread); true: on the calling
-  // thread, which is also the master's (the harness before).
+  // thread, which is also the master's.
   bool direct_on_main = false;
   // The device threads take their tensor memory from a per-thread cache
   // (cpu_allocator.h). By default the direct loop's thread uses the same
   // cache, so both paths allocate alike and the figure is the executor's
   // own cost. false: the direct loop calls the operators on c10's default
   // allocator (glibc), which shows what the cache itself is worth, not the
-  // scheduling overhead (docs/experiments.md, issue 5, ninth session).
+  // scheduling overhead (docs/design/executor.md).
   bool direct_cache = true;
   // How the master ranks its prefills for the devices' queue discipline:
   // "fcfs" (first come, first served: each prefill gets a lower priority
   // than the one submitted before it, so a device runs the oldest prefill's
   // operators first, one prefill after the other, as the direct loop does),
-  // or "equal" (every prefill the same priority, the harness before: the
+  // or "equal" (every prefill the same priority: the
   // discipline then runs the operators in the order they became ready, so
   // the prefills in flight advance in lockstep, finish within a few
   // microseconds of each other and the device runs dry until the master
-  // has refilled the window; docs/experiments.md, issue 5, sixth session).
+  // has refilled the window; docs/design/executor.md).
   std::string priorities = "fcfs";
   // The order of each block pair: "abba" (the direct block first in every
   // other pair, the scheduled one first in the rest, flipping between
   // repetitions too, so a drift of the host's speed or what one path leaves
   // behind for the next weighs on both alike) or "direct-first" (every pair
-  // direct, then scheduled: the harness before the eighteenth session).
+  // direct, then scheduled).
   std::string order = "abba";
   uint64_t seed = 1;    // weights
   int warmup = 20;      // untimed prefills of each kind first

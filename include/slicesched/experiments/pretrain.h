@@ -1,4 +1,4 @@
-// A briefly pre-trained tiny backbone (issue 7, deliverable 1): language
+// A briefly pre-trained tiny backbone: language
 // modelling on the synthetic language of slicesched/synth/tasks.h, so that
 // the backbone the fine-tuning experiments share has seen the language its
 // tasks are written in (`slicesim make-backbone`).
@@ -35,7 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "slicesched/executor/llama_ops.h"
+#include "slicesched/executor/llama/llama_ops.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/synth/tasks.h"
 

@@ -25,7 +25,7 @@
 namespace slicesched {
 
 // Makes Static-Online's mean GPU time-utilisation about 64% (the paper's
-// production figure) with the Azure code trace; see docs/experiments.md.
+// production figure) with the Azure code trace; see docs/results.md.
 inline constexpr double kDefaultReplayLoadScale = 0.12;
 
 struct ReplayOptions {

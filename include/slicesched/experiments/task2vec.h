@@ -1,5 +1,5 @@
-// Ymir's transfer-gain estimator (../shared/papers/ymir.md §4.1; issue 7,
-// deliverable 2), reproduced on the synthetic task family of
+// Ymir's transfer-gain estimator (../shared/papers/ymir.md §4.1),
+// reproduced on the synthetic task family of
 // slicesched/synth/tasks.h and the LoRA training operators of train_ops.h:
 // Task2Vec task embeddings, directed and symmetric similarities, and a linear
 // regression from similarity to a transfer gain that is MEASURED by training.
@@ -21,17 +21,16 @@
 // parameters of train_ops.h, so they cannot be embedded).
 //
 // That is YmirProbe::kTrained. With YmirProbe::kHead (slicesim --probe head,
-// the default since the ninth session) the probe is Task2Vec's own: the LoRA factors stay at their
+// the default) the probe is Task2Vec's own: the LoRA factors stay at their
 // shared init and only the head is trained, so the embedding is a property of
 // the task and the data, not of a point on the task's (noisy) training
 // trajectory: the similarities of the same pairs on seeds 1 and 2 correlate
 // r = 0.89 with it and r = 0.17 without (seeds 1 and 3: 0.86 and 0.81); the
-// regression scored no better with it on a held-out seed (docs/experiments.md,
-// "Sixth session"), so it is an option. On the graded family of the seventh
-// session (zero head, 40 probe steps, 256 Fisher examples) it is the setting
+// regression scored no better with it on a held-out seed of the first setup
+// (docs/design/ymir-estimators.md). On the graded family (zero head, 40
+// probe steps, 256 Fisher examples) it is the setting
 // to use: r 0.86-0.94 across seeds against 0.29-0.48, the identical-rule
-// pairs the most similar on every seed, and a lower MAPE on all three seeds
-// ("Eighth session").
+// pairs the most similar on every seed, and a lower MAPE on all three seeds.
 //
 // Distances, as in Task2Vec: the symmetric distance normalises element-wise
 // by the pair,  d_sym(a, b) = d_cos(F_a / (F_a + F_b), F_b / (F_a + F_b)),
@@ -85,7 +84,7 @@
 // (1 + predicted gain). Errors |pred - meas| / meas are averaged over the
 // tasks (normal) and over the uncensored pairs (transfer); a prediction
 // whose fitted curve never reaches the target counts as max_steps + 1.
-// Online (iter_online, the default since the eleventh session): the
+// Online (iter_online, the default): the
 // headline prediction is ymir::EstimateOnline on the normal run's
 // evaluations (to normal_steps) with the first window P: a window that is a
 // plateau is not fitted, the window grows until the curve has left the
@@ -95,8 +94,8 @@
 // estimate became available (observed_steps_mean / _max; P for a task
 // without a plateau), and the fixed-prefix figure at P is reported beside it
 // (YmirEstimatorReport::iteration_first_window).
-// Watched transfer runs (iter_transfer_watch, the default since the twelfth
-// session): the headline transfer prediction of a pair is made once its run
+// Watched transfer runs (iter_transfer_watch, the default): the headline
+// transfer prediction of a pair is made once its run
 // has run `watch` steps, by ymir::EstimateTransferOnline against the curve
 // of B's headline normal estimate (the prior above where the watch places
 // nothing), its speed-up shrunk toward the predicted gain's; the prior's
@@ -119,8 +118,8 @@
 // before the window ends is kept.
 //
 // Regression and scores. Per mode, gain ~ w0 + w1 S by least squares, plus
-// w2 (S(A, B) - S(B, A)) with direction = kAsymmetry (the default since the
-// eleventh session); the reported predictions are leave-one-out (each pair's
+// w2 (S(A, B) - S(B, A)) with direction = kAsymmetry (the default); the
+// reported predictions are leave-one-out (each pair's
 // gain predicted by the fit on the other pairs of its mode), or, with
 // fit_on, the model fitted on training seeds' pairs: either way the scores
 // are out of sample.
@@ -138,8 +137,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/synth/tasks.h"
 #include "slicesched/ymir/iteration_estimator.h"
 
@@ -212,7 +211,7 @@ enum class YmirGainMeasure : uint8_t {
 // similarity is almost symmetric (S(A, B) - S(B, A) = alpha (d(A, trivial)
 // - d(B, trivial)), the complexity term), while transfer is not (the
 // source that sits on a plateau, first-class, is the most negative level as a
-// source and positive as a target: docs/experiments.md, "Ninth session").
+// source and positive as a target: docs/design/ymir-estimators.md).
 enum class YmirDirection : uint8_t {
   kNone,       // gain ~ w0 + w1 S (Ymir's)
   kAsymmetry,  // gain ~ w0 + w1 S + w2 (S(A, B) - S(B, A)), YmirPair::asymmetry
@@ -240,8 +239,8 @@ double AreaEquivalentSpeedup(const std::vector<ymir::LossPoint>& reference,
                              const std::vector<double>& steps, double transfer_mean,
                              double min_speedup, double max_speedup, bool* clamped);
 
-// The neutral band of the measured gains (docs/experiments.md, "Eighth
-// session"): `band_k` times the root mean square of the NULL gains, each the
+// The neutral band of the measured gains (docs/design/ymir-estimators.md):
+// `band_k` times the root mean square of the NULL gains, each the
 // gain measured for a task's own normal run redone on another seed's
 // training sentences and init (YmirExperimentOptions::null_runs), i.e. the
 // gain a pair shows from the normal runs' seed-to-seed noise alone. 0 when
@@ -274,8 +273,8 @@ struct YmirTaskSpec {
 };
 
 struct YmirExperimentOptions {
-  // The defaults are the graded family with a negative level (the ninth
-  // session, docs/experiments.md "Ninth session"): four tasks of C = 4
+  // The defaults are the graded family with a negative level
+  // (docs/design/ymir-estimators.md): four tasks of C = 4
   // classes at length 16 over a 32-token language, label margin 1, a zero
   // head with a 4-step warm-up, 80 normal steps, the sum rule for spatial
   // steps, the area gain over the whole normal run (W = 80), and Task2Vec's
@@ -283,7 +282,7 @@ struct YmirExperimentOptions {
   // identical rule (positive), fa-bins / fa-bins@1 <-> fb-bins disjoint
   // (neutral), first-class -> the count tasks attention conflict (negative;
   // the other direction is positive, synth/tasks.h). The first
-  // setup of the earlier sessions (fa-major, fa-inv, fb-major, fab-major,
+  // setup (fa-major, fa-inv, fb-major, fab-major,
   // last-class:4 at length 8 over 256 tokens, random head, 40 steps; its
   // gains: configs/ymir/gains_first_setup.csv) is all flags: --tasks
   // fa-major,fa-inv,fb-major,fab-major,last-class:4 --language-vocab 256
@@ -326,22 +325,22 @@ struct YmirExperimentOptions {
   double target_fraction = 0.9;
   int64_t probe_steps = 40;  // <= normal_steps
   // kHead makes the similarities reproducible across seeds (r 0.86-0.94 on
-  // the graded family against 0.29-0.48 for kTrained, "Eighth session"); on
+  // the graded family against 0.29-0.48 for kTrained); on
   // the first setup's family it did not score better on a held-out seed
-  // ("Sixth session").
+  // (docs/design/ymir-estimators.md).
   YmirProbe probe = YmirProbe::kHead;
   YmirGainMeasure gain_measure = YmirGainMeasure::kArea;
-  // The gain model's regressors (YmirDirection; kNone until the eleventh
-  // session) and what it is fitted on: with fit_on empty, per mode on this
-  // run's other pairs (leave-one-out, as before); otherwise on these rows of
+  // The gain model's regressors (YmirDirection; kNone is Ymir's) and what
+  // it is fitted on: with fit_on empty, per mode on this
+  // run's other pairs (leave-one-out, as above); otherwise on these rows of
   // training seeds (slicesim --fit-on FILE,...; PairsCsv of earlier runs), so
   // every prediction of this run is out of sample and no pair is left out.
   YmirDirection direction = YmirDirection::kAsymmetry;
   std::vector<YmirTrainingPair> fit_on;
   // W of kArea, a multiple of eval_every; 0 = normal_steps (the whole normal
-  // run). Until the ninth session 0 meant normal_steps / 2; the whole run
+  // run). The whole run rather than its first half (normal_steps / 2)
   // lowers the neutral band (seed 1: 0.93 -> 0.34, seed 2: 0.50 -> 0.41,
-  // docs/experiments.md "Ninth session") at the same cost.
+  // docs/design/ymir-estimators.md) at the same cost.
   int64_t gain_window = 0;
   int64_t GainWindow() const { return gain_window > 0 ? gain_window : normal_steps; }
   int64_t fisher_examples = 256;
@@ -370,7 +369,7 @@ struct YmirExperimentOptions {
   // normal run near its start for 10-20 steps, and the running-minimum
   // envelope of that noisy flat start is a slow staircase that an
   // equal-weight fit reads as an early, slow decay (predictions too late;
-  // docs/experiments.md, "Thirteenth session"); weighting the end of the
+  // docs/design/ymir-estimators.md); weighting the end of the
   // prefix discounts it. 12 was chosen on seed 1 (8-16 are within 1 point
   // there); it is in steps of this experiment's schedule, not a library
   // default (ymir::FitOptions keeps equal weights).
@@ -391,7 +390,7 @@ struct YmirExperimentOptions {
   // prior_points = 4 watched points (slicesim --iter-transfer-prior-points;
   // at the default watch of 16 steps, evaluated every 4, the geometric mean
   // of the two; chosen on seed 1 among 0 / 1 / 2 / 4 / 8 / 16,
-  // docs/experiments.md, "Fourteenth session"); the speed-up is fitted in
+  // docs/design/ymir-estimators.md); the speed-up is fitted in
   // time (slicesim --iter-transfer-fit time|loss).
   ymir::TransferWatchOptions iter_transfer_watch = {.prior_points = 4};
   bool iter_transfer_online = true;
@@ -404,7 +403,7 @@ struct YmirExperimentOptions {
   // Only the normal runs (slicesim --curves-only): the learning curves,
   // targets and iteration fits of every task, and the null runs and neutral
   // band; no embeddings, pairs or scores. For checking that a task family is learnt within the budget
-  // before any pair is run (docs/experiments.md, "Seventh session").
+  // before any pair is run (docs/design/ymir-estimators.md).
   bool curves_only = false;
   // Only the Task2Vec embeddings and the similarity matrix (slicesim
   // --similarities-only): the probes (for kTrained, the first probe_steps of
@@ -606,8 +605,8 @@ struct YmirEstimatorReport {
   // bar alone over its steps under the transfer), largest first, ties in
   // pair order; whatever gain_measure is. A censored transfer run's
   // speed-up is an upper bound (it needs at least max_steps + 1 steps).
-  // ToJson prints them as "best_pairs_steps" (the acceptance of issue 7's
-  // "measured speed-up in steps-to-target of the best pairs"); its
+  // ToJson prints them as "best_pairs_steps" (the "measured speed-up in
+  // steps-to-target of the best pairs" of docs/results.md); its
   // "best_pairs" rank by the measured gain (gain_measure) instead and carry
   // the steps speed-up beside it.
   std::vector<size_t> BestPairsBySteps(size_t k) const;

@@ -17,7 +17,7 @@
 // Failing a node fails its instance: the instance's other unfinished nodes
 // are cancelled and every byte they held is released.
 //
-// Device occupancy (DESIGN.md invariant 1): each device runs at most one
+// Device occupancy (docs/architecture.md, invariant 1): each device runs at most one
 // compute node at a time, and takes part in at most one active transfer at a
 // time (as source or destination). Start() enforces both, and the readiness
 // rule (invariant 2): all predecessors done, every input tensor present on the

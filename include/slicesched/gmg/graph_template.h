@@ -3,7 +3,7 @@
 // A template is a DAG of fused operators whose tensor shapes are symbolic
 // expressions over named symbols (B = batch, S = new tokens, C = context, ...).
 // Binding the symbols at instantiation gives every operator concrete shapes
-// and byte counts before anything runs (invariant 3 of DESIGN.md), so memory
+// and byte counts before anything runs (docs/architecture.md, invariant 3), so memory
 // and time can be computed before placement.
 //
 // Inputs of an op are referenced by string:

@@ -18,7 +18,7 @@
 // device holding a group's weights can run that group's prefill and decode.
 //
 // A third template runs one fine-tuning iteration (one micro-batch) of LoRA
-// adapters on the frozen backbone (executor/train_ops.h):
+// adapters on the frozen backbone (executor/train/train_ops.h):
 //
 //   <name>/train    symbols B (batch), S (tokens per row), R (LoRA rank),
 //                   NC (head outputs: classes, or the vocabulary for a

@@ -54,10 +54,10 @@
 //   per example  i64 label, u32 length, then `length` u32 token ids.
 // Parsing checks that the file exists, is a regular file (a directory is
 // reported as one, before its suffix is looked at) and (tokens-bin) starts
-// with the magic; the contents are read by the data loader (issue 7).
+// with the magic; the contents are read by the data loader.
 //
-// Synthetic datasets are produced by the built-in generator (issue 7,
-// slicesched/synth/tasks.h). The fields are validated here: task (one of
+// Synthetic datasets are produced by the built-in generator
+// (slicesched/synth/tasks.h). The fields are validated here: task (one of
 // synth::KnownTasks(), e.g. parity, copy, fa-major), seed (>= 0,
 // required), examples (1..2^24, default 1024), sequence_length (1..65536,
 // default 32), num_classes (2..65536, default 2).
@@ -160,8 +160,8 @@ struct JobSpecOptions {
   // Whether a quoted 'yes' / "true" reads as a boolean and a quoted "16" as
   // a number (ConfigReader::AcceptQuotedScalars). Off for new jobs; the
   // JobManager turns it on when it reloads a job, which an older sliced may
-  // have accepted that way (quoted words until the fourteenth session,
-  // quoted numbers until the fifteenth).
+  // have accepted that way (older versions took quoted words and quoted
+  // numbers as scalars).
   bool accept_quoted_scalars = false;
 };
 

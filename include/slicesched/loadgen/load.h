@@ -1,5 +1,5 @@
 // A gRPC load generator for a running `sliced`: what `tools/run` drives after
-// starting the daemon, and the loopback load test of issue 6.
+// starting the daemon, and the daemon's loopback load test.
 //
 // Two modes, both over Serving.Generate:
 //

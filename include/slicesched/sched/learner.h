@@ -26,7 +26,7 @@
 #include "slicesched/estimate/calibration.h"
 #include "slicesched/estimate/estimators.h"
 #include "slicesched/gmg/gmg.h"
-#include "slicesched/sched/backend.h"
+#include "slicesched/backend/backend.h"
 #include "slicesched/sim/simulator.h"
 
 namespace slicesched {

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "slicesched/common/thread_pool.h"
 #include "slicesched/gmg/gmg.h"
-#include "slicesched/sched/backend.h"
+#include "slicesched/backend/backend.h"
 #include "slicesched/sim/simulator.h"
 
 namespace slicesched {

@@ -1,8 +1,7 @@
 // The fine-tuning job runner of the `sliced` daemon: the Ymir planner loop
 // over the JobManager's jobs and the execution of the jobs it runs as
 // low-priority "<deployment>/train" graph instances through the master's
-// operator-level scheduler (issue 8, deliverables 3, 4, 6; issue 7's runtime,
-// spatial pairs included).
+// operator-level scheduler (Ymir's runtime, spatial pairs included).
 //
 // Tick() is one non-blocking pass; the daemon calls it from its own thread
 // (Start), tests call it directly with an injected clock. A pass:
@@ -63,7 +62,7 @@
 //      group (devices [i*pp, (i+1)*pp) of the plan; a wave of one
 //      micro-batch uses the whole plan set). Each carries its micro_index;
 //      the optimizer operator folds the gradients into the job's TaskState
-//      in micro_index order (executor/llama_kernels.h), so the state is
+//      in micro_index order (executor/kernels/llama_kernels.h), so the state is
 //      bit-identical to one sequential stream whatever order they finish
 //      in. The next wave is submitted when the whole wave ended. The two
 //      jobs of a spatial pair instead share ONE stream of joint
@@ -298,8 +297,8 @@ struct JobView;  // ymir/planner.h
 }  // namespace ymir
 
 namespace executor {
-struct TaskState;   // executor/train_ops.h
-struct TrainBatch;  // executor/train_ops.h
+struct TaskState;   // executor/train/train_ops.h
+struct TrainBatch;  // executor/train/train_ops.h
 }  // namespace executor
 
 struct JobRunnerOptions {

@@ -19,7 +19,7 @@
 //
 // Backend, chosen at start from the devices' configured backends:
 //   - `cpu` devices (all of them): the LibTorch executors
-//     (executor/llama_serving.h): one thread per device runs the real
+//     (executor/kernels/llama_serving.h): one thread per device runs the real
 //     operators of every deployment; Generate works. A cluster that mixes
 //     `cpu` with other backends is refused. In a build without LibTorch the
 //     cpu devices fall back to the virtual cluster (logged; Devices/Status
@@ -107,9 +107,9 @@ namespace slicesched {
 struct Feedback;       // sched/backend.h
 struct ScheduleStats;  // sched/policy.h
 namespace executor {
-class LlamaWeights;        // executor/llama_ops.h
-struct LlamaTrainJob;      // executor/llama_kernels.h
-struct TrainBatch;         // executor/train_ops.h
+class LlamaWeights;        // executor/llama/llama_ops.h
+struct LlamaTrainJob;      // executor/kernels/llama_kernels.h
+struct TrainBatch;         // executor/train/train_ops.h
 }  // namespace executor
 
 struct MasterOptions {
@@ -186,7 +186,7 @@ struct SubmitArgs {
 
 // One fine-tuning micro-batch: an instance of the deployment's
 // "<deployment>/train" template (gmg/llama.h) whose kernels read and update
-// `job` (executor/llama_kernels.h: forward, loss, backward, and the
+// `job` (executor/kernels/llama_kernels.h: forward, loss, backward, and the
 // optimizer step every job->accumulation micro-batches). Offline class, so
 // online serving keeps priority; `devices` (non-empty) bounds where its
 // operators may run (InstanceSpec::allowed_devices).

@@ -1,7 +1,7 @@
 // The queue discipline: which ready operator a device runs next.
 //
 // One implementation, used by both the simulator and the executors
-// (DESIGN.md invariant 2), so a snapshot can be replayed exactly:
+// (docs/architecture.md, invariant 2), so a snapshot can be replayed exactly:
 //
 //   1. online before offline (PriorityClass order);
 //   2. higher numeric priority first;

@@ -1,4 +1,4 @@
-// The built-in synthetic tasks (issue 7): one synthetic language and a family
+// The built-in synthetic tasks: one synthetic language and a family
 // of small tasks over it whose relatedness is controlled, so that transfer
 // between tasks (Ymir's temporal / spatial modes, ../shared/papers/ymir.md)
 // can be positive, neutral or negative by construction. These are the names
@@ -48,12 +48,12 @@
 // golden-ratio constant) instead of seed. Two tasks that differ only in the
 // salt are the "identical rule" end of the graded family below.
 //
-// Label strength (DatasetOptions::margin, the seventh session). With the
+// Label strength (DatasetOptions::margin). With the
 // plain quantile labels, adjacent classes of a count feature are one token
 // apart, so most examples sit next to a class boundary and the tiny
 // backbone's LoRA learns them slowly: the binary tasks at length 8 got only
 // 0.02-0.13 nats below chance in 40 steps, about the eval loss's wander
-// (docs/experiments.md, "Sixth session"). With margin m > 0 the label is
+// (docs/design/ymir-estimators.md). With margin m > 0 the label is
 // drawn first (uniformly: balanced classes) and then sentences of the
 // language until one's feature lies in that label's bin and not among the m
 // values just below a threshold; the thresholds are placed at least m + 1
@@ -61,11 +61,11 @@
 // classes are at least m + 1 counts apart. The sentences are still the
 // language's (a rejection sample of it), only which ones a task keeps
 // changes. With m = 1, 16 tokens, C = 4 and a 32-token language the count
-// tasks end at 0.36-0.56 x ln 4 after 80 steps (the learning-curve tables of
-// the "Seventh session" part of docs/experiments.md).
+// tasks end at 0.36-0.56 x ln 4 after 80 steps
+// (docs/design/ymir-estimators.md).
 //
-// Graded relatedness, by construction (the seventh session's family; what
-// was measured is in docs/experiments.md). For transfer between tasks with
+// Graded relatedness, by construction (what was measured is in
+// docs/design/ymir-estimators.md). For transfer between tasks with
 // their own heads only the feature matters (the head is never transferred),
 // so the levels are levels of shared FEATURES:
 //   identical rule    X and X@K: the same rule on other sentences.
@@ -89,7 +89,7 @@
 //                     adapters sit on q and v (train_ops.h): A's q adapter
 //                     sets where the last position attends, which B's fresh
 //                     head cannot undo: B must first unlearn A's attention.
-//                     Measured (docs/experiments.md, "Ninth session"):
+//                     Measured (docs/design/ymir-estimators.md):
 //                     first-class -> count task (temporal) is negative on
 //                     every seed and pair (-0.13 .. -0.54, area gain), the
 //                     family's negative level. The other direction is
@@ -97,8 +97,8 @@
 //                     sits on a plateau until its LoRA moves, and any
 //                     trained adapter ends it) and near neutral over the
 //                     whole 80-step run.
-// Earlier setups (sixth session and before, binary tasks at length 8 over
-// the 256-token language without margin): same-feature pairs came out
+// Without the margin (task2vec.h's first setup: binary tasks at length 8
+// over the 256-token language): same-feature pairs came out
 // negative with a random head and positive with a zero head, and the
 // measured gains changed sign between seeds because the tasks were barely
 // learnt below chance; that is why the margin and the family above exist.

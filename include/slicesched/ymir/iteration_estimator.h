@@ -1,7 +1,7 @@
-// Ymir's iteration estimator (../shared/papers/ymir.md §4.2, Eq. 2-3; issue 7,
-// deliverable 3): how many optimizer steps a fine-tuning task still needs,
+// Ymir's iteration estimator (../shared/papers/ymir.md §4.2, Eq. 2-3): how
+// many optimizer steps a fine-tuning task still needs,
 // from an early prefix of its loss curve. Torch-free; the experiment in
-// executor/src/task2vec.cc and the daemon's job runner both use it.
+// experiments/torch/task2vec.cc and the daemon's job runner both use it.
 //
 // Normalised curve. Observations (step t_i >= 0, loss L_i > 0) are divided by
 // the loss at the first observation, y_i = L_i / L_first, so every curve
@@ -21,7 +21,7 @@
 // curves with a fresh head fall steeply for a few steps, overshoot (the loss
 // bumps back up) and then creep down with +-5% wander; a monotone rational
 // curve fitted to the raw points settles on the early plateau and predicts
-// "never" (docs/experiments.md, "Ymir estimators"). So, before fitting, on
+// "never" (docs/design/ymir-estimators.md). So, before fitting, on
 // the normalised points sorted by step:
 //  1. Warm-up: the fit starts at the top of the overshoot, the first local
 //     maximum after the first local minimum (the first point i >= 1 whose
@@ -59,7 +59,7 @@
 //
 // Transfer gain. Ymir's gain g of task B under a transfer is defined by
 // steps: steps(transfer) = steps(normal) / (1 + g) to the same target (see
-// executor/task2vec.h). The estimator applies it as a time scaling of the
+// experiments/task2vec.h). The estimator applies it as a time scaling of the
 // normal curve, y_g(t) = y((1 + g) t): b1 -> (1 + g) b1, b2 -> (1 + g)^2 b2,
 // the start r + D and the asymptote r unchanged (the bar never moves), and
 // fit_from_step -> fit_from_step / (1 + g). So iterations to any target
@@ -130,8 +130,8 @@ struct FitOptions {
   bool skip_transient = true;
   // Fit b2 too; by default b2 = 0 (Optimus' r + D / (1 + b1 t) curve): after
   // the transient rule a short prefix leaves ~8-20 settled points, and the
-  // b2 term extrapolates them erratically (docs/experiments.md, "Ymir
-  // estimators"; IterationEstimator.TransientRuleRecoversTheCreepAfterTheWarmUp).
+  // b2 term extrapolates them erratically (docs/design/ymir-estimators.md;
+  // IterationEstimator.TransientRuleRecoversTheCreepAfterTheWarmUp).
   bool quadratic = false;
   Envelope envelope = Envelope::kRunningMin;
   // Time shift: the curve gets an origin t0, y(t) = r + D for t < t0 and
@@ -143,16 +143,16 @@ struct FitOptions {
   // (without it, a fit that starts after a dropped warm-up can trade D
   // against b1 without bound, and a warm-up that stays flat for a few steps,
   // e.g. under a learning-rate warm-up, cannot be described at all:
-  // docs/experiments.md, "Iteration estimator").
+  // docs/design/ymir-estimators.md).
   bool time_shift = false;
   // Recency weighting: point i weighs 2^(-(t_last - t_i) / h) in the least
   // squares (h in steps), so the end of the prefix, closest to what is
   // extrapolated, counts most; 0 = equal weights. It also discounts the
   // running-minimum envelope of a noisy flat start, a slow staircase that an
-  // equal-weight fit reads as an early, slow decay (docs/experiments.md,
-  // "Thirteenth session"; IterationEstimator.RecencyWeightsDiscountTheEnvelopeOfANoisyFlatStart).
+  // equal-weight fit reads as an early, slow decay
+  // (docs/design/ymir-estimators.md; IterationEstimator.RecencyWeightsDiscountTheEnvelopeOfANoisyFlatStart).
   // In steps, so no default suits every schedule: the Ymir experiment sets
-  // its own (executor/task2vec.h, iter_fit).
+  // its own (experiments/task2vec.h, iter_fit).
   double recency_half_life = 0;
   // InvalidArgument naming the field out of range (FitLossCurve checks it).
   absl::Status Validate() const;
@@ -179,8 +179,8 @@ absl::StatusOr<LossCurve> FitLossCurve(const std::vector<LossPoint>& points,
 std::vector<LossPoint> Prefix(const std::vector<LossPoint>& points, double max_step);
 
 // ---------------------------------------------------------------------------
-// Online estimation through a plateau (docs/experiments.md, "Eleventh
-// session"). Some curves sit at their starting level for a long time and then
+// Online estimation through a plateau (docs/design/ymir-estimators.md).
+// Some curves sit at their starting level for a long time and then
 // drop (a zero head that must grow before the adapters get a gradient; the
 // synthetic first-class task sits at chance for ~40 steps). A fit of such a
 // prefix says nothing about when the drop comes; a scheduler does not trust
@@ -250,8 +250,8 @@ absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curv
                                               const PlateauOptions& plateau = {});
 
 // ---------------------------------------------------------------------------
-// Online refinement of a transfer estimate (docs/experiments.md, "Twelfth
-// session"). Before a transferred run of task B starts, its steps are B's
+// Online refinement of a transfer estimate (docs/design/ymir-estimators.md).
+// Before a transferred run of task B starts, its steps are B's
 // estimated normal steps / (1 + g), g the predicted gain (the PRIOR). Once
 // the run has run `watch` steps, its own losses say where it stands against
 // B's estimated normal curve `normal` (EstimateOnline's or FitLossCurve's),
@@ -285,13 +285,13 @@ absl::StatusOr<OnlineEstimate> EstimateOnline(const std::vector<LossPoint>& curv
 //     reaches the target, or when there is no normal curve (`normal`
 //     nullopt: B's normal run has no estimate; step 1 still applies).
 enum class WatchFit : uint8_t {
-  kTime,  // t* = s t on the matched steps (the twelfth session's)
+  kTime,  // t* = s t on the matched steps
   kLoss,  // the losses against the time-scaled normal curve
 };
 struct TransferWatchOptions {
   // Steps of the transferred run watched, > 0: a fifth of the experiment's
-  // normal run (chosen on seed 1 among 8 / 16 / 24 / 32; docs/experiments.md,
-  // "Twelfth session"). The experiment's default (YmirEstimatorOptions::
+  // normal run (chosen on seed 1 among 8 / 16 / 24 / 32;
+  // docs/design/ymir-estimators.md). The experiment's default (YmirEstimatorOptions::
   // iter_transfer_watch) is this one.
   double watch = 16;
   double min_speedup = 0.1;  // the prior's clamp (a gain >= -0.9); in (0, 1]

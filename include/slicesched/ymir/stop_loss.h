@@ -1,8 +1,8 @@
-// Ymir's stop-loss (../shared/papers/ymir.md §4.3; issue 7, deliverable 5):
+// Ymir's stop-loss (../shared/papers/ymir.md §4.3):
 // a temporal or spatial pairing that does not improve the target metric
 // within its first 2 epochs is decoupled, and each task continues in normal
 // mode with its own progress. This is the torch-free policy; the runtime that
-// trains (the experiment in executor/src/task2vec.cc, the daemon's job runner)
+// trains (the experiment in experiments/torch/task2vec.cc, the daemon's job runner)
 // feeds it evaluations and carries out its verdict.
 //
 // "Improve" is measured against independent training, because that is what a

@@ -1,4 +1,4 @@
-// Stopping rules that compare training modes fairly (issue 7, deliverable 7).
+// Stopping rules that compare training modes fairly.
 //
 // Bar. Every task's target metric is what its NORMAL training reaches: over
 // the normal run's evaluation curve (eval loss, lower is better) with start

@@ -1,5 +1,5 @@
-// Ymir's time estimator (../shared/papers/ymir.md §4.3; issue 7, deliverable
-// 4): a look-up table from a training configuration to the seconds one
+// Ymir's time estimator (../shared/papers/ymir.md §4.3): a look-up table
+// from a training configuration to the seconds one
 // optimizer iteration takes, profiled offline (the backbone is fixed, so no
 // scaling law is fitted) and refined online from the executors' feedback.
 //

@@ -1,4 +1,4 @@
-// Real execution of the Llama GMG operators (issue 5): a KernelRunner that
+// Real execution of the Llama GMG operators: a KernelRunner that
 // runs the executor's LibTorch Llama operators (llama_ops.h) for the nodes of
 // the "<name>/prefill" and "<name>/decode" templates (gmg/llama.h), and a
 // TransferBackend that moves their payloads between (CPU) devices.
@@ -91,10 +91,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "slicesched/common/ids.h"
-#include "slicesched/executor/kernel.h"
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/tensor.h"
-#include "slicesched/executor/train_ops.h"
+#include "slicesched/executor/runtime/kernel.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/torch/tensor.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/gmg/llama.h"
 
 namespace slicesched::executor {

@@ -39,8 +39,8 @@
 #include "absl/synchronization/mutex.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/ids.h"
-#include "slicesched/executor/executor.h"
-#include "slicesched/executor/llama_kernels.h"
+#include "slicesched/executor/runtime/executor.h"
+#include "slicesched/executor/kernels/llama_kernels.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/llama.h"
 

@@ -1,6 +1,6 @@
 // The Llama layer math shared by the serving operators (llama_ops.cc) and the
 // training operators (train_ops.cc). Torch header: include it only from torch
-// TUs under executor/src.
+// TUs under executor/.
 #pragma once
 
 #include <ATen/ATen.h>

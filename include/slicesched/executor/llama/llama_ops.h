@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "slicesched/common/units.h"
-#include "slicesched/executor/tensor.h"
+#include "slicesched/executor/torch/tensor.h"
 #include "slicesched/gmg/llama.h"
 
 namespace slicesched::executor {
@@ -126,7 +126,7 @@ class KvCache {
   const Tensor& v() const { return v_; }
 
  private:
-  friend struct KvCacheAccess;  // executor/src/llama_ops.cc
+  friend struct KvCacheAccess;  // executor/llama/llama_ops.cc
   Tensor k_;
   Tensor v_;
 };

@@ -28,7 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "slicesched/executor/kernel.h"
+#include "slicesched/executor/runtime/kernel.h"
 
 namespace slicesched {
 

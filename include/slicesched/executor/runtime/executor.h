@@ -1,7 +1,7 @@
 // ExecutorSet: the per-device executors behind the ExecutionBackend interface.
 //
 // One std::thread per device runs that device's operators one at a time
-// (DESIGN.md invariant 1), always the ready operator the shared queue
+// (docs/architecture.md, invariant 1), always the ready operator the shared queue
 // discipline (ReadyQueue) puts first (invariant 2). Transfers go through the
 // CommGraph (Intent -> Recv on the destination, which allocates first and is
 // retried when that fails -> Send on the source), arbitrated by the shared
@@ -87,7 +87,7 @@
 //   Waking a thread that sleeps on another CPU costs the waker far more than
 //   the futex call: on this project's KVM guests an inter-processor
 //   interrupt, ~40 us of the device thread's CPU per wake with the LibTorch
-//   kernels (docs/experiments.md, issue 5, eighth session's second probe).
+//   kernels (docs/design/executor.md).
 //   So device threads do not wake the owner per completion. While any device
 //   holds work, the owner naps: it sleeps at most ExecutorOptions::owner_nap
 //   at a time on its own timer (owner_mu_/owner_cv_, never the set's lock)
@@ -95,8 +95,8 @@
 //   Except beside a device: when the owner runs on the CPU a device thread
 //   last ran on (each device publishes sched_getcpu() per operator), its
 //   timer would preempt that device mid-kernel at every nap (measured: far
-//   dearer than a wake, docs/experiments.md, ninth session), while a wake
-//   on the same CPU is cheap; it then blocks and is woken as before
+//   dearer than a wake, docs/design/executor.md), while a wake
+//   on the same CPU is cheap; it then blocks and is woken per event
 //   ("blocked": every event its wait is satisfied by). With no device
 //   holding work it blocks until its deadline. A device thread (or transfer
 //   worker) reads the atomic sleep state (awake / napping / blocked) after
@@ -114,15 +114,14 @@
 //   owner adds at most owner_nap (plus the kernel's timer slack, ~50 us) to
 //   its latency, and the device, busy with its next operator, loses nothing.
 //   owner_nap = 0: no naps; the owner sleeps until a device wakes it for
-//   every event that satisfies its wait (the protocol before: one wake per
+//   every event that satisfies its wait (one wake per
 //   completion or batch). owner_wakes() counts the wakes.
 //   Where it expects the completion soon (WaitForFinishBatch's `spin`), an
 //   owner that would nap polls instead: a nap's end or a wake reaches an
 //   idle virtual CPU only ~0.1 ms later on this project's VMs. Having seen
 //   the completion, it polls for the set's lock too (the device thread
 //   still holds it, finishing), rather than sleeping on it and being woken
-//   by that thread's unlock (docs/experiments.md, issue 5, fifteenth
-//   session).
+//   by that thread's unlock (docs/design/executor.md).
 #pragma once
 
 #include <atomic>
@@ -146,10 +145,10 @@
 #include "slicesched/comm/comm_graph.h"
 #include "slicesched/common/clock.h"
 #include "slicesched/common/thread_pool.h"
-#include "slicesched/executor/kernel.h"
-#include "slicesched/executor/memory_pool.h"
+#include "slicesched/executor/runtime/kernel.h"
+#include "slicesched/executor/runtime/memory_pool.h"
 #include "slicesched/gmg/gmg.h"
-#include "slicesched/sched/backend.h"
+#include "slicesched/backend/backend.h"
 #include "slicesched/sim/queue_discipline.h"
 
 namespace slicesched {
@@ -624,7 +623,7 @@ class ExecutorSet final : public ExecutionBackend {
   // the owner, on another CPU, writes its own state per nap. What the two
   // write at different times sits on different lines, so that a device
   // misses in its cache only where the owner changed what it reads
-  // (docs/experiments.md, issue 5, tenth session).
+  // (docs/design/executor.md).
   //
   // The lock's line: what a device thread reads and writes with mu_ held,
   // on the line its Lock() has just taken. The counters are what the

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "slicesched/executor/tensor.h"
+#include "slicesched/executor/torch/tensor.h"
 
 namespace at {
 class Tensor;

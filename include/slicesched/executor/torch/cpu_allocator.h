@@ -5,8 +5,8 @@
 // chunk splitting depend on what else the arena holds. On a device thread
 // it holds the KV caches and outputs of every instance in flight (until the
 // owner retires them), so the same operators ran ~1-2% slower there than in
-// a loop that frees everything at once (docs/experiments.md, issue 5, ninth
-// session). With the cache, a thread that opted in gets each block back from
+// a loop that frees everything at once (docs/design/executor.md). With the
+// cache, a thread that opted in gets each block back from
 // a last-in-first-out list of its size class (the block it freed last, still
 // in cache), whatever else is alive.
 //

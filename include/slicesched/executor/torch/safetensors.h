@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "slicesched/executor/tensor.h"
+#include "slicesched/executor/torch/tensor.h"
 #include "slicesched/gmg/dtype.h"
 
 namespace slicesched::executor {

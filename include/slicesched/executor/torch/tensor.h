@@ -2,7 +2,7 @@
 //
 // Public executor headers are LibTorch-free (each TU that includes a LibTorch
 // header costs ~40 s to compile), so the tensor is held through a pimpl whose
-// definition lives in executor/src/tensor.cc. Copies share storage, like
+// definition lives in executor/torch/tensor.cc. Copies share storage, like
 // at::Tensor copies. A default-constructed Tensor is undefined.
 //
 // The accessors and conversions never throw: on an undefined tensor or a
@@ -22,7 +22,7 @@ namespace slicesched::executor {
 
 class Tensor {
  public:
-  struct Impl;  // defined in executor/src/tensor.cc
+  struct Impl;  // defined in executor/torch/tensor.cc
 
   Tensor();  // undefined
   ~Tensor();
@@ -62,7 +62,7 @@ class Tensor {
   std::string DebugString() const;
 
  private:
-  friend struct TensorAccess;  // executor/src/tensor_internal.h
+  friend struct TensorAccess;  // executor/tensor_internal.h
   std::shared_ptr<Impl> impl_;
 };
 

@@ -1,5 +1,5 @@
 // Training operators for parameter-efficient fine-tuning on a frozen, shared
-// Llama backbone (issue 5, deliverable 2; the base of issue 7's fine-tuning
+// Llama backbone (the base of the daemon's fine-tuning
 // runtime): LoRA adapters, a per-task head, the training forward/backward of
 // fused layer groups with autograd, a cross-entropy loss, gradient
 // accumulation, AdamW with optimizer state per task, spatial joint training
@@ -22,7 +22,7 @@
 //
 // Objective. Token-level cross-entropy against `labels` int64 [B, S], with
 // label -1 meaning "no loss here". The loss of a task is the mean over its
-// labelled positions. This one objective covers both issue-7 task kinds:
+// labelled positions. This one objective covers both fine-tuning task kinds:
 //   next-token LM:           head outputs = vocab, labels = NextTokenLabels()
 //   sequence classification: head outputs = classes, labels = the class at
 //                            the last position only (LastPositionLabels())
@@ -76,8 +76,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "slicesched/executor/llama_ops.h"
-#include "slicesched/executor/tensor.h"
+#include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/torch/tensor.h"
 
 namespace slicesched::executor {
 
