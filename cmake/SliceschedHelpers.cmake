@@ -23,8 +23,13 @@ endfunction()
 # among a target's (transitive) dependencies fails to compile. HDRS lists
 # headers relative to include/slicesched/; HDRS_DIR adds every header of one
 # folder there (the default: the folder named like the library).
+# SOURCE_HDRS names headers beside the library's sources that its dependants
+# may include under slicesched/<first HDRS_DIR>/: the LibTorch headers that
+# the torch libraries of executor/ share. They stay out of include/, and
+# LibTorch's own include directories reach only the libraries that link it
+# privately, so a component outside executor/ cannot compile them.
 function(_slicesched_export_headers target)
-  cmake_parse_arguments(ARG "" "" "HDRS;HDRS_DIR" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "HDRS;HDRS_DIR;SOURCE_HDRS" ${ARGN})
   set(root ${PROJECT_SOURCE_DIR}/include/slicesched)
   set(headers ${ARG_HDRS})
   foreach(dir ${ARG_HDRS_DIR})
@@ -44,21 +49,32 @@ function(_slicesched_export_headers target)
     file(MAKE_DIRECTORY ${dir})
     file(CREATE_LINK ${root}/${h} ${out}/slicesched/${h} SYMBOLIC)
   endforeach()
+  if(ARG_SOURCE_HDRS)
+    list(GET ARG_HDRS_DIR 0 dir)
+    file(MAKE_DIRECTORY ${out}/slicesched/${dir})
+    foreach(h ${ARG_SOURCE_HDRS})
+      if(NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${h})
+        message(FATAL_ERROR "${target}: source header ${h} does not exist")
+      endif()
+      file(CREATE_LINK ${CMAKE_CURRENT_SOURCE_DIR}/${h} ${out}/slicesched/${dir}/${h} SYMBOLIC)
+    endforeach()
+  endif()
   set_property(GLOBAL APPEND PROPERTY SLICESCHED_EXPORTED_HEADERS ${headers})
   set(${target}_HDRS_ROOT ${out} PARENT_SCOPE)
 endfunction()
 
 #   slicesched_library(NAME gmg SRCS a.cc DEPS ... [PRIVATE_DEPS ...]
-#                      [HDRS dir/a.h ...] [HDRS_DIR dir ...] [INTERFACE])
+#                      [HDRS dir/a.h ...] [HDRS_DIR dir ...] [SOURCE_HDRS a.h ...]
+#                      [INTERFACE])
 # A static library (an INTERFACE library with INTERFACE and no SRCS) whose
 # private headers are those beside its sources.
 function(slicesched_library)
-  cmake_parse_arguments(ARG "INTERFACE" "NAME" "SRCS;DEPS;PRIVATE_DEPS;HDRS;HDRS_DIR" ${ARGN})
+  cmake_parse_arguments(ARG "INTERFACE" "NAME" "SRCS;DEPS;PRIVATE_DEPS;HDRS;HDRS_DIR;SOURCE_HDRS" ${ARGN})
   set(target slicesched_${ARG_NAME})
   if(NOT ARG_HDRS AND NOT ARG_HDRS_DIR AND IS_DIRECTORY ${PROJECT_SOURCE_DIR}/include/slicesched/${ARG_NAME})
     set(ARG_HDRS_DIR ${ARG_NAME})
   endif()
-  _slicesched_export_headers(${target} HDRS ${ARG_HDRS} HDRS_DIR ${ARG_HDRS_DIR})
+  _slicesched_export_headers(${target} HDRS ${ARG_HDRS} HDRS_DIR ${ARG_HDRS_DIR} SOURCE_HDRS ${ARG_SOURCE_HDRS})
   if(ARG_INTERFACE)
     add_library(${target} INTERFACE)
     target_include_directories(${target} INTERFACE ${${target}_HDRS_ROOT})
