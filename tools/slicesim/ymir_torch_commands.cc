@@ -1,0 +1,376 @@
+// slicesim's commands: Ymir experiments on the LibTorch training operators: make-backbone,
+// ymir-estimators, ymir-lut. Linked only into a build with LibTorch.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "command.h"
+#include "slicesched/common/clock.h"
+#include "slicesched/common/json.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/executor/torch/safetensors.h"
+#include "slicesched/experiments/lut_profile.h"
+#include "slicesched/experiments/pretrain.h"
+#include "slicesched/experiments/task2vec.h"
+#include "slicesched/synth/tasks.h"
+#include "slicesched/ymir/time_lut.h"
+
+namespace slicesim {
+namespace {
+
+int MakeBackbone(const std::vector<std::string>& args) {
+  slicesched::executor::PretrainOptions o;
+  std::string out;
+  bool json = false;
+  if (int rc = Flags("make-backbone")
+                   .Text("--out", &out).Required()
+                   .Seed("--seed", &o.seed)
+                   .Int("--rounds", &o.rounds)
+                   .Int("--steps", &o.steps_per_round)
+                   .Switch("--json", &json)
+                   .Parse(args)) {
+    return rc;
+  }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("make-backbone", v);
+  auto dims = slicesched::LlamaPreset("tiny");
+  if (!dims.ok()) return Failed("make-backbone", dims.status());
+  auto r = slicesched::executor::PretrainBackbone(*dims, o);
+  if (!r.ok()) return Failed("make-backbone", r.status());
+  const std::map<std::string, std::string> meta = {
+      {"slicesched.pretrain", "synthetic-language merged-LoRA (include/slicesched/experiments/pretrain.h)"},
+      {"slicesched.seed", std::to_string(o.seed)},
+      {"slicesched.rounds", std::to_string(o.rounds)},
+      {"slicesched.steps_per_round", std::to_string(o.steps_per_round)}};
+  if (auto st = slicesched::executor::WriteSafetensors(out, r->weights->NamedTensors(), meta); !st.ok()) {
+    return Failed("make-backbone", st);
+  }
+  if (json) {
+    std::printf("{\"out\": \"%s\", \"steps\": %zu, \"initial_eval_loss\": %.4f, \"final_eval_loss\": %.4f}\n",
+                out.c_str(), r->train_loss.size(), r->initial_eval_loss, r->final_eval_loss);
+  } else {
+    std::printf("wrote %s: %zu steps, held-out next-token loss %.4f -> %.4f\n", out.c_str(), r->train_loss.size(),
+                r->initial_eval_loss, r->final_eval_loss);
+  }
+  return 0;
+}
+
+int YmirEstimators(const std::vector<std::string>& args) {
+  slicesched::executor::YmirExperimentOptions o;
+  std::string backbone, gains_out;
+  bool json = false;
+  uint64_t backbone_seed = 1;
+  std::string head = o.zero_head ? "zero" : "random", tasks;
+  std::string envelope = o.iter_fit.envelope == slicesched::ymir::Envelope::kIsotonic ? "isotonic" : "min";
+  std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
+  std::string online = o.iter_online ? "on" : "off";
+  std::string direction = o.direction == slicesched::executor::YmirDirection::kAsymmetry ? "asymmetry" : "none";
+  std::string fit_on, pairs_out;
+  double transfer_watch = o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0;
+  std::string transfer_fit = o.iter_transfer_watch.fit == slicesched::ymir::WatchFit::kLoss ? "loss" : "time";
+  std::string spatial_step = o.spatial_rule == slicesched::executor::JointStepRule::kSum ? "sum" : "mean";
+  std::string probe = o.probe == slicesched::executor::YmirProbe::kHead ? "head" : "trained";
+  std::string gain_measure = o.gain_measure == slicesched::executor::YmirGainMeasure::kArea ? "area" : "steps";
+  std::string fisher = o.fisher == slicesched::executor::YmirFisher::kModel ? "model" : "empirical";
+  std::string embed = o.embed == slicesched::executor::YmirEmbedParams::kLoraHead ? "lora+head" : "lora";
+  std::string distance = o.distance == slicesched::executor::YmirDistance::kCosine ? "cosine" : "normalised";
+  if (int rc = Flags("ymir-estimators")
+                   .Text("--backbone", &backbone)
+                   .Seed("--backbone-seed", &backbone_seed)
+                   .Seed("--seed", &o.seed)
+                   .Int("--steps", &o.normal_steps)
+                   .Num("--learning-rate", &o.learning_rate)
+                   .Int("--warmup-steps", &o.lr_warmup_steps)
+                   .Choice("--head", {"zero", "random"}, &head)
+                   .Choice("--spatial-step", {"mean", "sum"}, &spatial_step)
+                   .Choice("--probe", {"trained", "head"}, &probe)
+                   .Int("--probe-steps", &o.probe_steps)
+                   .Int("--fisher-examples", &o.fisher_examples)
+                   .Choice("--gain", {"steps", "area"}, &gain_measure)
+                   .Int("--gain-window", &o.gain_window)
+                   .Text("--tasks", &tasks)
+                   .Int("--eval-every", &o.eval_every)
+                   .Int("--max-steps-factor", &o.max_steps_factor)
+                   .Int("--lora-rank", &o.lora_rank)
+                   .Int("--repeats", &o.repeats)
+                   .Int("--sequence-length", &o.sequence_length)
+                   .Int("--eval-examples", &o.eval_examples)
+                   .Num("--iter-prefix-fraction", &o.iter_prefix_fraction)
+                   .Int("--stop-loss-epoch-steps", &o.stop_loss_epoch_steps)
+                   .Switch("--iter-quadratic", &o.iter_fit.quadratic)
+                   .Choice("--iter-envelope", {"min", "isotonic"}, &envelope)
+                   .Choice("--iter-time-shift", {"on", "off"}, &time_shift)
+                   .Num("--iter-half-life", &o.iter_fit.recency_half_life)
+                   .Choice("--iter-online", {"on", "off"}, &online)
+                   .Num("--iter-plateau-k", &o.iter_plateau.noise_k)
+                   .Num("--iter-plateau-drop", &o.iter_plateau.min_drop)
+                   .Num("--iter-plateau-span", &o.iter_plateau.min_span)
+                   .Num("--iter-transfer-watch", &transfer_watch)
+                   .Choice("--iter-transfer-fit", {"time", "loss"}, &transfer_fit)
+                   .Num("--iter-transfer-prior-points", &o.iter_transfer_watch.prior_points)
+                   .Choice("--direction", {"none", "asymmetry"}, &direction)
+                   .Text("--fit-on", &fit_on)
+                   .Text("--pairs-out", &pairs_out)
+                   .Text("--gains-out", &gains_out)
+                   .Switch("--curves-only", &o.curves_only)
+                   .Switch("--similarities-only", &o.similarities_only)
+                   .Choice("--fisher", {"empirical", "model"}, &fisher)
+                   .Choice("--embed", {"lora", "lora+head"}, &embed)
+                   .Choice("--distance", {"normalised", "cosine"}, &distance)
+                   .Int("--null-runs", &o.null_runs)
+                   .Num("--band-k", &o.band_k)
+                   .Int("--label-margin", &o.label_margin)
+                   .Num("--lora-alpha", &o.lora_alpha)
+                   .Int("--language-vocab", &o.language.vocab)
+                   .Int("--language-classes", &o.language.classes)
+                   .Int("--train-examples", &o.train_examples)
+                   .Int("--batch-size", &o.batch_size)
+                   .Switch("--json", &json)
+                   .Parse(args)) {
+    return rc;
+  }
+  namespace ex = slicesched::executor;
+  o.zero_head = head == "zero";
+  o.probe = probe == "head" ? ex::YmirProbe::kHead : ex::YmirProbe::kTrained;
+  o.gain_measure = gain_measure == "area" ? ex::YmirGainMeasure::kArea : ex::YmirGainMeasure::kSteps;
+  o.fisher = fisher == "model" ? ex::YmirFisher::kModel : ex::YmirFisher::kEmpirical;
+  o.embed = embed == "lora+head" ? ex::YmirEmbedParams::kLoraHead : ex::YmirEmbedParams::kLora;
+  o.distance = distance == "cosine" ? ex::YmirDistance::kCosine : ex::YmirDistance::kNormalised;
+  o.spatial_rule = spatial_step == "sum" ? ex::JointStepRule::kSum : ex::JointStepRule::kMean;
+  o.iter_fit.envelope =
+      envelope == "min" ? slicesched::ymir::Envelope::kRunningMin : slicesched::ymir::Envelope::kIsotonic;
+  o.iter_fit.time_shift = time_shift == "on";
+  o.iter_online = online == "on";
+  // 0 turns the watch off; anything else is validated by the experiment.
+  o.iter_transfer_online = transfer_watch != 0;
+  if (o.iter_transfer_online) o.iter_transfer_watch.watch = transfer_watch;
+  o.iter_transfer_watch.fit =
+      transfer_fit == "loss" ? slicesched::ymir::WatchFit::kLoss : slicesched::ymir::WatchFit::kTime;
+  o.direction = direction == "asymmetry" ? ex::YmirDirection::kAsymmetry : ex::YmirDirection::kNone;
+  for (const std::string& path : std::vector<std::string>(absl::StrSplit(fit_on, ',', absl::SkipEmpty()))) {
+    std::ifstream in(path);
+    if (!in) return Failed("ymir-estimators", absl::NotFoundError("--fit-on: cannot read " + path));
+    std::stringstream text;
+    text << in.rdbuf();
+    auto rows = ex::ParseYmirPairsCsv(text.str());
+    if (!rows.ok()) return Failed("ymir-estimators", slicesched::Annotate(rows.status(), "--fit-on " + path));
+    o.fit_on.insert(o.fit_on.end(), rows->begin(), rows->end());
+  }
+  if (!tasks.empty()) {
+    // NAME[:CLASSES],... (CLASSES defaults to 2).
+    o.tasks.clear();
+    for (const std::string& item : std::vector<std::string>(absl::StrSplit(tasks, ','))) {
+      const size_t colon = item.find(':');
+      slicesched::executor::YmirTaskSpec t{.name = item.substr(0, colon)};
+      if (colon != std::string::npos && !absl::SimpleAtoi(item.substr(colon + 1), &t.num_classes)) {
+        std::fprintf(stderr, "slicesim ymir-estimators: --tasks item '%s': CLASSES after ':' is not an integer\n",
+                     item.c_str());
+        return 2;
+      }
+      o.tasks.push_back(t);
+    }
+  }
+  // Bad options are named before the backbone is pretrained (~20 s).
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-estimators", v);
+  auto dims = slicesched::LlamaPreset("tiny");
+  if (!dims.ok()) return Failed("ymir-estimators", dims.status());
+  std::shared_ptr<const slicesched::executor::LlamaWeights> w;
+  if (backbone.empty()) {
+    // The default backbone: `slicesim make-backbone --seed backbone_seed`.
+    slicesched::executor::PretrainOptions p;
+    p.seed = backbone_seed;
+    p.language = o.language;  // pretrained on the tasks' own language
+    auto r = slicesched::executor::PretrainBackbone(*dims, p);
+    if (!r.ok()) return Failed("ymir-estimators", r.status());
+    w = r->weights;
+  } else {
+    auto r = slicesched::executor::LlamaWeights::FromSafetensors(*dims, backbone);
+    if (!r.ok()) return Failed("ymir-estimators", r.status());
+    w = *r;
+  }
+  auto rep = slicesched::executor::RunYmirEstimators(*w, o);
+  if (!rep.ok()) return Failed("ymir-estimators", rep.status());
+  for (const auto& [path, csv] : {std::pair{gains_out, rep->GainsCsv()}, std::pair{pairs_out, rep->PairsCsv()}}) {
+    if (path.empty()) continue;
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) return Failed("ymir-estimators", absl::UnavailableError("cannot write " + path));
+    const bool ok = std::fwrite(csv.data(), 1, csv.size(), f) == csv.size();
+    if (std::fclose(f) != 0 || !ok) return Failed("ymir-estimators", absl::DataLossError("writing " + path));
+  }
+  if (json) {
+    std::printf("%s\n", rep->ToJson().c_str());
+  } else if (o.similarities_only) {
+    for (size_t a = 0; a < rep->tasks.size(); ++a) {
+      std::printf("S(%s, .):", rep->tasks[a].c_str());
+      for (double v : rep->similarity[a]) std::printf(" %.4f", v);
+      std::printf("\n");
+    }
+  } else {
+    for (const auto& s : rep->scores) {
+      std::printf("%-8s %3lld pairs (%lld positive): sign accuracy %.1f%% (majority %.1f%%), gain MAPE %.1f%%, r=%.2f;"
+                  " %lld neutral, non-neutral accuracy %.1f%% (majority %.1f%%)\n",
+                  s.mode.c_str(), static_cast<long long>(s.pairs), static_cast<long long>(s.positive), s.accuracy_pct,
+                  s.majority_accuracy_pct, s.mape_pct, s.correlation, static_cast<long long>(s.neutral),
+                  s.non_neutral_accuracy_pct, s.non_neutral_majority_pct);
+    }
+    std::printf("neutral band %.4f (%g x RMS of %zu null-run gains)\n", rep->neutral_band, o.band_k,
+                rep->null_runs.size());
+    std::printf("iteration estimator (%s, first window %lld steps, estimates available at step %.1f on "
+                "average, %lld plateaus): error normal %.1f%%, transfer %.1f%% (%lld pairs; ignoring the gain %.1f%%)\n",
+                rep->iteration.online ? "online" : "fixed prefix", static_cast<long long>(o.IterPrefixSteps()),
+                rep->iteration.observed_steps_mean, static_cast<long long>(rep->iteration.plateaus),
+                rep->iteration.normal_pct, rep->iteration.transfer_pct,
+                static_cast<long long>(rep->iteration.transfer_pairs), rep->iteration.transfer_nogain_pct);
+    if (rep->iteration.online) {
+      std::printf("  fixed prefix %lld steps: error normal %.1f%%, transfer %.1f%%\n",
+                  static_cast<long long>(rep->iteration_first_window.prefix_steps),
+                  rep->iteration_first_window.normal_pct, rep->iteration_first_window.transfer_pct);
+    }
+    for (const auto& e : rep->iteration_sweep) {
+      std::printf("  prefix %lld steps: error normal %.1f%%, transfer %.1f%%\n", static_cast<long long>(e.prefix_steps),
+                  e.normal_pct, e.transfer_pct);
+    }
+    std::printf("negative pairs %lld: caught %lld (estimator %lld, stop-loss %lld); positive pairs decoupled %lld\n",
+                static_cast<long long>(rep->negative_pairs), static_cast<long long>(rep->negative_caught),
+                static_cast<long long>(rep->negative_caught_by_estimator),
+                static_cast<long long>(rep->negative_caught_by_stop_loss),
+                static_cast<long long>(rep->positive_decoupled));
+    std::printf("paper (Table 2): accuracy 97.2-98.6%%, gain MAPE 15.5-18.1%%, iteration error 5.7-11.3%% normal, "
+                "11.1-15.4%% transfer; %lld training steps in %.1f s\n",
+                static_cast<long long>(rep->train_steps), rep->seconds);
+  }
+  return 0;
+}
+
+int YmirLut(const std::vector<std::string>& args) {
+  slicesched::executor::LutProfileOptions o;
+  std::string out, backbone, devices = "1,2", grad_accum = "1,2", batches = "4,8,16", frozen = "0,2", amp = "0,1",
+                                  ckpt = "0,1", parallelism = "data,pipeline";
+  bool json = false;
+  if (int rc = Flags("ymir-lut")
+                   .Text("--out", &out).Required()
+                   .Text("--backbone", &backbone)
+                   .Text("--devices", &devices)
+                   .Text("--grad-accum", &grad_accum)
+                   .Text("--batches", &batches)
+                   .Text("--frozen", &frozen)
+                   .Text("--amp", &amp)
+                   .Text("--ckpt", &ckpt)
+                   .Text("--parallelism", &parallelism)
+                   .Int("--iterations", &o.iterations)
+                   .Switch("--json", &json)
+                   .Parse(args)) {
+    return rc;
+  }
+  auto list = [](const std::string& text, const char* flag, std::vector<int64_t>* v) -> absl::Status {
+    v->clear();
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      int64_t x = 0;
+      if (!absl::SimpleAtoi(part, &x)) {
+        return absl::InvalidArgumentError(std::string(flag) + ": '" + text + "' is not a comma-separated integer list");
+      }
+      v->push_back(x);
+    }
+    return absl::OkStatus();
+  };
+  for (auto [text, flag, v] : {std::tuple{&devices, "--devices", &o.devices},
+                               std::tuple{&grad_accum, "--grad-accum", &o.grad_accum},
+                               std::tuple{&batches, "--batches", &o.local_batch},
+                               std::tuple{&frozen, "--frozen", &o.frozen_layers},
+                               std::tuple{&amp, "--amp", &o.amp},
+                               std::tuple{&ckpt, "--ckpt", &o.grad_checkpoint}}) {
+    if (auto st = list(*text, flag, v); !st.ok()) return UsageError("ymir-lut", std::string(st.message()));
+  }
+  o.parallelism.clear();
+  for (absl::string_view part : absl::StrSplit(parallelism, ',')) {
+    if (part == "data") {
+      o.parallelism.push_back(slicesched::ymir::Parallelism::kData);
+    } else if (part == "pipeline") {
+      o.parallelism.push_back(slicesched::ymir::Parallelism::kPipeline);
+    } else {
+      return UsageError("ymir-lut", "--parallelism: values must be data or pipeline, got '" + parallelism + "'");
+    }
+  }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-lut", v);
+  auto dims = slicesched::LlamaPreset("tiny");
+  if (!dims.ok()) return Failed("ymir-lut", dims.status());
+  // Iteration times do not depend on the weights' values: without
+  // --backbone, the seeded tiny preset.
+  std::shared_ptr<const slicesched::executor::LlamaWeights> w;
+  if (backbone.empty()) {
+    auto r = slicesched::executor::LlamaWeights::FromSeed(*dims, 1);
+    if (!r.ok()) return Failed("ymir-lut", r.status());
+    w = *r;
+  } else {
+    auto r = slicesched::executor::LlamaWeights::FromSafetensors(*dims, backbone);
+    if (!r.ok()) return Failed("ymir-lut", r.status());
+    w = *r;
+  }
+  const slicesched::SteadyClock clock;
+  const slicesched::Timestamp t0 = clock.Now();
+  auto lut = slicesched::executor::ProfileTimeLut(*w, o, clock);
+  if (!lut.ok()) return Failed("ymir-lut", lut.status());
+  const double seconds = (clock.Now() - t0).ToSecondsF();
+  if (auto st = lut->Save(out); !st.ok()) return Failed("ymir-lut", st);
+  // Example lookups: keys the grid did not measure are interpolated (and
+  // marked); categorical keys that were not profiled (pipeline parallelism,
+  // or an AMP / checkpointing value left out of the grid) are not found.
+  using slicesched::ymir::LutKey;
+  std::vector<LutKey> probes = {
+      LutKey{.devices = o.devices.front(), .grad_accum = o.grad_accum.front(), .local_batch = o.local_batch.front()},
+      LutKey{.devices = o.devices.front(), .grad_accum = o.grad_accum.front(), .local_batch = 12},
+      LutKey{.devices = o.devices.back(), .grad_accum = 3, .local_batch = 6, .frozen_layers = 1},
+      LutKey{.devices = 4, .grad_accum = 1, .local_batch = 8},
+      LutKey{.devices = 1, .grad_accum = 1, .local_batch = 8, .amp = true},
+      LutKey{.devices = 1, .grad_accum = 1, .local_batch = 12, .grad_checkpoint = true},
+      LutKey{.devices = 2, .grad_accum = 1, .local_batch = 8, .parallelism = slicesched::ymir::Parallelism::kPipeline}};
+  std::string lookups;
+  for (const LutKey& k : probes) {
+    auto r = lut->Lookup(k);
+    std::string line = json ? "    {\"key\": \"" + k.ToString() + "\", " : "  " + k.ToString() + ": ";
+    if (r.ok()) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, json ? "\"seconds\": %.6f, \"interpolated\": %s, \"sources\": %zu}"
+                                          : "%.6f s%s (%zu source key(s))",
+                    r->seconds, json ? (r->interpolated ? "true" : "false") : (r->interpolated ? " interpolated" : ""),
+                    r->source.size());
+      line += buf;
+    } else {
+      line += json ? "\"error\": " + slicesched::JsonQuote(slicesched::ToStd(r.status().message())) + "}"
+                   : "not found (" + std::string(r.status().message()) + ")";
+    }
+    lookups += (lookups.empty() ? "" : json ? ",\n" : "\n") + line;
+  }
+  if (json) {
+    std::printf("{\"out\": \"%s\", \"keys\": %zu, \"profile_seconds\": %.1f,\n  \"lookups\": [\n%s\n  ]}\n",
+                out.c_str(), lut->entries().size(), seconds, lookups.c_str());
+  } else {
+    std::printf("wrote %s: %zu keys profiled in %.1f s\n%s\n%s", out.c_str(), lut->entries().size(), seconds,
+                lookups.c_str(), lut->ToCsv().c_str());
+  }
+  return 0;
+}
+
+[[maybe_unused]] const bool kRegistered = RegisterCommands({
+    {"make-backbone", &MakeBackbone},
+    {"ymir-estimators", &YmirEstimators},
+    {"ymir-lut", &YmirLut},
+});
+
+}  // namespace
+}  // namespace slicesim
