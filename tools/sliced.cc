@@ -38,7 +38,7 @@
 #include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
 #include "slicesched/common/status.h"
-#include "slicesched/server/job_runner.h"
+#include "slicesched/server/extensions.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/metrics.h"
 #include "slicesched/server/services.h"
@@ -164,15 +164,16 @@ int Run(int argc, char** argv) {
   spdlog::info("fine-tuning jobs: {} queued or paused, {} terminal", counts.submitted + counts.queued + counts.paused,
                counts.completed + counts.failed + counts.cancelled);
   // The job runner executes the planner's decisions on the real executors
-  // (server/job_runner.h); without them jobs are accepted and stay queued.
-  std::unique_ptr<JobRunner> runner;
+  // (server/job_runner.h, registered by a LibTorch build through
+  // server/extensions.h); without them jobs are accepted and stay queued.
+  std::unique_ptr<TrainingRunner> runner;
   if (!job_runner) {
     spdlog::info("fine-tuning jobs are accepted but not run (--no-job-runner)");
   } else {
     JobRunnerOptions ro;
     ro.planner = config->planner;
     ro.state_dir = config->state_dir;
-    auto created = JobRunner::Create(master->get(), job_manager->get(), ro);
+    auto created = CreateTrainingRunner(master->get(), job_manager->get(), ro);
     if (created.ok() && (*master)->backend_name() != "virtual") {
       runner = *std::move(created);
       runner->Start();

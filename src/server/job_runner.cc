@@ -1,5 +1,7 @@
 // Torch-free TU: the runner drives the training operators through their
-// LibTorch-free API (executor/train/train_ops.h, llama_kernels.h).
+// LibTorch-free API (executor/train/train_ops.h, llama_kernels.h). It is in
+// the LibTorch library sliced_torch, which registers it with the daemon
+// (server/extensions.h).
 #include "slicesched/server/job_runner.h"
 
 #include <algorithm>
@@ -25,12 +27,10 @@
 #include "slicesched/ymir/time_lut.h"
 #include "spdlog/spdlog.h"
 
-#if SLICESCHED_SERVING_WITH_TORCH
 #include "job_runner_spatial.h"
 #include "slicesched/executor/kernels/llama_kernels.h"
 #include "slicesched/executor/llama/llama_ops.h"
 #include "slicesched/executor/train/train_ops.h"
-#endif
 
 namespace slicesched {
 
@@ -57,7 +57,6 @@ struct JobRunner::PairWatch {
   int64_t start_step[2] = {0, 0};
 };
 
-#if SLICESCHED_SERVING_WITH_TORCH
 
 namespace {
 
@@ -1838,29 +1837,17 @@ double JobRunner::StopLossReference(const Runtime& rt, double start, int64_t ste
   return jobs::HigherIsBetter(rt.spec.stop.metric) ? -*r : *r;
 }
 
-#else  // !SLICESCHED_SERVING_WITH_TORCH
+namespace {
 
-struct JobRunner::Runtime {};
-
-JobRunner::JobRunner(Master* master, jobs::JobManager* jobs, JobRunnerOptions options)
-    : master_(master), jobs_(jobs), options_(std::move(options)) {
-  clock_ = &own_clock_;
+absl::StatusOr<std::unique_ptr<TrainingRunner>> CreateJobRunner(Master* master, jobs::JobManager* jobs,
+                                                                JobRunnerOptions options) {
+  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<JobRunner> runner, JobRunner::Create(master, jobs, std::move(options)));
+  return std::unique_ptr<TrainingRunner>(std::move(runner));
 }
 
-absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(Master*, jobs::JobManager*, JobRunnerOptions) {
-  return absl::FailedPreconditionError(
-      "fine-tuning jobs need the LibTorch executors; this sliced was built without LibTorch (jobs stay queued)");
-}
-absl::Status JobRunner::Tick() { return absl::FailedPreconditionError("built without LibTorch"); }
-void JobRunner::WaitForProgress(absl::Duration) {}
-void JobRunner::Start() {}
-void JobRunner::Stop(absl::Duration) {}
-std::pair<int64_t, int64_t> JobRunner::TrainingPosition(uint64_t) const { return {-1, -1}; }
-bool JobRunner::CopyTaskState(uint64_t, executor::TaskState*) const { return false; }
-bool JobRunner::MicroBatchOf(uint64_t, int64_t, executor::TrainBatch*) { return false; }
-int64_t JobRunner::OneStreamSamples(uint64_t) const { return -1; }
+[[maybe_unused]] const bool kRegistered = RegisterTrainingRunner(&CreateJobRunner);
 
-#endif  // SLICESCHED_SERVING_WITH_TORCH
+}  // namespace
 
 JobRunner::~JobRunner() { Stop(); }
 

@@ -1,4 +1,3 @@
-#if SLICESCHED_SERVING_WITH_TORCH  // the header needs executor/ (see there)
 
 #include "job_runner_spatial.h"
 
@@ -79,4 +78,3 @@ std::optional<double> NormalReference(std::span<const std::pair<int64_t, double>
 
 }  // namespace slicesched::spatial
 
-#endif  // SLICESCHED_SERVING_WITH_TORCH

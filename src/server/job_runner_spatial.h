@@ -1,7 +1,7 @@
 // Internal to the job runner (job_runner.h): the data plumbing of spatial
 // joint training and of the stop-loss reference of a spatial pairing, apart
-// from the runner's control flow. Torch-free (executor/train/train_ops.h only);
-// compiled with LibTorch only (SLICESCHED_SERVING_WITH_TORCH).
+// from the runner's control flow. Torch-free TU (executor/train/train_ops.h
+// only), in the LibTorch library sliced_torch with the runner.
 #pragma once
 
 #include <cstdint>

@@ -24,12 +24,10 @@
 #include "slicesched/gmg/llama.h"
 #include "slicesched/sched/learner.h"
 #include "slicesched/sched/slice_scheduler.h"
+#include "slicesched/server/extensions.h"
 #include "slicesched/sim/simulator.h"
 #include "spdlog/spdlog.h"
 
-#if SLICESCHED_SERVING_WITH_TORCH
-#include "slicesched/executor/kernels/llama_serving.h"
-#endif
 
 namespace slicesched {
 
@@ -242,19 +240,14 @@ struct Master::Impl {
   // The backend the loop drives: &cluster, or the LibTorch executors.
   ExecutionBackend* backend = &cluster;
   bool has_tokens = false;  // the backend runs real operators (Generate works)
-#if SLICESCHED_SERVING_WITH_TORCH
-  std::unique_ptr<executor::LlamaServingBackend> real;
-#endif
+  // The real backend (server/extensions.h), when the devices have one.
+  std::unique_ptr<RealBackend> real;
   // The loop's sleep, told to the LibTorch executors (no-ops otherwise).
   void OwnerSleeps() {
-#if SLICESCHED_SERVING_WITH_TORCH
     if (real != nullptr) real->executors().OwnerSleeps();
-#endif
   }
   void OwnerAwake() {
-#if SLICESCHED_SERVING_WITH_TORCH
     if (real != nullptr) real->executors().OwnerAwake();
-#endif
   }
   absl::flat_hash_map<uint64_t, Generation> generations;  // by request id
   absl::flat_hash_map<uint64_t, uint64_t> step_owner;     // instance -> request id
@@ -262,41 +255,18 @@ struct Master::Impl {
 
   // ---- the real backend's request table (no-ops on the virtual cluster) ----
   absl::Status AddModel(const LlamaDims& dims, const WeightsConfig& w) {
-#if SLICESCHED_SERVING_WITH_TORCH
-    if (real != nullptr) {
-      executor::LlamaWeightsSource src;
-      if (w.kind == WeightsConfig::Kind::kSafetensors) src.safetensors_path = w.safetensors_path;
-      src.seed = w.seed;
-      return real->AddModel(dims, src);
-    }
-#endif
-    (void)dims;
-    (void)w;
-    return absl::OkStatus();
+    return real != nullptr ? real->AddModel(dims, w) : absl::OkStatus();
   }
   absl::Status SetRequest(const std::string& deployment, InstanceId inst, const std::vector<int64_t>& tokens,
                           int64_t batch, double temperature, double top_p, uint64_t seed, int64_t top_k = 0) {
-#if SLICESCHED_SERVING_WITH_TORCH
-    if (real != nullptr) {
-      const executor::SamplingParams sp{.temperature = temperature, .top_p = top_p, .seed = seed, .top_k = top_k};
-      return real->SetRequest(deployment, inst, tokens, batch, sp);
-    }
-#endif
-    (void)deployment, (void)inst, (void)tokens, (void)batch, (void)temperature, (void)top_p, (void)seed, (void)top_k;
-    return absl::OkStatus();
+    return real != nullptr ? real->SetRequest(deployment, inst, tokens, batch, temperature, top_p, seed, top_k)
+                           : absl::OkStatus();
   }
   void EraseRequest(InstanceId inst) {
-#if SLICESCHED_SERVING_WITH_TORCH
     if (real != nullptr) real->EraseRequest(inst);
-#endif
-    (void)inst;
   }
   std::optional<std::vector<int64_t>> TakeTokens(InstanceId inst) {
-#if SLICESCHED_SERVING_WITH_TORCH
-    if (real != nullptr) return real->TakeTokens(inst);
-#endif
-    (void)inst;
-    return std::nullopt;
+    return real != nullptr ? real->TakeTokens(inst) : std::nullopt;
   }
 
   void ReleaseKv(Generation& g) {
@@ -385,24 +355,24 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   im.busy_offline_ns.assign(im.gmg.accelerators().size(), 0);
   im.ops_done.assign(im.gmg.accelerators().size(), 0);
   if (!cpu_devices.empty()) {
-#if SLICESCHED_SERVING_WITH_TORCH
-    ExecutorOptions eo;
-    if (m->config_.scheduler.owner_nap.has_value()) {
-      eo.owner_nap = absl::Nanoseconds(m->config_.scheduler.owner_nap->nanos());
+    if (const RealBackendRegistration* registered = RegisteredRealBackend(); registered != nullptr) {
+      ExecutorOptions eo;
+      if (m->config_.scheduler.owner_nap.has_value()) {
+        eo.owner_nap = absl::Nanoseconds(m->config_.scheduler.owner_nap->nanos());
+      }
+      SLICESCHED_ASSIGN_OR_RETURN(im.real, registered->create(&im.gmg, &m->clock_, eo));
+      im.real->executors().SetEventNotifier([mp = m.get()] { mp->NotifyBackendEvent(); });
+      im.backend = &im.real->executors();
+      im.env.backend = im.backend;
+      im.has_tokens = true;
+      m->backend_name_ = "cpu (LibTorch)";
+    } else {
+      spdlog::warn(
+          "devices {} are configured with backend 'cpu', but this sliced was built without LibTorch: they run on "
+          "the VIRTUAL cluster (simulated operator times, no real computation, no Generate); Status/Devices "
+          "report 'virtual (configured: cpu)'",
+          absl::StrJoin(cpu_devices, ", "));
     }
-    SLICESCHED_ASSIGN_OR_RETURN(im.real, executor::LlamaServingBackend::Create(&im.gmg, &m->clock_, eo));
-    im.real->executors().SetEventNotifier([mp = m.get()] { mp->NotifyBackendEvent(); });
-    im.backend = &im.real->executors();
-    im.env.backend = im.backend;
-    im.has_tokens = true;
-    m->backend_name_ = "cpu (LibTorch)";
-#else
-    spdlog::warn(
-        "devices {} are configured with backend 'cpu', but this sliced was built without LibTorch: they run on "
-        "the VIRTUAL cluster (simulated operator times, no real computation, no Generate); Status/Devices "
-        "report 'virtual (configured: cpu)'",
-        absl::StrJoin(cpu_devices, ", "));
-#endif
   }
   im.obs = std::make_unique<MasterObserved>(std::max<size_t>(1, m->options_.timeline_capacity));
 
@@ -1143,14 +1113,11 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
     return absl::InvalidArgumentError(StrCat("micro_index: ", args.micro_index,
                                              " on a joint step; concurrent micro-batches are single-job only"));
   }
-#if SLICESCHED_SERVING_WITH_TORCH
-  // (TrainBatch is complete only with LibTorch; without it the step is
-  // refused below: no backend runs training operators.)
-  if (!args.partners.empty() && args.batch->row_task.size() != static_cast<size_t>(args.rows)) {
-    return absl::InvalidArgumentError(StrCat("batch.row_task: a joint step needs one task index per row (",
-                                             args.batch->row_task.size(), " for ", args.rows, " rows)"));
+  // (The batch is complete only to the real backend; without one the step
+  // is refused below: no backend runs training operators.)
+  if (const RealBackendRegistration* registered = RegisteredRealBackend(); registered != nullptr) {
+    SLICESCHED_RETURN_IF_ERROR(registered->check_train_step(args));
   }
-#endif
   absl::StatusOr<std::shared_ptr<InstanceRecord>> result = absl::InternalError("not run");
   SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
     Impl& im = *impl_;
@@ -1159,13 +1126,10 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
       if (dep == im.deployments.end()) {
         return absl::NotFoundError(StrCat("deployment: no deployment '", args.deployment, "'"));
       }
-#if SLICESCHED_SERVING_WITH_TORCH
       if (im.real == nullptr) {
-#endif
         return absl::FailedPreconditionError(StrCat(
             "deployment: the daemon's backend (", backend_name_,
             ") runs no real operators; fine-tuning needs devices with backend 'cpu' in a build with LibTorch"));
-#if SLICESCHED_SERVING_WITH_TORCH
       }
       const size_t n = im.gmg.accelerators().size();
       std::vector<DeviceId> allowed;
@@ -1184,12 +1148,7 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
       spec.allowed_devices = std::move(allowed);
       auto id = im.gmg.Instantiate(spec);
       if (!id.ok()) return Annotate(id.status(), "train step");
-      if (absl::Status r = im.real->SetTrainRequest(args.deployment, *id,
-                                                    executor::LlamaTrainRequest{.job = args.job,
-                                                                                .batch = *args.batch,
-                                                                                .micro_index = args.micro_index,
-                                                                                .partners = args.partners});
-          !r.ok()) {
+      if (absl::Status r = im.real->SetTrainRequest(args, *id); !r.ok()) {
         (void)im.gmg.CancelInstance(*id, "its training request could not be registered", now);
         return r;
       }
@@ -1201,7 +1160,6 @@ absl::StatusOr<std::shared_ptr<InstanceRecord>> Master::SubmitTrainStep(TrainSte
       std::shared_ptr<InstanceRecord> record = t.record;
       im.live.emplace(id->value(), std::move(t));
       return record;
-#endif
     }();
   }));
   return result;
@@ -1215,14 +1173,12 @@ absl::StatusOr<std::shared_ptr<const executor::LlamaWeights>> Master::BackboneWe
       result = absl::NotFoundError(StrCat("deployment: no deployment '", deployment, "'"));
       return;
     }
-#if SLICESCHED_SERVING_WITH_TORCH
     if (im.real != nullptr) {
       std::shared_ptr<const executor::LlamaWeights> w = im.real->Weights(deployment);
       result = w != nullptr ? absl::StatusOr<std::shared_ptr<const executor::LlamaWeights>>(std::move(w))
                             : absl::NotFoundError(StrCat("deployment: '", deployment, "' has no loaded weights"));
       return;
     }
-#endif
     result = absl::FailedPreconditionError(StrCat("deployment: the daemon's backend (", backend_name_,
                                                   ") holds no real weights"));
   }));

@@ -289,6 +289,7 @@
 #include "slicesched/common/clock.h"
 #include "slicesched/jobs/job_manager.h"
 #include "slicesched/server/config.h"
+#include "slicesched/server/extensions.h"
 #include "slicesched/server/master.h"
 
 namespace slicesched {
@@ -301,26 +302,6 @@ struct TaskState;   // executor/train/train_ops.h
 struct TrainBatch;  // executor/train/train_ops.h
 }  // namespace executor
 
-struct JobRunnerOptions {
-  PlannerConfig planner;
-  std::string state_dir;  // checkpoints under STATE_DIR/jobs/<id>/
-  // The clock of planning rounds, checkpoint intervals and prefetch; not
-  // owned, must outlive the runner. Null: the runner's own SteadyClock.
-  const Clock* clock = nullptr;
-  // The seconds a timed span of job `job_id`'s training is taken to have
-  // lasted: a profiling micro-batch or a wave (`waves` = 1), or a whole
-  // iteration on one device count (`waves` = its waves), given `elapsed_s`,
-  // the real time from its submit to its end. The planner's iteration times
-  // come from these spans only (profiling, then the EMAs, the sync cost and
-  // the time LUT; see "JobView" above). Null: the elapsed time (the daemon).
-  // Tests give fixed durations, so that no planning decision depends on the
-  // machine's load. The context switch's parts (reported, never planned
-  // with) are always the elapsed times.
-  std::function<double(uint64_t job_id, int64_t waves, double elapsed_s)> span_seconds;
-  double default_iter_time_s = 0.05;
-  int64_t max_eval_examples = 128;
-};
-
 struct JobRunnerStats {
   uint64_t plans = 0;          // planning rounds solved
   uint64_t steps_done = 0;     // micro-batches finished per job (not counting profiling; a joint
@@ -330,12 +311,12 @@ struct JobRunnerStats {
   double last_solve_s = 0;
 };
 
-class JobRunner {
+class JobRunner final : public TrainingRunner {
  public:
   // Loads the gains table (planner.gains) when set; fails naming the file.
   static absl::StatusOr<std::unique_ptr<JobRunner>> Create(Master* master, jobs::JobManager* jobs,
                                                           JobRunnerOptions options);
-  ~JobRunner();
+  ~JobRunner() override;
   JobRunner(const JobRunner&) = delete;
   JobRunner& operator=(const JobRunner&) = delete;
 
@@ -349,10 +330,11 @@ class JobRunner {
   void RequestPlan() { plan_requested_ = true; }
 
   // Runs Tick on a thread until Stop.
-  void Start();
+  void Start() override;
   // Stops the thread (if any), waits up to `timeout` for in-flight
   // micro-batches and checkpoints every running job. Idempotent.
-  void Stop(absl::Duration timeout = absl::Seconds(10));
+  void Stop(absl::Duration timeout) override;
+  using TrainingRunner::Stop;
 
   JobRunnerStats stats() const { return stats_; }
   // Test hooks: the job's optimizer step count and accumulated micro-batches

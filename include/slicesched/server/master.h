@@ -18,8 +18,9 @@
 //   6. sleep until the next backend completion, a new command, or 50 ms.
 //
 // Backend, chosen at start from the devices' configured backends:
-//   - `cpu` devices (all of them): the LibTorch executors
-//     (executor/kernels/llama_serving.h): one thread per device runs the real
+//   - `cpu` devices (all of them): the LibTorch executors (the RealBackend
+//     that a LibTorch build registers, server/extensions.h, over
+//     executor/kernels/llama_serving.h): one thread per device runs the real
 //     operators of every deployment; Generate works. A cluster that mixes
 //     `cpu` with other backends is refused. In a build without LibTorch the
 //     cpu devices fall back to the virtual cluster (logged; Devices/Status
