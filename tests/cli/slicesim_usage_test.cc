@@ -142,8 +142,26 @@ TEST(SlicesimUsage, FailuresWhileRunningExitOne) {
   EXPECT_THAT(r.err, HasSubstr("cannot create /dev/null/sweep"));
 }
 
-#ifdef SLICESIM_HAS_TORCH_EXECUTORS
+// Whether this slicesim has its LibTorch command groups (a build without
+// LibTorch does not link them and says so, exit 1).
+bool SlicesimHasLibTorch() {
+  const Result r = RunSlicesim({"overhead", "--window", "0"});
+  return r.err.find("built without LibTorch") == std::string::npos;
+}
+
+TEST(SlicesimUsage, LibTorchCommandsSayWhenTheBuildHasNoLibTorch) {
+  if (SlicesimHasLibTorch()) GTEST_SKIP() << "this slicesim has LibTorch";
+  for (const char* command : {"overhead", "generate-direct", "fidelity", "make-backbone", "ymir-estimators",
+                              "ymir-lut"}) {
+    const Result r = RunSlicesim({command});
+    EXPECT_EQ(r.code, 1) << command << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(std::string("slicesim ") + command +
+                                 ": this slicesim was built without LibTorch (SLICESCHED_WITH_TORCH=OFF)"));
+  }
+}
+
 TEST(SlicesimUsage, LibTorchCommandsCheckTheirOptionsToo) {
+  if (!SlicesimHasLibTorch()) GTEST_SKIP() << "this slicesim was built without LibTorch";
   ExpectUsage({
       {{"overhead", "--model", "huge"}, "slicesim overhead: --model must be tiny, small or llama3-8b, got 'huge'"},
       {{"overhead", "--only", "both"}, "slicesim overhead: --only must be direct or scheduled, got 'both'"},
@@ -165,10 +183,9 @@ TEST(SlicesimUsage, LibTorchCommandsCheckTheirOptionsToo) {
        "slicesim generate-direct: --prompt: 'x' is not a token id"},
   });
 }
-#endif
 
-#ifdef SLICESIM_HAS_YMIR_T2V
 TEST(SlicesimUsage, YmirLibTorchCommandsCheckTheirOptionsToo) {
+  if (!SlicesimHasLibTorch()) GTEST_SKIP() << "this slicesim was built without LibTorch";
   ExpectUsage({
       {{"make-backbone", "--seed", "3"}, "slicesim make-backbone: --out is required"},
       {{"make-backbone", "--out", "b.safetensors", "--rounds", "0"},
@@ -195,6 +212,5 @@ TEST(SlicesimUsage, YmirLibTorchCommandsCheckTheirOptionsToo) {
        "slicesim ymir-lut: --devices: '1,two' is not a comma-separated integer list"},
   });
 }
-#endif
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "slicesched/common/strings.h"
 #include "slicesched/server/config.h"
+#include "slicesched/server/extensions.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/metrics.h"
 #include "slicesched/server/services.h"
@@ -664,13 +665,14 @@ TEST(DaemonConfig, CpuDevicesRunOnLibTorchOrSayTheyDoNot) {
   ASSERT_TRUE(m.ok()) << m.status();
   auto devices = (*m)->Devices();
   ASSERT_TRUE(devices.ok());
-#if SLICESCHED_TEST_WITH_TORCH
-  EXPECT_EQ((*devices)[0].backend_used, "cpu (LibTorch)");
-  EXPECT_EQ((*m)->backend_name(), "cpu (LibTorch)");
-#else
-  EXPECT_EQ((*devices)[0].backend_used, "virtual (configured: cpu)");
-  EXPECT_EQ((*m)->backend_name(), "virtual");
-#endif
+  // A LibTorch build registers the real backend (server/extensions.h).
+  if (RegisteredRealBackend() != nullptr) {
+    EXPECT_EQ((*devices)[0].backend_used, "cpu (LibTorch)");
+    EXPECT_EQ((*m)->backend_name(), "cpu (LibTorch)");
+  } else {
+    EXPECT_EQ((*devices)[0].backend_used, "virtual (configured: cpu)");
+    EXPECT_EQ((*m)->backend_name(), "virtual");
+  }
 }
 
 TEST(DaemonConfig, MixingCpuWithOtherBackendsIsRefused) {
