@@ -294,7 +294,9 @@
 
 namespace slicesched {
 namespace ymir {
-struct JobView;  // ymir/planner.h
+struct JobView;       // ymir/planner.h
+struct PairEstimate;  // ymir/planner.h
+struct PlanResult;    // ymir/planner.h
 }  // namespace ymir
 
 namespace executor {
@@ -369,6 +371,17 @@ class JobRunner final : public TrainingRunner {
 
   absl::Status Admit();
   absl::Status PlanRound(Timestamp now);
+  // PlanRound's phases (job_runner_plan.cc).
+  struct PlanInputs;      // the planner's job views and each job's task
+  struct PairCandidates;  // the transfer candidates, by ordered pair
+  PlanInputs JobViews(const std::vector<jobs::JobInfo>& listed, int devices);
+  PairCandidates PairCandidatesOf(const PlanInputs& in);
+  std::map<size_t, std::vector<uint32_t>> PlaceOnDevices(const ymir::PlanResult& plan, int devices) const;
+  void PreemptWaiting(const ymir::PlanResult& plan);
+  absl::Status ApplyAssignments(const ymir::PlanResult& plan, const std::map<size_t, std::vector<uint32_t>>& devs_of,
+                                const std::map<std::pair<uint64_t, uint64_t>, ymir::PairEstimate>& by_pair,
+                                Timestamp now);
+  void DropEndedPairWatches();
   void Prefetch(Timestamp now);
   absl::Status Drive(Timestamp now);
   absl::Status ApplyPlan(uint64_t id, const jobs::RunPlan& plan, Timestamp now);
