@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "slicesched/common/clock.h"
+#include "slicesched/common/json.h"
 #include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
@@ -33,11 +34,7 @@ namespace slicesched {
 namespace {
 
 std::string KindJson(const FidelityKindResult& k) {
-  auto list = [](const std::vector<double>& v) {
-    std::string out = "[";
-    for (size_t i = 0; i < v.size(); ++i) out += absl::StrFormat("%s%.3f", i ? ", " : "", v[i]);
-    return out + "]";
-  };
+  auto list = [](const std::vector<double>& v) { return JsonNumberList(v, 3); };
   return absl::StrFormat(
       "{\"iterations\": %d, \"predicted_ms\": %.4f, \"measured_ms\": %.4f, \"error_pct\": %.2f, "
       "\"mean_abs_error_pct\": %.2f, \"transfers_per_iteration\": %.2f, \"launch_gap_ms\": %.4f, "

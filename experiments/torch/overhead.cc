@@ -24,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "slicesched/common/clock.h"
+#include "slicesched/common/json.h"
 #include "slicesched/common/option_checks.h"
 #include "slicesched/common/stats.h"
 #include "slicesched/common/status.h"
@@ -42,11 +43,7 @@
 namespace slicesched {
 
 std::string OverheadResult::ToJson() const {
-  auto list = [](const std::vector<double>& v) {
-    std::string out = "[";
-    for (size_t i = 0; i < v.size(); ++i) out += absl::StrFormat("%s%.4f", i ? ", " : "", v[i]);
-    return out + "]";
-  };
+  auto list = [](const std::vector<double>& v) { return JsonNumberList(v, 4); };
   return absl::StrFormat(
       "{\"prefills\": %d, \"direct_s\": %.4f, \"scheduled_s\": %.4f, \"overhead_pct\": %.2f, "
       "\"repetitions\": %d, \"window\": %d, \"block\": %d, \"nap_us\": %d, \"tail_spin_us\": %d, \"wake_batch\": %d, \"direct_runs_s\": %s, \"scheduled_runs_s\": %s, "

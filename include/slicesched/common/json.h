@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace slicesched {
 
@@ -32,6 +33,18 @@ inline std::string JsonQuote(std::string_view s) {
   }
   out += '"';
   return out;
+}
+
+// `values` as a JSON array of numbers, each with `decimals` digits after the
+// point ("[1.250, 3.000]").
+inline std::string JsonNumberList(const std::vector<double>& values, int decimals) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%s%.*f", i ? ", " : "", decimals, values[i]);
+    out += buf;
+  }
+  return out + "]";
 }
 
 }  // namespace slicesched
