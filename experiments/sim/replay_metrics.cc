@@ -158,6 +158,14 @@ IdleOverlap ComputeIdleOverlap(const std::vector<std::vector<BusyInterval>>& bus
   return overlap;
 }
 
+std::vector<double> TimeBetweenTokensMs(const std::vector<std::vector<int64_t>>& token_ns) {
+  std::vector<double> gaps;
+  for (const std::vector<int64_t>& tokens : token_ns) {
+    for (size_t i = 1; i < tokens.size(); ++i) gaps.push_back(static_cast<double>(tokens[i] - tokens[i - 1]) / 1e6);
+  }
+  return gaps;
+}
+
 absl::Status WriteIdleSlicesCsv(const std::string& path, const std::vector<IdleSlice>& slices) {
   std::ofstream out(path);
   if (!out) return absl::InvalidArgumentError(StrCat("cannot write ", path));

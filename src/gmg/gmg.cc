@@ -52,7 +52,8 @@ GlobalMappingGraph::GlobalMappingGraph(AcceleratorSet accelerators)
       memory_(accel_.size()),
       running_compute_(accel_.size()),
       active_transfer_(accel_.size()),
-      outstanding_(accel_.size(), 0) {}
+      outstanding_(accel_.size(), 0),
+      outstanding_offline_(accel_.size(), 0) {}
 
 GlobalMappingGraph GlobalMappingGraph::Clone() const {
   GlobalMappingGraph c(accel_);
@@ -69,6 +70,7 @@ GlobalMappingGraph GlobalMappingGraph::Clone() const {
   c.memory_ = memory_;
   c.running_compute_ = running_compute_;
   c.outstanding_ = outstanding_;
+  c.outstanding_offline_ = outstanding_offline_;
   c.total_outstanding_ = total_outstanding_;
   c.active_transfer_ = active_transfer_;
   c.unscheduled_ = unscheduled_;
@@ -342,6 +344,12 @@ bool GlobalMappingGraph::IsReady(NodeId id) const {
 // ---------------------------------------------------------------------------
 // Issue
 
+void GlobalMappingGraph::CountOutstanding(const Instance& inst, DeviceId d, int32_t delta) {
+  outstanding_[d.value()] += delta;
+  total_outstanding_ += delta;
+  if (inst.spec.priority_class == PriorityClass::kOffline) outstanding_offline_[d.value()] += delta;
+}
+
 absl::Status GlobalMappingGraph::Issue(NodeId id, DeviceId device, Timestamp now) {
   if (IsTransferId(id)) {
     return absl::InvalidArgumentError(StrCat("node ", id, " is a transfer; use IssueTransfer"));
@@ -384,8 +392,7 @@ absl::Status GlobalMappingGraph::Issue(NodeId id, DeviceId device, Timestamp now
 
   RemoveFromUnscheduled(inst, *node);
   node->state = NodeState::kIssued;
-  ++outstanding_[device.value()];
-  ++total_outstanding_;
+  CountOutstanding(inst, device, +1);
   node->device = device;
   node->times.issue = now;
   if (inst.state == InstanceState::kPending) inst.state = InstanceState::kRunning;
@@ -581,8 +588,7 @@ absl::Status GlobalMappingGraph::FinishCompute(Instance& inst, OpNode& node, Tim
   node.state = NodeState::kDone;
   node.times.end = now;
   running_compute_[d.value()] = NodeId();
-  --outstanding_[d.value()];
-  --total_outstanding_;
+  CountOutstanding(inst, d, -1);
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     TensorState& t = node.outputs[o];
     if (t.update_of >= 0) {
@@ -685,10 +691,7 @@ void GlobalMappingGraph::FailInstance(Instance& inst, absl::string_view reason, 
     scheduled_frontier_.erase(n.id);
     if (IsTerminal(n.state)) continue;
     ReleaseNodeHoldings(inst, n);
-    if (IsScheduled(n.state)) {
-      --outstanding_[n.device.value()];
-      --total_outstanding_;
-    }
+    if (IsScheduled(n.state)) CountOutstanding(inst, n.device, -1);
     n.state = terminal_for_others;
     n.times.end = now;
     if (n.failure.empty()) n.failure = std::string(reason);
@@ -740,10 +743,7 @@ absl::Status GlobalMappingGraph::Fail(NodeId id, absl::string_view reason, Times
                                                       "; only issued or running nodes can fail"));
   }
   ReleaseNodeHoldings(inst, *node);
-  if (node->kind != OpKind::kTransfer) {
-    --outstanding_[node->device.value()];
-    --total_outstanding_;
-  }
+  if (node->kind != OpKind::kTransfer) CountOutstanding(inst, node->device, -1);
   node->state = NodeState::kFailed;
   node->times.end = now;
   node->failure = std::string(reason);
@@ -908,6 +908,7 @@ absl::Status GlobalMappingGraph::VerifyInvariants() const {
   absl::btree_set<NodeId> sched;
   std::vector<NodeId> running(accel_.size()), transferring(accel_.size());
   std::vector<int32_t> outstanding(accel_.size(), 0);
+  std::vector<int32_t> outstanding_offline(accel_.size(), 0);
   size_t nodes = 0;
   for (size_t d = 0; d < accel_.size(); ++d) {
     for (const auto& [key, bytes] : weights_[d]) mem[d].weights += bytes;
@@ -926,7 +927,10 @@ absl::Status GlobalMappingGraph::VerifyInvariants() const {
       for (int p : op.preds) up += inst->nodes[p].state == NodeState::kUnscheduled;
       for (int s : op.succs) us += inst->nodes[s].state == NodeState::kUnscheduled;
       if (!IsTerminal(n.state)) ++unfinished;
-      if (n.state == NodeState::kIssued || n.state == NodeState::kRunning) ++outstanding[n.device.value()];
+      if (n.state == NodeState::kIssued || n.state == NodeState::kRunning) {
+        ++outstanding[n.device.value()];
+        if (inst->spec.priority_class == PriorityClass::kOffline) ++outstanding_offline[n.device.value()];
+      }
       if (n.state == NodeState::kUnscheduled && up != n.unscheduled_preds) {
         return absl::InternalError(StrCat("node ", n.id, ": unscheduled_preds ",
                                                 n.unscheduled_preds, " != ", up));
@@ -1006,6 +1010,10 @@ absl::Status GlobalMappingGraph::VerifyInvariants() const {
     if (outstanding[d] != outstanding_[d]) {
       return absl::InternalError(absl::StrCat("device ", d, " outstanding count ", outstanding_[d], " != ",
                                               outstanding[d]));
+    }
+    if (outstanding_offline[d] != outstanding_offline_[d]) {
+      return absl::InternalError(absl::StrCat("device ", d, " offline outstanding count ",
+                                              outstanding_offline_[d], " != ", outstanding_offline[d]));
     }
     if (running[d] != running_compute_[d]) {
       return absl::InternalError(StrCat("device ", d, " running node mismatch"));

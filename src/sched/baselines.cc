@@ -139,4 +139,97 @@ absl::StatusOr<ScheduleStats> PinnedPolicy::Schedule(SchedulerEnv& env, Timestam
   return stats;
 }
 
+int PriorityColocate::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
+  int live = 0;
+  for (const auto& [id, inst] : env.gmg->instances()) live += inst->spec.tenant.value() >= kOfflineTenantBase;
+  const int pairs = static_cast<int>(env.gmg->accelerators().size() / 2);
+  return std::max(0, per_pair_ * pairs - live);
+}
+
+bool PriorityColocate::PairFree(const GlobalMappingGraph& g, int pair) const {
+  int offline = 0;
+  for (int s = 0; s < 2; ++s) {
+    const DeviceId d(static_cast<uint16_t>(2 * pair + s));
+    if (g.outstanding_compute(d, PriorityClass::kOnline) > 0) return false;
+    offline += g.outstanding_compute(d, PriorityClass::kOffline);
+  }
+  return offline == 0;
+}
+
+absl::StatusOr<ScheduleStats> PriorityColocate::Schedule(SchedulerEnv& env, Timestamp now) {
+  ScheduleStats stats;
+  GlobalMappingGraph& g = *env.gmg;
+  const int pairs = static_cast<int>(g.accelerators().size() / 2);
+  for (auto it = pair_of_.begin(); it != pair_of_.end();) {
+    if (g.FindInstance(InstanceId(it->first)) == nullptr) {
+      pair_of_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  std::vector<InstanceId> waiting;
+  for (const FrontierKey& k : g.unscheduled_frontier()) {
+    const InstanceId id = InstanceOfComputeId(k.node);
+    if (std::find(waiting.begin(), waiting.end(), id) == waiting.end()) waiting.push_back(id);
+  }
+  for (InstanceId id : waiting) {
+    const Instance* inst = g.FindInstance(id);
+    if (inst == nullptr) continue;
+    const uint32_t tenant = inst->spec.tenant.value();
+    const int32_t prio = TransferPriority(static_cast<uint8_t>(inst->spec.priority_class), inst->spec.priority);
+    if (tenant < kOfflineTenantBase) {  // online: as Static-Online
+      absl::StatusOr<std::vector<NodeId>> issued = std::vector<NodeId>{};
+      if (!IsPrefill(*inst)) {
+        issued = PlaceByKv(g, *inst, now);
+      } else {
+        const CandidatePartition* pp2 = FindPartition(*inst->tpl, "pp2");
+        if (pp2 == nullptr) return absl::FailedPreconditionError(StrCat(inst->tpl->name(), " has no pp2 partition"));
+        issued = IssueByPartition(g, id, *pp2, Range(2 * static_cast<int>(tenant % pairs), 2), prio, now);
+      }
+      SLICESCHED_RETURN_IF_ERROR(issued.status());
+      for (NodeId n : *issued) env.backend->NodeIssued(n);
+      ++stats.rounds;
+      stats.issued_nodes += static_cast<int>(issued->size());
+      continue;
+    }
+    // Offline: the pair its KV caches live on, or (a new prefill) the pair
+    // with the fewest offline requests.
+    const CandidatePartition* part = nullptr;
+    std::vector<DeviceId> slots;
+    for (const CandidatePartition& p : inst->tpl->partitions()) {
+      auto forced = ForcedSlots(g, *inst, p);
+      if (!forced.has_value() || p.name != "pp2") continue;
+      part = &p;
+      slots = *forced;
+    }
+    if (part == nullptr) return absl::FailedPreconditionError(StrCat(inst->tpl->name(), " has no pp2 partition"));
+    int pair = -1;
+    if (slots[0].valid()) {
+      pair = slots[0].value() / 2;
+    } else if (auto it = pair_of_.find(id.value()); it != pair_of_.end()) {
+      pair = it->second;
+    } else {
+      std::vector<int> load(pairs, 0);
+      for (const auto& [other, p] : pair_of_) ++load[p];
+      pair = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    }
+    pair_of_[id.value()] = pair;
+    if (!PairFree(g, pair)) continue;
+    // The instance's first unscheduled operator whose inputs are all issued.
+    for (int op : inst->tpl->topo_order()) {
+      if (inst->nodes[op].state != NodeState::kUnscheduled) continue;
+      bool ready = true;
+      for (int p : inst->tpl->op(op).preds) ready &= inst->nodes[p].state != NodeState::kUnscheduled;
+      if (!ready) continue;
+      const NodePlacement placement{inst->nodes[op].id, DeviceId(static_cast<uint16_t>(2 * pair + part->slot_of_op[op]))};
+      SLICESCHED_ASSIGN_OR_RETURN(std::vector<NodeId> issued, IssuePlacements(g, {&placement, 1}, prio, now));
+      for (NodeId n : issued) env.backend->NodeIssued(n);
+      ++stats.rounds;
+      ++stats.issued_nodes;
+      break;
+    }
+  }
+  return stats;
+}
+
 }  // namespace slicesched

@@ -87,7 +87,7 @@ std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const Schedule
         const OpSpec& spec = tpl.op(op);
         if (!spec.weight_key.empty() && !g.HasWeights(d, spec.weight_key)) ok = false;
         if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), d) == allowed.end()) ok = false;
-        if (offline_gap_rule && g.outstanding_compute(d) > o_.offline_queue_limit) ok = false;
+        if (offline_gap_rule && g.outstanding_compute(d, PriorityClass::kOnline) >= o_.offline_queue_limit) ok = false;
         c.placements.push_back({inst.nodes[op].id, d});
         key.push_back(d.value());
       }
@@ -97,46 +97,64 @@ std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const Schedule
   return out;
 }
 
+bool SliceScheduler::InputsUnderway(const Instance& inst, int op) {
+  for (int p : inst.tpl->op(op).preds) {
+    const NodeState s = inst.nodes[p].state;
+    if (s != NodeState::kRunning && s != NodeState::kDone) return false;
+  }
+  return true;
+}
+
 int SliceScheduler::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
   int live = 0;
   for (const auto& [id, inst] : env.gmg->instances()) {
     live += inst->spec.priority_class == PriorityClass::kOffline && inst->spec.tenant.value() >= kOfflineTenantBase;
   }
-  return std::max(0, o_.offline_window - live);
+  const int window = o_.offline_window > 0
+                         ? o_.offline_window
+                         : kOfflineWindowPerDevice * static_cast<int>(env.gmg->accelerators().size());
+  return std::max(0, window - live);
 }
 
 absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timestamp now) {
   ScheduleStats stats;
   GlobalMappingGraph& g = *env.gmg;
   absl::flat_hash_set<uint64_t> blocked;  // instances with no candidate this call
+  // Where the search for the next seed resumes. Every frontier key before a
+  // cursor belongs to a blocked instance (issuing removes keys, and the
+  // successors it adds sort after the issued key: same class, priority and
+  // arrival, a later node), so a call walks the frontier once rather than
+  // once per round.
+  const auto& frontier = g.unscheduled_frontier();
+  FrontierKey cursor = frontier.empty() ? FrontierKey{} : *frontier.begin();
+  FrontierKey offline_cursor{PriorityClass::kOffline, std::numeric_limits<int32_t>::min(), Timestamp::Never(),
+                             NodeId(0)};
+  auto first_unblocked = [&](FrontierKey* from) -> const FrontierKey* {
+    for (auto it = frontier.lower_bound(*from); it != frontier.end(); ++it) {
+      if (blocked.contains(InstanceOfComputeId(it->node).value())) continue;
+      *from = *it;
+      return &*it;
+    }
+    return nullptr;
+  };
   for (int round = 0; round < o_.max_rounds_per_call; ++round) {
     if (g.total_outstanding_compute() >= bound_) break;
     // Seed: an aged offline operator, else the frontier's first.
-    const FrontierKey* seed = nullptr;
     bool aged = false;
-    const auto& frontier = g.unscheduled_frontier();
-    for (auto it = frontier.lower_bound(FrontierKey{PriorityClass::kOffline, std::numeric_limits<int32_t>::min(),
-                                                    Timestamp::Never(), NodeId(0)});
-         it != frontier.end(); ++it) {
-      if (blocked.contains(InstanceOfComputeId(it->node).value())) continue;
-      if (now - it->arrival >= o_.offline_aging) {
-        seed = &*it;
-        aged = true;
-      }
-      break;
-    }
-    if (seed == nullptr) {
-      for (const FrontierKey& k : frontier) {
-        if (!blocked.contains(InstanceOfComputeId(k.node).value())) {
-          seed = &k;
-          break;
-        }
-      }
+    const FrontierKey* seed = first_unblocked(&offline_cursor);
+    if (seed != nullptr && seed->cls == PriorityClass::kOffline && now - seed->arrival >= o_.offline_aging) {
+      aged = true;
+    } else {
+      seed = first_unblocked(&cursor);
     }
     if (seed == nullptr) break;
     const InstanceId inst_id = InstanceOfComputeId(seed->node);
     const Instance& inst = *g.FindInstance(inst_id);
     const bool offline = inst.spec.priority_class == PriorityClass::kOffline;
+    if (offline && !InputsUnderway(inst, OpIndexOfComputeId(seed->node))) {
+      blocked.insert(inst_id.value());
+      continue;
+    }
     const std::vector<int> batch = CollectBatch(env, inst, OpIndexOfComputeId(seed->node));
     std::vector<Candidate> cands = Candidates(env, inst, batch, offline && !aged);
     if (cands.empty()) {

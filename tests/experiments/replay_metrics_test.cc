@@ -38,6 +38,16 @@ std::vector<SliceTuple> Tuples(const std::vector<IdleSlice>& v) {
 
 void PrintTo(const SliceTuple& t, std::ostream* os) { *os << "{" << t.unit << "," << t.start << "," << t.end << "}"; }
 
+TEST(TimeBetweenTokensTest, GapsWithinEachRequestOnly) {
+  // Request 0: tokens at 0, 10 and 30 ms; request 1: a single token (no
+  // gap); request 2: tokens at 100 ms and 150.5 ms. The gap between request
+  // 0's last token and request 2's first is no token gap.
+  const std::vector<std::vector<int64_t>> tokens = {
+      {0, 10'000'000, 30'000'000}, {5'000'000}, {100'000'000, 150'500'000}, {}};
+  EXPECT_EQ(TimeBetweenTokensMs(tokens), (std::vector<double>{10.0, 20.0, 50.5}));
+  EXPECT_TRUE(TimeBetweenTokensMs({}).empty());
+}
+
 TEST(IntervalMergeTest, MergesUnsortedOverlappingAndTouching) {
   std::vector<BusyInterval> in = {{50, 60}, {0, 10}, {5, 20}, {20, 30}, {55, 58}, {40, 45}, {70, 70}, {90, 80}};
   EXPECT_THAT(Pairs(MergeIntervals(in)),

@@ -273,6 +273,62 @@ TEST_F(SchedTest, OfflineFillsGapsAndIsNotStarved) {
   EXPECT_TRUE(g_->VerifyInvariants().ok());
 }
 
+TEST_F(SchedTest, OfflineOperatorsArePlacedJustInTime) {
+  SetUpCluster(2);
+  TemplateId t = Register("chain", {{"a", {}, 10}, {"b", {"a"}, 10}}, {{"single", AllOn({"a", "b"})}});
+  SliceSchedulerOptions o;
+  o.volume = Duration::Nanos(1);  // batches of one operator
+  SliceScheduler s(o);
+  InstanceId off = New(t, PriorityClass::kOffline, 0, kOfflineTenantBase);
+  InstanceId on = New(t, PriorityClass::kOnline, 0);
+  ASSERT_TRUE(s.Schedule(env_, T(0)).ok());
+  // Online work is issued whole; offline only the operator whose inputs exist.
+  EXPECT_EQ(Node(on, "b").state, NodeState::kIssued);
+  EXPECT_EQ(Node(off, "a").state, NodeState::kIssued);
+  EXPECT_EQ(Node(off, "b").state, NodeState::kUnscheduled);
+  // Offline work went where no online work is outstanding.
+  EXPECT_NE(Node(off, "a").device, Node(on, "a").device);
+  EXPECT_EQ(g_->outstanding_compute(Node(off, "a").device, PriorityClass::kOffline), 1);
+  EXPECT_EQ(g_->outstanding_compute(Node(off, "a").device, PriorityClass::kOnline), 0);
+  ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+  EXPECT_EQ(Node(off, "b").state, NodeState::kUnscheduled);  // its input is only queued
+  ASSERT_TRUE(g_->Start(Node(off, "a").id, T(2)).ok());
+  ASSERT_TRUE(s.Schedule(env_, T(2)).ok());
+  EXPECT_EQ(Node(off, "b").state, NodeState::kIssued);  // now its input is being computed
+  EXPECT_TRUE(g_->VerifyInvariants().ok());
+}
+
+TEST_F(SchedTest, PriorityColocateIssuesOfflineOnlyOnQuietPairs) {
+  SetUpCluster(4);
+  TemplateId t = Register("m", {{"a", {}, 1}, {"b", {"a"}, 1}}, {{"pp2", {{"a", 0}, {"b", 1}}}});
+  PriorityColocate p;
+  EXPECT_EQ(p.OfflineAdmissions(env_, T(0)), 4);  // two per pair
+  InstanceId on = New(t, PriorityClass::kOnline, 0, 1);  // tenant 1: pair 1
+  InstanceId off = New(t, PriorityClass::kOffline, 0, kOfflineTenantBase);
+  ASSERT_TRUE(p.Schedule(env_, T(0)).ok());
+  EXPECT_EQ(Node(on, "a").device, DeviceId(2));
+  EXPECT_EQ(Node(on, "b").device, DeviceId(3));
+  // The offline request took pair 0 (no offline work yet, the lower pair),
+  // which is quiet: its first operator, and only that one, is issued.
+  EXPECT_EQ(Node(off, "a").device, DeviceId(0));
+  EXPECT_EQ(Node(off, "b").state, NodeState::kUnscheduled);
+  ASSERT_TRUE(p.Schedule(env_, T(1)).ok());
+  EXPECT_EQ(Node(off, "b").state, NodeState::kUnscheduled);  // the pair holds an offline operator
+  ASSERT_TRUE(g_->Start(Node(off, "a").id, T(1)).ok());
+  ASSERT_TRUE(g_->Finish(Node(off, "a").id, T(2)).ok());
+  // Online work arrives on pair 0: the next offline operator waits for it.
+  InstanceId on0 = New(t, PriorityClass::kOnline, 2, 0);
+  ASSERT_TRUE(p.Schedule(env_, T(2)).ok());
+  EXPECT_EQ(Node(on0, "a").device, DeviceId(0));
+  EXPECT_EQ(Node(off, "b").state, NodeState::kUnscheduled);
+  // A second offline request goes to pair 1, the one with fewer, and waits
+  // there behind the online request.
+  InstanceId off1 = New(t, PriorityClass::kOffline, 2, kOfflineTenantBase);
+  ASSERT_TRUE(p.Schedule(env_, T(2)).ok());
+  EXPECT_EQ(Node(off1, "a").state, NodeState::kUnscheduled);
+  EXPECT_TRUE(g_->VerifyInvariants().ok());
+}
+
 TEST_F(SchedTest, StaticOnlinePinsInstancesToPairs) {
   SetUpCluster(8);
   TemplateId t = Register("m", {{"a", {}, 1}, {"b", {"a"}, 1}},

@@ -110,9 +110,44 @@ int Accuracy(const std::vector<std::string>& args) {
   return 0;
 }
 
+// `replay --sweep`: the window per point is 5 minutes unless --minutes says.
+int Sweep(const slicesched::ReplayOptions& r, double minutes, int jobs) {
+  slicesched::SweepOptions o;
+  o.trace = r.trace;
+  o.seed = r.seed;
+  o.minutes = minutes != -1 ? minutes : 5;
+  o.out_dir = r.out_dir;
+  o.progress = r.progress;
+  o.jobs = jobs;
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("replay --sweep", v);
+  auto points = slicesched::RunReplaySweep(o);
+  if (!points.ok()) return Failed("replay --sweep", points.status());
+  std::printf("capacity sweep, %.0f-minute windows, seed %llu: highest offline rate sustained with online SLO >= "
+              "%.0f%% and >= %.0f%% of offline work done; harvest at %.1f req/s offline\n",
+              o.minutes, static_cast<unsigned long long>(o.seed), 100 * o.min_slo, 100 * o.min_completed,
+              o.saturating_rate);
+  std::printf("%5s %8s %-17s %9s %8s %7s %6s\n", "util", "scale", "policy", "max req/s", "harvest", "tok/s", "SLO");
+  for (const auto& p : *points) {
+    std::printf("%5.2f %8.4f %-17s %9.2f %7.1f%% %7.2f %5.1f%%\n", p.util, p.load_scale, p.policy.c_str(),
+                p.max_sustained_rate, 100 * p.saturated.harvest, p.saturated.tok_per_s,
+                100 * p.saturated.slo_attainment);
+  }
+  const std::string script = std::string(SLICESCHED_SOURCE_DIR) + "/bench/plots/plot_sweep.py";
+  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + o.out_dir + "' > /dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "slicesim replay --sweep: plots not drawn (needs /usr/bin/python3 with matplotlib); "
+                 "sweep.csv is in %s\n", o.out_dir.c_str());
+  } else {
+    std::printf("wrote %s/sweep.csv, sweep_harvest.png and sweep_tok_per_s.png\n", o.out_dir.c_str());
+  }
+  return 0;
+}
+
 int Replay(const std::vector<std::string>& args) {
   slicesched::ReplayOptions o;
-  bool no_progress = false;
+  bool no_progress = false, sweep = false;
+  double minutes = -1;
+  int jobs = 0;
   std::vector<std::string> policies = slicesched::ReplayPolicyNames();
   policies.push_back("all");
   if (int rc = Flags("replay")
@@ -120,26 +155,41 @@ int Replay(const std::vector<std::string>& args) {
                    .Choice("--policy", policies, &o.policy)
                    .Text("--out", &o.out_dir)
                    .Switch("--no-progress", &no_progress)
-                   .Num("--minutes", &o.minutes)
+                   .Switch("--sweep", &sweep)
+                   .Int("--jobs", &jobs)
+                   .Num("--minutes", &minutes)
+                   .Num("--target-util", &o.target_util)
                    .Num("--load-scale", &o.load_scale)
+                   .Num("--offline-rate", &o.offline_rate)
                    .Seed("--seed", &o.seed)
                    .Int("--threads", &o.threads)
                    .Parse(args)) {
     return rc;
   }
   o.progress = !no_progress;
+  if (minutes != -1) o.minutes = minutes;
+  if (sweep) return Sweep(o, minutes, jobs);
   if (absl::Status v = o.Validate(); !v.ok()) return Rejected("replay", v);
   auto r = slicesched::RunReplay(o);
   if (!r.ok()) return Failed("replay", r.status());
-  std::printf("workload: %s, %.0f minutes, load scale %.3f, seed %llu\n", r->workload.c_str(), o.minutes,
-              r->load_scale, static_cast<unsigned long long>(o.seed));
+  std::printf("workload: %s, %.0f minutes, seed %llu, offline %.2f req/s\n", r->workload.c_str(), o.minutes,
+              static_cast<unsigned long long>(o.seed), o.offline_rate);
+  if (r->load_scale_fitted) {
+    std::printf("load scale %.4f: Static-Online utilisation %.1f%% (target %.1f%% +- %.0f%%, %d runs)\n",
+                r->load_scale, 100 * r->idle.utilization, 100 * o.target_util,
+                100 * slicesched::kTargetUtilTolerance, r->fit_runs);
+  } else {
+    std::printf("load scale %.4f (given): Static-Online utilisation %.1f%%\n", r->load_scale,
+                100 * r->idle.utilization);
+  }
   std::printf("SLO: TTFT <= %.0f ms (Static-Online p90)\n", r->slo_ttft_ms);
-  std::printf("%-15s %8s %8s %7s %7s %10s %10s %9s %9s\n", "policy", "req/s", "tok/s", "SLO", "util",
-              "ttft p50", "ttft p99", "onl req/s", "off tok/s");
+  std::printf("%-17s %6s %6s %6s %6s %8s %8s %7s %7s %7s %7s %7s %7s\n", "policy", "req/s", "tok/s", "SLO", "util",
+              "ttft50", "ttft99", "tbt50", "tbt99", "onl r/s", "off t/s", "off%", "harvest");
   for (const auto& p : r->policies) {
-    std::printf("%-15s %8.3f %8.2f %6.1f%% %6.1f%% %8.0fms %8.0fms %9.3f %9.2f\n", p.policy.c_str(), p.req_per_s,
-                p.tok_per_s, 100 * p.slo_attainment, 100 * p.gpu_util, p.ttft_p50_ms, p.ttft_p99_ms,
-                p.online_req_per_s, p.offline_tok_per_s);
+    std::printf("%-17s %6.3f %6.2f %5.1f%% %5.1f%% %7.0fms %7.0fms %5.0fms %5.0fms %7.3f %7.2f %6.1f%% %6.1f%%\n",
+                p.policy.c_str(), p.req_per_s, p.tok_per_s, 100 * p.slo_attainment, 100 * p.gpu_util,
+                p.ttft_p50_ms, p.ttft_p99_ms, p.tbt_p50_ms, p.tbt_p99_ms, p.online_req_per_s, p.offline_tok_per_s,
+                100 * p.offline_completed_frac, 100 * p.harvest);
   }
   std::printf("Static-Online idle slices (10 ms..20 s): p50 %.0f ms, p90 %.0f ms, p99 %.0f ms; "
               "below-p99 share of idle time %.1f%%; utilisation %.1f%%\n",

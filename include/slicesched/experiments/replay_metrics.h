@@ -113,6 +113,12 @@ struct IdleOverlap {
 IdleOverlap ComputeIdleOverlap(const std::vector<std::vector<BusyInterval>>& busy, int64_t begin_ns,
                                int64_t end_ns);
 
+// Time between tokens: for each request, the gaps between the completion
+// times of its consecutive tokens (token_ns[r], ascending; the first token is
+// the prefill's), in ms, all requests together in request order. A request
+// with fewer than two tokens adds nothing.
+std::vector<double> TimeBetweenTokensMs(const std::vector<std::vector<int64_t>>& token_ns);
+
 // CSV with header `unit,start_s,end_s,duration_ms`, one row per slice.
 absl::Status WriteIdleSlicesCsv(const std::string& path, const std::vector<IdleSlice>& slices);
 

@@ -259,6 +259,11 @@ class GlobalMappingGraph {
   NodeId running_compute(DeviceId d) const { return running_compute_[d.value()]; }
   // Compute nodes issued to `d` and not finished (queued or running).
   int32_t outstanding_compute(DeviceId d) const { return outstanding_[d.value()]; }
+  // Of those, the ones of one priority class.
+  int32_t outstanding_compute(DeviceId d, PriorityClass c) const {
+    const int32_t offline = outstanding_offline_[d.value()];
+    return c == PriorityClass::kOffline ? offline : outstanding_[d.value()] - offline;
+  }
   int64_t total_outstanding_compute() const { return total_outstanding_; }
   NodeId active_transfer(DeviceId d) const { return active_transfer_[d.value()]; }
   size_t num_instances() const { return instances_.size(); }
@@ -296,6 +301,8 @@ class GlobalMappingGraph {
   bool ComputeReady(const Instance& inst, const OpNode& node) const;
   bool TransferReady(const OpNode& node) const;
   void Charge(DeviceId d, Bytes DeviceMemory::*field, Bytes delta);
+  // Issued or finished/failed compute node of `inst` on `d`: delta +1 / -1.
+  void CountOutstanding(const Instance& inst, DeviceId d, int32_t delta);
 
   AcceleratorSet accel_;
   TemplateRegistry templates_;
@@ -312,6 +319,7 @@ class GlobalMappingGraph {
   std::vector<NodeId> running_compute_;
   std::vector<NodeId> active_transfer_;
   std::vector<int32_t> outstanding_;  // issued or running compute nodes per device
+  std::vector<int32_t> outstanding_offline_;  // the offline instances' share of outstanding_
   int64_t total_outstanding_ = 0;
   absl::btree_set<FrontierKey> unscheduled_;
   absl::btree_set<NodeId> scheduled_frontier_;

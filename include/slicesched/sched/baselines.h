@@ -17,10 +17,27 @@
 //                  the operator it is running (interference-aware).
 // An offline instance keeps at most as many requests in flight as its
 // pipeline has stages.
+//
+// A fifth baseline, beside the paper's four:
+//
+//   Priority-Colocate  co-location as engines with priority scheduling do it
+//                  (vLLM's priority policy, HyGen, ConServe): online as in
+//                  Static-Online, and each online GPU pair also serves
+//                  offline requests (pp2 of the same 8-layer operators; a
+//                  new offline request goes to the pair with the fewest
+//                  offline requests, ties to the lower pair). An offline
+//                  operator is issued on its pair only while neither device
+//                  of the pair has an online operator outstanding and the
+//                  pair has no other offline operator outstanding, one
+//                  fused operator at a time, so online work waits for at
+//                  most the one offline operator in flight: it preempts at
+//                  every fused-operator boundary.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "slicesched/sched/policy.h"
 
@@ -54,6 +71,23 @@ class PinnedPolicy final : public PlacementPolicy {
   std::vector<OfflineGroup> groups_;
   bool interference_aware_;
   std::vector<std::vector<uint64_t>> inflight_;  // per group: live offline prefill/decode instance ids
+};
+
+class PriorityColocate final : public PlacementPolicy {
+ public:
+  // `per_pair`: offline requests admitted into the GMG per pair at once.
+  explicit PriorityColocate(int per_pair = 2) : per_pair_(per_pair) {}
+
+  std::string_view name() const override { return "Priority-Colocate"; }
+  int OfflineAdmissions(const SchedulerEnv& env, Timestamp now) override;
+  absl::StatusOr<ScheduleStats> Schedule(SchedulerEnv& env, Timestamp now) override;
+
+ private:
+  // True when an offline operator may be issued on pair `pair` now.
+  bool PairFree(const GlobalMappingGraph& g, int pair) const;
+
+  int per_pair_;
+  absl::flat_hash_map<uint64_t, int> pair_of_;  // live offline instance id -> pair
 };
 
 }  // namespace slicesched

@@ -4,7 +4,13 @@
 //   1. the seed is the first operator of the unscheduled frontier (online
 //      before offline, then priority, then arrival); an offline operator
 //      that has waited longer than `offline_aging` goes first instead, so
-//      offline work is never starved;
+//      offline work is never starved. An offline seed is placed just in
+//      time: only once every operator it takes input from is running or
+//      done (the batch then grows from it as any batch does, within v). Offline work thus never holds a place in a device queue ahead
+//      of its inputs, where it would pin a device long before it can run,
+//      and each offline decision sees the server as it is when the work can
+//      start (placing a whole 2048-token prefill ahead used to commit most
+//      of the offline work to devices that online bursts then occupied);
 //   2. the batch grows from the seed along its instance's successors, in
 //      topological order, while the predicted execution time stays within
 //      the scheduling volume v;
@@ -14,9 +20,11 @@
 //      operator that grows a KV checkpoint runs where that checkpoint lives,
 //      and every operator lands inside the instance's allowed_devices (when
 //      set: the job-level GPU set bounds operator placement);
-//      offline batches only go where each device has at most
-//      `offline_queue_limit` outstanding operators (they fill gaps rather
-//      than queue ahead of online work);
+//      offline batches (unless aged) only go to devices with fewer than
+//      `offline_queue_limit` online operators outstanding: they fill the
+//      gaps online work leaves instead of queueing behind it, which would
+//      also leave them to block the online work that arrives next (an
+//      operator is not preempted);
 //   4. every candidate is scored by a what-if simulation of the whole server
 //      (in parallel on the thread pool), OOM candidates are dropped, and the
 //      one with the minimum predicted mean completion of the batch wins (ties:
@@ -43,18 +51,24 @@ struct SliceSchedulerOptions {
   double sim_ops_per_ms = 17000;                   // s of Eq 3 (bench-sim on this machine)
   double op_granularity_ms = 10.575;               // g of Eq 3 (paper: Llama3-8B, 8 layers, A16)
   int64_t max_outstanding = -1;                    // B; -1 = from Eq 3
-  int offline_queue_limit = 1;
+  int offline_queue_limit = 1;  // online operators outstanding on a device before offline work waits
   Duration offline_aging = Duration::Seconds(30);
   int max_rounds_per_call = 256;
-  int offline_window = 16;  // offline instances admitted into the GMG at once
+  // Offline instances admitted into the GMG at once; 0 = kOfflineWindowPerDevice
+  // per device. Offline decode steps must run where their KV caches are, so a
+  // conversation waits while online work holds its devices; enough
+  // conversations in flight keep the other devices' gaps filled.
+  int offline_window = 0;
 };
+
+inline constexpr int kOfflineWindowPerDevice = 12;
 
 class SliceScheduler final : public PlacementPolicy {
  public:
   explicit SliceScheduler(SliceSchedulerOptions options = {});
   std::string_view name() const override { return "SliceScheduler"; }
   absl::StatusOr<ScheduleStats> Schedule(SchedulerEnv& env, Timestamp now) override;
-  // Offline requests in the GMG are kept to `offline_window` at a time.
+  // Offline requests in the GMG are kept to the offline window.
   int OfflineAdmissions(const SchedulerEnv& env, Timestamp now) override;
 
   int64_t outstanding_bound() const { return bound_; }
@@ -76,6 +90,8 @@ class SliceScheduler final : public PlacementPolicy {
     std::vector<uint32_t> snapshot_nodes;  // indices of the batch in the snapshot
   };
 
+  // True when every predecessor of `op` is running or done.
+  static bool InputsUnderway(const Instance& inst, int op);
   // The seed and its batch; empty when nothing can be scheduled.
   std::vector<int> CollectBatch(const SchedulerEnv& env, const Instance& inst, int seed_op) const;
   std::vector<Candidate> Candidates(const SchedulerEnv& env, const Instance& inst, const std::vector<int>& batch,

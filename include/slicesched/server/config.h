@@ -15,7 +15,7 @@
 //       partitions: [single]    # optional; default: every partition
 //   scheduler:
 //     volume_ms: 50             # scheduling volume v per round (> 0)
-//     offline_queue_limit: 1    # outstanding ops per device for offline (>= 1)
+//     offline_queue_limit: 1    # online ops outstanding on a device before offline waits (>= 1)
 //     offline_aging_s: 30       # offline work older than this goes first (>= 0)
 //     timeliness: 0.1           # t of Eq 3 (> 0)
 //     owner_nap_us: 100         # CPU devices: the master's nap between looks

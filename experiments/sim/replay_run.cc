@@ -1,0 +1,312 @@
+// One policy over the replay window: the event loop that feeds online and
+// offline requests into the GMG, lets the policy place them, and measures.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "replay_internal.h"
+#include "slicesched/cluster/ground_truth.h"
+#include "slicesched/cluster/virtual_cluster.h"
+#include "slicesched/common/stats.h"
+#include "slicesched/common/status.h"
+#include "slicesched/common/strings.h"
+#include "slicesched/common/thread_pool.h"
+#include "slicesched/experiments/gmg_demo.h"
+#include "slicesched/gmg/llama.h"
+#include "slicesched/sched/baselines.h"
+#include "slicesched/sched/learner.h"
+#include "slicesched/sched/slice_scheduler.h"
+
+namespace slicesched::replay_internal {
+namespace {
+
+struct Conversation {
+  bool online = true;
+  int64_t arrival_ns = 0;
+  int64_t context = 0;
+  int64_t remaining = 0;  // decode steps to go
+  std::vector<CheckpointId> kv;
+  std::vector<int64_t> token_ns;  // online: completion time of each token
+};
+
+// Nearest-rank percentile (the replay's TTFT figures).
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  return v[k];
+}
+
+class Progress {
+ public:
+  Progress(bool enabled, std::string label, double total_s)
+      : on_(enabled && isatty(2)), label_(std::move(label)), total_(total_s) {}
+  void Update(double t_s) {
+    if (!on_) return;
+    const int pct = static_cast<int>(100.0 * std::min(1.0, t_s / total_));
+    if (pct == last_) return;
+    last_ = pct;
+    const int bar = pct * 30 / 100;
+    std::fprintf(stderr, "\r%-17s [%.*s%.*s] %3d%%  t=%.0f/%.0f s", label_.c_str(), bar,
+                 "##############################", 30 - bar, "..............................", pct, t_s, total_);
+    std::fflush(stderr);
+  }
+  void Done(double wall_s) {
+    if (on_) std::fprintf(stderr, "\r%-17s [##############################] 100%%  %.1f s wall\n", label_.c_str(), wall_s);
+  }
+
+ private:
+  bool on_;
+  std::string label_;
+  double total_;
+  int last_ = -1;
+};
+
+// The server of the experiment: the embedded default cluster, Llama3-8B
+// resident on every device, fused 8 layers per operator (Full-Share's offline
+// instance: 4).
+struct Server {
+  GmgDemoConfig cfg;
+  std::unique_ptr<GlobalMappingGraph> g;
+  TemplateId pre8, dec8, off_pre, off_dec;
+};
+
+absl::StatusOr<Server> BuildServer(bool full_share) {
+  Server s;
+  SLICESCHED_ASSIGN_OR_RETURN(s.cfg, DefaultGmgDemoConfig());
+  s.g = std::make_unique<GlobalMappingGraph>(s.cfg.cluster);
+  GlobalMappingGraph& g = *s.g;
+  SLICESCHED_ASSIGN_OR_RETURN(LlamaTemplates t8, BuildLlamaTemplates(s.cfg.model));
+  LlamaDims dims4 = s.cfg.model;
+  dims4.name = s.cfg.model.name + "-f4";
+  dims4.fusion = 4;
+  SLICESCHED_ASSIGN_OR_RETURN(LlamaTemplates t4, BuildLlamaTemplates(dims4));
+  SLICESCHED_ASSIGN_OR_RETURN(s.pre8, g.RegisterTemplate(t8.prefill));
+  SLICESCHED_ASSIGN_OR_RETURN(s.dec8, g.RegisterTemplate(t8.decode));
+  SLICESCHED_ASSIGN_OR_RETURN(TemplateId pre4, g.RegisterTemplate(t4.prefill));
+  SLICESCHED_ASSIGN_OR_RETURN(TemplateId dec4, g.RegisterTemplate(t4.decode));
+  // Weights: the whole model resident on every device (16 GB of 64 GB).
+  for (size_t d = 0; d < g.accelerators().size(); ++d) {
+    for (const auto* tpl : {t8.prefill.get(), full_share ? t4.prefill.get() : nullptr}) {
+      if (tpl == nullptr) continue;
+      for (const OpSpec& op : tpl->ops()) {
+        if (op.weight_key.empty()) continue;
+        SLICESCHED_RETURN_IF_ERROR(g.LoadWeights(DeviceId(static_cast<uint16_t>(d)), op.weight_key, op.weight_bytes));
+      }
+    }
+  }
+  s.off_pre = full_share ? pre4 : s.pre8;
+  s.off_dec = full_share ? dec4 : s.dec8;
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<PlacementPolicy> MakePolicy(const std::string& name) {
+  if (name == "Static-Online") return std::make_unique<PinnedPolicy>(PinnedPolicy::StaticOnline());
+  if (name == "Full-Share") return std::make_unique<PinnedPolicy>(PinnedPolicy::FullShare());
+  if (name == "Subset-Share") return std::make_unique<PinnedPolicy>(PinnedPolicy::SubsetShare());
+  if (name == "Dual-Share") return std::make_unique<PinnedPolicy>(PinnedPolicy::DualShare());
+  if (name == "Priority-Colocate") return std::make_unique<PriorityColocate>();
+  if (name == "SliceScheduler") return std::make_unique<SliceScheduler>();
+  return nullptr;
+}
+
+absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<TaggedRequest>& online,
+                                    const RunSettings& o) {
+  RunOutput out;
+  const auto wall0 = std::chrono::steady_clock::now();
+  std::unique_ptr<PlacementPolicy> policy = MakePolicy(name);
+  if (policy == nullptr) return absl::InvalidArgumentError(StrCat("unknown policy '", name, "'"));
+  SLICESCHED_ASSIGN_OR_RETURN(Server server, BuildServer(name == "Full-Share"));
+  GlobalMappingGraph& g = *server.g;
+  const size_t devices = g.accelerators().size();
+
+  GroundTruthModel truth(g.accelerators(), GroundTruthOptions{.seed = o.seed});
+  VirtualCluster cluster(&g, &truth, o.seed);
+  OpEstimator ops;
+  TransferEstimator transfers(g.accelerators());
+  RuntimeCalibration calibration(devices);
+  SimContext ctx(&g.templates(), &ops, &transfers);
+  ctx.set_calibration(&calibration);
+  OnlineLearner learner(&g, &ctx, &ops, &transfers, &calibration);
+  const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  ThreadPool pool(threads);
+  SchedulerEnv env{&g, &cluster, &ctx, &pool};
+
+  absl::flat_hash_map<uint64_t, Conversation> conv;  // by live instance id
+  std::vector<std::vector<int64_t>> online_tokens;    // per finished online request
+  out.busy.assign(devices, {});
+  const int64_t end_ns = static_cast<int64_t>(o.minutes * 60e9);
+  const bool offline_on = policy->accepts_offline() && o.offline_rate > 0;
+  const double offline_gap_ns = offline_on ? 1e9 / o.offline_rate : 0;
+  int64_t offline_arrived = 0, offline_queued = 0, offline_tenant = 0;
+  int64_t tokens_online = 0, tokens_offline = 0;
+  double offline_busy_ns = 0;
+  size_t next_req = 0;
+  std::vector<Feedback> feedback;
+  Progress progress(o.progress, name, o.minutes * 60);
+  auto next_offline_ns = [&] {
+    return offline_on ? static_cast<int64_t>(offline_gap_ns * static_cast<double>(offline_arrived + 1))
+                      : std::numeric_limits<int64_t>::max();
+  };
+
+  while (true) {
+    const int64_t arrival = next_req < online.size() ? static_cast<int64_t>(online[next_req].arrival_s * 1e9)
+                                                     : std::numeric_limits<int64_t>::max();
+    const int64_t next = std::min({arrival, next_offline_ns(), cluster.NextEventTime().nanos()});
+    if (next > end_ns) break;
+    const Timestamp now = Timestamp::FromNanos(next);
+    feedback.clear();
+    SLICESCHED_RETURN_IF_ERROR(cluster.AdvanceTo(now, &feedback));
+    for (const Feedback& f : feedback) {
+      learner.Apply(f, false);
+      if (f.kind != Feedback::Kind::kOp) continue;
+      out.busy[f.device.value()].push_back({f.start.nanos(), f.end.nanos()});
+      auto it = conv.find(f.instance.value());
+      if (it != conv.end() && !it->second.online) {
+        offline_busy_ns += static_cast<double>(std::min(f.end.nanos(), end_ns) - f.start.nanos());
+      }
+    }
+    for (const RetiredInstance& r : g.TakeRetired()) {
+      auto it = conv.find(r.id.value());
+      if (it == conv.end()) continue;
+      Conversation c = std::move(it->second);
+      conv.erase(it);
+      if (r.state != InstanceState::kDone) continue;
+      const bool prefill = r.template_id == server.off_pre || r.template_id == server.pre8;
+      if (prefill) {
+        c.kv = r.produced;
+        if (c.online) out.ttft_ms.push_back(static_cast<double>(r.finished.nanos() - c.arrival_ns) / 1e6);
+      } else {
+        ++c.context;
+      }
+      if (c.online) c.token_ns.push_back(r.finished.nanos());
+      (c.online ? tokens_online : tokens_offline) += 1;
+      if (c.remaining > 0) {
+        --c.remaining;
+        InstanceSpec ds = LlamaDecodeStep(c.online ? server.dec8 : server.off_dec, c.context, c.kv,
+                                          c.online ? PriorityClass::kOnline : PriorityClass::kOffline, now);
+        ds.tenant = TenantId(c.online ? 0 : kOfflineTenantBase);
+        SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ds));
+        conv[id.value()] = std::move(c);
+      } else {
+        for (CheckpointId k : c.kv) SLICESCHED_RETURN_IF_ERROR(g.ReleaseCheckpoint(k));
+        (c.online ? out.result.online_completed : out.result.offline_completed) += 1;
+        if (c.online) online_tokens.push_back(std::move(c.token_ns));
+      }
+    }
+    while (next_req < online.size() && static_cast<int64_t>(online[next_req].arrival_s * 1e9) <= next) {
+      const TaggedRequest& req = online[next_req++];
+      InstanceSpec ps;
+      ps.template_id = server.pre8;
+      ps.bindings = {{"B", 1}, {"S", std::max<int64_t>(1, req.context)}};
+      ps.priority_class = PriorityClass::kOnline;
+      ps.tenant = TenantId(static_cast<uint32_t>(req.instance));
+      ps.arrival = now;
+      SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ps));
+      Conversation c;
+      c.online = true;
+      c.arrival_ns = next;
+      c.context = std::max<int64_t>(1, req.context);
+      c.remaining = std::max<int64_t>(0, req.output - 1);
+      conv[id.value()] = std::move(c);
+      ++out.result.online_requests;
+    }
+    while (offline_on && next_offline_ns() <= next) {
+      ++offline_arrived;
+      ++offline_queued;
+    }
+    for (int admit = policy->OfflineAdmissions(env, now); admit > 0 && offline_queued > 0; --admit) {
+      InstanceSpec ps;
+      ps.template_id = server.off_pre;
+      ps.bindings = {{"B", 1}, {"S", kReplayOfflineInput}};
+      ps.priority_class = PriorityClass::kOffline;
+      ps.tenant = TenantId(static_cast<uint32_t>(kOfflineTenantBase + (offline_tenant++ % 2)));
+      ps.arrival = now;
+      SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ps));
+      Conversation c;
+      c.online = false;
+      c.arrival_ns = next;
+      c.context = kReplayOfflineInput;
+      c.remaining = kReplayOfflineOutput - 1;
+      conv[id.value()] = std::move(c);
+      --offline_queued;
+    }
+    if (!g.unscheduled_frontier().empty()) {
+      SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, policy->Schedule(env, now));
+      out.result.rounds += st.rounds;
+    }
+    SLICESCHED_RETURN_IF_ERROR(cluster.Dispatch(now));
+    progress.Update(static_cast<double>(next) / 1e9);
+  }
+  // Online requests still without a first token at the end; the token gaps
+  // of those still generating count too.
+  for (auto& [id, c] : conv) {
+    const Instance* inst = g.FindInstance(InstanceId(id));
+    if (c.online && inst != nullptr && inst->tpl->checkpoint_inputs().empty() && c.token_ns.empty()) {
+      out.waiting_ms.push_back(static_cast<double>(end_ns - c.arrival_ns) / 1e6);
+    }
+    if (c.online) online_tokens.push_back(std::move(c.token_ns));
+  }
+  const double span_s = static_cast<double>(end_ns) / 1e9;
+  PolicyResult& r = out.result;
+  r.policy = name;
+  r.online_req_per_s = static_cast<double>(r.online_completed) / span_s;
+  r.req_per_s = static_cast<double>(r.online_completed + r.offline_completed) / span_s;
+  r.tok_per_s = static_cast<double>(tokens_online + tokens_offline) / span_s;
+  r.offline_tok_per_s = static_cast<double>(tokens_offline) / span_s;
+  r.offline_offered_per_s = o.offline_rate;
+  const double offered_tokens = std::floor(o.offline_rate * span_s) * static_cast<double>(kReplayOfflineOutput);
+  r.offline_completed_frac = offered_tokens > 0 ? static_cast<double>(tokens_offline) / offered_tokens : 0;
+  r.offline_busy_s = offline_busy_ns / 1e9;
+  r.offline_backlog = offline_arrived - r.offline_completed;
+  r.ttft_p50_ms = Percentile(out.ttft_ms, 0.5);
+  r.ttft_p99_ms = Percentile(out.ttft_ms, 0.99);
+  std::vector<double> tbt = TimeBetweenTokensMs(online_tokens);
+  std::sort(tbt.begin(), tbt.end());
+  r.tbt_p50_ms = QuantileOfSorted(tbt, 0.5);
+  r.tbt_p99_ms = QuantileOfSorted(tbt, 0.99);
+  double busy_ns = 0;
+  for (auto& dev : out.busy) {
+    for (const BusyInterval& b : dev) busy_ns += static_cast<double>(std::min(b.end_ns, end_ns) - b.start_ns);
+  }
+  r.gpu_util = busy_ns / (static_cast<double>(end_ns) * static_cast<double>(devices));
+  if (auto* s = dynamic_cast<SliceScheduler*>(policy.get())) {
+    std::vector<double> lat = s->round_latency_us();
+    r.round_p50_us = Percentile(lat, 0.5);
+    r.round_p99_us = Percentile(lat, 0.99);
+    double sum = 0;
+    for (int c : s->round_candidates()) sum += c;
+    r.mean_candidates = s->round_candidates().empty() ? 0 : sum / static_cast<double>(s->round_candidates().size());
+  }
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  progress.Done(r.wall_s);
+  return out;
+}
+
+double Attainment(const RunOutput& run, double slo_ms) {
+  int64_t ok = 0, total = 0;
+  for (double t : run.ttft_ms) {
+    ++total;
+    ok += t <= slo_ms;
+  }
+  for (double w : run.waiting_ms) {
+    if (w > slo_ms) ++total;  // already late; still-young requests are not judged
+  }
+  return total == 0 ? 1.0 : static_cast<double>(ok) / static_cast<double>(total);
+}
+
+void JudgeAgainstReference(double slo_ms, double reference_idle_s, RunOutput* run) {
+  run->result.slo_attainment = Attainment(*run, slo_ms);
+  run->result.harvest = reference_idle_s > 0 ? run->result.offline_busy_s / reference_idle_s : 0;
+}
+
+}  // namespace slicesched::replay_internal
