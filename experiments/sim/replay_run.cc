@@ -34,6 +34,7 @@ struct Conversation {
   int64_t remaining = 0;  // decode steps to go
   std::vector<CheckpointId> kv;
   std::vector<int64_t> token_ns;  // online: completion time of each token
+  int64_t offered_ns = 0;         // offline: when the request arrived (it may wait to be admitted)
 };
 
 // Nearest-rank percentile (the replay's TTFT figures).
@@ -148,8 +149,11 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
   const bool offline_on = policy->accepts_offline() && o.offline_rate > 0;
   const double offline_gap_ns = offline_on ? 1e9 / o.offline_rate : 0;
   int64_t offline_arrived = 0, offline_queued = 0, offline_tenant = 0;
-  int64_t tokens_online = 0, tokens_offline = 0;
+  int64_t tokens_online = 0, tokens_offline = 0, offline_settled_done = 0;
   double offline_busy_ns = 0;
+  // Offline requests that arrived this long before the end should be done
+  // by then, unless the policy falls behind.
+  const int64_t settle_ns = end_ns - static_cast<int64_t>(kOfflineSettle.nanos());
   size_t next_req = 0;
   std::vector<Feedback> feedback;
   Progress progress(o.progress, name, o.minutes * 60);
@@ -192,14 +196,19 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       (c.online ? tokens_online : tokens_offline) += 1;
       if (c.remaining > 0) {
         --c.remaining;
+        // An offline request ages as one request: its decode steps carry its
+        // admission time, so the oldest conversations go first and offline
+        // aging bounds a request's whole wait, not each step's.
         InstanceSpec ds = LlamaDecodeStep(c.online ? server.dec8 : server.off_dec, c.context, c.kv,
-                                          c.online ? PriorityClass::kOnline : PriorityClass::kOffline, now);
+                                          c.online ? PriorityClass::kOnline : PriorityClass::kOffline,
+                                          c.online ? now : Timestamp::FromNanos(c.arrival_ns));
         ds.tenant = TenantId(c.online ? 0 : kOfflineTenantBase);
         SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ds));
         conv[id.value()] = std::move(c);
       } else {
         for (CheckpointId k : c.kv) SLICESCHED_RETURN_IF_ERROR(g.ReleaseCheckpoint(k));
         (c.online ? out.result.online_completed : out.result.offline_completed) += 1;
+        if (!c.online && c.offered_ns <= settle_ns) ++offline_settled_done;
         if (c.online) online_tokens.push_back(std::move(c.token_ns));
       }
     }
@@ -237,6 +246,9 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       c.arrival_ns = next;
       c.context = kReplayOfflineInput;
       c.remaining = kReplayOfflineOutput - 1;
+      // Requests are admitted in arrival order: this is arrival number
+      // offline_arrived - offline_queued (from 0).
+      c.offered_ns = static_cast<int64_t>(offline_gap_ns * static_cast<double>(offline_arrived - offline_queued + 1));
       conv[id.value()] = std::move(c);
       --offline_queued;
     }
@@ -267,6 +279,8 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
   const double offered_tokens = std::floor(o.offline_rate * span_s) * static_cast<double>(kReplayOfflineOutput);
   r.offline_completed_frac = offered_tokens > 0 ? static_cast<double>(tokens_offline) / offered_tokens : 0;
   r.offline_busy_s = offline_busy_ns / 1e9;
+  const double settled_offered = offline_on && settle_ns > 0 ? std::floor(static_cast<double>(settle_ns) / offline_gap_ns) : 0;
+  r.offline_settled_frac = settled_offered > 0 ? static_cast<double>(offline_settled_done) / settled_offered : 0;
   r.offline_backlog = offline_arrived - r.offline_completed;
   r.ttft_p50_ms = Percentile(out.ttft_ms, 0.5);
   r.ttft_p99_ms = Percentile(out.ttft_ms, 0.99);

@@ -60,12 +60,13 @@ absl::Status WriteSweepCsv(const std::string& path, const std::vector<SweepPoint
   std::ofstream f(path);
   if (!f) return absl::InvalidArgumentError(StrCat("cannot write ", path));
   f << "util,load_scale,policy,max_sustained_offline_rate,harvest_at_saturation,tok_per_s_at_saturation,"
-       "slo_at_saturation,offline_completed_frac_at_saturation,tbt_p99_ms_at_saturation,gpu_util_at_saturation\n";
+       "slo_at_saturation,offline_completed_frac_at_saturation,tbt_p99_ms_at_saturation,gpu_util_at_saturation,"
+       "offline_settled_frac_at_saturation\n";
   for (const SweepPoint& p : points) {
     const PolicyResult& s = p.saturated;
-    f << absl::StrFormat("%.3f,%.6f,%s,%.3f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f\n", p.util, p.load_scale, p.policy,
+    f << absl::StrFormat("%.3f,%.6f,%s,%.3f,%.4f,%.4f,%.4f,%.4f,%.1f,%.4f,%.4f\n", p.util, p.load_scale, p.policy,
                          p.max_sustained_rate, s.harvest, s.tok_per_s, s.slo_attainment, s.offline_completed_frac,
-                         s.tbt_p99_ms, s.gpu_util);
+                         s.tbt_p99_ms, s.gpu_util, s.offline_settled_frac);
   }
   return f ? absl::OkStatus() : absl::InternalError(StrCat("writing ", path, " failed"));
 }
@@ -150,7 +151,7 @@ absl::StatusOr<std::vector<SweepPoint>> RunReplaySweep(const SweepOptions& o) {
         failures[k] = r.status();
         return;
       }
-      if (r->slo_attainment < o.min_slo || r->offline_completed_frac < o.min_completed) break;
+      if (r->slo_attainment < o.min_slo || r->offline_settled_frac < o.min_completed) break;
       p.max_sustained_rate = rate;
     }
     absl::StatusOr<PolicyResult> saturated = run_at(o.saturating_rate);

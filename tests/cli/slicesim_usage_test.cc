@@ -98,9 +98,12 @@ TEST(SlicesimUsage, BadOptionValuesExitTwoNamingOptionAndValue) {
       {{"accuracy", "--minutes", "1", "--warmup", "60"},
        "slicesim accuracy: --minutes 1 (60 s) must exceed --warmup 60 s, before which nothing is scored"},
       {{"replay", "--policy", "Best"},
-       "slicesim replay: --policy must be Static-Online, Full-Share, Subset-Share, Dual-Share, SliceScheduler or "
-       "all, got 'Best'"},
+       "slicesim replay: --policy must be Static-Online, Full-Share, Subset-Share, Dual-Share, Priority-Colocate, "
+       "SliceScheduler or all, got 'Best'"},
       {{"replay", "--threads", "2000"}, "slicesim replay: --threads must be in 0..1024, got '2000'"},
+      {{"replay", "--target-util", "1.2"}, "slicesim replay: --target-util must be in (0, 1), got '1.2'"},
+      {{"replay", "--offline-rate", "-1"}, "slicesim replay: --offline-rate must be in 0..1000, got '-1'"},
+      {{"replay", "--sweep"}, "slicesim replay --sweep: --sweep needs --out DIR"},
       {{"load", "--streams", "-1"}, "slicesim load: --streams must be in 0..4096, got '-1'"},
       {{"load", "--token-scale", "0.5"}, "slicesim load: --token-scale must be at least 1, got '0.5'"},
       {{"ymir", "--policy", "ymir"},

@@ -116,10 +116,12 @@ TEST(ReplayTest, OfflineBacklogStaysBoundedBelowSaturation) {
   const PolicyResult& b = below->policies.back();
   EXPECT_GT(b.offline_completed_frac, 0.9);
   EXPECT_LE(b.offline_backlog, 12);  // the requests in flight, not a queue
+  EXPECT_GE(b.offline_settled_frac, 0.95);
   o.offline_rate = 4;  // beyond the server's whole capacity
   auto above = RunReplay(o);
   ASSERT_TRUE(above.ok()) << above.status();
   EXPECT_GT(above->policies.back().offline_backlog, 300);
+  EXPECT_LT(above->policies.back().offline_settled_frac, 0.5);
 }
 
 TEST(ReplayTest, SliceSchedulerLeadsOnTheAzureTrace) {

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "slicesched/common/units.h"
 #include "slicesched/experiments/replay_metrics.h"
 
 namespace slicesched {
@@ -36,6 +37,8 @@ inline constexpr double kTargetUtilTolerance = 0.01;
 // Offline requests: 2048 prompt tokens, 15 generated (the paper's).
 inline constexpr int64_t kReplayOfflineInput = 2048;
 inline constexpr int64_t kReplayOfflineOutput = 15;
+
+inline constexpr Duration kOfflineSettle = Duration::Seconds(60);
 
 struct ReplayOptions {
   std::string trace;             // Azure LLM format; empty = built-in model
@@ -62,6 +65,11 @@ struct PolicyResult {
   double online_req_per_s = 0, offline_tok_per_s = 0;
   double offline_offered_per_s = 0;   // offline requests offered per second
   double offline_completed_frac = 0;  // offline tokens done / offline tokens offered
+  // Offline requests that arrived at least kOfflineSettle before the end:
+  // the fraction done by the end. Unlike offline_completed_frac it does not
+  // count the requests still in flight at the end against a policy, so a
+  // short window can tell a sustained rate from a growing backlog.
+  double offline_settled_frac = 0;
   double tbt_p50_ms = 0, tbt_p99_ms = 0;  // time between an online request's tokens
   // Offline GPU-busy time / Static-Online's idle GPU time, same window and
   // devices.
@@ -93,7 +101,9 @@ std::vector<std::string> ReplayPolicyNames();
 
 // The capacity sweep (`slicesim replay --sweep`): for each online target
 // utilisation and policy, offline load is raised step by step until the
-// policy no longer sustains it.
+// policy no longer sustains it: online SLO attainment below min_slo, or
+// fewer than min_completed of the offline requests that arrived a settling
+// time before the end done by then.
 struct SweepOptions {
   std::string trace;
   double minutes = 10;  // window per point (shorter than the default replay)
@@ -104,7 +114,7 @@ struct SweepOptions {
   std::vector<double> rates = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5};
   double saturating_rate = 4.0;  // beyond the server's whole capacity
   double min_slo = 0.99;         // online SLO attainment a sustained point keeps
-  double min_completed = 0.95;   // offline work it completes
+  double min_completed = 0.95;   // offline requests it completes (offline_settled_frac)
   std::string out_dir;
   bool progress = true;
   int jobs = 0;  // points run at once; 0 = hardware threads
