@@ -9,7 +9,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 namespace {
 
 absl::Status CudaError(cudaError_t e, absl::string_view what) {
@@ -164,4 +164,4 @@ absl::Status NcclTransferBackend::Send(const TransferCall& call) {
   return absl::OkStatus();
 }
 
-}  // namespace slicesched
+}  // namespace slicesched::executor

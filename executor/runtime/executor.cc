@@ -13,7 +13,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 namespace {
 
 std::string NodeLabel(const GraphTemplate* tpl, int op, NodeId id) {
@@ -1381,4 +1381,4 @@ std::vector<ExecutorSet::StoredBuffer> ExecutorSet::StoredBuffers() const {
   return out;
 }
 
-}  // namespace slicesched
+}  // namespace slicesched::executor

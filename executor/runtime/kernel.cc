@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 
 void RealSleeper::SleepFor(Duration d) {
   if (d > Duration::Zero()) absl::SleepFor(d.ToAbsl());
@@ -120,4 +120,4 @@ void HostTransferBackend::FailWhen(std::function<bool(const TransferCall&)> matc
   faults_.emplace_back(std::move(match), std::move(status));
 }
 
-}  // namespace slicesched
+}  // namespace slicesched::executor

@@ -6,7 +6,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 
 const char* AllocPurposeName(AllocPurpose p) {
   switch (p) {
@@ -195,4 +195,4 @@ void DevicePool::SetFailureHook(FailureHook hook) {
   hook_ = std::move(hook);
 }
 
-}  // namespace slicesched
+}  // namespace slicesched::executor

@@ -15,7 +15,7 @@
 #include "slicesched/common/strings.h"
 
 namespace slicesched {
-namespace ymir_policies {
+namespace ymir_policies_internal {
 
 double RemainingTime(const YmirSimState& s, const YmirUnitView& u, int g) {
   return u.remaining_work / YmirSpeedup(*s.config, g);
@@ -41,13 +41,13 @@ std::vector<int> Indices(size_t n) {
   return v;
 }
 
-}  // namespace ymir_policies
+}  // namespace ymir_policies_internal
 
-using ymir_policies::MakeMarginal;
-using ymir_policies::MakeSrtf;
-using ymir_policies::MakeThemis;
-using ymir_policies::MakeTiresias;
-using ymir_policies::MakeYmir;
+using ymir_policies_internal::MakeMarginal;
+using ymir_policies_internal::MakeSrtf;
+using ymir_policies_internal::MakeThemis;
+using ymir_policies_internal::MakeTiresias;
+using ymir_policies_internal::MakeYmir;
 
 std::vector<std::string> YmirSimPolicyNames() {
   return {"Ymir", "Ymir-elastic", "Tiresias", "Optimus", "Pollux", "Themis", "SRTF"};

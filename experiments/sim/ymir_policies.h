@@ -8,7 +8,7 @@
 
 #include "slicesched/experiments/ymir_sim.h"
 
-namespace slicesched::ymir_policies {
+namespace slicesched::ymir_policies_internal {
 
 // A unit's remaining time at g GPUs, under the simulator's speed-up model.
 double RemainingTime(const YmirSimState& s, const YmirUnitView& u, int g);
@@ -25,4 +25,4 @@ std::unique_ptr<YmirSimPolicy> MakeMarginal(bool pollux);
 // Ymir (transfer = true) and Ymir-elastic (false): the joint ILP.
 std::unique_ptr<YmirSimPolicy> MakeYmir(bool transfer);
 
-}  // namespace slicesched::ymir_policies
+}  // namespace slicesched::ymir_policies_internal

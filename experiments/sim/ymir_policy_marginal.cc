@@ -15,7 +15,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched::ymir_policies {
+namespace slicesched::ymir_policies_internal {
 
 namespace {
 
@@ -87,4 +87,4 @@ class MarginalPolicy : public YmirSimPolicy {
 
 std::unique_ptr<YmirSimPolicy> MakeMarginal(bool pollux) { return std::make_unique<MarginalPolicy>(pollux); }
 
-}  // namespace slicesched::ymir_policies
+}  // namespace slicesched::ymir_policies_internal

@@ -14,7 +14,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched::ymir_policies {
+namespace slicesched::ymir_policies_internal {
 
 namespace {
 
@@ -38,4 +38,4 @@ class SrtfPolicy : public YmirSimPolicy {
 
 std::unique_ptr<YmirSimPolicy> MakeSrtf() { return std::make_unique<SrtfPolicy>(); }
 
-}  // namespace slicesched::ymir_policies
+}  // namespace slicesched::ymir_policies_internal

@@ -14,7 +14,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched::ymir_policies {
+namespace slicesched::ymir_policies_internal {
 
 namespace {
 
@@ -65,4 +65,4 @@ class ThemisPolicy : public YmirSimPolicy {
 
 std::unique_ptr<YmirSimPolicy> MakeThemis() { return std::make_unique<ThemisPolicy>(); }
 
-}  // namespace slicesched::ymir_policies
+}  // namespace slicesched::ymir_policies_internal

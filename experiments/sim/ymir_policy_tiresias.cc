@@ -14,7 +14,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched::ymir_policies {
+namespace slicesched::ymir_policies_internal {
 
 namespace {
 
@@ -40,4 +40,4 @@ class TiresiasPolicy : public YmirSimPolicy {
 
 std::unique_ptr<YmirSimPolicy> MakeTiresias() { return std::make_unique<TiresiasPolicy>(); }
 
-}  // namespace slicesched::ymir_policies
+}  // namespace slicesched::ymir_policies_internal

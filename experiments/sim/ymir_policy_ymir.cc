@@ -14,7 +14,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched::ymir_policies {
+namespace slicesched::ymir_policies_internal {
 
 namespace {
 
@@ -103,7 +103,7 @@ class YmirPolicy : public YmirSimPolicy {
       const auto& u = s.units[i];
       ymir::JobView v;
       v.id = u.uid;
-      v.backbone = u.task.empty() ? std::string("-") : YmirBackbone(u.task);
+      v.backbone = u.task.empty() ? std::string("-") : ymir::YmirBackbone(u.task);
       v.allow_sharing = u.pairable;
       v.has_progress = !u.fresh;
       v.min_gpus = u.allowed_gpus.front();
@@ -161,7 +161,7 @@ class YmirPolicy : public YmirSimPolicy {
       std::vector<Cand> cands;
       for (size_t ka = 0; ka < window; ++ka) {
         const auto& A = s.units[static_cast<size_t>(order[ka])];
-        if (ka == kb || !A.pairable || YmirBackbone(A.task) != YmirBackbone(B.task)) continue;
+        if (ka == kb || !A.pairable || ymir::YmirBackbone(A.task) != ymir::YmirBackbone(B.task)) continue;
         double t_ab = 0, sp = 0;
         bool has_t = s.gains->Plannable(A.task, B.task, ymir::Mode::kTemporal, &t_ab);
         bool has_s = A.fresh && s.gains->Plannable(A.task, B.task, ymir::Mode::kSpatial, &sp);
@@ -199,4 +199,4 @@ class YmirPolicy : public YmirSimPolicy {
 
 std::unique_ptr<YmirSimPolicy> MakeYmir(bool transfer) { return std::make_unique<YmirPolicy>(transfer); }
 
-}  // namespace slicesched::ymir_policies
+}  // namespace slicesched::ymir_policies_internal

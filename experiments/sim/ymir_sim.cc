@@ -45,7 +45,7 @@ int ModeKey(ymir::Mode m) { return m == ymir::Mode::kSpatial ? 1 : 0; }
 // --- Workload ------------------------------------------------------------------
 
 absl::StatusOr<std::vector<YmirSimJob>> LoadYmirJobs(const std::string& trace_path, int jobs, double load,
-                                                     uint64_t seed, int cluster_gpus, const YmirGains& gains) {
+                                                     uint64_t seed, int cluster_gpus, const ymir::YmirGains& gains) {
   if (jobs < 1) return absl::InvalidArgumentError(StrCat("--jobs must be >= 1, got ", jobs));
   if (!(load > 0) || !std::isfinite(load)) return absl::InvalidArgumentError(StrCat("--load must be > 0, got ", load));
   if (cluster_gpus < 1) return absl::InvalidArgumentError("the cluster needs at least one GPU");
@@ -106,7 +106,7 @@ struct Unit {
 
 class Simulator {
  public:
-  Simulator(const std::vector<YmirSimJob>& jobs, const YmirGains& gains, const YmirSimConfig& config,
+  Simulator(const std::vector<YmirSimJob>& jobs, const ymir::YmirGains& gains, const YmirSimConfig& config,
             YmirSimPolicy& policy)
       : jobs_(jobs), gains_(gains), c_(config), policy_(policy) {}
 
@@ -234,7 +234,7 @@ class Simulator {
   }
 
   std::vector<int> IndicesSorted() const {
-    std::vector<int> v = ymir_policies::Indices(jobs_.size());
+    std::vector<int> v = ymir_policies_internal::Indices(jobs_.size());
     std::stable_sort(v.begin(), v.end(), [&](int a, int b) {
       return jobs_[static_cast<size_t>(a)].submit_s < jobs_[static_cast<size_t>(b)].submit_s;
     });
@@ -360,7 +360,7 @@ class Simulator {
       double pred = 0;
       const bool spatial = p.mode == ymir::Mode::kSpatial;
       if (A.mode != YmirUnitMode::kSingle || B.mode != YmirUnitMode::kSingle || !va.pairable || !vb.pairable ||
-          !vb.fresh || (spatial && !va.fresh) || YmirBackbone(va.task) != YmirBackbone(vb.task) ||
+          !vb.fresh || (spatial && !va.fresh) || ymir::YmirBackbone(va.task) != ymir::YmirBackbone(vb.task) ||
           !gains_.Get(va.task, vb.task, p.mode, &pred) ||
           std::find(va.allowed_gpus.begin(), va.allowed_gpus.end(), p.gpus) == va.allowed_gpus.end()) {
         return absl::InternalError(StrCat(Name(), ": ineligible ", ymir::ModeName(p.mode), " pair ", va.uid, " -> ",
@@ -446,7 +446,7 @@ class Simulator {
   }
 
   const std::vector<YmirSimJob>& jobs_;
-  const YmirGains& gains_;
+  const ymir::YmirGains& gains_;
   const YmirSimConfig& c_;
   YmirSimPolicy& policy_;
   std::vector<double> work_;
@@ -459,7 +459,7 @@ class Simulator {
 
 }  // namespace
 
-absl::StatusOr<YmirSimResult> RunYmirSim(const std::vector<YmirSimJob>& jobs, const YmirGains& gains,
+absl::StatusOr<YmirSimResult> RunYmirSim(const std::vector<YmirSimJob>& jobs, const ymir::YmirGains& gains,
                                          const YmirSimConfig& config, YmirSimPolicy& policy) {
   Simulator sim(jobs, gains, config, policy);
   return sim.Run();
@@ -562,16 +562,16 @@ absl::StatusOr<YmirCompareResult> RunYmirCompare(const YmirCompareOptions& optio
     }
     o.trace = shared + "/traces/philly_jobs_pollux.csv";
   }
-  YmirGains gains;
+  ymir::YmirGains gains;
   if (o.gains.empty()) {
-    gains = DefaultYmirGains();
+    gains = ymir::DefaultYmirGains();
     r.gains = "default stand-in (paper's reported distribution, not measured)";
   } else {
-    YmirGainsLoadOptions load{.column = o.gains_column};
+    ymir::YmirGainsLoadOptions load{.column = o.gains_column};
     if (!o.gains_definition.empty()) {  // else the file's directive (Validate() checked the name)
-      load.definition = o.gains_definition == "saved" ? YmirGainsDefinition::kSaved : YmirGainsDefinition::kSpeedup;
+      load.definition = o.gains_definition == "saved" ? ymir::YmirGainsDefinition::kSaved : ymir::YmirGainsDefinition::kSpeedup;
     }
-    SLICESCHED_ASSIGN_OR_RETURN(gains, LoadYmirGains(o.gains, load));
+    SLICESCHED_ASSIGN_OR_RETURN(gains, ymir::LoadYmirGains(o.gains, load));
     r.gains = o.gains;
     const std::vector<std::string> tasks = gains.Tasks();
     if (std::none_of(tasks.begin(), tasks.end(), [](const std::string& t) { return t.find('/') != std::string::npos; })) {

@@ -71,6 +71,9 @@ void Summarize(FidelityKindResult& k) {
 }
 
 using executor::LlamaKernelRunner;
+using executor::ExecutorOptions;
+using executor::ExecutorSet;
+using executor::HostTransferBackend;
 using executor::LlamaRequest;
 using executor::LlamaTrainJob;
 using executor::LlamaTrainRequest;

@@ -75,6 +75,9 @@ std::string ThreadSched::ToJson() const {
 namespace {
 
 using executor::LlamaKernelRunner;
+using executor::ExecutorOptions;
+using executor::ExecutorSet;
+using executor::HostTransferBackend;
 using executor::LlamaRequest;
 using executor::LlamaWeights;
 using executor::Tensor;

@@ -38,7 +38,7 @@
 namespace slicesched {
 
 struct JobRunner::Gains {
-  YmirGains table;
+  ymir::YmirGains table;
 };
 
 // Data parallelism's shared state (job_runner_dp.h): the time LUT and the

@@ -158,9 +158,9 @@ absl::Status JobRunner::DriveSpatial(Runtime& rt, const jobs::JobInfo& info) {
     own.push_back(MicroBatch(*r, k));
     slots.push_back(r == &a ? 0 : 1);
   }
-  std::vector<spatial::JointPart> parts;
+  std::vector<spatial_internal::JointPart> parts;
   for (size_t i = 0; i < own.size(); ++i) parts.push_back({slots[i], &own[i]});
-  auto mixed = spatial::MixMicroBatches(parts);
+  auto mixed = spatial_internal::MixMicroBatches(parts);
   if (!mixed.ok()) {
     FailJob(a.id, StrCat("joint micro-batch: ", mixed.status().message()));
     FailJob(b.id, StrCat("joint micro-batch: ", mixed.status().message()));

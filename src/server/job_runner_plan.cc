@@ -551,10 +551,10 @@ double JobRunner::StopLossReference(const Runtime& rt, double start, int64_t ste
     }
   }
   if (best == nullptr) return start;
-  spatial::MetricKind kind = spatial::MetricKind::kLoss;
-  if (rt.spec.stop.metric == jobs::StopMetric::kAccuracy) kind = spatial::MetricKind::kAccuracy;
-  if (rt.spec.stop.metric == jobs::StopMetric::kPerplexity) kind = spatial::MetricKind::kPerplexity;
-  const std::optional<double> r = spatial::NormalReference(best->points, step, kind);
+  spatial_internal::MetricKind kind = spatial_internal::MetricKind::kLoss;
+  if (rt.spec.stop.metric == jobs::StopMetric::kAccuracy) kind = spatial_internal::MetricKind::kAccuracy;
+  if (rt.spec.stop.metric == jobs::StopMetric::kPerplexity) kind = spatial_internal::MetricKind::kPerplexity;
+  const std::optional<double> r = spatial_internal::NormalReference(best->points, step, kind);
   if (!r.has_value()) return start;
   *curve_job = best_id;
   return jobs::HigherIsBetter(rt.spec.stop.metric) ? -*r : *r;

@@ -6,7 +6,7 @@
 
 #include "slicesched/common/strings.h"
 
-namespace slicesched::spatial {
+namespace slicesched::spatial_internal {
 
 using executor::Tensor;
 using executor::TrainBatch;
@@ -76,5 +76,5 @@ std::optional<double> NormalReference(std::span<const std::pair<int64_t, double>
   return kind == MetricKind::kPerplexity ? std::exp(loss) : loss;
 }
 
-}  // namespace slicesched::spatial
+}  // namespace slicesched::spatial_internal
 

@@ -14,7 +14,7 @@
 #include "slicesched/executor/train/train_ops.h"
 #include "slicesched/ymir/iteration_estimator.h"
 
-namespace slicesched::spatial {
+namespace slicesched::spatial_internal {
 
 // One job's micro-batch in a joint step: its task slot and its rows.
 struct JointPart {
@@ -45,4 +45,4 @@ enum class MetricKind { kAccuracy, kLoss, kPerplexity };
 std::optional<double> NormalReference(std::span<const std::pair<int64_t, double>> run, int64_t step,
                                       MetricKind kind);
 
-}  // namespace slicesched::spatial
+}  // namespace slicesched::spatial_internal

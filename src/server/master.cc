@@ -118,7 +118,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   im.ops_done.assign(im.gmg.accelerators().size(), 0);
   if (!cpu_devices.empty()) {
     if (const RealBackendRegistration* registered = RegisteredRealBackend(); registered != nullptr) {
-      ExecutorOptions eo;
+      executor::ExecutorOptions eo;
       if (m->config_.scheduler.owner_nap.has_value()) {
         eo.owner_nap = absl::Nanoseconds(m->config_.scheduler.owner_nap->nanos());
       }

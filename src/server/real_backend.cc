@@ -24,7 +24,7 @@ class TorchRealBackend final : public RealBackend {
  public:
   explicit TorchRealBackend(std::unique_ptr<executor::LlamaServingBackend> serving) : serving_(std::move(serving)) {}
 
-  ExecutorSet& executors() override { return serving_->executors(); }
+  executor::ExecutorSet& executors() override { return serving_->executors(); }
 
   absl::Status AddModel(const LlamaDims& dims, const WeightsConfig& weights) override {
     executor::LlamaWeightsSource source;
@@ -60,7 +60,7 @@ class TorchRealBackend final : public RealBackend {
 };
 
 absl::StatusOr<std::unique_ptr<RealBackend>> CreateTorchRealBackend(GlobalMappingGraph* gmg, const Clock* clock,
-                                                                    const ExecutorOptions& options) {
+                                                                    const executor::ExecutorOptions& options) {
   SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<executor::LlamaServingBackend> serving,
                               executor::LlamaServingBackend::Create(gmg, clock, options));
   return std::unique_ptr<RealBackend>(std::make_unique<TorchRealBackend>(std::move(serving)));

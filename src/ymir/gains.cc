@@ -22,7 +22,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 
-namespace slicesched {
+namespace slicesched::ymir {
 namespace {
 
 int ModeKey(ymir::Mode m) { return m == ymir::Mode::kSpatial ? 1 : 0; }
@@ -326,4 +326,4 @@ absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGains
   gains.set_source(std::move(src));
   return gains;
 }
-}  // namespace slicesched
+}  // namespace slicesched::ymir

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-namespace slicesched {
+namespace slicesched::executor {
 namespace {
 
 TEST(NcclTransfer, RefusesDevicesThatDoNotExist) {
@@ -53,4 +53,4 @@ TEST(NcclTransfer, RejectsHostPayloads) {
 }
 
 }  // namespace
-}  // namespace slicesched
+}  // namespace slicesched::executor

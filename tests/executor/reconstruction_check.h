@@ -17,7 +17,7 @@
 #include "slicesched/gmg/snapshot.h"
 #include "slicesched/sim/simulator.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 
 using StoredBuf = std::tuple<uint64_t, int32_t, uint16_t>;  // (node or checkpoint, output, device)
 
@@ -49,4 +49,4 @@ inline void ExpectReconstructionMatches(ExecutorSet& exec, const GlobalMappingGr
   EXPECT_EQ(in_sim, *stored) << where;
 }
 
-}  // namespace slicesched
+}  // namespace slicesched::executor

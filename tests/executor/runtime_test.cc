@@ -33,7 +33,7 @@
 #include "slicesched/sim/simulator.h"
 #include "reconstruction_check.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 namespace {
 
 using ::testing::HasSubstr;
@@ -1760,4 +1760,4 @@ TEST(ExecutorSetTest, InputsPastTheLocalIndexLimitAllReachTheConsumer) {
 }
 
 }  // namespace
-}  // namespace slicesched
+}  // namespace slicesched::executor

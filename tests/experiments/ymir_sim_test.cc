@@ -16,8 +16,8 @@ using ::testing::HasSubstr;
 const std::string kFixture = std::string(SLICESCHED_SOURCE_DIR) + "/tests/experiments/data/ymir_jobs.csv";
 
 // Two backbones x two families x two tasks.
-YmirGains FamilyGains(double same_temporal, double same_spatial, double cross) {
-  YmirGains g;
+ymir::YmirGains FamilyGains(double same_temporal, double same_spatial, double cross) {
+  ymir::YmirGains g;
   for (const std::string bb : {"vit", "bert"}) {
     std::vector<std::pair<std::string, int>> tasks = {
         {bb + "/a1", 0}, {bb + "/a2", 0}, {bb + "/b1", 1}, {bb + "/b2", 1}};
@@ -39,7 +39,7 @@ YmirSimConfig SmallCluster(int gpus) {
   return c;
 }
 
-YmirSimResult RunPolicy(const std::vector<YmirSimJob>& jobs, const YmirGains& gains, const YmirSimConfig& c,
+YmirSimResult RunPolicy(const std::vector<YmirSimJob>& jobs, const ymir::YmirGains& gains, const YmirSimConfig& c,
                   const std::string& policy) {
   auto p = MakeYmirSimPolicy(policy);
   EXPECT_TRUE(p.ok()) << p.status();
@@ -49,7 +49,7 @@ YmirSimResult RunPolicy(const std::vector<YmirSimJob>& jobs, const YmirGains& ga
 }
 
 TEST(YmirSim, EveryJobCompletesUnderEveryPolicyWithinCapacity) {
-  const YmirGains gains = DefaultYmirGains();
+  const ymir::YmirGains gains = ymir::DefaultYmirGains();
   for (double load : {1.0, 2.0}) {
     auto jobs = LoadYmirJobs(kFixture, 40, load, 3, 16, gains);
     ASSERT_TRUE(jobs.ok()) << jobs.status();
@@ -133,7 +133,7 @@ TEST(YmirSim, SrtfRunsShortestFirstAndPreempts) {
 }
 
 TEST(YmirSim, YmirWithZeroGainsDecidesLikeTheElasticFallback) {
-  const YmirGains zero = FamilyGains(0, 0, 0);
+  const ymir::YmirGains zero = FamilyGains(0, 0, 0);
   auto jobs = LoadYmirJobs(kFixture, 40, 2, 5, 8, zero);
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   YmirSimResult ymir = RunPolicy(*jobs, zero, SmallCluster(8), "Ymir");
@@ -146,7 +146,7 @@ TEST(YmirSim, YmirWithZeroGainsDecidesLikeTheElasticFallback) {
 }
 
 TEST(YmirSim, YmirUsesPositiveTransferAndBeatsTheFallback) {
-  const YmirGains strong = FamilyGains(0.6, 0.5, -0.3);
+  const ymir::YmirGains strong = FamilyGains(0.6, 0.5, -0.3);
   auto jobs = LoadYmirJobs(kFixture, 40, 2, 5, 8, strong);
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   YmirSimConfig c = SmallCluster(8);
@@ -166,7 +166,7 @@ TEST(YmirSim, NegativeRealizedGainTriggersStopLoss) {
   YmirSimConfig c = SmallCluster(4);
   c.gain_noise_rel = 0;
   c.gain_noise_abs = 0;
-  YmirGains g = FamilyGains(0.3, 0.3, 0);
+  ymir::YmirGains g = FamilyGains(0.3, 0.3, 0);
   std::vector<YmirSimJob> jobs = {{0, 1000, 1, "vit/a1"}, {0, 1000, 1, "vit/a2"}};
   YmirSimResult honest = RunPolicy(jobs, g, c, "Ymir");
   EXPECT_EQ(honest.decoupled_jobs, 0);
@@ -182,7 +182,7 @@ TEST(YmirSim, NegativeRealizedGainTriggersStopLoss) {
 }
 
 TEST(YmirSim, JobsAndSeedAreReproducible) {
-  const YmirGains gains = DefaultYmirGains();
+  const ymir::YmirGains gains = ymir::DefaultYmirGains();
   auto a = LoadYmirJobs(kFixture, 20, 1, 7, 16, gains);
   auto b = LoadYmirJobs(kFixture, 20, 1, 7, 16, gains);
   auto other = LoadYmirJobs(kFixture, 20, 1, 8, 16, gains);
@@ -222,7 +222,7 @@ TEST(YmirSim, GainsTableLoadsAndRejectsBadInput) {
     std::ofstream(path) << text;
     return path;
   };
-  auto ok = LoadYmirGains(write("g.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,temporal,0.4\n"
+  auto ok = ymir::LoadYmirGains(write("g.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,temporal,0.4\n"
                                         "vit/x,vit/y,spatial,-0.1\r\nvit/y,vit/x,Temporal,0.2"));
   ASSERT_TRUE(ok.ok()) << ok.status();
   double v = 0;
@@ -234,20 +234,20 @@ TEST(YmirSim, GainsTableLoadsAndRejectsBadInput) {
   EXPECT_DOUBLE_EQ(v, 0.2);
   EXPECT_EQ(ok->Tasks(), (std::vector<std::string>{"vit/x", "vit/y"}));
 
-  auto bad_mode = LoadYmirGains(write("b1.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,sideways,0.4\n"));
+  auto bad_mode = ymir::LoadYmirGains(write("b1.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,sideways,0.4\n"));
   ASSERT_FALSE(bad_mode.ok());
   EXPECT_THAT(std::string(bad_mode.status().message()), HasSubstr("b1.csv:2: column 'mode'"));
-  auto bad_gain = LoadYmirGains(write("b2.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,temporal,1.5\n"));
+  auto bad_gain = ymir::LoadYmirGains(write("b2.csv", "task_a,task_b,mode,gain\nvit/x,vit/y,temporal,1.5\n"));
   ASSERT_FALSE(bad_gain.ok());
   EXPECT_THAT(std::string(bad_gain.status().message()), HasSubstr("column 'gain'"));
-  auto missing = LoadYmirGains(write("b3.csv", "task_a,task_b,gain\nvit/x,vit/y,0.4\n"));
+  auto missing = ymir::LoadYmirGains(write("b3.csv", "task_a,task_b,gain\nvit/x,vit/y,0.4\n"));
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("missing column 'mode'"));
-  auto dup = LoadYmirGains(write("b4.csv", "task_a,task_b,mode,gain\na,b,spatial,0.1\nb,a,spatial,0.2\n"));
+  auto dup = ymir::LoadYmirGains(write("b4.csv", "task_a,task_b,mode,gain\na,b,spatial,0.1\nb,a,spatial,0.2\n"));
   ASSERT_FALSE(dup.ok());
   EXPECT_THAT(std::string(dup.status().message()), HasSubstr("duplicate"));
-  EXPECT_FALSE(LoadYmirGains(dir + "/nope.csv").ok());
-  auto directory = LoadYmirGains(dir);
+  EXPECT_FALSE(ymir::LoadYmirGains(dir + "/nope.csv").ok());
+  auto directory = ymir::LoadYmirGains(dir);
   ASSERT_FALSE(directory.ok());
   EXPECT_THAT(std::string(directory.status().message()), HasSubstr(": is a directory, expected a gains table"));
 }
@@ -266,7 +266,7 @@ TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
       "y,x,temporal,-0.5\n"     // B in twice the steps: saves -1
       "x,y,spatial,1.0\n"       // y: 1/2 of its steps
       "y,x,spatial,0.25\n";     // x: 1/1.25 = 0.8 of its steps
-  auto g = LoadYmirGains(write("s.csv", "# gain-definition: speedup\n" + rows));
+  auto g = ymir::LoadYmirGains(write("s.csv", "# gain-definition: speedup\n" + rows));
   ASSERT_TRUE(g.ok()) << g.status();
   double v = 0;
   ASSERT_TRUE(g->Get("x", "y", ymir::Mode::kTemporal, &v));
@@ -277,25 +277,25 @@ TEST(YmirSim, SpeedupGainsAreConvertedToIterationsSaved) {
   ASSERT_TRUE(g->Get("y", "x", ymir::Mode::kSpatial, &v));
   EXPECT_NEAR(v, 0.35, 1e-12);
   // The same rows forced to the estimators' definition without the comment.
-  auto forced = LoadYmirGains(write("s2.csv", rows), {.definition = YmirGainsDefinition::kSpeedup});
+  auto forced = ymir::LoadYmirGains(write("s2.csv", rows), {.definition = ymir::YmirGainsDefinition::kSpeedup});
   ASSERT_TRUE(forced.ok()) << forced.status();
   ASSERT_TRUE(forced->Get("x", "y", ymir::Mode::kTemporal, &v));
   EXPECT_DOUBLE_EQ(v, 0.5);
   // Read as "saved", a gain of 1.0 is impossible and both spatial rows clash.
-  auto as_saved = LoadYmirGains(write("s3.csv", rows));
+  auto as_saved = ymir::LoadYmirGains(write("s3.csv", rows));
   ASSERT_FALSE(as_saved.ok());
   EXPECT_THAT(std::string(as_saved.status().message()), HasSubstr("s3.csv:2: column 'gain'"));
   // A directive that contradicts the caller, an unknown one, a speedup <= -1.
-  auto clash = LoadYmirGains(write("s4.csv", "# gain-definition: speedup\n" + rows), {.definition = YmirGainsDefinition::kSaved});
+  auto clash = ymir::LoadYmirGains(write("s4.csv", "# gain-definition: speedup\n" + rows), {.definition = ymir::YmirGainsDefinition::kSaved});
   ASSERT_FALSE(clash.ok());
   EXPECT_THAT(std::string(clash.status().message()), HasSubstr("contradicts"));
-  auto unknown = LoadYmirGains(write("s5.csv", "# gain-definition: ratio\n" + rows));
+  auto unknown = ymir::LoadYmirGains(write("s5.csv", "# gain-definition: ratio\n" + rows));
   ASSERT_FALSE(unknown.ok());
   EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("s5.csv:1: gain-definition"));
-  auto low = LoadYmirGains(write("s6.csv", "# gain-definition: speedup\ntask_a,task_b,mode,gain\nx,y,temporal,-1\n"));
+  auto low = ymir::LoadYmirGains(write("s6.csv", "# gain-definition: speedup\ntask_a,task_b,mode,gain\nx,y,temporal,-1\n"));
   ASSERT_FALSE(low.ok());
   EXPECT_THAT(std::string(low.status().message()), HasSubstr("above -1"));
-  auto dup = LoadYmirGains(write("s7.csv", "# gain-definition: speedup\n" + rows + "x,y,spatial,0.3\n"));
+  auto dup = ymir::LoadYmirGains(write("s7.csv", "# gain-definition: speedup\n" + rows + "x,y,spatial,0.3\n"));
   ASSERT_FALSE(dup.ok());
   EXPECT_THAT(std::string(dup.status().message()), HasSubstr("s7.csv:7: duplicate spatial gain for x, y"));
 }
@@ -320,7 +320,7 @@ TEST(YmirSim, Format2TableIsReadFromTheStepsGain) {
       "x,y,spatial,0.450000,0.250000,0\n"      // y: 1/1.25 = 0.8 of its steps
       "y,x,spatial,0.600000,1.000000,0\n";     // x: 1/2 of its steps
   const std::string path = WriteTemp("v2.csv", kFormat2Head + rows);
-  auto g = LoadYmirGains(path);
+  auto g = ymir::LoadYmirGains(path);
   ASSERT_TRUE(g.ok()) << g.status();
   double v = 0;
   ASSERT_TRUE(g->Get("x", "y", ymir::Mode::kTemporal, &v));
@@ -344,13 +344,13 @@ TEST(YmirSim, Format2TableIsReadFromTheStepsGain) {
   EXPECT_EQ(g->source().censored_rows, 1);
   EXPECT_THAT(g->source().Describe(), HasSubstr("gain_steps (format 2, speedup in steps to target; 1 censored"));
   // The flag survives the per-backbone copy.
-  YmirGains r = g->WithBackbones({"vit"});
+  ymir::YmirGains r = g->WithBackbones({"vit"});
   EXPECT_TRUE(r.Censored("vit/y", "vit/x", ymir::Mode::kTemporal));
   EXPECT_FALSE(r.Censored("vit/x", "vit/y", ymir::Mode::kTemporal));
   EXPECT_EQ(r.source().column, "gain_steps");
 
   // Asked for the area column: the old reading, nothing censored.
-  auto area = LoadYmirGains(path, YmirGainsLoadOptions{.column = "gain"});
+  auto area = ymir::LoadYmirGains(path, ymir::YmirGainsLoadOptions{.column = "gain"});
   ASSERT_TRUE(area.ok()) << area.status();
   ASSERT_TRUE(area->Get("x", "y", ymir::Mode::kTemporal, &v));
   EXPECT_DOUBLE_EQ(v, 0.5);
@@ -359,12 +359,12 @@ TEST(YmirSim, Format2TableIsReadFromTheStepsGain) {
   EXPECT_EQ(area->source().censored_rows, 0);
 
   // A format-1 file (no version line) is read from its one gain column, and says so.
-  auto v1 = LoadYmirGains(WriteTemp("v1.csv", "# gain-definition: speedup\ntask_a,task_b,mode,gain\nx,y,temporal,1\n"));
+  auto v1 = ymir::LoadYmirGains(WriteTemp("v1.csv", "# gain-definition: speedup\ntask_a,task_b,mode,gain\nx,y,temporal,1\n"));
   ASSERT_TRUE(v1.ok()) << v1.status();
   EXPECT_EQ(v1->source().format, 1);
   EXPECT_EQ(v1->source().column, "gain");
   EXPECT_EQ(v1->source().Describe(), "gain (format 1, speedup)");
-  auto saved = LoadYmirGains(WriteTemp("v1s.csv", "task_a,task_b,mode,gain\nx,y,temporal,0.5\n"));
+  auto saved = ymir::LoadYmirGains(WriteTemp("v1s.csv", "task_a,task_b,mode,gain\nx,y,temporal,0.5\n"));
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(saved->source().Describe(), "gain (format 1, saved)");
 }
@@ -400,26 +400,26 @@ TEST(YmirSim, Format2TableRejectsMalformedAndContradictoryFiles) {
        "late.csv:5: the gains-format comment must come before the header"},
   };
   for (const Case& c : cases) {
-    auto g = LoadYmirGains(WriteTemp(c.name, c.text));
+    auto g = ymir::LoadYmirGains(WriteTemp(c.name, c.text));
     ASSERT_FALSE(g.ok()) << c.name;
     EXPECT_THAT(std::string(g.status().message()), HasSubstr(c.error)) << c.name;
   }
   // The caller's choices against the file: 'saved' contradicts format 2, the
   // steps column is not in a format-1 file, an unknown column is named.
   const std::string v2 = WriteTemp("ok2.csv", std::string(kFormat2Head) + "x,y,temporal,1,2,0\n");
-  auto forced = LoadYmirGains(v2, {.definition = YmirGainsDefinition::kSaved});
+  auto forced = ymir::LoadYmirGains(v2, {.definition = ymir::YmirGainsDefinition::kSaved});
   ASSERT_FALSE(forced.ok());
   EXPECT_THAT(std::string(forced.status().message()), HasSubstr("ok2.csv:2: the file says gain-definition 'speedup'"));
-  auto forced_v2 = LoadYmirGains(WriteTemp("ok2b.csv", "# gains-format: 2\ntask_a,task_b,mode,gain,gain_steps,steps_censored\n"),
-                                 {.definition = YmirGainsDefinition::kSaved});
+  auto forced_v2 = ymir::LoadYmirGains(WriteTemp("ok2b.csv", "# gains-format: 2\ntask_a,task_b,mode,gain,gain_steps,steps_censored\n"),
+                                 {.definition = ymir::YmirGainsDefinition::kSaved});
   ASSERT_FALSE(forced_v2.ok());
   EXPECT_THAT(std::string(forced_v2.status().message()), HasSubstr("ok2b.csv:2: gains-format 2 is a speed-up table"));
   const std::string v1 = WriteTemp("ok1.csv", v1head + "task_a,task_b,mode,gain\nx,y,temporal,1\n");
-  auto steps_of_v1 = LoadYmirGains(v1, YmirGainsLoadOptions{.column = "gain_steps"});
+  auto steps_of_v1 = ymir::LoadYmirGains(v1, ymir::YmirGainsLoadOptions{.column = "gain_steps"});
   ASSERT_FALSE(steps_of_v1.ok());
   EXPECT_THAT(std::string(steps_of_v1.status().message()),
               HasSubstr("ok1.csv:2: gain_steps asked for, but the file is gains-format 1"));
-  auto bogus = LoadYmirGains(v2, YmirGainsLoadOptions{.column = "gain_area"});
+  auto bogus = ymir::LoadYmirGains(v2, ymir::YmirGainsLoadOptions{.column = "gain_area"});
   ASSERT_FALSE(bogus.ok());
   EXPECT_THAT(std::string(bogus.status().message()), HasSubstr("must be 'gain' or 'gain_steps', got 'gain_area'"));
 }
@@ -437,7 +437,7 @@ TEST(YmirSim, StepsGainShortensTheTargetByExactlyItsFactor) {
   c.gain_noise_abs = 0;
   const std::vector<YmirSimJob> jobs = {{0, 1000, 1, "bb/x"}, {0, 800, 1, "bb/y"}};
   for (const char* column : {"", "gain"}) {  // "": the default, gain_steps
-    auto g = LoadYmirGains(path, YmirGainsLoadOptions{.column = column});
+    auto g = ymir::LoadYmirGains(path, ymir::YmirGainsLoadOptions{.column = column});
     ASSERT_TRUE(g.ok()) << g.status();
     YmirSimResult r = RunPolicy(jobs, *g, c, "Ymir");
     ASSERT_EQ(r.jobs.size(), 2u);
@@ -451,7 +451,7 @@ TEST(YmirSim, StepsGainShortensTheTargetByExactlyItsFactor) {
   const std::string censored = WriteTemp("cpair.csv", std::string(kFormat2Head) +
                                                           "bb/x,bb/y,temporal,1.000000,3.000000,1\n"
                                                           "bb/y,bb/x,temporal,-0.300000,-0.500000,0\n");
-  auto g = LoadYmirGains(censored);
+  auto g = ymir::LoadYmirGains(censored);
   ASSERT_TRUE(g.ok()) << g.status();
   YmirSimResult alone = RunPolicy(jobs, *g, c, "Ymir");
   EXPECT_EQ(alone.transfer_share, 0);
@@ -461,7 +461,7 @@ TEST(YmirSim, StepsGainShortensTheTargetByExactlyItsFactor) {
 // The first setup's table stays for tools/ymir_real_run, whose job mix is
 // that family (fab-major -> fb-major is its positive pair).
 TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
-  auto g = LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_first_setup.csv");
+  auto g = ymir::LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_first_setup.csv");
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-inv", "fa-major", "fab-major", "fb-major", "last-class"}));
   EXPECT_EQ(g->size(), 30u);  // 20 directed temporal + 10 merged spatial
@@ -478,7 +478,7 @@ TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
 // the values are the file's rows, read from gain_steps.
 TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
   const std::string path = std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_synth.csv";
-  auto g = LoadYmirGains(path);
+  auto g = ymir::LoadYmirGains(path);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->Tasks(), (std::vector<std::string>{"fa-bins", "fa-bins@1", "fb-bins", "first-class"}));
   EXPECT_EQ(g->size(), 18u);  // 12 directed temporal + 6 merged spatial
@@ -505,13 +505,13 @@ TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
   // A spatial pair with one censored row is censored (first-class,fb-bins,spatial,...,1).
   EXPECT_TRUE(g->Censored("fb-bins", "first-class", ymir::Mode::kSpatial));
   // The area column (`gain`) still reads on its own.
-  auto area = LoadYmirGains(path, YmirGainsLoadOptions{.column = "gain"});
+  auto area = ymir::LoadYmirGains(path, ymir::YmirGainsLoadOptions{.column = "gain"});
   ASSERT_TRUE(area.ok()) << area.status();
   ASSERT_TRUE(area->Get("fa-bins", "fa-bins@1", ymir::Mode::kTemporal, &v));
   EXPECT_NEAR(v, 0.5, 1e-9);
   ASSERT_TRUE(area->Get("fa-bins@1", "fa-bins", ymir::Mode::kSpatial, &v));
   EXPECT_NEAR(v, 1 - (1 / (1 + 0.449872) + 1 / (1 + 0.675705)) / 2, 1e-9);
-  YmirGains r = g->WithBackbones({"vit-base", "roberta-base"});
+  ymir::YmirGains r = g->WithBackbones({"vit-base", "roberta-base"});
   EXPECT_EQ(r.Tasks().size(), 8u);
   EXPECT_EQ(r.size(), 36u);
   ASSERT_TRUE(r.Get("roberta-base/first-class", "roberta-base/fa-bins", ymir::Mode::kTemporal, &v));
@@ -542,7 +542,7 @@ TEST(YmirSim, CommittedMeasuredTableLoadsAndIsReplicatedPerBackbone) {
 }
 
 TEST(YmirSim, DefaultGainsAreTheDocumentedStandIn) {
-  YmirGains g = DefaultYmirGains();
+  ymir::YmirGains g = ymir::DefaultYmirGains();
   EXPECT_EQ(g.Tasks().size(), 27u);
   double v = 0;
   ASSERT_TRUE(g.Get("roberta-base/stsb", "roberta-base/qqp", ymir::Mode::kTemporal, &v));

@@ -176,7 +176,7 @@ TEST(ParserMutation, SeedsAreValid) {
   for (const char* f : {"sentiment-tiny.yaml", "parity-synthetic.yaml", "copy-pipeline.yaml"}) {
     EXPECT_TRUE(jobs::LoadJobSpecFile(jobs + "/" + f).ok()) << f;
   }
-  EXPECT_TRUE(LoadYmirGains(SourceDir() + "/configs/ymir/gains_synth.csv").ok());
+  EXPECT_TRUE(ymir::LoadYmirGains(SourceDir() + "/configs/ymir/gains_synth.csv").ok());
   EXPECT_TRUE(synth::ReadTokensBin(jobs + "/data/parity-tiny.bin").ok());
 }
 
@@ -303,7 +303,7 @@ TEST(ParserMutation, YmirGainsCsv) {
                                           ReadFile(SourceDir() + "/configs/ymir/gains_first_setup.csv")};
   RunCampaign("ymir gains csv", seeds, Iterations(1500), [&](const std::string& input, Campaign& c) {
     WriteFile(path, input);
-    const absl::Status s = LoadYmirGains(path).status();
+    const absl::Status s = ymir::LoadYmirGains(path).status();
     c.Record(s, NamesSourcePosition(std::string(s.message()), path), input);
   });
 }

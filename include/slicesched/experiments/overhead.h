@@ -71,7 +71,7 @@ struct OverheadOptions {
   // >= 0): while the device holds work the master naps this long between
   // looks instead of being woken by the device thread; 0: woken for every
   // batch of completions.
-  int64_t nap_us = absl::ToInt64Microseconds(ExecutorOptions::kDefaultOwnerNap);
+  int64_t nap_us = absl::ToInt64Microseconds(executor::ExecutorOptions::kDefaultOwnerNap);
   // Once a block's last prefill is the only one in flight, the master polls
   // for its completion for up to this many microseconds (>= 0; the `spin`
   // of ExecutorSet::WaitForFinishBatch) instead of napping: a wake-up of

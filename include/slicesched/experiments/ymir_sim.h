@@ -155,7 +155,7 @@ struct YmirSimJob {
 // `load` > 0 and `cluster_gpus` >= 1 are checked.
 absl::StatusOr<std::vector<YmirSimJob>> LoadYmirJobs(const std::string& trace_path, int jobs,
                                                      double load, uint64_t seed, int cluster_gpus,
-                                                     const YmirGains& gains);
+                                                     const ymir::YmirGains& gains);
 
 struct YmirSimConfig {
   int gpus = 240;
@@ -215,7 +215,7 @@ struct YmirSimState {
   double now = 0;
   bool round = false;                  // a round_s boundary (else an arrival/completion)
   const YmirSimConfig* config = nullptr;
-  const YmirGains* gains = nullptr;    // predicted gains (the estimator)
+  const ymir::YmirGains* gains = nullptr;    // predicted gains (the estimator)
   std::vector<YmirUnitView> units;     // active (submitted, unfinished)
 };
 
@@ -269,14 +269,14 @@ struct YmirSimResult {
 };
 
 // Runs the jobs (any order; submit_s >= 0) to completion under `policy`.
-absl::StatusOr<YmirSimResult> RunYmirSim(const std::vector<YmirSimJob>& jobs, const YmirGains& gains,
+absl::StatusOr<YmirSimResult> RunYmirSim(const std::vector<YmirSimJob>& jobs, const ymir::YmirGains& gains,
                                          const YmirSimConfig& config, YmirSimPolicy& policy);
 
 // `slicesim ymir`.
 struct YmirCompareOptions {
   std::string trace;       // empty: <shared_dir>/traces/philly_jobs_pollux.csv
   std::string shared_dir;  // empty: ../shared next to the source tree
-  std::string gains;       // empty: DefaultYmirGains()
+  std::string gains;       // empty: ymir::DefaultYmirGains()
   // "" (the file's directive, else saved), "saved" or "speedup".
   std::string gains_definition;
   // "" (gain_steps when the file has it, else gain), "gain" or "gain_steps"
@@ -300,7 +300,7 @@ struct YmirCompareOptions {
 
 struct YmirCompareResult {
   std::string trace, gains;
-  YmirGainsSource gains_source;  // of the table the policies ran with
+  ymir::YmirGainsSource gains_source;  // of the table the policies ran with
   int jobs = 0;
   std::vector<YmirSimResult> policies;
   std::string ToJson(const YmirCompareOptions& options) const;

@@ -46,7 +46,7 @@ class RealBackend {
  public:
   virtual ~RealBackend() = default;
   // The per-device executors (the ExecutionBackend the master drives).
-  virtual ExecutorSet& executors() = 0;
+  virtual executor::ExecutorSet& executors() = 0;
   virtual absl::Status AddModel(const LlamaDims& dims, const WeightsConfig& weights) = 0;
   virtual absl::Status SetRequest(const std::string& deployment, InstanceId inst, const std::vector<int64_t>& tokens,
                                   int64_t batch, double temperature, double top_p, uint64_t seed,
@@ -62,7 +62,7 @@ class RealBackend {
 
 struct RealBackendRegistration {
   std::function<absl::StatusOr<std::unique_ptr<RealBackend>>(GlobalMappingGraph* gmg, const Clock* clock,
-                                                             const ExecutorOptions& options)>
+                                                             const executor::ExecutorOptions& options)>
       create;
   // The checks of a training step that need the complete batch (a joint
   // step's per-row task indices), made before the step is queued.

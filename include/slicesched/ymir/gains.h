@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "slicesched/ymir/planner.h"
 
-namespace slicesched {
+namespace slicesched::ymir {
 
 // Where a loaded table's gains came from (LoadYmirGains), for reports.
 struct YmirGainsSource {
@@ -122,4 +122,4 @@ struct YmirGainsLoadOptions {
 };
 absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options = {});
 
-}  // namespace slicesched
+}  // namespace slicesched::ymir

@@ -30,7 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "slicesched/executor/runtime/kernel.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 
 // Device memory owned by a Buffer.
 struct CudaBytes {
@@ -68,4 +68,4 @@ class NcclTransferBackend final : public TransferBackend {
   absl::Mutex launch_mu_;
 };
 
-}  // namespace slicesched
+}  // namespace slicesched::executor

@@ -151,7 +151,7 @@
 #include "slicesched/backend/backend.h"
 #include "slicesched/sim/queue_discipline.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 
 struct ExecutorOptions {
   // Per-device pool capacity; empty: each device's AcceleratorSet memory.
@@ -672,4 +672,4 @@ class ExecutorSet final : public ExecutionBackend {
   std::unique_ptr<ThreadPool> transfer_pool_;
 };
 
-}  // namespace slicesched
+}  // namespace slicesched::executor

@@ -30,7 +30,7 @@
 #include "slicesched/common/units.h"
 #include "slicesched/gmg/graph_template.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 
 // Payload kinds. Kernel libraries pick their own values >= kFirstLibraryPayload.
 enum : uint32_t {
@@ -204,4 +204,4 @@ class HostTransferBackend final : public TransferBackend {
       ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace slicesched
+}  // namespace slicesched::executor

@@ -25,7 +25,7 @@
 #include "slicesched/common/ids.h"
 #include "slicesched/common/units.h"
 
-namespace slicesched {
+namespace slicesched::executor {
 
 class DevicePool;
 
@@ -141,4 +141,4 @@ class DevicePool {
   FailureHook hook_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace slicesched
+}  // namespace slicesched::executor
