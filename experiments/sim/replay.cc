@@ -53,6 +53,13 @@ std::vector<TaggedRequest> OnlineWorkload(const std::vector<Request>& base, doub
   return online;
 }
 
+absl::StatusOr<RunOutput> RunReference(const std::vector<Request>& base, double load_scale, RunSettings s) {
+  s.offline_rate = 0;
+  return RunPolicy("Static-Online", OnlineWorkload(base, load_scale, s.minutes, s.seed), s);
+}
+
+double SloMs(const RunOutput& reference) { return Quantile(reference.ttft_ms, 0.9); }
+
 absl::StatusOr<double> FitLoadScale(const std::vector<Request>& base, double target, const RunSettings& s,
                                     RunOutput* reference, int* runs) {
   // Utilisation grows with the scale (thinning keeps a superset of the
@@ -63,12 +70,10 @@ absl::StatusOr<double> FitLoadScale(const std::vector<Request>& base, double tar
   constexpr int kMaxRuns = 24;
   double lo = 0, hi = kMaxScale, lo_util = 0, hi_util = 1;
   double scale = 0.1;
-  RunSettings offline_free = s;
-  offline_free.offline_rate = 0;
-  offline_free.progress = false;
+  RunSettings quiet = s;
+  quiet.progress = false;
   for (*runs = 1; *runs <= kMaxRuns; ++*runs) {
-    SLICESCHED_ASSIGN_OR_RETURN(*reference,
-                                RunPolicy("Static-Online", OnlineWorkload(base, scale, s.minutes, s.seed), offline_free));
+    SLICESCHED_ASSIGN_OR_RETURN(*reference, RunReference(base, scale, quiet));
     const double util = reference->result.gpu_util;
     if (std::abs(util - target) <= kTargetUtilTolerance) return scale;
     if (util < target) {
@@ -144,11 +149,7 @@ absl::StatusOr<ReplayResult> RunReplay(const ReplayOptions& o) {
   RunOutput reference;
   if (o.load_scale > 0) {
     result.load_scale = o.load_scale;
-    RunSettings offline_free = settings;
-    offline_free.offline_rate = 0;
-    SLICESCHED_ASSIGN_OR_RETURN(reference, replay_internal::RunPolicy(
-        "Static-Online", replay_internal::OnlineWorkload(base.requests, o.load_scale, o.minutes, o.seed),
-        offline_free));
+    SLICESCHED_ASSIGN_OR_RETURN(reference, replay_internal::RunReference(base.requests, o.load_scale, settings));
     result.fit_runs = 0;
   } else {
     SLICESCHED_ASSIGN_OR_RETURN(result.load_scale, replay_internal::FitLoadScale(base.requests, o.target_util,
@@ -158,7 +159,7 @@ absl::StatusOr<ReplayResult> RunReplay(const ReplayOptions& o) {
   }
   const std::vector<replay_internal::TaggedRequest> online =
       replay_internal::OnlineWorkload(base.requests, result.load_scale, o.minutes, o.seed);
-  result.slo_ttft_ms = Quantile(reference.ttft_ms, 0.9);
+  result.slo_ttft_ms = replay_internal::SloMs(reference);
   const int64_t end_ns = static_cast<int64_t>(o.minutes * 60e9);
   const std::vector<IdleSlice> slices = IdleSlices(reference.busy, 0, end_ns);
   result.idle = SummarizeIdleSlices(slices, o.minutes * 60.0, static_cast<int>(reference.busy.size()));

@@ -55,6 +55,12 @@ struct RunSettings {
 absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<TaggedRequest>& online,
                                     const RunSettings& s);
 
+// Static-Online's run on the workload at `load_scale`, without offline work.
+absl::StatusOr<RunOutput> RunReference(const std::vector<Request>& base, double load_scale, RunSettings s);
+
+// The paper's SLO: Static-Online's p90 time to first token.
+double SloMs(const RunOutput& reference);
+
 // The fraction of online requests within `slo_ms` TTFT (requests still
 // waiting past the SLO at the end count as misses).
 double Attainment(const RunOutput& run, double slo_ms);

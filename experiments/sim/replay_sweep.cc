@@ -13,7 +13,6 @@
 #include "absl/synchronization/mutex.h"
 #include "replay_internal.h"
 #include "slicesched/common/option_checks.h"
-#include "slicesched/common/stats.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/common/thread_pool.h"
@@ -118,7 +117,7 @@ absl::StatusOr<std::vector<SweepPoint>> RunReplaySweep(const SweepOptions& o) {
     }
     l.scale = *scale;
     l.online = replay_internal::OnlineWorkload(base.requests, l.scale, o.minutes, o.seed);
-    l.slo_ms = Quantile(ref.ttft_ms, 0.9);
+    l.slo_ms = replay_internal::SloMs(ref);
     l.idle_s = SummarizeIdleSlices(IdleSlices(ref.busy, 0, static_cast<int64_t>(o.minutes * 60e9)), o.minutes * 60.0,
                                    static_cast<int>(ref.busy.size()))
                    .total_idle_s;

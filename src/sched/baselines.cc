@@ -1,6 +1,7 @@
 #include "slicesched/sched/baselines.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "slicesched/comm/arbitration.h"
 #include "slicesched/common/status.h"
@@ -40,6 +41,33 @@ absl::StatusOr<std::vector<NodeId>> PlaceByKv(GlobalMappingGraph& g, const Insta
   return absl::FailedPreconditionError(StrCat("no partition of '", inst.tpl->name(), "' fits the KV caches of ", inst.id));
 }
 
+// Instances with unscheduled roots, in frontier order, each once.
+std::vector<InstanceId> FrontierInstances(const GlobalMappingGraph& g) {
+  std::vector<InstanceId> waiting;
+  for (const FrontierKey& k : g.unscheduled_frontier()) {
+    const InstanceId id = InstanceOfComputeId(k.node);
+    if (std::find(waiting.begin(), waiting.end(), id) == waiting.end()) waiting.push_back(id);
+  }
+  return waiting;
+}
+
+int LiveOfflineInstances(const GlobalMappingGraph& g) {
+  int live = 0;
+  for (const auto& [id, inst] : g.instances()) live += inst->spec.tenant.value() >= kOfflineTenantBase;
+  return live;
+}
+
+// What every baseline does with online prefills and with decode steps: an
+// online prefill goes to its tenant's pinned pair ("pp2"), a decode step to
+// where its KV caches are.
+absl::StatusOr<std::vector<NodeId>> IssuePinned(GlobalMappingGraph& g, const Instance& inst, Timestamp now) {
+  if (!IsPrefill(inst)) return PlaceByKv(g, inst, now);
+  const CandidatePartition* pp2 = FindPartition(*inst.tpl, "pp2");
+  if (pp2 == nullptr) return absl::FailedPreconditionError(StrCat(inst.tpl->name(), " has no pp2 partition"));
+  const int pair = static_cast<int>(inst.spec.tenant.value() % (g.accelerators().size() / 2));
+  return IssueByPartition(g, inst.id, *pp2, Range(2 * pair, 2), TransferPriority(0, inst.spec.priority), now);
+}
+
 }  // namespace
 
 PinnedPolicy::PinnedPolicy(std::string name, std::vector<OfflineGroup> groups, bool interference_aware)
@@ -71,35 +99,19 @@ int PinnedPolicy::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
   if (groups_.empty()) return 0;
   int capacity = 0;
   for (size_t k = 0; k < groups_.size(); ++k) capacity += static_cast<int>(groups_[k].devices.size());
-  int live = 0;
-  for (const auto& [id, inst] : env.gmg->instances()) {
-    live += inst->spec.tenant.value() >= kOfflineTenantBase;
-  }
-  return std::max(0, capacity - live);
+  return std::max(0, capacity - LiveOfflineInstances(*env.gmg));
 }
 
 absl::StatusOr<ScheduleStats> PinnedPolicy::Schedule(SchedulerEnv& env, Timestamp now) {
   ScheduleStats stats;
   GlobalMappingGraph& g = *env.gmg;
-  // Instances with unscheduled roots, in frontier order.
-  std::vector<InstanceId> waiting;
-  for (const FrontierKey& k : g.unscheduled_frontier()) {
-    const InstanceId id = InstanceOfComputeId(k.node);
-    if (waiting.empty() || waiting.back() != id) waiting.push_back(id);
-  }
-  for (InstanceId id : waiting) {
+  for (InstanceId id : FrontierInstances(g)) {
     const Instance* inst = g.FindInstance(id);
     if (inst == nullptr) continue;
     const uint32_t tenant = inst->spec.tenant.value();
     absl::StatusOr<std::vector<NodeId>> issued = std::vector<NodeId>{};
-    if (!IsPrefill(*inst)) {
-      issued = PlaceByKv(g, *inst, now);
-    } else if (tenant < kOfflineTenantBase) {
-      const CandidatePartition* pp2 = FindPartition(*inst->tpl, "pp2");
-      if (pp2 == nullptr) return absl::FailedPreconditionError(StrCat(inst->tpl->name(), " has no pp2 partition"));
-      const int pair = static_cast<int>(tenant % (g.accelerators().size() / 2));
-      const std::vector<DeviceId> slots = Range(2 * pair, 2);
-      issued = IssueByPartition(g, id, *pp2, slots, TransferPriority(0, inst->spec.priority), now);
+    if (!IsPrefill(*inst) || tenant < kOfflineTenantBase) {
+      issued = IssuePinned(g, *inst, now);
     } else {
       // Offline prefill: the least-loaded group with a free pipeline stage.
       size_t best = groups_.size();
@@ -140,10 +152,8 @@ absl::StatusOr<ScheduleStats> PinnedPolicy::Schedule(SchedulerEnv& env, Timestam
 }
 
 int PriorityColocate::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
-  int live = 0;
-  for (const auto& [id, inst] : env.gmg->instances()) live += inst->spec.tenant.value() >= kOfflineTenantBase;
   const int pairs = static_cast<int>(env.gmg->accelerators().size() / 2);
-  return std::max(0, per_pair_ * pairs - live);
+  return std::max(0, per_pair_ * pairs - LiveOfflineInstances(*env.gmg));
 }
 
 bool PriorityColocate::PairFree(const GlobalMappingGraph& g, int pair) const {
@@ -167,25 +177,11 @@ absl::StatusOr<ScheduleStats> PriorityColocate::Schedule(SchedulerEnv& env, Time
       ++it;
     }
   }
-  std::vector<InstanceId> waiting;
-  for (const FrontierKey& k : g.unscheduled_frontier()) {
-    const InstanceId id = InstanceOfComputeId(k.node);
-    if (std::find(waiting.begin(), waiting.end(), id) == waiting.end()) waiting.push_back(id);
-  }
-  for (InstanceId id : waiting) {
+  for (InstanceId id : FrontierInstances(g)) {
     const Instance* inst = g.FindInstance(id);
     if (inst == nullptr) continue;
-    const uint32_t tenant = inst->spec.tenant.value();
-    const int32_t prio = TransferPriority(static_cast<uint8_t>(inst->spec.priority_class), inst->spec.priority);
-    if (tenant < kOfflineTenantBase) {  // online: as Static-Online
-      absl::StatusOr<std::vector<NodeId>> issued = std::vector<NodeId>{};
-      if (!IsPrefill(*inst)) {
-        issued = PlaceByKv(g, *inst, now);
-      } else {
-        const CandidatePartition* pp2 = FindPartition(*inst->tpl, "pp2");
-        if (pp2 == nullptr) return absl::FailedPreconditionError(StrCat(inst->tpl->name(), " has no pp2 partition"));
-        issued = IssueByPartition(g, id, *pp2, Range(2 * static_cast<int>(tenant % pairs), 2), prio, now);
-      }
+    if (inst->spec.tenant.value() < kOfflineTenantBase) {  // online: as Static-Online
+      absl::StatusOr<std::vector<NodeId>> issued = IssuePinned(g, *inst, now);
       SLICESCHED_RETURN_IF_ERROR(issued.status());
       for (NodeId n : *issued) env.backend->NodeIssued(n);
       ++stats.rounds;
@@ -194,18 +190,12 @@ absl::StatusOr<ScheduleStats> PriorityColocate::Schedule(SchedulerEnv& env, Time
     }
     // Offline: the pair its KV caches live on, or (a new prefill) the pair
     // with the fewest offline requests.
-    const CandidatePartition* part = nullptr;
-    std::vector<DeviceId> slots;
-    for (const CandidatePartition& p : inst->tpl->partitions()) {
-      auto forced = ForcedSlots(g, *inst, p);
-      if (!forced.has_value() || p.name != "pp2") continue;
-      part = &p;
-      slots = *forced;
-    }
-    if (part == nullptr) return absl::FailedPreconditionError(StrCat(inst->tpl->name(), " has no pp2 partition"));
+    const CandidatePartition* part = FindPartition(*inst->tpl, "pp2");
+    const auto slots = part != nullptr ? ForcedSlots(g, *inst, *part) : std::nullopt;
+    if (!slots.has_value()) return absl::FailedPreconditionError(StrCat(inst->tpl->name(), " has no pp2 partition"));
     int pair = -1;
-    if (slots[0].valid()) {
-      pair = slots[0].value() / 2;
+    if ((*slots)[0].valid()) {
+      pair = (*slots)[0].value() / 2;
     } else if (auto it = pair_of_.find(id.value()); it != pair_of_.end()) {
       pair = it->second;
     } else {
@@ -222,6 +212,7 @@ absl::StatusOr<ScheduleStats> PriorityColocate::Schedule(SchedulerEnv& env, Time
       for (int p : inst->tpl->op(op).preds) ready &= inst->nodes[p].state != NodeState::kUnscheduled;
       if (!ready) continue;
       const NodePlacement placement{inst->nodes[op].id, DeviceId(static_cast<uint16_t>(2 * pair + part->slot_of_op[op]))};
+      const int32_t prio = TransferPriority(static_cast<uint8_t>(inst->spec.priority_class), inst->spec.priority);
       SLICESCHED_ASSIGN_OR_RETURN(std::vector<NodeId> issued, IssuePlacements(g, {&placement, 1}, prio, now));
       for (NodeId n : issued) env.backend->NodeIssued(n);
       ++stats.rounds;

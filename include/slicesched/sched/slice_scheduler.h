@@ -6,11 +6,12 @@
 //      that has waited longer than `offline_aging` goes first instead, so
 //      offline work is never starved. An offline seed is placed just in
 //      time: only once every operator it takes input from is running or
-//      done (the batch then grows from it as any batch does, within v). Offline work thus never holds a place in a device queue ahead
-//      of its inputs, where it would pin a device long before it can run,
-//      and each offline decision sees the server as it is when the work can
-//      start (placing a whole 2048-token prefill ahead used to commit most
-//      of the offline work to devices that online bursts then occupied);
+//      done (the batch then grows from it as any batch does, within v).
+//      Offline work thus never holds a place in a device queue ahead of its
+//      inputs, where it would pin a device long before it can run, and each
+//      offline decision sees the server as it is when the work can start
+//      (placing a whole 2048-token prefill ahead commits it to devices that
+//      online bursts then occupy);
 //   2. the batch grows from the seed along its instance's successors, in
 //      topological order, while the predicted execution time stays within
 //      the scheduling volume v;
