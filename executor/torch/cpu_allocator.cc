@@ -94,7 +94,7 @@ void CachedDelete(void* data) {
 
 class CachingCpuAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     ThreadCache* cache = tls_cache;
     void* block;
     if (cache == nullptr || n == 0 || n > kCpuCacheMaxBlock) {
@@ -121,6 +121,9 @@ class CachingCpuAllocator final : public c10::Allocator {
     return {data, data, &CachedDelete, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &CachedDelete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 };
 
 }  // namespace
