@@ -196,12 +196,9 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       (c.online ? tokens_online : tokens_offline) += 1;
       if (c.remaining > 0) {
         --c.remaining;
-        // An offline request ages as one request: its decode steps carry its
-        // admission time, so the oldest conversations go first and offline
-        // aging bounds a request's whole wait, not each step's.
-        InstanceSpec ds = LlamaDecodeStep(c.online ? server.dec8 : server.off_dec, c.context, c.kv,
-                                          c.online ? PriorityClass::kOnline : PriorityClass::kOffline,
-                                          c.online ? now : Timestamp::FromNanos(c.arrival_ns));
+        const PriorityClass cls = c.online ? PriorityClass::kOnline : PriorityClass::kOffline;
+        InstanceSpec ds = LlamaDecodeStep(c.online ? server.dec8 : server.off_dec, c.context, c.kv, cls,
+                                          DecodeStepArrival(cls, Timestamp::FromNanos(c.arrival_ns), now));
         ds.tenant = TenantId(c.online ? 0 : kOfflineTenantBase);
         SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ds));
         conv[id.value()] = std::move(c);

@@ -347,4 +347,8 @@ InstanceSpec LlamaDecodeStep(TemplateId decode, int64_t context, const std::vect
   return s;
 }
 
+Timestamp DecodeStepArrival(PriorityClass priority_class, Timestamp request_arrival, Timestamp now) {
+  return priority_class == PriorityClass::kOffline ? request_arrival : now;
+}
+
 }  // namespace slicesched

@@ -420,7 +420,8 @@ void Master::StepRetired(uint64_t request, const RetiredInstance& r, Timestamp n
   }
   // The next step: one token on top of prompt + (produced - 1) cached ones.
   const int64_t context = static_cast<int64_t>(g.args.prompt.size()) + g.produced - 1;
-  InstanceSpec spec = LlamaDecodeStep(g.decode_tpl, context, g.kv, g.cls, now);
+  InstanceSpec spec =
+      LlamaDecodeStep(g.decode_tpl, context, g.kv, g.cls, DecodeStepArrival(g.cls, g.record->arrival(), now));
   spec.priority = g.args.priority;
   spec.tenant = TenantId(g.cls == PriorityClass::kOffline ? kOfflineTenantBase : 0);
   spec.label = g.args.client_tag;

@@ -165,6 +165,16 @@ TEST(LlamaTest, FullPrefillThenDecodeOnOneDevice) {
   EXPECT_TRUE(g.VerifyInvariants().ok());
 }
 
+// An offline conversation ages as one request: each of its decode steps
+// arrives at the request's admission (the daemon and the replay both use
+// this rule); an online step arrives when it is created.
+TEST(LlamaTest, OfflineDecodeStepsCarryTheirRequestsAdmission) {
+  const Timestamp admitted = Timestamp::FromNanos(1'000'000'000);
+  const Timestamp now = Timestamp::FromNanos(40'000'000'000);
+  EXPECT_EQ(DecodeStepArrival(PriorityClass::kOffline, admitted, now), admitted);
+  EXPECT_EQ(DecodeStepArrival(PriorityClass::kOnline, admitted, now), now);
+}
+
 TEST(LlamaTest, RejectsBadDims) {
   LlamaDims d = *LlamaPreset("tiny");
   d.heads = 3;

@@ -115,6 +115,14 @@ std::string LlamaGroupWeightKey(const LlamaDims& dims, int64_t group);
 InstanceSpec LlamaDecodeStep(TemplateId decode, int64_t context, const std::vector<CheckpointId>& kv,
                              PriorityClass priority_class, Timestamp arrival);
 
+// The arrival a decode step of a conversation is given, for the scheduler's
+// queues and offline aging: an online step arrives now (each token has its
+// own deadline); an offline step carries its request's admission time, so an
+// offline request ages as one request, the oldest conversations finish
+// first, and aging bounds a request's whole wait rather than each step's.
+// The daemon and the replay both create decode steps through this rule.
+Timestamp DecodeStepArrival(PriorityClass priority_class, Timestamp request_arrival, Timestamp now);
+
 // The "<name>/train" template described above.
 absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaTrainTemplate(const LlamaDims& dims);
 
