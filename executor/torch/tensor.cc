@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
+#include <torch/headeronly/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -273,5 +274,18 @@ absl::StatusOr<std::string> TensorToBytes(const Tensor& tensor) {
 
 }  // namespace internal
 void SetIntraOpThreadsForThisThread(int threads) { at::set_num_threads(threads > 0 ? threads : 1); }
+
+TorchRuntimeInfo QueryTorchRuntime() {
+  TorchRuntimeInfo info;
+  info.version = StrCat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
+  // versionCUDART() throws in a CPU build (no CUDA hooks registered).
+  try {
+    info.cuda_build = static_cast<int>(at::detail::getCUDAHooks().versionCUDART());
+  } catch (...) {
+    info.cuda_build = 0;
+  }
+  info.cuda_devices = at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
+  return info;
+}
 
 }  // namespace slicesched::executor

@@ -123,7 +123,7 @@ AcceleratorSet AcceleratorSet::FromConfig(const ConfigReader& cluster, ConfigErr
   ConfigReader list = cluster.RequiredChild("devices");
   for (size_t i = 0; i < list.size(); ++i) {
     ConfigReader d = list.At(i);
-    d.RejectUnknownKeys({"name", "count", "type", "memory", "backend", "ordinal"});
+    d.RejectUnknownKeys({"name", "count", "type", "memory", "backend", "device", "ordinal"});
     DeviceSpec spec;
     spec.name = d.Required<std::string>("name");
     spec.type = d.Optional<std::string>("type", "gpu");
@@ -133,17 +133,41 @@ AcceleratorSet AcceleratorSet::FromConfig(const ConfigReader& cluster, ConfigErr
     auto b = ParseDeviceBackend(backend);
     d.Check(b.ok(), "backend", b.ok() ? "" : b.status().message());
     if (b.ok()) spec.backend = *b;
-    spec.ordinal = static_cast<int>(d.Optional<int64_t>("ordinal", 0));
     int64_t count = d.Optional<int64_t>("count", 0);
     d.Check(count >= 0 && count <= 4096, "count", "must be between 1 and 4096");
+    // The CUDA device index of a cuda device: `device: 0` (with count N,
+    // devices 0..N-1 from it), or one index per device (`device: [0, 0]`
+    // puts two logical devices on one GPU). `ordinal` is its older name.
+    std::vector<int64_t> indices;
+    const char* key = d.Has("device") ? "device" : "ordinal";
+    d.Check(!(d.Has("device") && d.Has("ordinal")), "ordinal", "is the older name of 'device': give one of them");
+    if (d.Has(key)) {
+      d.Check(!b.ok() || *b == DeviceBackend::kCuda, key,
+              StrCat("is the CUDA device index, only for backend cuda (this device's backend is '", backend, "')"));
+      ConfigReader dev = d.Child(key);
+      if (dev.IsList()) {
+        for (size_t k = 0; k < dev.size(); ++k) indices.push_back(dev.At(k).As<int64_t>(-1));
+        dev.Check(static_cast<int64_t>(indices.size()) == std::max<int64_t>(count, 1), "",
+                  StrCat("lists ", indices.size(), " CUDA device indices for ", std::max<int64_t>(count, 1),
+                         " devices: give one per device"));
+      } else {
+        const int64_t first = d.Optional<int64_t>(key, 0);
+        for (int64_t k = 0; k < std::max<int64_t>(count, 1) && k <= 4096; ++k) indices.push_back(first + k);
+      }
+      for (int64_t i : indices) {
+        d.Check(i >= 0 && i < 1024, key, StrCat("must be a CUDA device index from 0, got ", i));
+      }
+    }
     if (count <= 0) {
+      if (!indices.empty()) spec.ordinal = static_cast<int>(indices[0]);
       devices.push_back(spec);
       device_readers.push_back(d);
     } else {
       for (int64_t k = 0; k < count && k <= 4096; ++k) {
         DeviceSpec c = spec;
         c.name = StrCat(spec.name, k);
-        c.ordinal = spec.ordinal + static_cast<int>(k);
+        c.ordinal = static_cast<size_t>(k) < indices.size() ? static_cast<int>(indices[static_cast<size_t>(k)])
+                                                             : static_cast<int>(k);
         devices.push_back(c);
         device_readers.push_back(d);
       }

@@ -95,8 +95,9 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   for (const DeviceSpec& d : config.cluster.devices()) {
     if (d.backend == DeviceBackend::kCuda) {
       return absl::FailedPreconditionError(
-          StrCat("cluster.devices: device '", d.name,
-                 "' has backend 'cuda', which this version of sliced cannot drive yet (use 'cpu' or 'virtual')"));
+          StrCat("cluster.devices: device '", d.name, "' has backend 'cuda' (CUDA device ", d.ordinal,
+                 "), which this version of sliced cannot drive yet: its executors run cpu devices only "
+                 "(use 'cpu' or 'virtual')"));
     }
     (d.backend == DeviceBackend::kCpu ? cpu_devices : other_devices).insert(d.name);
   }

@@ -90,6 +90,52 @@ links:
   EXPECT_THAT(std::string(e2.ToStatus().message()), HasSubstr("no device named 'zz'"));
 }
 
+// backend: cuda names its CUDA device: `device: N` counts up from N over
+// `count`, a list gives one index per device (two logical devices may share
+// one GPU); `ordinal` is the older name. Elsewhere the key is refused.
+TEST(AcceleratorSetTest, CudaDevicesNameTheirGpu) {
+  ConfigErrors errors;
+  AcceleratorSet set = Parse(R"(devices:
+  - {name: gpu, count: 2, memory: 70GiB, backend: cuda, device: 1}
+  - {name: half, count: 2, memory: 30GiB, backend: cuda, device: [0, 0]}
+  - {name: solo, memory: 30GiB, backend: cuda, ordinal: 3}
+  - {name: first, memory: 30GiB, backend: cuda}
+)", &errors);
+  ASSERT_TRUE(errors.ok()) << errors.ToStatus();
+  ASSERT_EQ(set.size(), 6u);
+  EXPECT_EQ(set.device(DeviceId(0)).backend, DeviceBackend::kCuda);
+  EXPECT_EQ(set.device(DeviceId(0)).ordinal, 1);
+  EXPECT_EQ(set.device(DeviceId(1)).ordinal, 2);
+  EXPECT_EQ(set.device(DeviceId(2)).ordinal, 0);
+  EXPECT_EQ(set.device(DeviceId(3)).ordinal, 0);
+  EXPECT_EQ(set.device(DeviceId(4)).ordinal, 3);
+  EXPECT_EQ(set.device(DeviceId(5)).ordinal, 0);
+}
+
+TEST(AcceleratorSetTest, CudaDeviceIndexErrorsNameTheField) {
+  struct Case {
+    const char* devices;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"  - {name: g, memory: 1GiB, backend: cpu, device: 0}\n",
+       "devices[0].device: is the CUDA device index, only for backend cuda (this device's backend is 'cpu')"},
+      {"  - {name: g, memory: 1GiB, backend: cuda, device: -1}\n",
+       "devices[0].device: must be a CUDA device index from 0, got -1"},
+      {"  - {name: g, count: 3, memory: 1GiB, backend: cuda, device: [0, 1]}\n",
+       "lists 2 CUDA device indices for 3 devices: give one per device"},
+      {"  - {name: g, memory: 1GiB, backend: cuda, device: 0, ordinal: 0}\n",
+       "devices[0].ordinal: is the older name of 'device': give one of them"},
+      {"  - {name: g, memory: 1GiB, backend: cuda, device: zero}\n", "devices[0].device"},
+  };
+  for (const Case& c : cases) {
+    ConfigErrors errors;
+    Parse(std::string("devices:\n") + c.devices, &errors);
+    ASSERT_FALSE(errors.ok()) << c.devices;
+    EXPECT_THAT(std::string(errors.ToStatus().message()), HasSubstr(c.message)) << c.devices;
+  }
+}
+
 TEST(AcceleratorSetTest, ParseBandwidth) {
   EXPECT_DOUBLE_EQ(*ParseBandwidth("12GB/s"), 12e9);
   EXPECT_DOUBLE_EQ(*ParseBandwidth("1GiB/s"), 1073741824.0);

@@ -691,12 +691,14 @@ TEST(DaemonConfig, MixingCpuWithOtherBackendsIsRefused) {
 TEST(DaemonConfig, CudaDevicesAreRefused) {
   const std::string dir = UniqueDir("cuda");
   auto c = ParseSlicedConfig(
-      YAML::Load(StrCat("cluster: {devices: [{name: gpu, count: 1, type: A16, memory: 1GiB, backend: cuda}]}\n"
+      YAML::Load(StrCat("cluster: {devices: [{name: gpu, count: 1, type: A16, memory: 1GiB, backend: cuda, device: 1}]}\n"
                         "listen: {unix_socket: ", dir, "/s.sock}\nstate_dir: ", dir, "/state\n")),
       "<test>");
   ASSERT_TRUE(c.ok()) << c.status();
   auto m = Master::Start(*c);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("device 'gpu0' has backend 'cuda' (CUDA device 1), which this version of sliced cannot drive"));
 }
 
 TEST(AdminAuthorization, Rules) {

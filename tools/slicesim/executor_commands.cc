@@ -1,5 +1,5 @@
 // slicesim's commands: Experiments on the LibTorch executors: overhead (Table 1), generate-direct,
-// fidelity (Table 2). Linked only into a build with LibTorch.
+// fidelity (Table 2), and torch-info. Linked only into a build with LibTorch.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "command.h"
 #include "slicesched/executor/kernels/llama_serving.h"
+#include "slicesched/executor/torch/tensor.h"
 #include "slicesched/experiments/fidelity.h"
 #include "slicesched/experiments/overhead.h"
 #include "slicesched/gmg/llama.h"
@@ -198,10 +199,30 @@ int Fidelity(const std::vector<std::string>& args) {
   return 0;
 }
 
+// What LibTorch this binary runs on, and the CUDA devices it sees: the first
+// thing to ask on a new machine (tools/gpu-check runs it).
+int TorchInfo(const std::vector<std::string>& args) {
+  bool json = false;
+  if (int rc = Flags("torch-info").Switch("--json", &json).Parse(args); rc != 0) return rc;
+  const slicesched::executor::TorchRuntimeInfo info = slicesched::executor::QueryTorchRuntime();
+  const std::string cuda =
+      info.cuda_build > 0 ? absl::StrCat(info.cuda_build / 1000, ".", (info.cuda_build % 1000) / 10) : "";
+  if (json) {
+    std::printf("{\"torch\": \"%s\", \"cuda_build\": \"%s\", \"cuda_devices\": %d}\n", info.version.c_str(),
+                cuda.c_str(), info.cuda_devices);
+  } else {
+    std::printf("LibTorch %s, %s, %d CUDA device%s visible\n", info.version.c_str(),
+                cuda.empty() ? "a CPU build" : absl::StrCat("built for CUDA ", cuda).c_str(), info.cuda_devices,
+                info.cuda_devices == 1 ? "" : "s");
+  }
+  return 0;
+}
+
 [[maybe_unused]] const bool kRegistered = RegisterCommands({
     {"overhead", &Overhead},
     {"generate-direct", &GenerateDirectCommand},
     {"fidelity", &Fidelity},
+    {"torch-info", &TorchInfo},
 });
 
 }  // namespace

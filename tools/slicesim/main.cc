@@ -16,8 +16,8 @@ namespace {
 
 // Commands that run the LibTorch executors: a build without LibTorch does
 // not link them, and says so instead of calling them unknown.
-constexpr std::array<std::string_view, 6> kTorchCommands = {
-    "overhead", "generate-direct", "fidelity", "make-backbone", "ymir-estimators", "ymir-lut"};
+constexpr std::array<std::string_view, 7> kTorchCommands = {
+    "overhead", "generate-direct", "fidelity", "make-backbone", "ymir-estimators", "ymir-lut", "torch-info"};
 
 int Usage(FILE* to) {
   std::fprintf(to,
@@ -57,6 +57,8 @@ int Usage(FILE* to) {
                "           [--drift-smoothing S] [--per-op] [--json]\n"
                "                        simulator-predicted vs measured time per training and serving\n"
                "                        iteration, pp2 on 2 CPU executors (paper Table 2; needs LibTorch)\n"
+               "  torch-info [--json]   the LibTorch version, the CUDA version it was built for and\n"
+               "                        the CUDA devices it sees (0 without a GPU or driver)\n"
                "  synth-data --task NAME --out FILE [--seed N] [--examples K] [--sequence-length L]\n"
                "         [--num-classes C]\n"
                "                        write a built-in synthetic task's examples as jsonl (.jsonl)\n"

@@ -31,7 +31,7 @@ struct DeviceSpec {
   std::string type;   // estimator key, e.g. "A16", "cpu"
   Bytes memory;       // capacity available to slicesched
   DeviceBackend backend = DeviceBackend::kVirtual;
-  int ordinal = 0;    // backend-specific index (CUDA ordinal)
+  int ordinal = 0;    // cuda: the CUDA device index (config key `device`); two logical devices may share one
 };
 
 struct LinkSpec {
@@ -53,6 +53,8 @@ class AcceleratorSet {
 
   // Parses a `cluster:` section:
   //   devices: [{name: gpu, count: 8, type: A16, memory: 64GiB, backend: virtual}]
+  //   (backend: cuda takes `device: 0`, the first CUDA device index, or a
+  //   list of one index per device)
   //   links:
   //     default: {bandwidth: 12GB/s, latency: 20us}
   //     pairs: [{between: [gpu0, gpu1], bandwidth: 24GB/s, latency: 8us}]

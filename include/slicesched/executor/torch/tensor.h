@@ -73,4 +73,15 @@ class Tensor {
 // every core and contend with the others.
 void SetIntraOpThreadsForThisThread(int threads);
 
+// What the LibTorch this process loaded offers. A CUDA build loads the CUDA
+// driver lazily, on its first CUDA call (this one): without a GPU or driver
+// it reports cuda_build > 0 and cuda_devices == 0, and the process goes on
+// with cpu devices.
+struct TorchRuntimeInfo {
+  std::string version;          // e.g. "2.11.0"
+  int cuda_build = 0;           // CUDA runtime version it was built with (13000), 0 for a CPU build
+  int cuda_devices = 0;         // CUDA devices it can use now
+};
+TorchRuntimeInfo QueryTorchRuntime();
+
 }  // namespace slicesched::executor
