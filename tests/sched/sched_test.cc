@@ -118,6 +118,31 @@ TEST_F(SchedTest, PicksTheIdleDeviceByWhatIf) {
   EXPECT_EQ(Node(i, "a").device, DeviceId(1));
 }
 
+// An online instance keeps to the devices it already uses unless another
+// device saves more than online_new_device_cost: its conversation's decode
+// steps would wait in that device's queue on every token too. Here a runs on
+// d0, an unrelated 50 ms operator takes d0 next, and b can wait for d0 or
+// move to the idle d1 (pp2), which finishes it 50 ms sooner.
+TEST_F(SchedTest, OnlineInstancesAddADeviceOnlyWhenItSavesItsCost) {
+  for (const auto& [cost_ms, want] : std::vector<std::pair<int64_t, int>>{{0, 1}, {10, 1}, {100, 0}}) {
+    SetUpCluster(2);
+    TemplateId t = Register("two", {{"a", {}, 10}, {"b", {"a"}, 10}},
+                            {{"single", AllOn({"a", "b"})}, {"pp2", {{"a", 0}, {"b", 1}}}});
+    TemplateId one = Register("one", {{"x", {}, 50}}, {{"single", AllOn({"x"})}});
+    InstanceId i = New(t);
+    ASSERT_TRUE(g_->Issue(Node(i, "a").id, DeviceId(0), T(0)).ok());
+    InstanceId busy = New(one);
+    ASSERT_TRUE(g_->Issue(Node(busy, "x").id, DeviceId(0), T(0)).ok());
+    SliceSchedulerOptions o;
+    o.online_new_device_cost = Duration::Millis(cost_ms);
+    SliceScheduler s(o);
+    auto st = s.Schedule(env_, T(0));
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->whatif_runs, 2) << cost_ms;
+    EXPECT_EQ(Node(i, "b").device, DeviceId(static_cast<uint16_t>(want))) << "cost " << cost_ms << " ms";
+  }
+}
+
 TEST_F(SchedTest, CandidatesRespectWeightResidency) {
   SetUpCluster(2);
   TemplateId t = Register("w", {{"a", {}, 10, 1000, "wa"}}, {{"single", AllOn({"a"})}});

@@ -60,6 +60,14 @@ struct SliceSchedulerOptions {
   // conversation waits while online work holds its devices; enough
   // conversations in flight keep the other devices' gaps filled.
   int offline_window = 0;
+  // What a device an online instance does not use yet must save of the
+  // batch's predicted completion to be chosen (0: anything). The what-if
+  // scores only the batch, but the devices an instance's KV caches land on
+  // stay its conversation's: each decode step waits in each of their queues.
+  // 100 ms is about ten of the paper's fused operators; on the replay's
+  // traces 25 ms to 1 s give the same online TBT within 2x and the same
+  // offline work (docs/results.md), 0 gives 5x the TBT p99 on long outputs.
+  Duration online_new_device_cost = Duration::Millis(100);
 };
 
 inline constexpr int kOfflineWindowPerDevice = 12;
