@@ -113,6 +113,34 @@ LinkSpec ReadLink(const ConfigReader& r, LinkSpec defaults) {
   return link;
 }
 
+// The CUDA device index of each of a config entry's `n` devices: `device: 0`
+// (counting up from it), or one index per device (`device: [0, 0]` puts two
+// logical devices on one GPU); `ordinal` is its older name. Without either,
+// 0 upward. Only a cuda device may name one.
+std::vector<int64_t> ReadCudaIndices(const ConfigReader& d, int64_t n, const DeviceBackend* backend,
+                                     const std::string& backend_name) {
+  const char* key = d.Has("device") ? "device" : "ordinal";
+  d.Check(!(d.Has("device") && d.Has("ordinal")), "ordinal", "is the older name of 'device': give one of them");
+  if (d.Has(key)) {
+    d.Check(backend == nullptr || *backend == DeviceBackend::kCuda, key,
+            StrCat("is the CUDA device index, only for backend cuda (this device's backend is '", backend_name, "')"));
+  }
+  std::vector<int64_t> indices;
+  const ConfigReader dev = d.Child(key);
+  if (dev.present() && dev.IsList()) {
+    for (size_t k = 0; k < dev.size(); ++k) indices.push_back(dev.At(k).As<int64_t>(-1));
+    dev.Check(static_cast<int64_t>(indices.size()) == n, "",
+              StrCat("lists ", indices.size(), " CUDA device indices for ", n, " devices: give one per device"));
+  }
+  if (static_cast<int64_t>(indices.size()) != n) {
+    indices.clear();
+    const int64_t first = dev.present() && dev.IsList() ? 0 : d.Optional<int64_t>(key, 0);
+    for (int64_t k = 0; k < n && k <= 4096; ++k) indices.push_back(first + k);
+  }
+  for (int64_t i : indices) d.Check(i >= 0 && i < 1024, key, StrCat("must be a CUDA device index from 0, got ", i));
+  return indices;
+}
+
 }  // namespace
 
 AcceleratorSet AcceleratorSet::FromConfig(const ConfigReader& cluster, ConfigErrors* errors) {
@@ -135,39 +163,16 @@ AcceleratorSet AcceleratorSet::FromConfig(const ConfigReader& cluster, ConfigErr
     if (b.ok()) spec.backend = *b;
     int64_t count = d.Optional<int64_t>("count", 0);
     d.Check(count >= 0 && count <= 4096, "count", "must be between 1 and 4096");
-    // The CUDA device index of a cuda device: `device: 0` (with count N,
-    // devices 0..N-1 from it), or one index per device (`device: [0, 0]`
-    // puts two logical devices on one GPU). `ordinal` is its older name.
-    std::vector<int64_t> indices;
-    const char* key = d.Has("device") ? "device" : "ordinal";
-    d.Check(!(d.Has("device") && d.Has("ordinal")), "ordinal", "is the older name of 'device': give one of them");
-    if (d.Has(key)) {
-      d.Check(!b.ok() || *b == DeviceBackend::kCuda, key,
-              StrCat("is the CUDA device index, only for backend cuda (this device's backend is '", backend, "')"));
-      ConfigReader dev = d.Child(key);
-      if (dev.IsList()) {
-        for (size_t k = 0; k < dev.size(); ++k) indices.push_back(dev.At(k).As<int64_t>(-1));
-        dev.Check(static_cast<int64_t>(indices.size()) == std::max<int64_t>(count, 1), "",
-                  StrCat("lists ", indices.size(), " CUDA device indices for ", std::max<int64_t>(count, 1),
-                         " devices: give one per device"));
-      } else {
-        const int64_t first = d.Optional<int64_t>(key, 0);
-        for (int64_t k = 0; k < std::max<int64_t>(count, 1) && k <= 4096; ++k) indices.push_back(first + k);
-      }
-      for (int64_t i : indices) {
-        d.Check(i >= 0 && i < 1024, key, StrCat("must be a CUDA device index from 0, got ", i));
-      }
-    }
+    const std::vector<int64_t> indices = ReadCudaIndices(d, std::max<int64_t>(count, 1), b.ok() ? &*b : nullptr, backend);
     if (count <= 0) {
-      if (!indices.empty()) spec.ordinal = static_cast<int>(indices[0]);
+      spec.ordinal = static_cast<int>(indices[0]);
       devices.push_back(spec);
       device_readers.push_back(d);
     } else {
       for (int64_t k = 0; k < count && k <= 4096; ++k) {
         DeviceSpec c = spec;
         c.name = StrCat(spec.name, k);
-        c.ordinal = static_cast<size_t>(k) < indices.size() ? static_cast<int>(indices[static_cast<size_t>(k)])
-                                                             : static_cast<int>(k);
+        c.ordinal = static_cast<int>(indices[static_cast<size_t>(k)]);
         devices.push_back(c);
         device_readers.push_back(d);
       }

@@ -116,6 +116,36 @@ int SliceScheduler::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
   return std::max(0, window - live);
 }
 
+// An online instance's devices stay its conversation's: its decode steps run
+// where its KV caches are and wait in each of those devices' queues on every
+// token. The what-if sees only the batch, so each device a candidate adds to
+// the instance's set (its first device is free) costs online_new_device_cost.
+std::vector<double> SliceScheduler::NewDeviceCosts(const GlobalMappingGraph& g, const Instance& inst,
+                                                   const std::vector<Candidate>& cands) const {
+  std::vector<double> extra(cands.size(), 0.0);
+  if (o_.online_new_device_cost <= Duration::Zero()) return extra;
+  std::vector<uint8_t> used(g.accelerators().size(), 0);
+  int in_use = 0;
+  for (const OpNode& node : inst.nodes) {
+    if (node.state == NodeState::kUnscheduled || !node.device.valid() || used[node.device.value()]) continue;
+    used[node.device.value()] = 1;
+    ++in_use;
+  }
+  for (size_t i = 0; i < cands.size(); ++i) {
+    std::vector<uint8_t> mine = used;
+    int added = 0;
+    for (const NodePlacement& p : cands[i].placements) {
+      if (!mine[p.device.value()]) {
+        mine[p.device.value()] = 1;
+        ++added;
+      }
+    }
+    if (in_use == 0) added = std::max(0, added - 1);
+    extra[i] = static_cast<double>(added) * static_cast<double>(o_.online_new_device_cost.nanos());
+  }
+  return extra;
+}
+
 absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timestamp now) {
   ScheduleStats stats;
   GlobalMappingGraph& g = *env.gmg;
@@ -177,32 +207,8 @@ absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timest
           (void)env.sim->OpKeys(g.accelerators().device(p.device).type, inst.tpl->id().value());
         }
       }
-      // An online instance's devices stay its conversation's: its decode steps
-      // run where its KV caches are and wait in each of those devices'
-      // queues on every token. The what-if sees only this batch, so a device
-      // the instance does not use yet must buy at least
-      // online_new_device_cost of completion time.
-      std::vector<double> extra(cands.size(), 0.0);
-      if (!offline && o_.online_new_device_cost > Duration::Zero()) {
-        std::vector<uint8_t> used(g.accelerators().size(), 0);
-        for (const OpNode& node : inst.nodes) {
-          if (node.state != NodeState::kUnscheduled && node.device.valid()) used[node.device.value()] = 1;
-        }
-        const bool any_used = std::find(used.begin(), used.end(), 1) != used.end();
-        for (size_t i = 0; i < cands.size(); ++i) {
-          std::vector<uint8_t> mine = used;
-          int added = 0;
-          for (const NodePlacement& p : cands[i].placements) {
-            if (!mine[p.device.value()]) {
-              mine[p.device.value()] = 1;
-              ++added;
-            }
-          }
-          // The first device is free: every instance needs one.
-          if (!any_used) added = std::max(0, added - 1);
-          extra[i] = static_cast<double>(added) * static_cast<double>(o_.online_new_device_cost.nanos());
-        }
-      }
+      const std::vector<double> extra =
+          offline ? std::vector<double>(cands.size(), 0.0) : NewDeviceCosts(g, inst, cands);
       std::vector<double> score(cands.size(), std::numeric_limits<double>::infinity());
       std::vector<uint8_t> oom(cands.size(), 0);
       std::vector<int64_t> simulated(cands.size(), 0);
