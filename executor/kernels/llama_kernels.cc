@@ -51,6 +51,23 @@ absl::StatusOr<Tensor> InputTensor(const KernelCall& call, size_t i) {
   return t;
 }
 
+// Columns [offset, offset + count) of a prompt's token ids [B, S].
+absl::StatusOr<Tensor> PromptPiece(const KernelCall& call, const Tensor& tokens, int64_t offset, int64_t count) {
+  const std::vector<int64_t> shape = tokens.shape();
+  if (shape.size() != 2 || offset < 0 || count <= 0 || offset + count > shape[1]) {
+    return absl::InvalidArgumentError(StrCat(Label(call), ": tokens ", offset, "..", offset + count,
+                                             " of the prompt are outside $tokens ", ShapeStr(shape)));
+  }
+  const std::vector<int64_t> all = tokens.ToInt64();
+  std::vector<int64_t> piece;
+  piece.reserve(static_cast<size_t>(shape[0] * count));
+  for (int64_t b = 0; b < shape[0]; ++b) {
+    const auto row = all.begin() + b * shape[1] + offset;
+    piece.insert(piece.end(), row, row + count);
+  }
+  return Tensor::FromInt64(piece, {shape[0], count});
+}
+
 absl::Status CheckOutputs(const KernelCall& call, size_t n) {
   if (call.outputs.size() != n) {
     return absl::InvalidArgumentError(
@@ -195,13 +212,17 @@ absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
   absl::StatusOr<Tensor> looked_up = LookupTokens(call.instance);
   if (!looked_up.ok()) return Annotate(looked_up.status(), Label(call));
-  const Tensor tokens = *std::move(looked_up);
+  Tensor tokens = *std::move(looked_up);
   if (!tokens.defined()) {
     return absl::FailedPreconditionError(StrCat(Label(call), ": the request of instance ",
                                                 call.instance, " has no $tokens"));
   }
   const std::optional<int64_t> batch = Attr(call, "batch");
   const std::optional<int64_t> news = Attr(call, "new_tokens");
+  if (const std::optional<int64_t> offset = Attr(call, "token_offset"); offset.has_value()) {
+    // A piece of a chunked prefill: its columns of the prompt.
+    SLICESCHED_ASSIGN_OR_RETURN(tokens, PromptPiece(call, tokens, *offset, news.value_or(0)));
+  }
   if (batch.has_value() && news.has_value()) {
     const int64_t want[] = {*batch, *news};
     if (!tokens.HasShape(want)) {
@@ -239,6 +260,28 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
     return absl::InvalidArgumentError(StrCat(Label(call), ": no hidden-state input"));
   }
   SLICESCHED_ASSIGN_OR_RETURN(const Tensor hidden, InputTensor(call, *hidden_in));
+  // A later piece of a chunked prefill: the earlier pieces' cache, an op
+  // output, grown here and handed on (or retained by the last piece).
+  std::optional<size_t> piece_in;
+  for (size_t i = *hidden_in + 1; i < op.inputs.size() && i < call.inputs.size(); ++i) {
+    if (op.inputs[i].kind == InputRef::Kind::kOp && call.inputs[i].kind == kKvCachePayload) piece_in = i;
+  }
+  if (piece_in.has_value()) {
+    KvCache* cache = KvCachePayloadOf(call.inputs[*piece_in]);
+    const int64_t start = cache->tokens();
+    if (const std::optional<int64_t> ctx = Attr(call, "context"); ctx.has_value() && *ctx != start) {
+      return absl::FailedPreconditionError(StrCat(Label(call), ": the earlier pieces' KV cache holds ", start,
+                                                  " tokens, the op expects context ", *ctx));
+    }
+    // The input buffer has this op as its only consumer, so the cache is
+    // grown in place rather than copied.
+    absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, hidden, cache, start);
+    if (!out.ok()) return Annotate(out.status(), Label(call));
+    SetTensorPayload(call.outputs[0], std::move(*out));
+    call.outputs[1].kind = kKvCachePayload;
+    call.outputs[1].payload = call.inputs[*piece_in].payload;
+    return absl::OkStatus();
+  }
 
   if (!ckpt_in.has_value()) {
     // Prefill: a fresh cache, kept as the retained output's payload.

@@ -77,6 +77,11 @@ struct Server {
   GmgDemoConfig cfg;
   std::unique_ptr<GlobalMappingGraph> g;
   TemplateId pre8, dec8, off_pre, off_dec;
+  // pre8_chunks[k]: the prefill in k pieces (k >= 2; gmg/llama.h).
+  std::vector<TemplateId> pre8_chunks;
+  bool IsPrefill(TemplateId t) const {
+    return t == pre8 || t == off_pre || std::find(pre8_chunks.begin(), pre8_chunks.end(), t) != pre8_chunks.end();
+  }
 };
 
 absl::StatusOr<Server> BuildServer(bool full_share) {
@@ -93,6 +98,11 @@ absl::StatusOr<Server> BuildServer(bool full_share) {
   SLICESCHED_ASSIGN_OR_RETURN(s.dec8, g.RegisterTemplate(t8.decode));
   SLICESCHED_ASSIGN_OR_RETURN(TemplateId pre4, g.RegisterTemplate(t4.prefill));
   SLICESCHED_ASSIGN_OR_RETURN(TemplateId dec4, g.RegisterTemplate(t4.decode));
+  s.pre8_chunks.assign(kMaxPrefillChunks + 1, TemplateId());
+  for (int k = 2; k <= kMaxPrefillChunks; ++k) {
+    SLICESCHED_ASSIGN_OR_RETURN(auto chunked, BuildLlamaChunkedPrefill(s.cfg.model, k));
+    SLICESCHED_ASSIGN_OR_RETURN(s.pre8_chunks[k], g.RegisterTemplate(chunked));
+  }
   // Weights: the whole model resident on every device (16 GB of 64 GB).
   for (size_t d = 0; d < g.accelerators().size(); ++d) {
     for (const auto* tpl : {t8.prefill.get(), full_share ? t4.prefill.get() : nullptr}) {
@@ -185,7 +195,7 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       Conversation c = std::move(it->second);
       conv.erase(it);
       if (r.state != InstanceState::kDone) continue;
-      const bool prefill = r.template_id == server.off_pre || r.template_id == server.pre8;
+      const bool prefill = server.IsPrefill(r.template_id);
       if (prefill) {
         c.kv = r.produced;
         if (c.online) out.ttft_ms.push_back(static_cast<double>(r.finished.nanos() - c.arrival_ns) / 1e6);
@@ -211,12 +221,19 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
     }
     while (next_req < online.size() && static_cast<int64_t>(online[next_req].arrival_s * 1e9) <= next) {
       const TaggedRequest& req = online[next_req++];
+      const int64_t prompt = std::max<int64_t>(1, req.context);
+      const int chunks = std::clamp(policy->PrefillChunks(prompt, PriorityClass::kOnline), 1,
+                                    static_cast<int>(std::min<int64_t>(prompt, kMaxPrefillChunks)));
       InstanceSpec ps;
-      ps.template_id = server.pre8;
-      ps.bindings = {{"B", 1}, {"S", std::max<int64_t>(1, req.context)}};
-      ps.priority_class = PriorityClass::kOnline;
+      if (chunks > 1) {
+        ps = LlamaChunkedPrefill(server.pre8_chunks[chunks], chunks, prompt, PriorityClass::kOnline, now);
+      } else {
+        ps.template_id = server.pre8;
+        ps.bindings = {{"B", 1}, {"S", prompt}};
+        ps.priority_class = PriorityClass::kOnline;
+        ps.arrival = now;
+      }
       ps.tenant = TenantId(static_cast<uint32_t>(req.instance));
-      ps.arrival = now;
       SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ps));
       Conversation c;
       c.online = true;
@@ -231,10 +248,18 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       ++offline_queued;
     }
     for (int admit = policy->OfflineAdmissions(env, now); admit > 0 && offline_queued > 0; --admit) {
+      const int chunks = server.off_pre == server.pre8
+                             ? std::clamp(policy->PrefillChunks(kReplayOfflineInput, PriorityClass::kOffline), 1,
+                                          kMaxPrefillChunks)
+                             : 1;
       InstanceSpec ps;
-      ps.template_id = server.off_pre;
-      ps.bindings = {{"B", 1}, {"S", kReplayOfflineInput}};
-      ps.priority_class = PriorityClass::kOffline;
+      if (chunks > 1) {
+        ps = LlamaChunkedPrefill(server.pre8_chunks[chunks], chunks, kReplayOfflineInput, PriorityClass::kOffline, now);
+      } else {
+        ps.template_id = server.off_pre;
+        ps.bindings = {{"B", 1}, {"S", kReplayOfflineInput}};
+        ps.priority_class = PriorityClass::kOffline;
+      }
       ps.tenant = TenantId(static_cast<uint32_t>(kOfflineTenantBase + (offline_tenant++ % 2)));
       ps.arrival = now;
       SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ps));

@@ -189,6 +189,86 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> Build(const LlamaDims& d, P
   return b.Build();
 }
 
+// A prefill in `chunks` pieces: chunk k's operators (embed_c{k}, g{i}c{k};
+// chunk 0 keeps the plain names) process S{k} new tokens on the KV cache of
+// the chunks before it, which g{i}c{k-1} hands over as an output; the last
+// chunk's groups retain the whole cache, in group order, as the one-piece
+// prefill does. A group's chunks share its slot, so on a pipeline partition
+// chunk k+1 enters stage 0 while chunk k runs on stage 1.
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildChunked(const LlamaDims& d, int chunks) {
+  TemplateBuilder b(LlamaChunkedPrefillName(d, chunks));
+  DefineDims(b, d);
+  const DType dt = d.dtype;
+  const int64_t groups = d.num_groups();
+  std::string total = "S0";
+  for (int k = 1; k < chunks; ++k) total += StrCat("+S", k);
+  b.ExternalInput("tokens", DType::kI64, {"B", total});
+  auto name = [](std::string base, int k) { return k == 0 ? base : StrCat(base, "c", k); };
+  std::string before = "0";  // tokens of the chunks before chunk k
+  std::string last_hidden;
+  for (int k = 0; k < chunks; ++k) {
+    const std::string s = StrCat("S", k);
+    const std::string span = StrCat("(", before, "+", s, ")");
+    const std::string embed = k == 0 ? "embed" : StrCat("embed_c", k);
+    b.Op(embed, OpKind::kEmbedding)
+        .Inputs({"$tokens"})
+        .Output("hidden", dt, {"B", s, "H"})
+        .Weights(StrCat(d.name, "/embed"), Bytes(d.EmbeddingParams() * DTypeSize(dt)), d.EmbeddingParams())
+        .Attr("batch", "B")
+        .Attr("new_tokens", s)
+        .Attr("context", before)
+        .Attr("token_offset", before);
+    std::string prev = embed;
+    const std::string workspace =
+        StrCat("B*", s, "*(H+2*NKV*HD)*ES + B*NH*", s, "*", span, "*4 + 2*B*", s, "*FFN*ES");
+    for (int64_t g = 0; g < groups; ++g) {
+      const std::string op = name(StrCat("g", g), k);
+      std::vector<std::string> inputs = {prev};
+      if (k > 0) inputs.push_back(StrCat(name(StrCat("g", g), k - 1), ":kv"));
+      b.Op(op, OpKind::kFusedLayers).Inputs(inputs).Output("hidden", dt, {"B", s, "H"});
+      if (k == chunks - 1) {
+        b.RetainedOutput("kv", dt, {"2", "F", "B", span, "NKV", "HD"});
+      } else {
+        b.Output("kv", dt, {"2", "F", "B", span, "NKV", "HD"});
+      }
+      b.Weights(LlamaGroupWeightKey(d, g), Bytes(d.ParamsPerGroup() * DTypeSize(dt)), d.ParamsPerGroup())
+          .Workspace(workspace)
+          .Attr("batch", "B")
+          .Attr("new_tokens", s)
+          .Attr("context", before)
+          .Attr("layers", "F");
+      prev = StrCat(op, ":hidden");
+    }
+    last_hidden = prev;
+    before = StrCat(before, "+", s);
+  }
+  b.Op("head", OpKind::kLmHead)
+      .Inputs({last_hidden})
+      .Output("logits", DType::kF32, {"B", "V"})
+      .Weights(StrCat(d.name, "/lm_head"), Bytes(d.LmHeadParams() * DTypeSize(dt)), d.LmHeadParams())
+      .Workspace("B*H*ES")
+      .Attr("batch", "B");
+  b.Op("sample", OpKind::kSample)
+      .Inputs({"head"})
+      .Output("token", DType::kI64, {"B", "1"})
+      .Workspace("B*V*4")
+      .Attr("batch", "B");
+  for (const auto& [pname, serving_slots] : Partitions(d)) {
+    std::vector<std::pair<std::string, int>> slots;
+    for (const auto& [op, slot] : serving_slots) {
+      if (op == "embed" || (op.size() > 1 && op[0] == 'g')) {
+        for (int k = 0; k < chunks; ++k) {
+          slots.emplace_back(op == "embed" ? (k == 0 ? op : StrCat("embed_c", k)) : name(op, k), slot);
+        }
+      } else {
+        slots.emplace_back(op, slot);
+      }
+    }
+    b.Partition(pname, slots);
+  }
+  return b.Build();
+}
+
 absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildTrain(const LlamaDims& d) {
   TemplateBuilder b(StrCat(d.name, "/train"));
   DefineDims(b, d);
@@ -311,6 +391,34 @@ absl::StatusOr<LlamaTemplates> BuildLlamaTemplates(const LlamaDims& dims) {
   SLICESCHED_ASSIGN_OR_RETURN(t.prefill, Build(dims, Phase::kPrefill));
   SLICESCHED_ASSIGN_OR_RETURN(t.decode, Build(dims, Phase::kDecode));
   return t;
+}
+
+std::string LlamaChunkedPrefillName(const LlamaDims& dims, int chunks) {
+  return StrCat(dims.name, "/prefill_c", chunks);
+}
+
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaChunkedPrefill(const LlamaDims& dims, int chunks) {
+  SLICESCHED_RETURN_IF_ERROR(dims.Validate());
+  if (chunks < 2 || chunks > kMaxPrefillChunks) {
+    return absl::InvalidArgumentError(StrCat("model '", dims.name, "': a chunked prefill has 2 to ",
+                                             kMaxPrefillChunks, " chunks, got ", chunks));
+  }
+  return BuildChunked(dims, chunks);
+}
+
+InstanceSpec LlamaChunkedPrefill(TemplateId chunked, int chunks, int64_t tokens, PriorityClass priority_class,
+                                 Timestamp arrival) {
+  InstanceSpec s;
+  s.template_id = chunked;
+  s.bindings = {{"B", 1}};
+  for (int k = 0; k < chunks; ++k) {
+    // Even pieces; the first ones take the remainder.
+    const int64_t piece = tokens / chunks + (k < tokens % chunks ? 1 : 0);
+    s.bindings.emplace_back(StrCat("S", k), piece);
+  }
+  s.priority_class = priority_class;
+  s.arrival = arrival;
+  return s;
 }
 
 absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name) {

@@ -8,6 +8,7 @@
 #include "slicesched/comm/arbitration.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/gmg/llama.h"
 
 namespace slicesched {
 
@@ -103,6 +104,13 @@ bool SliceScheduler::InputsUnderway(const Instance& inst, int op) {
     if (s != NodeState::kRunning && s != NodeState::kDone) return false;
   }
   return true;
+}
+
+int SliceScheduler::PrefillChunks(int64_t prompt_tokens, PriorityClass priority_class) const {
+  const int64_t piece = priority_class == PriorityClass::kOnline ? o_.prefill_chunk_tokens : o_.offline_prefill_chunk_tokens;
+  if (piece <= 0) return 1;
+  const int64_t pieces = prompt_tokens / piece;
+  return pieces < 2 ? 1 : static_cast<int>(std::min<int64_t>(pieces, std::min(o_.max_prefill_chunks, kMaxPrefillChunks)));
 }
 
 int SliceScheduler::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {

@@ -119,6 +119,9 @@ class LlamaKernelsTest : public ::testing::Test {
     gmg_ = std::make_unique<GlobalMappingGraph>(Devices(2));
     pre_ = *gmg_->RegisterTemplate(tpl_.prefill);
     dec_ = *gmg_->RegisterTemplate(tpl_.decode);
+    auto chunked = BuildLlamaChunkedPrefill(dims_, 3);
+    ASSERT_TRUE(chunked.ok()) << chunked.status();
+    pre_c3_ = *gmg_->RegisterTemplate(*chunked);
     for (uint16_t d = 0; d < 2; ++d) {
       for (const OpSpec& op : tpl_.prefill->ops()) {
         if (op.weight_key.empty()) continue;
@@ -148,10 +151,26 @@ class LlamaKernelsTest : public ::testing::Test {
 
   // Issues `inst` by partition pp2 on devices (0, 1) and runs it until it
   // retires; checks the GMG's invariants after every step.
-  absl::StatusOr<RetiredInstance> Run(InstanceId inst) {
+  // With `pieces_across`, a chunked prefill's operators run instead on
+  // device (piece % 2), whatever their group: each piece hands the cache of
+  // the pieces before it to the other device, as SliceScheduler may place
+  // them. Any other instance then runs on device 0.
+  absl::StatusOr<RetiredInstance> Run(InstanceId inst, bool pieces_across = false) {
     const DeviceId slots[2] = {DeviceId(0), DeviceId(1)};
     const Instance* in = gmg_->FindInstance(inst);
-    auto issued = IssueByPartition(*gmg_, inst, Partition(*in->tpl, "pp2"), slots, 0, clock_.Now());
+    absl::StatusOr<std::vector<NodeId>> issued;
+    if (pieces_across) {
+      std::vector<NodePlacement> pl;
+      for (int op : in->tpl->topo_order()) {
+        const std::string& name = in->tpl->op(op).name;
+        const size_t c = name.rfind('c');
+        const int piece = c != std::string::npos && c > 0 && name != "sample" ? std::atoi(name.c_str() + c + 1) : 0;
+        pl.push_back({in->nodes[op].id, DeviceId(static_cast<uint16_t>(piece % 2))});
+      }
+      issued = IssuePlacements(*gmg_, pl, 0, clock_.Now());
+    } else {
+      issued = IssueByPartition(*gmg_, inst, Partition(*in->tpl, "pp2"), slots, 0, clock_.Now());
+    }
     if (!issued.ok()) return issued.status();
     for (NodeId n : *issued) exec_->NodeIssued(n);
     if (absl::Status s = exec_->Dispatch(clock_.Now()); !s.ok()) return s;
@@ -176,20 +195,27 @@ class LlamaKernelsTest : public ::testing::Test {
   // Prefill of `prompt` then `decode_steps` decode steps, each attached to
   // the prefill's KV checkpoints; returns the generated tokens and leaves the
   // checkpoints in *kv.
+  // chunks 3: the prefill in three pieces (pre_c3_), placed by partition or,
+  // with pieces_across, piece by piece on alternating devices.
   std::vector<int64_t> Generate(const std::vector<int64_t>& prompt, int decode_steps,
-                                const SamplingParams& base, std::vector<CheckpointId>* kv) {
+                                const SamplingParams& base, std::vector<CheckpointId>* kv, int chunks = 1,
+                                bool pieces_across = false) {
     std::vector<int64_t> out;
     const int64_t s = static_cast<int64_t>(prompt.size());
     InstanceSpec ps;
-    ps.template_id = pre_;
-    ps.bindings = {{"B", 1}, {"S", s}};
-    ps.priority_class = PriorityClass::kOnline;
-    ps.arrival = clock_.Now();
+    if (chunks == 3) {
+      ps = LlamaChunkedPrefill(pre_c3_, 3, s, PriorityClass::kOnline, clock_.Now());
+    } else {
+      ps.template_id = pre_;
+      ps.bindings = {{"B", 1}, {"S", s}};
+      ps.priority_class = PriorityClass::kOnline;
+      ps.arrival = clock_.Now();
+    }
     auto pid = gmg_->Instantiate(ps);
     EXPECT_TRUE(pid.ok()) << pid.status();
     if (!pid.ok()) return out;
     runner_->SetRequest(*pid, LlamaRequest{Tensor::FromInt64(prompt, {1, s}), StepParams(base, 0)});
-    auto r = Run(*pid);
+    auto r = Run(*pid, pieces_across);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return out;
     EXPECT_EQ(r->state, InstanceState::kDone) << r->failure;
@@ -212,7 +238,7 @@ class LlamaKernelsTest : public ::testing::Test {
       if (!did.ok()) return out;
       const std::vector<int64_t> last = {out.back()};
       runner_->SetRequest(*did, LlamaRequest{Tensor::FromInt64(last, {1, 1}), StepParams(base, step)});
-      auto dr = Run(*did);
+      auto dr = Run(*did, pieces_across);
       EXPECT_TRUE(dr.ok()) << dr.status();
       if (!dr.ok()) return out;
       EXPECT_EQ(dr->state, InstanceState::kDone) << dr->failure;
@@ -242,7 +268,7 @@ class LlamaKernelsTest : public ::testing::Test {
   std::shared_ptr<const LlamaWeights> weights_;
   LlamaTemplates tpl_;
   std::unique_ptr<GlobalMappingGraph> gmg_;
-  TemplateId pre_, dec_;
+  TemplateId pre_, dec_, pre_c3_;
   SteadyClock clock_;
   std::unique_ptr<LlamaKernelRunner> runner_;
   LlamaTransferBackend transfers_;
@@ -273,6 +299,32 @@ TEST_F(LlamaKernelsTest, Pp2PrefillAndGreedyDecodeMatchDirectOps) {
   }
   EXPECT_EQ(runner_->num_requests(), 0u);
   ReleaseAndCheckBaseline(kv);
+}
+
+// A prefill in pieces computes what the one-piece prefill does: each piece
+// attends to the cache of the pieces before it, and the last piece retains
+// the whole cache, on which decode steps go on.
+TEST_F(LlamaKernelsTest, ChunkedPrefillMatchesDirectOpsByPartitionAndPieceByPiece) {
+  const std::vector<int64_t> prompt = Prompt(11, dims_.vocab);  // pieces 4, 4, 3
+  const SamplingParams greedy;
+  const std::vector<int64_t> want = DirectGenerate(*weights_, prompt, 4, greedy);
+  for (const bool across : {false, true}) {
+    SCOPED_TRACE(across ? "pieces on alternating devices" : "pp2 partition");
+    const int64_t moved_before = exec_->completed_transfers();
+    std::vector<CheckpointId> kv;
+    EXPECT_EQ(Generate(prompt, 4, greedy, &kv, 3, across), want);
+    EXPECT_GT(exec_->completed_transfers(), moved_before);
+    EXPECT_EQ(exec_->failed_nodes(), 0);
+    ASSERT_EQ(kv.size(), static_cast<size_t>(dims_.num_groups()));
+    for (size_t g = 0; g < kv.size(); ++g) {
+      const Checkpoint* c = gmg_->FindCheckpoint(kv[g]);
+      ASSERT_NE(c, nullptr);
+      // The last piece (2) ran on device 0 when placed piece by piece.
+      EXPECT_EQ(c->device, DeviceId(static_cast<uint16_t>(across ? 0 : g)));
+      EXPECT_EQ(c->bytes.count(), dims_.fusion * dims_.KvBytesPerTokenPerLayer() * (11 + 4));
+    }
+    ReleaseAndCheckBaseline(kv);
+  }
 }
 
 TEST_F(LlamaKernelsTest, DeviceThreadsTakeTensorMemoryFromTheirCache) {

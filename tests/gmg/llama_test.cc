@@ -117,6 +117,60 @@ TEST(LlamaTest, TrainTemplateShapesAndPartitions) {
   EXPECT_EQ(joint->nodes[loss].outputs[0].bytes, Bytes(4 * 64 * 4096 * 2));
 }
 
+TEST(LlamaTest, ChunkedPrefillPiecesAttendToTheCacheBeforeThemAndRetainItWhole) {
+  auto dims = *LlamaPreset("llama3-8b");
+  auto t = BuildLlamaChunkedPrefill(dims, 3);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const GraphTemplate& c = **t;
+  EXPECT_EQ(c.name(), "llama3-8b/prefill_c3");
+  EXPECT_EQ(c.num_ops(), 3 * (1 + 4) + 2);
+  std::vector<DeviceSpec> devs(1);
+  devs[0].name = "gpu0";
+  devs[0].type = "A16";
+  devs[0].memory = Bytes::GiB(64);
+  GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{12e9, Duration::Micros(20)}));
+  TemplateId id = *g.RegisterTemplate(*t);
+  // 11 tokens: pieces of 4, 4 and 3.
+  InstanceSpec s = LlamaChunkedPrefill(id, 3, 11, PriorityClass::kOnline, Timestamp::FromNanos(5));
+  EXPECT_THAT(s.bindings, ::testing::ElementsAre(std::pair<std::string, int64_t>{"B", 1},
+                                                 std::pair<std::string, int64_t>{"S0", 4},
+                                                 std::pair<std::string, int64_t>{"S1", 4},
+                                                 std::pair<std::string, int64_t>{"S2", 3}));
+  const Instance* inst = g.FindInstance(*g.Instantiate(s));
+  auto attr = [&](const std::string& op, const std::string& name) {
+    const int k = *c.FindOp(op);
+    for (size_t i = 0; i < c.op(k).attrs.size(); ++i) {
+      if (c.op(k).attrs[i].first == name) return inst->nodes[k].attrs[i];
+    }
+    ADD_FAILURE() << op << " has no attribute " << name;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(attr("g2c2", "new_tokens"), 3);
+  EXPECT_EQ(attr("g2c2", "context"), 8);
+  EXPECT_EQ(attr("embed_c1", "token_offset"), 4);
+  EXPECT_EQ(attr("g0", "context"), 0);
+  // Pieces before the last hand their cache on; the last retains it whole,
+  // one checkpoint per group as the one-piece prefill does.
+  const int g1c1 = *c.FindOp("g1c1"), g1c2 = *c.FindOp("g1c2");
+  EXPECT_FALSE(inst->nodes[g1c1].outputs[1].retained);
+  EXPECT_EQ(inst->nodes[g1c1].outputs[1].bytes, Bytes(8 * 8 * 4096));
+  EXPECT_TRUE(inst->nodes[g1c2].outputs[1].retained);
+  EXPECT_EQ(inst->nodes[g1c2].outputs[1].bytes, Bytes(8 * 11 * 4096));
+  // A group's pieces share its slot in every partition.
+  for (const CandidatePartition& p : c.partitions()) {
+    for (const std::string group : {"g0", "g3"}) {
+      const int slot = p.slot_of_op[*c.FindOp(group)];
+      EXPECT_EQ(p.slot_of_op[*c.FindOp(group + "c1")], slot) << p.name;
+      EXPECT_EQ(p.slot_of_op[*c.FindOp(group + "c2")], slot) << p.name;
+    }
+  }
+  for (const int bad : {1, kMaxPrefillChunks + 1}) {
+    auto r = BuildLlamaChunkedPrefill(dims, bad);
+    EXPECT_FALSE(r.ok());
+    EXPECT_THAT(r.status().message(), HasSubstr("2 to 8 chunks"));
+  }
+}
+
 TEST(LlamaTest, FullPrefillThenDecodeOnOneDevice) {
   auto dims = *LlamaPreset("tiny");
   auto t = *BuildLlamaTemplates(dims);

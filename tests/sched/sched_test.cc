@@ -143,6 +143,28 @@ TEST_F(SchedTest, OnlineInstancesAddADeviceOnlyWhenItSavesItsCost) {
   }
 }
 
+// Long prompts are prefilled in pieces of about prefill_chunk_tokens
+// (online) or offline_prefill_chunk_tokens (offline), at most
+// max_prefill_chunks; a prompt shorter than two pieces stays whole, and 0
+// turns chunking off. The baselines never chunk.
+TEST(SliceSchedulerChunksTest, PiecesFollowThePromptLengthPerClass) {
+  SliceSchedulerOptions o;
+  o.prefill_chunk_tokens = 640;
+  o.offline_prefill_chunk_tokens = 512;
+  o.max_prefill_chunks = 4;
+  SliceScheduler s(o);
+  EXPECT_EQ(s.PrefillChunks(1279, PriorityClass::kOnline), 1);
+  EXPECT_EQ(s.PrefillChunks(1280, PriorityClass::kOnline), 2);
+  EXPECT_EQ(s.PrefillChunks(2000, PriorityClass::kOnline), 3);
+  EXPECT_EQ(s.PrefillChunks(100000, PriorityClass::kOnline), 4);
+  EXPECT_EQ(s.PrefillChunks(2048, PriorityClass::kOffline), 4);
+  EXPECT_EQ(s.PrefillChunks(1023, PriorityClass::kOffline), 1);
+  o.prefill_chunk_tokens = 0;
+  EXPECT_EQ(SliceScheduler(o).PrefillChunks(100000, PriorityClass::kOnline), 1);
+  EXPECT_EQ(PinnedPolicy(PinnedPolicy::StaticOnline()).PrefillChunks(100000, PriorityClass::kOnline), 1);
+  EXPECT_EQ(PriorityColocate().PrefillChunks(100000, PriorityClass::kOffline), 1);
+}
+
 TEST_F(SchedTest, CandidatesRespectWeightResidency) {
   SetUpCluster(2);
   TemplateId t = Register("w", {{"a", {}, 10, 1000, "wa"}}, {{"single", AllOn({"a"})}});

@@ -123,6 +123,24 @@ InstanceSpec LlamaDecodeStep(TemplateId decode, int64_t context, const std::vect
 // The daemon and the replay both create decode steps through this rule.
 Timestamp DecodeStepArrival(PriorityClass priority_class, Timestamp request_arrival, Timestamp now);
 
+// A prefill cut into `chunks` pieces (2..kMaxPrefillChunks), named
+// "<name>/prefill_c<chunks>", symbols B and S0..S<chunks-1> (the pieces'
+// tokens): each piece runs every fused group on the KV cache of the pieces
+// before it, so on a pipeline partition the pieces overlap across stages and
+// a long prompt's first token comes sooner than in one piece. Its retained
+// outputs are the one-piece prefill's (one KV cache per group, in group
+// order), so decode steps attach them alike. Each embedding op carries
+// `token_offset`, the first of the prompt's tokens it embeds.
+inline constexpr int kMaxPrefillChunks = 8;
+std::string LlamaChunkedPrefillName(const LlamaDims& dims, int chunks);
+absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaChunkedPrefill(const LlamaDims& dims, int chunks);
+
+// The instance of a `tokens`-token prompt's prefill on a chunked template:
+// batch 1, the prompt cut into `chunks` near-equal pieces (the first ones
+// one token longer). Requires tokens >= chunks.
+InstanceSpec LlamaChunkedPrefill(TemplateId chunked, int chunks, int64_t tokens, PriorityClass priority_class,
+                                 Timestamp arrival);
+
 // The "<name>/train" template described above.
 absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaTrainTemplate(const LlamaDims& dims);
 

@@ -47,6 +47,14 @@ class PlacementPolicy {
   // How many more offline requests may enter the GMG now (admission control:
   // offline work waits outside the GMG until the policy can use it).
   virtual int OfflineAdmissions(const SchedulerEnv& env, Timestamp now) = 0;
+  // Into how many pieces a `prompt_tokens`-token prefill of this class is
+  // cut (a chunked prefill, gmg/llama.h); 1: one piece. The caller builds
+  // the prefill accordingly.
+  virtual int PrefillChunks(int64_t prompt_tokens, PriorityClass priority_class) const {
+    (void)prompt_tokens;
+    (void)priority_class;
+    return 1;
+  }
   // Issues work from the unscheduled frontier at `now`.
   virtual absl::StatusOr<ScheduleStats> Schedule(SchedulerEnv& env, Timestamp now) = 0;
 };
