@@ -176,13 +176,19 @@ Duration DurationKnob(const ConfigReader& r, absl::string_view key, double unit_
 }
 
 void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
-  s.RejectUnknownKeys({"volume_ms", "offline_queue_limit", "offline_aging_s", "timeliness", "owner_nap_us"});
+  s.RejectUnknownKeys({"volume_ms", "offline_queue_limit", "offline_aging_s", "timeliness", "owner_nap_us",
+                       "prefill_chunk_tokens", "offline_prefill_chunk_tokens"});
   c->volume = DurationKnob(s, "volume_ms", 1e6, "ms", c->volume, /*allow_zero=*/false);
   c->offline_queue_limit = s.Optional<int64_t>("offline_queue_limit", c->offline_queue_limit);
   s.CheckPositive("offline_queue_limit", c->offline_queue_limit);
   c->offline_aging = DurationKnob(s, "offline_aging_s", 1e9, "s", c->offline_aging, /*allow_zero=*/true);
   c->timeliness = s.Optional<double>("timeliness", c->timeliness);
   s.CheckPositive("timeliness", c->timeliness);
+  for (auto [key, field] : {std::pair<const char*, int64_t*>{"prefill_chunk_tokens", &c->prefill_chunk_tokens},
+                            {"offline_prefill_chunk_tokens", &c->offline_prefill_chunk_tokens}}) {
+    *field = s.Optional<int64_t>(key, *field);
+    s.Check(*field >= 0, key, StrCat("must be >= 0 (0: never chunk), got ", *field));
+  }
   if (s.Has("owner_nap_us")) {
     c->owner_nap = DurationKnob(s, "owner_nap_us", 1e3, "us", Duration::Zero(), /*allow_zero=*/true);
   }

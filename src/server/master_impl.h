@@ -126,7 +126,10 @@ struct Master::Impl {
         scheduler(SliceSchedulerOptions{.volume = config.scheduler.volume,
                                         .timeliness = config.scheduler.timeliness,
                                         .offline_queue_limit = static_cast<int>(config.scheduler.offline_queue_limit),
-                                        .offline_aging = config.scheduler.offline_aging}),
+                                        .offline_aging = config.scheduler.offline_aging,
+                                        .prefill_chunk_tokens = config.scheduler.prefill_chunk_tokens,
+                                        .offline_prefill_chunk_tokens =
+                                            config.scheduler.offline_prefill_chunk_tokens}),
         env{&gmg, &cluster, &ctx, &pool} {
     ctx.set_calibration(&calibration);
   }

@@ -117,7 +117,14 @@ absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec,
       info.decode_template = templates->decode->name();
       info.train_template = (*train_template)->name();
       if (existing == im.deployments.end()) {
-        for (const auto& tpl : {templates->prefill, templates->decode, *train_template}) {
+        std::vector<std::shared_ptr<const GraphTemplate>> all = {templates->prefill, templates->decode,
+                                                                 *train_template};
+        for (int k = 2; k <= kMaxPrefillChunks; ++k) {  // the scheduler's PrefillChunks picks one
+          auto chunked = BuildLlamaChunkedPrefill(dims, k);
+          if (!chunked.ok()) return absl::InvalidArgumentError(StrCat("spec.model: ", chunked.status().message()));
+          all.push_back(*std::move(chunked));
+        }
+        for (const auto& tpl : all) {
           auto tid = im.gmg.RegisterTemplate(tpl);
           if (!tid.ok()) return Annotate(tid.status(), "spec.name");
           for (const DeviceSpec& d : im.gmg.accelerators().devices()) im.ctx.OpKeys(d.type, tid->value());
@@ -338,9 +345,19 @@ absl::StatusOr<std::shared_ptr<GenerationRecord>> Master::Generate(GenerateArgs 
       if (args.seed == 0) args.seed = request * 0x9E3779B97F4A7C15ull + 1;
       g.record = std::make_shared<GenerationRecord>(request, now);
 
+      const auto prompt_tokens = static_cast<int64_t>(args.prompt.size());
+      const int chunks = std::clamp(im.scheduler.PrefillChunks(prompt_tokens, g.cls), 1,
+                                    static_cast<int>(std::min<int64_t>(prompt_tokens, kMaxPrefillChunks)));
       InstanceSpec spec;
-      spec.template_id = pre;
-      spec.bindings = {{"B", 1}, {"S", static_cast<int64_t>(args.prompt.size())}};
+      if (chunks > 1) {
+        // "<model>/prefill_c<k>" beside the deployment's "<model>/prefill".
+        SLICESCHED_ASSIGN_OR_RETURN(TemplateId chunked,
+                                    im.gmg.templates().FindByName(StrCat(dep.prefill_template, "_c", chunks)));
+        spec = LlamaChunkedPrefill(chunked, chunks, prompt_tokens, g.cls, now);
+      } else {
+        spec.template_id = pre;
+        spec.bindings = {{"B", 1}, {"S", prompt_tokens}};
+      }
       spec.priority_class = g.cls;
       spec.priority = args.priority;
       spec.tenant = TenantId(g.cls == PriorityClass::kOffline ? kOfflineTenantBase : 0);

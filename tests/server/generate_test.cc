@@ -4,6 +4,7 @@
 // seeds; bad requests are refused with errors naming the field; a client
 // that goes away has its request cancelled and its KV cache freed.
 #include <grpcpp/grpcpp.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -47,7 +48,7 @@ class GenerateTest : public ::testing::Test {
                           "  - {name: chat, model: tiny, weights: {seed: ", kWeightsSeed,
                           "}, role: online, partitions: [single, pp2]}\n"
                           "listen: {unix_socket: ", dir_, "/s.sock}\n",
-                          "state_dir: ", dir_, "/state\n")),
+                          "state_dir: ", dir_, "/state\n", extra_yaml_)),
         "<test>");
     ASSERT_TRUE(c.ok()) << c.status();
     MasterOptions mo;
@@ -110,6 +111,7 @@ class GenerateTest : public ::testing::Test {
     return t.ok() ? *t : std::vector<int64_t>{};
   }
 
+  std::string extra_yaml_;  // appended to the config
   std::string dir_;
   std::unique_ptr<Master> master_;
   std::unique_ptr<SlicedServer> server_;
@@ -165,6 +167,47 @@ TEST_F(GenerateTest, ConcurrentStreamsEqualDirectComputation) {
     EXPECT_EQ(d.memory.checkpoints, Bytes(0)) << d.spec.name;
     EXPECT_EQ(d.memory.activations, Bytes(0)) << d.spec.name;
   }
+}
+
+// With small pieces configured, prompts are prefilled in pieces (online 13
+// tokens: pieces of 5, 4, 4; offline 9: 5, 4) that the scheduler may put on
+// either device; the streams are still the direct computation's.
+class ChunkedGenerateTest : public GenerateTest {
+ protected:
+  ChunkedGenerateTest() { extra_yaml_ = "scheduler: {prefill_chunk_tokens: 4, offline_prefill_chunk_tokens: 4}\n"; }
+};
+
+TEST_F(ChunkedGenerateTest, PrefillInPiecesEqualsDirectComputation) {
+  std::vector<v1::GenerateRequest> reqs = {Request({5, 9, 11, 2, 7, 3, 19, 23, 1, 4, 8, 6, 12}, 6),
+                                           Request({3, 1, 4, 1, 5, 9, 2, 6, 5}, 4), Request({42, 43}, 3)};
+  reqs[1].set_priority_class(v1::PRIORITY_CLASS_OFFLINE);
+  reqs[1].mutable_sampling()->set_temperature(1.0f);
+  reqs[1].mutable_sampling()->set_seed(77);
+  std::vector<Stream> got(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) threads.emplace_back([&, i] { got[i] = Generate(reqs[i]); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens(), Direct(reqs[i]));
+  }
+  auto devices = master_->Devices();
+  ASSERT_TRUE(devices.ok());
+  for (const DeviceInfo& d : *devices) {
+    EXPECT_EQ(d.memory.checkpoints, Bytes(0)) << d.spec.name;
+    EXPECT_EQ(d.memory.activations, Bytes(0)) << d.spec.name;
+  }
+}
+
+TEST(SchedulerConfigTest, PrefillChunkTokensMustNotBeNegative) {
+  auto c = ParseSlicedConfig(YAML::Load("cluster:\n"
+                                        "  devices: [{name: cpu, count: 1, type: cpu, memory: 256MiB, backend: cpu}]\n"
+                                        "scheduler: {prefill_chunk_tokens: -1}\n"),
+                             "<test>");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), ::testing::HasSubstr("prefill_chunk_tokens"));
+  EXPECT_THAT(std::string(c.status().message()), ::testing::HasSubstr("must be >= 0"));
 }
 
 TEST_F(GenerateTest, StopTokenEndsTheStream) {

@@ -18,6 +18,9 @@
 //     offline_queue_limit: 1    # online ops outstanding on a device before offline waits (>= 1)
 //     offline_aging_s: 30       # offline work older than this goes first (>= 0)
 //     timeliness: 0.1           # t of Eq 3 (> 0)
+//     prefill_chunk_tokens: 640 # online prompts of 2x this or more are
+//                               # prefilled in pieces of about this size (0: never)
+//     offline_prefill_chunk_tokens: 512  # the same for offline prompts
 //     owner_nap_us: 100         # CPU devices: the master's nap between looks
 //                               # at busy executors (>= 0; the most it adds to
 //                               # a completion's latency); 0 = woken by the
@@ -94,6 +97,8 @@ struct SchedulerConfig {
   int64_t offline_queue_limit = 1;
   Duration offline_aging = Duration::Seconds(30);
   double timeliness = 0.1;
+  int64_t prefill_chunk_tokens = 640;          // SliceSchedulerOptions' (0: never chunk)
+  int64_t offline_prefill_chunk_tokens = 512;
   // The LibTorch executors' ExecutorOptions::owner_nap; unset: theirs.
   std::optional<Duration> owner_nap;
 };
