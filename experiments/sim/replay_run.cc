@@ -82,6 +82,21 @@ struct Server {
   bool IsPrefill(TemplateId t) const {
     return t == pre8 || t == off_pre || std::find(pre8_chunks.begin(), pre8_chunks.end(), t) != pre8_chunks.end();
   }
+  // A prompt's prefill on `whole`, or in the pieces the policy asks for
+  // (chunked templates exist for the 8-layer fusion only).
+  InstanceSpec Prefill(const PlacementPolicy& policy, TemplateId whole, int64_t prompt, PriorityClass cls,
+                       Timestamp now) const {
+    const int chunks = whole != pre8 ? 1
+                                     : std::clamp(policy.PrefillChunks(prompt, cls), 1,
+                                                  static_cast<int>(std::min<int64_t>(prompt, kMaxPrefillChunks)));
+    if (chunks > 1) return LlamaChunkedPrefill(pre8_chunks[chunks], chunks, prompt, cls, now);
+    InstanceSpec ps;
+    ps.template_id = whole;
+    ps.bindings = {{"B", 1}, {"S", prompt}};
+    ps.priority_class = cls;
+    ps.arrival = now;
+    return ps;
+  }
 };
 
 absl::StatusOr<Server> BuildServer(bool full_share) {
@@ -221,18 +236,8 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
     }
     while (next_req < online.size() && static_cast<int64_t>(online[next_req].arrival_s * 1e9) <= next) {
       const TaggedRequest& req = online[next_req++];
-      const int64_t prompt = std::max<int64_t>(1, req.context);
-      const int chunks = std::clamp(policy->PrefillChunks(prompt, PriorityClass::kOnline), 1,
-                                    static_cast<int>(std::min<int64_t>(prompt, kMaxPrefillChunks)));
-      InstanceSpec ps;
-      if (chunks > 1) {
-        ps = LlamaChunkedPrefill(server.pre8_chunks[chunks], chunks, prompt, PriorityClass::kOnline, now);
-      } else {
-        ps.template_id = server.pre8;
-        ps.bindings = {{"B", 1}, {"S", prompt}};
-        ps.priority_class = PriorityClass::kOnline;
-        ps.arrival = now;
-      }
+      InstanceSpec ps =
+          server.Prefill(*policy, server.pre8, std::max<int64_t>(1, req.context), PriorityClass::kOnline, now);
       ps.tenant = TenantId(static_cast<uint32_t>(req.instance));
       SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ps));
       Conversation c;
@@ -248,20 +253,8 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       ++offline_queued;
     }
     for (int admit = policy->OfflineAdmissions(env, now); admit > 0 && offline_queued > 0; --admit) {
-      const int chunks = server.off_pre == server.pre8
-                             ? std::clamp(policy->PrefillChunks(kReplayOfflineInput, PriorityClass::kOffline), 1,
-                                          kMaxPrefillChunks)
-                             : 1;
-      InstanceSpec ps;
-      if (chunks > 1) {
-        ps = LlamaChunkedPrefill(server.pre8_chunks[chunks], chunks, kReplayOfflineInput, PriorityClass::kOffline, now);
-      } else {
-        ps.template_id = server.off_pre;
-        ps.bindings = {{"B", 1}, {"S", kReplayOfflineInput}};
-        ps.priority_class = PriorityClass::kOffline;
-      }
+      InstanceSpec ps = server.Prefill(*policy, server.off_pre, kReplayOfflineInput, PriorityClass::kOffline, now);
       ps.tenant = TenantId(static_cast<uint32_t>(kOfflineTenantBase + (offline_tenant++ % 2)));
-      ps.arrival = now;
       SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ps));
       Conversation c;
       c.online = false;

@@ -124,6 +124,47 @@ std::vector<std::pair<std::string, std::vector<std::pair<std::string, int>>>> Pa
   return out;
 }
 
+// The embedding op over s new tokens after ctx cached ones (the caller adds
+// its inputs' attributes beyond these).
+TemplateBuilder& EmbedOp(TemplateBuilder& b, const LlamaDims& d, const std::string& name, const std::string& s,
+                         const std::string& ctx) {
+  return b.Op(name, OpKind::kEmbedding)
+      .Inputs({"$tokens"})
+      .Output("hidden", d.dtype, {"B", s, "H"})
+      .Weights(StrCat(d.name, "/embed"), Bytes(d.EmbeddingParams() * DTypeSize(d.dtype)), d.EmbeddingParams())
+      .Attr("batch", "B")
+      .Attr("new_tokens", s)
+      .Attr("context", ctx);
+}
+
+// The weights, workspace and attributes of group g's fused op over s new
+// tokens after ctx cached ones (attention span `span`). The workspace is the
+// per-layer transient peak: QKV, fp32 attention scores, gate + up.
+void GroupBody(TemplateBuilder& b, const LlamaDims& d, int64_t g, const std::string& s, const std::string& span,
+               const std::string& ctx) {
+  b.Weights(LlamaGroupWeightKey(d, g), Bytes(d.ParamsPerGroup() * DTypeSize(d.dtype)), d.ParamsPerGroup())
+      .Workspace(StrCat("B*", s, "*(H+2*NKV*HD)*ES + B*NH*", s, "*", span, "*4 + 2*B*", s, "*FFN*ES"))
+      .Attr("batch", "B")
+      .Attr("new_tokens", s)
+      .Attr("context", ctx)
+      .Attr("layers", "F");
+}
+
+// LM head over the last position of `hidden`, then sampling.
+void HeadAndSample(TemplateBuilder& b, const LlamaDims& d, const std::string& hidden) {
+  b.Op("head", OpKind::kLmHead)
+      .Inputs({hidden})
+      .Output("logits", DType::kF32, {"B", "V"})
+      .Weights(StrCat(d.name, "/lm_head"), Bytes(d.LmHeadParams() * DTypeSize(d.dtype)), d.LmHeadParams())
+      .Workspace("B*H*ES")
+      .Attr("batch", "B");
+  b.Op("sample", OpKind::kSample)
+      .Inputs({"head"})
+      .Output("token", DType::kI64, {"B", "1"})
+      .Workspace("B*V*4")
+      .Attr("batch", "B");
+}
+
 absl::StatusOr<std::shared_ptr<const GraphTemplate>> Build(const LlamaDims& d, Phase phase) {
   const bool prefill = phase == Phase::kPrefill;
   TemplateBuilder b(StrCat(d.name, prefill ? "/prefill" : "/decode"));
@@ -142,18 +183,8 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> Build(const LlamaDims& d, P
       b.CheckpointInput(StrCat("kv", g), dt, {"2", "F", "B", "C", "NKV", "HD"});
     }
   }
-  b.Op("embed", OpKind::kEmbedding)
-      .Inputs({"$tokens"})
-      .Output("hidden", dt, {"B", s, "H"})
-      .Weights(StrCat(d.name, "/embed"), Bytes(d.EmbeddingParams() * DTypeSize(dt)),
-               d.EmbeddingParams())
-      .Attr("batch", "B")
-      .Attr("new_tokens", s)
-      .Attr("context", ctx);
+  EmbedOp(b, d, "embed", s, ctx);
   std::string prev = "embed";
-  // Per-layer transient peak: QKV, fp32 attention scores, gate + up.
-  const std::string workspace = StrCat("B*", s, "*(H+2*NKV*HD)*ES + B*NH*", s, "*", span,
-                                             "*4 + 2*B*", s, "*FFN*ES");
   for (int64_t g = 0; g < groups; ++g) {
     const std::string name = StrCat("g", g);
     b.Op(name, OpKind::kFusedLayers)
@@ -165,26 +196,10 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> Build(const LlamaDims& d, P
     } else {
       b.UpdateOutput("kv", StrCat("kv", g), {"2", "F", "B", "C+1", "NKV", "HD"});
     }
-    b.Weights(LlamaGroupWeightKey(d, g), Bytes(d.ParamsPerGroup() * DTypeSize(dt)), d.ParamsPerGroup())
-        .Workspace(workspace)
-        .Attr("batch", "B")
-        .Attr("new_tokens", s)
-        .Attr("context", ctx)
-        .Attr("layers", "F");
+    GroupBody(b, d, g, s, span, ctx);
     prev = StrCat(name, ":hidden");
   }
-  b.Op("head", OpKind::kLmHead)
-      .Inputs({prev})
-      .Output("logits", DType::kF32, {"B", "V"})
-      .Weights(StrCat(d.name, "/lm_head"), Bytes(d.LmHeadParams() * DTypeSize(dt)),
-               d.LmHeadParams())
-      .Workspace("B*H*ES")
-      .Attr("batch", "B");
-  b.Op("sample", OpKind::kSample)
-      .Inputs({"head"})
-      .Output("token", DType::kI64, {"B", "1"})
-      .Workspace("B*V*4")
-      .Attr("batch", "B");
+  HeadAndSample(b, d, prev);
   for (const auto& [pname, slots] : Partitions(d)) b.Partition(pname, slots);
   return b.Build();
 }
@@ -193,8 +208,9 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> Build(const LlamaDims& d, P
 // chunk 0 keeps the plain names) process S{k} new tokens on the KV cache of
 // the chunks before it, which g{i}c{k-1} hands over as an output; the last
 // chunk's groups retain the whole cache, in group order, as the one-piece
-// prefill does. A group's chunks share its slot, so on a pipeline partition
-// chunk k+1 enters stage 0 while chunk k runs on stage 1.
+// prefill does. In every partition a group's chunks share its slot; a
+// scheduler placing operator by operator may also move a later piece to
+// another device (its cache so far follows as a transfer).
 absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildChunked(const LlamaDims& d, int chunks) {
   TemplateBuilder b(LlamaChunkedPrefillName(d, chunks));
   DefineDims(b, d);
@@ -210,17 +226,8 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildChunked(const LlamaDim
     const std::string s = StrCat("S", k);
     const std::string span = StrCat("(", before, "+", s, ")");
     const std::string embed = k == 0 ? "embed" : StrCat("embed_c", k);
-    b.Op(embed, OpKind::kEmbedding)
-        .Inputs({"$tokens"})
-        .Output("hidden", dt, {"B", s, "H"})
-        .Weights(StrCat(d.name, "/embed"), Bytes(d.EmbeddingParams() * DTypeSize(dt)), d.EmbeddingParams())
-        .Attr("batch", "B")
-        .Attr("new_tokens", s)
-        .Attr("context", before)
-        .Attr("token_offset", before);
+    EmbedOp(b, d, embed, s, before).Attr("token_offset", before);
     std::string prev = embed;
-    const std::string workspace =
-        StrCat("B*", s, "*(H+2*NKV*HD)*ES + B*NH*", s, "*", span, "*4 + 2*B*", s, "*FFN*ES");
     for (int64_t g = 0; g < groups; ++g) {
       const std::string op = name(StrCat("g", g), k);
       std::vector<std::string> inputs = {prev};
@@ -231,28 +238,13 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildChunked(const LlamaDim
       } else {
         b.Output("kv", dt, {"2", "F", "B", span, "NKV", "HD"});
       }
-      b.Weights(LlamaGroupWeightKey(d, g), Bytes(d.ParamsPerGroup() * DTypeSize(dt)), d.ParamsPerGroup())
-          .Workspace(workspace)
-          .Attr("batch", "B")
-          .Attr("new_tokens", s)
-          .Attr("context", before)
-          .Attr("layers", "F");
+      GroupBody(b, d, g, s, span, before);
       prev = StrCat(op, ":hidden");
     }
     last_hidden = prev;
     before = StrCat(before, "+", s);
   }
-  b.Op("head", OpKind::kLmHead)
-      .Inputs({last_hidden})
-      .Output("logits", DType::kF32, {"B", "V"})
-      .Weights(StrCat(d.name, "/lm_head"), Bytes(d.LmHeadParams() * DTypeSize(dt)), d.LmHeadParams())
-      .Workspace("B*H*ES")
-      .Attr("batch", "B");
-  b.Op("sample", OpKind::kSample)
-      .Inputs({"head"})
-      .Output("token", DType::kI64, {"B", "1"})
-      .Workspace("B*V*4")
-      .Attr("batch", "B");
+  HeadAndSample(b, d, last_hidden);
   for (const auto& [pname, serving_slots] : Partitions(d)) {
     std::vector<std::pair<std::string, int>> slots;
     for (const auto& [op, slot] : serving_slots) {
