@@ -251,39 +251,25 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 2));
   const OpSpec& op = call.op();
   SLICESCHED_ASSIGN_OR_RETURN(const int64_t group, GroupOf(call));
-  std::optional<size_t> hidden_in, ckpt_in;
+  // Inputs: the hidden state (the first op input) and, unless this is a
+  // prefill's first piece, the cache to grow in place: an attached checkpoint
+  // (decode) or the earlier pieces' cache, an op output with this op as its
+  // only consumer (a later piece of a chunked prefill).
+  std::optional<size_t> hidden_in, cache_in;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
-    if (op.inputs[i].kind == InputRef::Kind::kOp && !hidden_in.has_value()) hidden_in = i;
-    if (op.inputs[i].kind == InputRef::Kind::kCheckpoint && !ckpt_in.has_value()) ckpt_in = i;
+    const bool from_op = op.inputs[i].kind == InputRef::Kind::kOp;
+    if (from_op && !hidden_in.has_value()) {
+      hidden_in = i;
+    } else if ((from_op || op.inputs[i].kind == InputRef::Kind::kCheckpoint) && !cache_in.has_value()) {
+      cache_in = i;
+    }
   }
   if (!hidden_in.has_value()) {
     return absl::InvalidArgumentError(StrCat(Label(call), ": no hidden-state input"));
   }
   SLICESCHED_ASSIGN_OR_RETURN(const Tensor hidden, InputTensor(call, *hidden_in));
-  // A later piece of a chunked prefill: the earlier pieces' cache, an op
-  // output, grown here and handed on (or retained by the last piece).
-  std::optional<size_t> piece_in;
-  for (size_t i = *hidden_in + 1; i < op.inputs.size() && i < call.inputs.size(); ++i) {
-    if (op.inputs[i].kind == InputRef::Kind::kOp && call.inputs[i].kind == kKvCachePayload) piece_in = i;
-  }
-  if (piece_in.has_value()) {
-    KvCache* cache = KvCachePayloadOf(call.inputs[*piece_in]);
-    const int64_t start = cache->tokens();
-    if (const std::optional<int64_t> ctx = Attr(call, "context"); ctx.has_value() && *ctx != start) {
-      return absl::FailedPreconditionError(StrCat(Label(call), ": the earlier pieces' KV cache holds ", start,
-                                                  " tokens, the op expects context ", *ctx));
-    }
-    // The input buffer has this op as its only consumer, so the cache is
-    // grown in place rather than copied.
-    absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, hidden, cache, start);
-    if (!out.ok()) return Annotate(out.status(), Label(call));
-    SetTensorPayload(call.outputs[0], std::move(*out));
-    call.outputs[1].kind = kKvCachePayload;
-    call.outputs[1].payload = call.inputs[*piece_in].payload;
-    return absl::OkStatus();
-  }
 
-  if (!ckpt_in.has_value()) {
+  if (!cache_in.has_value()) {
     // Prefill: a fresh cache, kept as the retained output's payload.
     auto cache = std::make_shared<KvCache>();
     absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, hidden, cache.get(), 0);
@@ -292,28 +278,26 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
     SetKvCachePayload(call.outputs[1], std::move(cache));
     return absl::OkStatus();
   }
-  // Decode: grow the checkpoint's cache in place.
-  if (*ckpt_in >= call.inputs.size()) {
-    return absl::InvalidArgumentError(StrCat(Label(call), ": missing checkpoint input"));
+  if (*cache_in >= call.inputs.size()) {
+    return absl::InvalidArgumentError(StrCat(Label(call), ": missing KV cache input"));
   }
-  const Buffer& ckpt = call.inputs[*ckpt_in];
-  KvCache* cache = KvCachePayloadOf(ckpt);
+  const Buffer& source = call.inputs[*cache_in];
+  KvCache* cache = KvCachePayloadOf(source);
   if (cache == nullptr) {
-    return absl::FailedPreconditionError(
-        StrCat(Label(call), ": checkpoint input '", op.input_names[*ckpt_in],
-               "' holds no KV cache (payload kind ", ckpt.kind, ")"));
+    return absl::FailedPreconditionError(StrCat(Label(call), ": input '", op.input_names[*cache_in],
+                                                "' holds no KV cache (payload kind ", source.kind, ")"));
   }
   const int64_t start = cache->tokens();
   if (const std::optional<int64_t> ctx = Attr(call, "context"); ctx.has_value() && *ctx != start) {
-    return absl::FailedPreconditionError(StrCat(Label(call), ": the attached KV cache holds ", start,
+    return absl::FailedPreconditionError(StrCat(Label(call), ": the KV cache input holds ", start,
                                                 " tokens, the instance expects context ", *ctx));
   }
   absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, hidden, cache, start);
   if (!out.ok()) return Annotate(out.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(*out));
-  // The update output is the checkpoint itself (grown in place).
+  // The cache output is the grown input itself.
   call.outputs[1].kind = kKvCachePayload;
-  call.outputs[1].payload = ckpt.payload;
+  call.outputs[1].payload = source.payload;
   return absl::OkStatus();
 }
 

@@ -86,9 +86,7 @@ struct Server {
   // (chunked templates exist for the 8-layer fusion only).
   InstanceSpec Prefill(const PlacementPolicy& policy, TemplateId whole, int64_t prompt, PriorityClass cls,
                        Timestamp now) const {
-    const int chunks = whole != pre8 ? 1
-                                     : std::clamp(policy.PrefillChunks(prompt, cls), 1,
-                                                  static_cast<int>(std::min<int64_t>(prompt, kMaxPrefillChunks)));
+    const int chunks = whole != pre8 ? 1 : PrefillPieces(policy, prompt, cls);
     if (chunks > 1) return LlamaChunkedPrefill(pre8_chunks[chunks], chunks, prompt, cls, now);
     InstanceSpec ps;
     ps.template_id = whole;

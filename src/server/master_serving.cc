@@ -346,8 +346,7 @@ absl::StatusOr<std::shared_ptr<GenerationRecord>> Master::Generate(GenerateArgs 
       g.record = std::make_shared<GenerationRecord>(request, now);
 
       const auto prompt_tokens = static_cast<int64_t>(args.prompt.size());
-      const int chunks = std::clamp(im.scheduler.PrefillChunks(prompt_tokens, g.cls), 1,
-                                    static_cast<int>(std::min<int64_t>(prompt_tokens, kMaxPrefillChunks)));
+      const int chunks = PrefillPieces(im.scheduler, prompt_tokens, g.cls);
       InstanceSpec spec;
       if (chunks > 1) {
         // "<model>/prefill_c<k>" beside the deployment's "<model>/prefill".

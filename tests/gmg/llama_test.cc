@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "slicesched/common/strings.h"
 #include "slicesched/gmg/gmg.h"
 
@@ -10,6 +12,15 @@ namespace slicesched {
 namespace {
 
 using ::testing::HasSubstr;
+
+// A GMG over one 64 GiB A16.
+std::unique_ptr<GlobalMappingGraph> OneA16() {
+  std::vector<DeviceSpec> devs(1);
+  devs[0].name = "gpu0";
+  devs[0].type = "A16";
+  devs[0].memory = Bytes::GiB(64);
+  return std::make_unique<GlobalMappingGraph>(*AcceleratorSet::Create(devs, LinkSpec{12e9, Duration::Micros(20)}));
+}
 
 TEST(LlamaTest, Llama3_8bFusedOperatorSize) {
   auto dims = LlamaPreset("llama3-8b");
@@ -40,11 +51,8 @@ TEST(LlamaTest, TemplatesHaveExactKvAndPartitions) {
   for (const auto& p : t.prefill->partitions()) names.push_back(p.name);
   EXPECT_THAT(names, ::testing::ElementsAre("single", "pp2", "pp4"));
 
-  std::vector<DeviceSpec> devs(1);
-  devs[0].name = "gpu0";
-  devs[0].type = "A16";
-  devs[0].memory = Bytes::GiB(64);
-  GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{12e9, Duration::Micros(20)}));
+  auto gmg = OneA16();
+  GlobalMappingGraph& g = *gmg;
   TemplateId pre = *g.RegisterTemplate(t.prefill);
   TemplateId dec = *g.RegisterTemplate(t.decode);
   InstanceSpec s;
@@ -90,11 +98,8 @@ TEST(LlamaTest, TrainTemplateShapesAndPartitions) {
     EXPECT_EQ(p.slot_of_op[*tr.FindOp("embed")], 0) << p.name;
   }
 
-  std::vector<DeviceSpec> devs(1);
-  devs[0].name = "gpu0";
-  devs[0].type = "A16";
-  devs[0].memory = Bytes::GiB(64);
-  GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{12e9, Duration::Micros(20)}));
+  auto gmg = OneA16();
+  GlobalMappingGraph& g = *gmg;
   TemplateId id = *g.RegisterTemplate(*t);
   InstanceId i =
       *g.Instantiate(LlamaTrainStep(id, 2, 64, 16, 10, PriorityClass::kOffline, Timestamp()));
@@ -124,11 +129,8 @@ TEST(LlamaTest, ChunkedPrefillPiecesAttendToTheCacheBeforeThemAndRetainItWhole) 
   const GraphTemplate& c = **t;
   EXPECT_EQ(c.name(), "llama3-8b/prefill_c3");
   EXPECT_EQ(c.num_ops(), 3 * (1 + 4) + 2);
-  std::vector<DeviceSpec> devs(1);
-  devs[0].name = "gpu0";
-  devs[0].type = "A16";
-  devs[0].memory = Bytes::GiB(64);
-  GlobalMappingGraph g(*AcceleratorSet::Create(devs, LinkSpec{12e9, Duration::Micros(20)}));
+  auto gmg = OneA16();
+  GlobalMappingGraph& g = *gmg;
   TemplateId id = *g.RegisterTemplate(*t);
   // 11 tokens: pieces of 4, 4 and 3.
   InstanceSpec s = LlamaChunkedPrefill(id, 3, 11, PriorityClass::kOnline, Timestamp::FromNanos(5));

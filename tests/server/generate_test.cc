@@ -99,6 +99,23 @@ class GenerateTest : public ::testing::Test {
     r.set_max_tokens(max_tokens);
     return r;
   }
+  // Every request on its own client thread at once.
+  std::vector<Stream> GenerateConcurrently(const std::vector<v1::GenerateRequest>& reqs) {
+    std::vector<Stream> got(reqs.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < reqs.size(); ++i) threads.emplace_back([&, i] { got[i] = Generate(reqs[i]); });
+    for (auto& t : threads) t.join();
+    return got;
+  }
+  // No KV cache or activation is left on any device.
+  void ExpectDevicesHoldNoRequestMemory() {
+    auto devices = master_->Devices();
+    ASSERT_TRUE(devices.ok());
+    for (const DeviceInfo& d : *devices) {
+      EXPECT_EQ(d.memory.checkpoints, Bytes(0)) << d.spec.name;
+      EXPECT_EQ(d.memory.activations, Bytes(0)) << d.spec.name;
+    }
+  }
   std::vector<int64_t> Direct(const v1::GenerateRequest& r) {
     std::vector<int64_t> prompt(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
     std::vector<int64_t> stop(r.stop_token_ids().begin(), r.stop_token_ids().end());
@@ -183,21 +200,13 @@ TEST_F(ChunkedGenerateTest, PrefillInPiecesEqualsDirectComputation) {
   reqs[1].set_priority_class(v1::PRIORITY_CLASS_OFFLINE);
   reqs[1].mutable_sampling()->set_temperature(1.0f);
   reqs[1].mutable_sampling()->set_seed(77);
-  std::vector<Stream> got(reqs.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < reqs.size(); ++i) threads.emplace_back([&, i] { got[i] = Generate(reqs[i]); });
-  for (auto& t : threads) t.join();
+  const std::vector<Stream> got = GenerateConcurrently(reqs);
   for (size_t i = 0; i < reqs.size(); ++i) {
     SCOPED_TRACE(i);
     ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
     EXPECT_EQ(got[i].tokens(), Direct(reqs[i]));
   }
-  auto devices = master_->Devices();
-  ASSERT_TRUE(devices.ok());
-  for (const DeviceInfo& d : *devices) {
-    EXPECT_EQ(d.memory.checkpoints, Bytes(0)) << d.spec.name;
-    EXPECT_EQ(d.memory.activations, Bytes(0)) << d.spec.name;
-  }
+  ExpectDevicesHoldNoRequestMemory();
 }
 
 TEST(SchedulerConfigTest, PrefillChunkTokensMustNotBeNegative) {
@@ -286,12 +295,7 @@ TEST_F(GenerateTest, ClientThatGoesAwayIsCancelledAndItsMemoryFreed) {
   auto live = master_->LiveGenerations();
   ASSERT_TRUE(live.ok());
   EXPECT_EQ(*live, 0u);
-  auto devices = master_->Devices();
-  ASSERT_TRUE(devices.ok());
-  for (const DeviceInfo& d : *devices) {
-    EXPECT_EQ(d.memory.checkpoints, Bytes(0)) << d.spec.name;
-    EXPECT_EQ(d.memory.activations, Bytes(0)) << d.spec.name;
-  }
+  ExpectDevicesHoldNoRequestMemory();
 }
 
 TEST_F(GenerateTest, RawSubmitRunsOnTheExecutors) {

@@ -7,6 +7,7 @@
 // compare policies, not plumbing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "slicesched/common/thread_pool.h"
 #include "slicesched/gmg/gmg.h"
+#include "slicesched/gmg/llama.h"
 #include "slicesched/backend/backend.h"
 #include "slicesched/sim/simulator.h"
 
@@ -58,6 +60,14 @@ class PlacementPolicy {
   // Issues work from the unscheduled frontier at `now`.
   virtual absl::StatusOr<ScheduleStats> Schedule(SchedulerEnv& env, Timestamp now) = 0;
 };
+
+// policy.PrefillChunks bounded to what a chunked prefill can be (gmg/llama.h):
+// 1 .. min(prompt_tokens, kMaxPrefillChunks). Every caller that builds a
+// prefill (the replay, the daemon) asks through this.
+inline int PrefillPieces(const PlacementPolicy& policy, int64_t prompt_tokens, PriorityClass priority_class) {
+  const int64_t most = std::min<int64_t>(std::max<int64_t>(prompt_tokens, 1), kMaxPrefillChunks);
+  return static_cast<int>(std::clamp<int64_t>(policy.PrefillChunks(prompt_tokens, priority_class), 1, most));
+}
 
 // Tenants mark which model instance a request belongs to: online instance k
 // (0..3 in the paper's setup) has tenant k; offline work has tenants from
