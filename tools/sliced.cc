@@ -187,12 +187,31 @@ int Run(int argc, char** argv) {
                                                                        : created.status().ToString());
     }
   }
+  // Offline batch jobs live in the same state directory; in_progress batches
+  // go on where they stopped (jobs/batch_manager.h). They run on the real
+  // executors only: virtual devices produce no tokens.
+  jobs::BatchManager::Options batch_options;
+  batch_options.models = [m](std::string_view name) { return BatchModelInfoOf(m, name); };
+  auto batches = jobs::BatchManager::Open(config->state_dir, std::move(batch_options));
+  if (!batches.ok()) {
+    spdlog::critical("cannot start: {}", batches.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<BatchRunner> batch_runner;
+  if ((*master)->backend_name() == "virtual") {
+    spdlog::warn("batch jobs will not run: the devices are virtual (no real operators)");
+  } else {
+    batch_runner = std::make_unique<BatchRunner>(m, batches->get());
+    batch_runner->Start();
+    auto active = (*batches)->Active();
+    spdlog::info("batch runner started: {} batch(es) in progress", active.ok() ? active->size() : 0);
+  }
   auto options = ServerOptionsFromConfig(config->listen);
   if (!options.ok()) {
     spdlog::critical("cannot start: {}", options.status().ToString());
     return 1;
   }
-  auto server = SlicedServer::Start(master->get(), *options, job_manager->get());
+  auto server = SlicedServer::Start(master->get(), *options, job_manager->get(), batches->get(), batch_runner.get());
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 1;
@@ -227,6 +246,7 @@ int Run(int argc, char** argv) {
   std::atomic<bool> drained_ok{true};
   std::thread drainer([&] {
     if (runner != nullptr) runner->Stop();  // in-flight micro-batches end, running jobs are checkpointed
+    if (batch_runner != nullptr) batch_runner->Stop();  // unfinished batch requests run again after a restart
     auto r = (*master)->Drain(/*wait=*/true, absl::Seconds(drain_timeout_s));
     if (!r.ok()) {
       spdlog::error("drain failed: {}", r.status().ToString());

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "slicesched/common/json_parse.h"
 #include "slicesched/common/strings.h"
+#include "json_writer.h"
 
 namespace slicesched {
 namespace {
@@ -47,7 +48,8 @@ std::optional<double> AsDouble(const JsonValue& v) {
 // One line's checks; the first failure is the line's error.
 class LineParser {
  public:
-  LineParser(int64_t line, const BatchModelLookup& models) : line_(line), models_(models) {}
+  LineParser(int64_t line, const BatchModelLookup& models, std::string_view deployment)
+      : line_(line), models_(models), deployment_(deployment) {}
 
   // Empty on success, else the error message.
   std::string Parse(std::string_view text, BatchRequest* out) {
@@ -91,8 +93,13 @@ class LineParser {
       }
     }
     const JsonValue* model = JsonField(b, "model");
+    const std::string deployment(deployment_);
     const auto* model_s = model != nullptr ? std::get_if<std::string>(&model->v) : nullptr;
+    if (model == nullptr && !deployment_.empty()) model_s = &deployment;
     if (model_s == nullptr || model_s->empty()) return "body.model must name a deployment";
+    if (!deployment_.empty() && *model_s != deployment_) {
+      return StrCat("body.model '", *model_s, "' is not the batch's deployment '", deployment_, "'");
+    }
     out->model = *model_s;
     const std::optional<BatchModelInfo> info = models_(*model_s);
     if (!info.has_value()) return StrCat("unknown model '", *model_s, "' (no deployment has that name)");
@@ -162,6 +169,7 @@ class LineParser {
 
   int64_t line_;
   const BatchModelLookup& models_;
+  std::string_view deployment_;
 };
 
 }  // namespace
@@ -177,7 +185,8 @@ std::string DescribeBatchErrors(const std::vector<BatchLineError>& errors) {
   return out;
 }
 
-absl::StatusOr<BatchInput> ParseBatchInput(std::string_view jsonl, const BatchModelLookup& models, bool strict) {
+absl::StatusOr<BatchInput> ParseBatchInput(std::string_view jsonl, const BatchModelLookup& models, bool strict,
+                                           std::string_view deployment) {
   BatchInput in;
   absl::flat_hash_map<std::string, int64_t> first_line;  // custom_id -> line
   int64_t line = 0;
@@ -191,7 +200,7 @@ absl::StatusOr<BatchInput> ParseBatchInput(std::string_view jsonl, const BatchMo
     if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
     if (text.find_first_not_of(" \t") == std::string_view::npos) continue;
     BatchRequest r;
-    std::string error = LineParser(line, models).Parse(text, &r);
+    std::string error = LineParser(line, models, deployment).Parse(text, &r);
     if (error.empty()) {
       auto [it, inserted] = first_line.emplace(r.custom_id, line);
       if (!inserted) error = StrCat("duplicate custom_id '", r.custom_id, "' (first on line ", it->second, ")");
@@ -213,6 +222,114 @@ absl::StatusOr<BatchInput> ParseBatchInput(std::string_view jsonl, const BatchMo
                                                                  DescribeBatchErrors(in.errors)));
   }
   return in;
+}
+
+namespace {
+
+std::string IntList(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += StrCat(i > 0 ? "," : "", v[i]);
+  return out + "]";
+}
+
+std::string TextList(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += StrCat(i > 0 ? "," : "", JsonQuote(v[i]));
+  return out + "]";
+}
+
+}  // namespace
+
+std::string EncodeBatchRequest(const BatchRequest& r) {
+  jobs::JsonObject o;
+  o.Add("custom_id", r.custom_id).Add("model", r.model);
+  if (r.prompt_text.has_value()) {
+    o.Add("prompt_text", *r.prompt_text);
+  } else {
+    o.AddRaw("prompt", IntList(r.prompt_tokens));
+  }
+  o.Add("max_tokens", r.max_tokens).Add("temperature", r.temperature).Add("top_p", r.top_p);
+  if (r.seed.has_value()) o.Add("seed", *r.seed);
+  if (!r.stop_tokens.empty()) o.AddRaw("stop", IntList(r.stop_tokens));
+  if (!r.stop_text.empty()) o.AddRaw("stop_text", TextList(r.stop_text));
+  return o.str();
+}
+
+absl::StatusOr<BatchRequest> DecodeBatchRequest(std::string_view json) {
+  auto parsed = ParseJson(json, "stored batch request");
+  if (!parsed.ok()) return absl::DataLossError(parsed.status().message());
+  const auto* o = std::get_if<JsonObject>(&parsed->v);
+  if (o == nullptr) return absl::DataLossError("stored batch request: not a JSON object");
+  auto bad = [](std::string_view field) {
+    return absl::DataLossError(StrCat("stored batch request: field '", field, "' is missing or malformed"));
+  };
+  auto text = [&](std::string_view key, std::string* out) {
+    const JsonValue* v = JsonField(*o, key);
+    const auto* str = v != nullptr ? std::get_if<std::string>(&v->v) : nullptr;
+    if (str == nullptr) return false;
+    *out = *str;
+    return true;
+  };
+  auto ints = [&](std::string_view key, std::vector<int64_t>* out) {
+    const JsonValue* v = JsonField(*o, key);
+    if (v == nullptr) return true;
+    const auto* list = std::get_if<JsonArray>(&v->v);
+    if (list == nullptr) return false;
+    for (const JsonValue& e : *list) {
+      const std::optional<int64_t> i = AsInt(e);
+      if (!i.has_value()) return false;
+      out->push_back(*i);
+    }
+    return true;
+  };
+  BatchRequest r;
+  if (!text("custom_id", &r.custom_id)) return bad("custom_id");
+  if (!text("model", &r.model)) return bad("model");
+  if (std::string t; text("prompt_text", &t)) {
+    r.prompt_text = std::move(t);
+  } else if (!ints("prompt", &r.prompt_tokens) || r.prompt_tokens.empty()) {
+    return bad("prompt");
+  }
+  const JsonValue* max_tokens = JsonField(*o, "max_tokens");
+  const std::optional<int64_t> mt = max_tokens != nullptr ? AsInt(*max_tokens) : std::nullopt;
+  if (!mt.has_value() || *mt < 1) return bad("max_tokens");
+  r.max_tokens = *mt;
+  for (auto [key, out] : {std::pair<std::string_view, double*>{"temperature", &r.temperature}, {"top_p", &r.top_p}}) {
+    const JsonValue* v = JsonField(*o, key);
+    const std::optional<double> d = v != nullptr ? AsDouble(*v) : std::nullopt;
+    if (!d.has_value()) return bad(key);
+    *out = *d;
+  }
+  if (const JsonValue* v = JsonField(*o, "seed")) {
+    const auto* n = std::get_if<JsonNumber>(&v->v);
+    uint64_t seed = 0;
+    if (n == nullptr || std::from_chars(n->text.data(), n->text.data() + n->text.size(), seed).ec != std::errc()) {
+      return bad("seed");
+    }
+    r.seed = seed;
+  }
+  if (!ints("stop", &r.stop_tokens)) return bad("stop");
+  if (const JsonValue* v = JsonField(*o, "stop_text")) {
+    const auto* list = std::get_if<JsonArray>(&v->v);
+    if (list == nullptr) return bad("stop_text");
+    for (const JsonValue& e : *list) {
+      const auto* str = std::get_if<std::string>(&e.v);
+      if (str == nullptr) return bad("stop_text");
+      r.stop_text.push_back(*str);
+    }
+  }
+  return r;
+}
+
+uint64_t BatchRequestSeed(const BatchRequest& r) {
+  if (r.seed.has_value() && *r.seed != 0) return *r.seed;
+  // FNV-1a of the custom_id: stable across runs and builds.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : r.custom_id) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;
 }
 
 }  // namespace slicesched

@@ -52,21 +52,42 @@ InstanceUpdate InstanceRecord::Last() {
 // ---------------------------------------------------------------------------
 
 void GenerationRecord::Append(GeneratedToken t) {
-  absl::MutexLock lock(&mu_);
-  if (done_) return;
-  if (t.end != GenerationEnd::kNone) {
-    done_ = true;
-    end_ = t.end;
+  std::function<void()> done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    if (t.end != GenerationEnd::kNone) {
+      done_ = true;
+      end_ = t.end;
+      done = std::move(on_done_);
+    }
+    tokens_.push_back(t);
   }
-  tokens_.push_back(t);
+  if (done) done();
 }
 
 void GenerationRecord::Finish(GenerationEnd end, std::string message) {
-  absl::MutexLock lock(&mu_);
-  if (done_) return;
-  done_ = true;
-  end_ = end;
-  message_ = std::move(message);
+  std::function<void()> done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    done_ = true;
+    end_ = end;
+    message_ = std::move(message);
+    done = std::move(on_done_);
+  }
+  if (done) done();
+}
+
+void GenerationRecord::OnDone(std::function<void()> fn) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_) {
+      on_done_ = std::move(fn);
+      return;
+    }
+  }
+  fn();
 }
 
 std::vector<GeneratedToken> GenerationRecord::WaitFrom(size_t from, absl::Duration timeout, bool* done,

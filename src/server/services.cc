@@ -709,21 +709,25 @@ absl::StatusOr<ServerOptions> ServerOptionsFromConfig(const ListenConfig& listen
   return o;
 }
 
-SlicedServer::SlicedServer(Master* master, const ServerOptions& options, jobs::JobManager* jobs)
+SlicedServer::SlicedServer(Master* master, const ServerOptions& options, jobs::JobManager* jobs,
+                           jobs::BatchManager* batches, BatchRunner* batch_runner)
     : options_(options),
       admin_(master, options.admin_token, jobs),
       serving_(master),
       finetune_(jobs),
-      has_finetune_(jobs != nullptr) {}
+      has_finetune_(jobs != nullptr),
+      batch_(batches, batch_runner, options.max_batch_input_bytes),
+      has_batch_(batches != nullptr) {}
 
 SlicedServer::~SlicedServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(Master* master, const ServerOptions& options,
-                                                                   jobs::JobManager* jobs) {
+                                                                   jobs::JobManager* jobs, jobs::BatchManager* batches,
+                                                                   BatchRunner* batch_runner) {
   if (options.unix_socket.empty() && options.tcp_address.empty()) {
     return absl::InvalidArgumentError("listen: no unix socket and no TCP address");
   }
-  std::unique_ptr<SlicedServer> s(new SlicedServer(master, options, jobs));
+  std::unique_ptr<SlicedServer> s(new SlicedServer(master, options, jobs, batches, batch_runner));
   grpc::EnableDefaultHealthCheckService(true);
   if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -754,6 +758,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(Master* master
   builder.RegisterService(&s->admin_);
   builder.RegisterService(&s->serving_);
   if (s->has_finetune_) builder.RegisterService(&s->finetune_);
+  if (s->has_batch_) builder.RegisterService(&s->batch_);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr) {
     return absl::UnavailableError(StrCat("could not listen on ",
@@ -770,6 +775,7 @@ void SlicedServer::SetServing(bool serving) {
   grpc::HealthCheckServiceInterface* h = server_->GetHealthCheckService();
   for (const char* name : {"", "slicesched.v1.Serving", "slicesched.v1.Admin"}) h->SetServingStatus(name, serving);
   if (has_finetune_) h->SetServingStatus("slicesched.v1.FineTune", serving);
+  if (has_batch_) h->SetServingStatus("slicesched.v1.Batch", serving);
 }
 
 void SlicedServer::Shutdown(absl::Duration grace) {

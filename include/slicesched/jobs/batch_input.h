@@ -64,7 +64,21 @@ inline constexpr size_t kMaxBatchErrorsListed = 20;
 // Parses a batch input file. Fails with InvalidArgument when the file holds
 // no valid request, or, with `strict`, when any line is bad; the message
 // lists the bad lines (up to kMaxBatchErrorsListed, then a count).
-absl::StatusOr<BatchInput> ParseBatchInput(std::string_view jsonl, const BatchModelLookup& models, bool strict);
+// With `deployment`, a line without body.model runs on it and a line that
+// names another model is bad.
+absl::StatusOr<BatchInput> ParseBatchInput(std::string_view jsonl, const BatchModelLookup& models, bool strict,
+                                           std::string_view deployment = {});
+
+// A validated request as stored with its batch (compact JSON holding every
+// field but `line`), and back. Decode fails with DataLoss naming the field
+// when the text is not what Encode writes.
+std::string EncodeBatchRequest(const BatchRequest& r);
+absl::StatusOr<BatchRequest> DecodeBatchRequest(std::string_view json);
+
+// The sampling seed of a request: its own `seed` when given and non-zero,
+// else one derived from its custom_id, so a request re-run after a restart
+// samples the same tokens.
+uint64_t BatchRequestSeed(const BatchRequest& r);
 
 // The report of `errors`: one line each, up to kMaxBatchErrorsListed.
 std::string DescribeBatchErrors(const std::vector<BatchLineError>& errors);

@@ -255,6 +255,10 @@ class GenerationRecord {
   // once no more tokens will come; then `*end`/`*message` say how it ended.
   std::vector<GeneratedToken> WaitFrom(size_t from, absl::Duration timeout, bool* done, GenerationEnd* end,
                                        std::string* message);
+  // Calls `fn` once the request has ended: at once (on this thread) when it
+  // already has, else on the thread that ends it, after the record is
+  // updated. One callback per record; keep it short (it runs on the loop).
+  void OnDone(std::function<void()> fn);
 
  private:
   const uint64_t id_;
@@ -264,6 +268,7 @@ class GenerationRecord {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   GenerationEnd end_ ABSL_GUARDED_BY(mu_) = GenerationEnd::kNone;
   std::string message_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_done_ ABSL_GUARDED_BY(mu_);
 };
 
 struct SubmitResult {

@@ -19,7 +19,8 @@
 //
 // FineTune (finetune_service.h) is served when SlicedServer::Start is given
 // a JobManager; Admin.Status then counts its jobs: jobs_running = running,
-// jobs_queued = submitted + profiling + queued + paused.
+// jobs_queued = submitted + profiling + queued + paused. Batch
+// (batch_service.h) is served when it is given a BatchManager.
 #pragma once
 
 #include <memory>
@@ -31,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "slicesched/jobs/job_manager.h"
+#include "slicesched/server/batch_service.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/finetune_service.h"
 #include "slicesched/server/master.h"
@@ -102,6 +104,7 @@ struct ServerOptions {
   std::string tls_key_pem;
   std::string admin_token;
   int max_receive_message_bytes = 4 << 20;
+  size_t max_batch_input_bytes = BatchServiceImpl::kDefaultMaxInputBytes;
   bool reflection = true;    // grpc.reflection.v1alpha.ServerReflection
 };
 
@@ -115,8 +118,11 @@ class SlicedServer {
   // the services, the default health checking service and (when enabled)
   // reflection, and starts listening. With `jobs` (not owned; must outlive
   // the server) the FineTune service is registered too.
+  // With `batches` (and `batch_runner`, both not owned) the Batch service too.
   static absl::StatusOr<std::unique_ptr<SlicedServer>> Start(Master* master, const ServerOptions& options,
-                                                             jobs::JobManager* jobs = nullptr);
+                                                             jobs::JobManager* jobs = nullptr,
+                                                             jobs::BatchManager* batches = nullptr,
+                                                             BatchRunner* batch_runner = nullptr);
   ~SlicedServer();
 
   // Health status of "" and every slicesched.v1 service name.
@@ -126,12 +132,15 @@ class SlicedServer {
   grpc::Server* server() { return server_.get(); }
 
  private:
-  SlicedServer(Master* master, const ServerOptions& options, jobs::JobManager* jobs);
+  SlicedServer(Master* master, const ServerOptions& options, jobs::JobManager* jobs, jobs::BatchManager* batches,
+               BatchRunner* batch_runner);
   ServerOptions options_;
   AdminServiceImpl admin_;
   ServingServiceImpl serving_;
   FineTuneServiceImpl finetune_;
   const bool has_finetune_;
+  BatchServiceImpl batch_;
+  const bool has_batch_;
   std::unique_ptr<grpc::Server> server_;
   bool shut_down_ = false;
 };

@@ -24,6 +24,13 @@
 //                 resumes) the joint training and removed in the one that
 //                 decouples the pair, so after a restart the job runner
 //                 knows which queued jobs were one joint pair
+//   batches, batch_requests, batch_results (schema 6) offline batch
+//                 inference jobs: the batch row (state, counters, deadline),
+//                 its validated requests in input order (index 0, 1, ...), and
+//                 at most one result per request. A result is inserted in the
+//                 transaction that adds it to the batch's counters, and never
+//                 changed, so a request counts as done exactly when its
+//                 result is stored
 //
 // The database runs in WAL mode (readers never block the writer) with a busy
 // timeout, so `slicectl` or a second StateStore may read while the daemon
@@ -143,6 +150,66 @@ struct JobFilter {
   int64_t limit = 0;      // 0 = no limit
 };
 
+// An offline batch inference job (schema 6). The store does not interpret
+// `state`; the counters are kept by PutBatchResult.
+struct StoredBatch {
+  uint64_t id = 0;
+  std::string state;
+  std::string deployment;  // the deployment given at submit ("" = each line names its model)
+  std::string tenant;
+  int64_t total = 0;       // accepted requests
+  int64_t rejected = 0;    // input lines left out at submit
+  int64_t succeeded = 0;   // results stored, ok
+  int64_t failed = 0;      // results stored, error
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t completion_window_s = 0;  // 0 = none
+  int64_t deadline_unix_ms = 0;     // 0 = none
+  int64_t created_unix_ms = 0;
+  int64_t updated_unix_ms = 0;
+  int64_t finished_unix_ms = 0;     // 0 = not finished
+  std::string message;
+  std::string metadata_json = "{}";
+};
+
+// One accepted request of a batch, as the runner needs it.
+struct StoredBatchRequest {
+  int64_t index = 0;  // 0-based position among the accepted requests
+  int64_t line = 0;   // 1-based line in the input file
+  std::string custom_id;
+  std::string request_json;  // the validated request (jobs/batch_input.h EncodeBatchRequest)
+};
+
+// The result of one request: the output line's response body (ok) or its
+// error object.
+struct StoredBatchResult {
+  int64_t index = 0;
+  bool ok = true;
+  std::string body_json;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t time_unix_ms = 0;  // set by the store
+};
+
+// A request with its result, when one is stored.
+struct BatchResultRow {
+  int64_t index = 0;
+  std::string custom_id;
+  std::optional<StoredBatchResult> result;
+};
+
+struct BatchUpdate {
+  std::optional<std::string> state;
+  std::optional<std::string> message;
+  std::optional<int64_t> finished_unix_ms;
+};
+
+struct BatchFilter {
+  std::vector<std::string> states;  // empty = any
+  uint64_t after_id = 0;
+  int64_t limit = 0;  // 0 = no limit
+};
+
 class StateStore {
  public:
   struct Options {
@@ -152,7 +219,7 @@ class StateStore {
     int busy_timeout_ms = 5000;
   };
 
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
   static constexpr std::string_view kFileName = "sliced.db";
 
   // Opens (creating the directory and the database when missing) and
@@ -220,6 +287,27 @@ class StateStore {
   // Spatial pairs training jointly (schema 5; JobChange::joint_with), as
   // (job_a < job_b, time stored), ascending.
   absl::StatusOr<std::vector<DecoupledPair>> ListJointPairs();
+
+  // --- Offline batch jobs (schema 6; state_store_batches.cc) ---------------
+  // Stores the batch row and all its requests in one transaction (ids
+  // ascend, never reused); `batch.id`, the counters and the times are
+  // ignored. InvalidArgument for an empty state or indices that are not
+  // 0, 1, ... in order.
+  absl::StatusOr<uint64_t> CreateBatch(const StoredBatch& batch, const std::vector<StoredBatchRequest>& requests);
+  absl::StatusOr<StoredBatch> GetBatch(uint64_t id);  // NotFound
+  absl::StatusOr<std::vector<StoredBatch>> ListBatches(const BatchFilter& filter = {});  // ascending id
+  absl::StatusOr<StoredBatch> UpdateBatch(uint64_t id, const BatchUpdate& update);      // NotFound
+  // Requests of the batch with index > after_index and no stored result,
+  // ascending index, at most `limit` (> 0).
+  absl::StatusOr<std::vector<StoredBatchRequest>> PendingBatchRequests(uint64_t id, int64_t after_index,
+                                                                       int64_t limit);
+  // Inserts the result and adds it to the batch's counters, in one
+  // transaction. AlreadyExists (nothing changed) when the request already
+  // has one; NotFound for an unknown batch or index.
+  absl::Status PutBatchResult(uint64_t id, const StoredBatchResult& result);
+  // Requests with index > after_index in index order, each with its result
+  // when stored, at most `limit` (> 0).
+  absl::StatusOr<std::vector<BatchResultRow>> ListBatchResults(uint64_t id, int64_t after_index, int64_t limit);
 
   // --- Normal runs (schema 4; the job runner's stop-loss curves) -------------
   // Records (step, metric) of the job's normal run `run_key` (replacing a
