@@ -45,7 +45,7 @@ def generate_stubs(repo_root, out_dir):
     if out_dir not in sys.path:
         sys.path.insert(0, out_dir)
     ns = types.SimpleNamespace()
-    for name in ("serving", "admin", "finetune", "gmg"):
+    for name in ("serving", "admin", "finetune", "gmg", "batch"):
         setattr(ns, name + "_pb2", importlib.import_module("slicesched.v1.%s_pb2" % name))
         setattr(ns, name + "_pb2_grpc", importlib.import_module("slicesched.v1.%s_pb2_grpc" % name))
     return ns

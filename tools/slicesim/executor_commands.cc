@@ -25,6 +25,7 @@
 #include "slicesched/experiments/fidelity.h"
 #include "slicesched/experiments/overhead.h"
 #include "slicesched/gmg/llama.h"
+#include "slicesched/jobs/batch_input.h"
 
 namespace slicesim {
 namespace {
@@ -92,8 +93,37 @@ int Overhead(const std::vector<std::string>& args) {
   return 0;
 }
 
+// generate-direct --batch FILE: every request of an OpenAI Batch input file
+// (any body.model), with the seed the batch runner gives it, one JSON line
+// each: what a batch run must answer.
+int GenerateDirectBatch(const slicesched::executor::LlamaWeights& weights, int64_t vocab, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "slicesim generate-direct: --batch: cannot read '%s'\n", path.c_str());
+    return kExitUsage;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto any_model = [vocab](std::string_view) {
+    return std::optional<slicesched::BatchModelInfo>(
+        slicesched::BatchModelInfo{.vocab = vocab, .max_context_tokens = int64_t{1} << 30});
+  };
+  auto batch = slicesched::ParseBatchInput(text.str(), any_model, /*strict=*/true);
+  if (!batch.ok()) return Rejected("generate-direct", batch.status());
+  for (const slicesched::BatchRequest& r : batch->requests) {
+    slicesched::executor::SamplingParams sp{
+        .temperature = r.temperature, .top_p = r.top_p, .seed = slicesched::BatchRequestSeed(r)};
+    auto tokens = slicesched::executor::GenerateDirect(weights, r.prompt_tokens, static_cast<int>(r.max_tokens), sp,
+                                                       r.stop_tokens);
+    if (!tokens.ok()) return Failed("generate-direct", tokens.status());
+    std::printf("{\"custom_id\": \"%s\", \"tokens\": [%s]}\n", r.custom_id.c_str(),
+                absl::StrJoin(*tokens, ", ").c_str());
+  }
+  return 0;
+}
+
 int GenerateDirectCommand(const std::vector<std::string>& args) {
-  std::string model = "tiny", safetensors, prompt_text, stop_text;
+  std::string model = "tiny", safetensors, prompt_text, stop_text, batch_path;
   uint64_t weights_seed = 1, seed = 0;
   int max_tokens = 0;
   int64_t top_k = 0;
@@ -102,8 +132,9 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
                    .Choice("--model", {"tiny", "small", "llama3-8b"}, &model)
                    .Seed("--weights-seed", &weights_seed)
                    .Text("--safetensors", &safetensors)
-                   .Text("--prompt", &prompt_text).Required()
-                   .Int("--max-tokens", &max_tokens).Required()
+                   .Text("--prompt", &prompt_text)
+                   .Int("--max-tokens", &max_tokens)
+                   .Text("--batch", &batch_path)
                    .Num("--temperature", &temperature)
                    .Num("--top-p", &top_p)
                    .Int("--top-k", &top_k)
@@ -123,6 +154,18 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
     }
     return true;
   };
+  if (batch_path.empty() && (prompt_text.empty() || max_tokens == 0)) {
+    std::fprintf(stderr, "slicesim generate-direct: give --prompt and --max-tokens, or --batch FILE\n");
+    return kExitUsage;
+  }
+  if (!batch_path.empty()) {
+    auto dims = slicesched::LlamaPreset(model);
+    if (!dims.ok()) return Failed("generate-direct", dims.status());
+    auto weights = safetensors.empty() ? slicesched::executor::LlamaWeights::FromSeed(*dims, weights_seed)
+                                       : slicesched::executor::LlamaWeights::FromSafetensors(*dims, safetensors);
+    if (!weights.ok()) return Failed("generate-direct", weights.status());
+    return GenerateDirectBatch(**weights, dims->vocab, batch_path);
+  }
   std::vector<int64_t> prompt, stop;
   if (!ids(prompt_text, "--prompt", &prompt) || !ids(stop_text, "--stop", &stop)) return kExitUsage;
   slicesched::executor::SamplingParams sp{.temperature = temperature, .top_p = top_p, .seed = seed, .top_k = top_k};
