@@ -409,6 +409,14 @@ TEST_F(SlicectlTest, UsageErrorsExitTwo) {
       {"timeline", "--max-events", "-1"},
       {"timeline", "--out"},
       {"status", "--timeout", "soon"},
+      {"batch"},
+      {"batch", "run"},
+      {"batch", "get", "0"},
+      {"batch", "get"},
+      {"batch", "list", "--strict"},
+      {"batch", "cancel", "x"},
+      {"batch", "submit", "/nonexistent/requests.jsonl"},
+      {"batch", "submit", "/"},
   };
   for (const auto& args : bad) {
     Result r = Run(args);
