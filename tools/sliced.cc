@@ -219,9 +219,12 @@ int Run(int argc, char** argv) {
   std::unique_ptr<MetricsHttpServer> metrics;
   if (!config->listen.metrics_address.empty()) {
     Master* m = master->get();
+    jobs::BatchManager* bm = batches->get();
+    const BatchRunner* br = batch_runner.get();
     auto started = MetricsHttpServer::Start({.address = config->listen.metrics_address},
-                                            [m]() -> absl::StatusOr<std::string> {
+                                            [m, bm, br]() -> absl::StatusOr<std::string> {
                                               SLICESCHED_ASSIGN_OR_RETURN(MetricsSnapshot snap, m->Metrics());
+                                              SLICESCHED_ASSIGN_OR_RETURN(snap.batches, BatchMetrics(bm, br));
                                               return RenderPrometheusText(snap);
                                             });
     if (!started.ok()) {

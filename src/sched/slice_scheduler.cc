@@ -11,6 +11,18 @@
 #include "slicesched/gmg/llama.h"
 
 namespace slicesched {
+namespace {
+
+// An offline operator whose instance must finish within `offline_aging`
+// (a batch whose completion window is closing) is treated as aged: it
+// goes first instead of waiting for a gap.
+bool DeadlineNear(const GlobalMappingGraph& g, const FrontierKey& key, Timestamp now, Duration aging) {
+  const Instance* inst = g.FindInstance(InstanceOfComputeId(key.node));
+  return inst != nullptr && inst->spec.deadline != Timestamp::Never() &&
+         inst->spec.deadline != Timestamp::Infinite() && inst->spec.deadline - now <= aging;
+}
+
+}  // namespace
 
 SliceScheduler::SliceScheduler(SliceSchedulerOptions options) : o_(options) {
   bound_ = o_.max_outstanding >= 0
@@ -180,7 +192,8 @@ absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timest
     // Seed: an aged offline operator, else the frontier's first.
     bool aged = false;
     const FrontierKey* seed = first_unblocked(&offline_cursor);
-    if (seed != nullptr && seed->cls == PriorityClass::kOffline && now - seed->arrival >= o_.offline_aging) {
+    if (seed != nullptr && seed->cls == PriorityClass::kOffline &&
+        (now - seed->arrival >= o_.offline_aging || DeadlineNear(g, *seed, now, o_.offline_aging))) {
       aged = true;
     } else {
       seed = first_unblocked(&cursor);

@@ -154,10 +154,11 @@ absl::StatusOr<bool> BatchRunner::Fill(const StoredBatch& b, int* free_slots) {
     args.seed = BatchRequestSeed(*req);
     args.priority_class = PriorityClass::kOffline;
     args.stop_tokens = req->stop_tokens;
-    args.client_tag = StrCat("batch ", b.id, "/", req->custom_id);
+    args.client_tag = StrCat(kBatchClientTagPrefix, b.id, "/", req->custom_id);
     if (b.deadline_unix_ms > 0) {
       const int64_t left = std::max<int64_t>(b.deadline_unix_ms - batches_->Now(), 1);
       args.deadline_ms = static_cast<uint32_t>(std::min<int64_t>(left, UINT32_MAX));
+      args.priority = 1;  // ahead of offline work without a deadline
     }
     absl::StatusOr<std::shared_ptr<GenerationRecord>> rec = master_->Generate(std::move(args));
     if (!rec.ok()) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/server/services.h"
 
@@ -38,6 +39,27 @@ std::optional<BatchModelInfo> BatchModelInfoOf(Master* master, std::string_view 
     return info;
   }
   return std::nullopt;
+}
+
+absl::StatusOr<MetricsSnapshot::Batches> BatchMetrics(jobs::BatchManager* batches, const BatchRunner* runner) {
+  MetricsSnapshot::Batches m;
+  SLICESCHED_ASSIGN_OR_RETURN(auto counts, batches->store()->CountBatchesByState());
+  for (std::string_view state : {jobs::kBatchInProgress, jobs::kBatchCompleted, jobs::kBatchExpired,
+                                 jobs::kBatchCancelled, jobs::kBatchFailed}) {
+    int64_t n = 0;
+    for (const auto& [s, c] : counts) {
+      if (s == state) n = c;
+    }
+    m.by_state.emplace_back(std::string(state), n);
+  }
+  if (runner != nullptr) {
+    const BatchRunnerStats st = runner->stats();
+    m.requests_ok = st.requests_done - st.requests_failed;
+    m.requests_error = st.requests_failed;
+    m.tokens = st.tokens;
+    m.in_flight = st.in_flight;
+  }
+  return m;
 }
 
 void BatchToProto(const StoredBatch& b, int64_t now_unix_ms, v1::BatchJob* out) {
@@ -81,7 +103,7 @@ grpc::Status BatchServiceImpl::Submit(grpc::ServerContext*, grpc::ServerReader<v
     if (submit.jsonl.size() + chunk.data().size() > max_input_bytes_) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           StrCat("data: the input file is longer than ", max_input_bytes_,
-                                 " bytes (batch.max_input_bytes); split it into several batches"));
+                                 " bytes; split it into several batches"));
     }
     submit.jsonl += chunk.data();
   }

@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   Impl& im = *m->impl_;
   im.busy_ns.assign(im.gmg.accelerators().size(), 0);
   im.busy_offline_ns.assign(im.gmg.accelerators().size(), 0);
+  im.busy_batch_ns.assign(im.gmg.accelerators().size(), 0);
   im.ops_done.assign(im.gmg.accelerators().size(), 0);
   if (!cpu_devices.empty()) {
     if (const RealBackendRegistration* registered = RegisteredRealBackend(); registered != nullptr) {
@@ -305,6 +306,9 @@ void Master::Loop() {
       if (auto g = im.step_owner.find(f.instance.value()); g != im.step_owner.end()) {
         Impl::Generation& gen = im.generations.at(g->second);
         if (gen.first_start == Timestamp::Never()) gen.first_start = f.start;
+        if (gen.args.client_tag.starts_with(kBatchClientTagPrefix)) {
+          im.busy_batch_ns[f.device.value()] += f.measured().nanos();
+        }
       }
     }
 

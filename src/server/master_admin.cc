@@ -197,7 +197,10 @@ TimelineEntry Master::TimelineEntryOf(const Feedback& f, bool* class_known) {
   }
   const Instance* inst = im.gmg.FindInstance(f.instance);
   *class_known = inst != nullptr;
-  if (inst != nullptr) e.priority_class = inst->spec.priority_class;
+  if (inst != nullptr) {
+    e.priority_class = inst->spec.priority_class;
+    e.label = inst->spec.label;
+  }
   return e;
 }
 
@@ -271,7 +274,10 @@ absl::StatusOr<TimelineView> Master::Timeline(Timestamp since, Timestamp until, 
         e.device = n->device.value();
         e.start = n->times.start;
         e.name = "transfer";
-        if (inst != nullptr) e.priority_class = inst->spec.priority_class;
+        if (inst != nullptr) {
+          e.priority_class = inst->spec.priority_class;
+          e.label = inst->spec.label;
+        }
         Bytes bytes;
         TemplateId tpl;
         if (transfer) {
@@ -319,6 +325,7 @@ absl::StatusOr<MetricsSnapshot> Master::Metrics() {
       md.type = d.spec.type;
       md.busy_ratio = d.busy_fraction;
       md.busy_seconds_total = static_cast<double>(im.busy_ns[d.spec.id.value()]) / 1e9;
+      md.busy_batch_seconds_total = static_cast<double>(im.busy_batch_ns[d.spec.id.value()]) / 1e9;
       md.queue_length = d.queue_length;
       md.memory_used_bytes = d.memory.total().count();
       md.memory_capacity_bytes = d.spec.memory.count();

@@ -155,6 +155,7 @@ struct Master::Impl {
   std::deque<BusySample> busy_samples;
   std::vector<int64_t> busy_ns;          // per device: measured operator time so far
   std::vector<int64_t> busy_offline_ns;  // the part of it spent on offline instances
+  std::vector<int64_t> busy_batch_ns;    // ... on batch jobs' requests (client tag "batch ...")
   std::vector<uint64_t> ops_done;        // per device: operators completed so far
   // Calibration log lines (see the header): per factor (devices, then the
   // overlap and transfer-overlap factors) the value last logged and when.

@@ -361,7 +361,13 @@ absl::StatusOr<std::shared_ptr<GenerationRecord>> Master::Generate(GenerateArgs 
       spec.priority = args.priority;
       spec.tenant = TenantId(g.cls == PriorityClass::kOffline ? kOfflineTenantBase : 0);
       spec.arrival = now;
-      if (args.ttft_ms > 0) spec.deadline = now + Duration::Millis(args.ttft_ms);
+      if (args.ttft_ms > 0) {
+        spec.deadline = now + Duration::Millis(args.ttft_ms);
+      } else if (args.deadline_ms > 0 && g.cls == PriorityClass::kOffline) {
+        // Offline work's whole-request deadline (a batch's completion
+        // window), which the scheduler's offline aging respects.
+        spec.deadline = now + Duration::Millis(args.deadline_ms);
+      }
       spec.label = args.client_tag;
       auto id = im.gmg.Instantiate(spec);
       if (!id.ok()) return Annotate(id.status(), "prompt_token_ids");

@@ -154,6 +154,9 @@ std::string RenderPrometheusText(const MetricsSnapshot& m) {
   for (const auto& d : m.devices) w.Sample("device_busy_ratio", dev(d), d.busy_ratio);
   w.Family("device_busy_seconds_total", "counter", "Seconds the device spent computing operators.");
   for (const auto& d : m.devices) w.Sample("device_busy_seconds_total", dev(d), d.busy_seconds_total);
+  w.Family("device_busy_batch_seconds_total", "counter",
+           "Seconds the device spent computing operators of batch jobs' requests.");
+  for (const auto& d : m.devices) w.Sample("device_busy_batch_seconds_total", dev(d), d.busy_batch_seconds_total);
   w.Family("device_queue_length", "gauge", "Operators issued to the device and not finished.");
   for (const auto& d : m.devices) w.Sample("device_queue_length", dev(d), static_cast<uint64_t>(d.queue_length));
   w.Family("device_memory_used_bytes", "gauge",
@@ -186,6 +189,27 @@ std::string RenderPrometheusText(const MetricsSnapshot& m) {
   w.Family("slo_attainment_ratio", "gauge", "slo_met_total / slo_instances_total (NaN before the first).");
   w.Sample("slo_attainment_ratio", {},
            m.slo_total == 0 ? std::nan("") : static_cast<double>(m.slo_met) / static_cast<double>(m.slo_total));
+
+  if (m.batches.has_value()) {
+    const MetricsSnapshot::Batches& b = *m.batches;
+    w.Family("batches", "gauge", "Batch jobs in each state.");
+    for (const auto& [state, n] : b.by_state) w.Sample("batches", {{"state", state}}, static_cast<double>(n));
+    w.Family("batch_requests_done_total", "counter", "Batch requests whose result was stored since start.");
+    w.Sample("batch_requests_done_total", {{"result", "ok"}}, b.requests_ok);
+    w.Sample("batch_requests_done_total", {{"result", "error"}}, b.requests_error);
+    w.Family("batch_tokens_total", "counter", "Tokens generated for batch requests whose result was stored.");
+    w.Sample("batch_tokens_total", {}, b.tokens);
+    w.Family("batch_requests_in_flight", "gauge", "Batch requests in the scheduler now.");
+    w.Sample("batch_requests_in_flight", {}, static_cast<uint64_t>(b.in_flight));
+    double busy = 0, batch = 0;
+    for (const auto& d : m.devices) {
+      busy += d.busy_seconds_total;
+      batch += d.busy_batch_seconds_total;
+    }
+    w.Family("batch_device_time_ratio", "gauge",
+             "Device time spent on batch requests over all device time since start (NaN before any).");
+    w.Sample("batch_device_time_ratio", {}, busy > 0 ? batch / busy : std::nan(""));
+  }
 
   w.Family("estimator_mape_percent", "gauge",
            "Mean absolute percentage error of the predictions made before each observation, since start.");

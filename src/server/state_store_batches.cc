@@ -245,4 +245,17 @@ absl::StatusOr<std::vector<BatchResultRow>> StateStore::ListBatchResults(uint64_
   return out;
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> StateStore::CountBatchesByState() {
+  absl::MutexLock lock(&mu_);
+  constexpr std::string_view kSql = "SELECT state, count(*) FROM batches GROUP BY state ORDER BY state";
+  SLICESCHED_ASSIGN_OR_RETURN(Statement st, Statement::Prepare(db_, kSql, path_));
+  std::vector<std::pair<std::string, int64_t>> out;
+  while (true) {
+    SLICESCHED_ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.emplace_back(st.Text(0), st.Int(1));
+  }
+  return out;
+}
+
 }  // namespace slicesched

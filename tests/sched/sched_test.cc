@@ -320,6 +320,33 @@ TEST_F(SchedTest, OfflineFillsGapsAndIsNotStarved) {
   EXPECT_TRUE(g_->VerifyInvariants().ok());
 }
 
+TEST_F(SchedTest, OfflineWorkWhoseDeadlineIsNearGoesFirst) {
+  SetUpCluster(1);
+  TemplateId t = Register("one", {{"a", {}, 10}}, {{"single", AllOn({"a"})}});
+  SliceSchedulerOptions o;
+  o.offline_aging = Duration::Seconds(30);
+  SliceScheduler s(o);
+  InstanceSpec spec;
+  spec.template_id = t;
+  spec.priority_class = PriorityClass::kOffline;
+  spec.tenant = TenantId(kOfflineTenantBase);
+  spec.arrival = T(20000);
+  spec.deadline = T(60000);  // a batch whose window closes in 40 s
+  const InstanceId off = *g_->Instantiate(spec);
+  for (int k = 0; k < 3; ++k) New(t, PriorityClass::kOnline, 20000);
+  ASSERT_TRUE(s.Schedule(env_, T(20000)).ok());
+  EXPECT_EQ(Node(off, "a").state, NodeState::kUnscheduled);  // the device is busy and there is time: wait
+  // It has waited only 10.5 s (no aging by waiting), but its deadline is
+  // now less than offline_aging away.
+  New(t, PriorityClass::kOnline, 29000);
+  ASSERT_TRUE(s.Schedule(env_, T(29000)).ok());
+  EXPECT_EQ(Node(off, "a").state, NodeState::kUnscheduled);
+  New(t, PriorityClass::kOnline, 30500);
+  ASSERT_TRUE(s.Schedule(env_, T(30500)).ok());
+  EXPECT_EQ(Node(off, "a").state, NodeState::kIssued);
+  EXPECT_TRUE(g_->VerifyInvariants().ok());
+}
+
 TEST_F(SchedTest, OfflineOperatorsArePlacedJustInTime) {
   SetUpCluster(2);
   TemplateId t = Register("chain", {{"a", {}, 10}, {"b", {"a"}, 10}}, {{"single", AllOn({"a", "b"})}});

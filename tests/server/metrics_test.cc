@@ -38,6 +38,7 @@ MetricsSnapshot Sample() {
                        .type = "A16\\x\n",
                        .busy_ratio = 0.25,
                        .busy_seconds_total = 3,
+                       .busy_batch_seconds_total = 0.75,
                        .queue_length = 2,
                        .memory_used_bytes = 1024,
                        .memory_capacity_bytes = 4096});
@@ -55,6 +56,9 @@ MetricsSnapshot Sample() {
   m.schedule_rounds = 3;
   m.simulated_ops = 5000;
   m.whatif_seconds = 0.5;
+  m.batches = MetricsSnapshot::Batches{
+      .by_state = {{"in_progress", 1}, {"completed", 2}}, .requests_ok = 7, .requests_error = 1, .tokens = 90,
+      .in_flight = 3};
   return m;
 }
 
@@ -243,6 +247,19 @@ TEST(MetricsHttp, BadAddresses) {
   auto second = MetricsHttpServer::Start({.address = StrCat("127.0.0.1:", (*first)->port())}, Body(""));
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr("listen.metrics"));
+}
+
+TEST(PrometheusText, BatchJobsPerStateAndTheirShareOfDeviceTime) {
+  const std::string text = RenderPrometheusText(Sample());
+  EXPECT_THAT(text, HasSubstr("slicesched_batches{state=\"in_progress\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("slicesched_batches{state=\"completed\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("slicesched_batch_requests_done_total{result=\"error\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("slicesched_batch_tokens_total 90\n"));
+  EXPECT_THAT(text, HasSubstr("slicesched_batch_requests_in_flight 3\n"));
+  EXPECT_THAT(text, HasSubstr("slicesched_batch_device_time_ratio 0.25\n"));  // 0.75 of 3 s
+  MetricsSnapshot none = Sample();
+  none.batches.reset();
+  EXPECT_THAT(RenderPrometheusText(none), Not(HasSubstr("slicesched_batch")));
 }
 
 // docs/operations.md's metrics table names exactly the families sliced

@@ -124,6 +124,24 @@ TEST(ChromeTrace, ParsesWithOneTrackPerDeviceAndPrediction) {
   EXPECT_EQ(thread_names[7], "cpu1 transfers out");
 }
 
+TEST(ChromeTrace, BatchWorkHasItsOwnCategoryAndLabel) {
+  TimelineEntry batch = Op(1, 0, 0, 10);
+  batch.priority_class = PriorityClass::kOffline;
+  batch.label = "batch 3/q-7";
+  TimelineEntry other = Op(2, 0, 10, 20);
+  other.label = "chat-frontend";
+  google::protobuf::Struct root = ParseJson(ChromeTraceJson({batch, other}, {"cpu0"}, Ms(30)));
+  std::map<double, std::pair<std::string, std::string>> by_node;  // node -> (cat, label)
+  for (const auto& v : root.fields().at("traceEvents").list_value().values()) {
+    const auto& f = v.struct_value().fields();
+    if (f.at("ph").string_value() != "X") continue;
+    const auto& args = f.at("args").struct_value().fields();
+    by_node[args.at("node").number_value()] = {f.at("cat").string_value(), args.at("label").string_value()};
+  }
+  EXPECT_EQ(by_node[1], std::make_pair(std::string("batch"), std::string("batch 3/q-7")));
+  EXPECT_EQ(by_node[2], std::make_pair(std::string("op"), std::string("chat-frontend")));
+}
+
 TEST(ChromeTrace, EmptyIsStillAValidTrace) {
   google::protobuf::Struct root = ParseJson(ChromeTraceJson({}, {}, Ms(0)));
   EXPECT_EQ(root.fields().at("traceEvents").list_value().values_size(), 1);  // process_name only

@@ -154,8 +154,8 @@ int GenerateDirectCommand(const std::vector<std::string>& args) {
     }
     return true;
   };
-  if (batch_path.empty() && (prompt_text.empty() || max_tokens == 0)) {
-    std::fprintf(stderr, "slicesim generate-direct: give --prompt and --max-tokens, or --batch FILE\n");
+  if (batch_path.empty() && prompt_text.empty()) {
+    std::fprintf(stderr, "slicesim generate-direct: --prompt is required (or --batch FILE)\n");
     return kExitUsage;
   }
   if (!batch_path.empty()) {

@@ -3,8 +3,10 @@
 // Each round:
 //   1. the seed is the first operator of the unscheduled frontier (online
 //      before offline, then priority, then arrival); an offline operator
-//      that has waited longer than `offline_aging` goes first instead, so
-//      offline work is never starved. An offline seed is placed just in
+//      that has waited longer than `offline_aging`, or whose instance's
+//      deadline is less than `offline_aging` away (a batch job's completion
+//      window closing), goes first instead, so offline work is never
+//      starved. An offline seed is placed just in
 //      time: only once every operator it takes input from is running or
 //      done (the batch then grows from it as any batch does, within v).
 //      Offline work thus never holds a place in a device queue ahead of its

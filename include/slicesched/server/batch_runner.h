@@ -8,7 +8,9 @@
 // it runs); batches are served earliest deadline first, then in submit
 // order. Each request runs with the deadline of its batch (submit time +
 // completion window), which the scheduler's offline aging respects
-// (sched/slice_scheduler.h), and with a seed of its own (BatchRequestSeed),
+// (sched/slice_scheduler.h: work within offline_aging of its deadline goes
+// first), at priority 1 within the offline class when it has one (ahead of
+// offline work without a deadline), and with a seed of its own (BatchRequestSeed),
 // so a request that runs again after a crash samples the same tokens.
 //
 // A request counts as done when its result is stored (BatchManager::Record).

@@ -21,6 +21,7 @@
 #include "slicesched/jobs/batch_manager.h"
 #include "slicesched/server/batch_runner.h"
 #include "slicesched/server/master.h"
+#include "slicesched/server/metrics.h"
 #include "slicesched/v1/batch.grpc.pb.h"
 
 namespace slicesched {
@@ -33,6 +34,10 @@ v1::BatchState ToProtoBatchState(std::string_view state);
 // roomiest device (Generate's admission check). Nothing when unknown.
 std::optional<BatchModelInfo> BatchModelInfoOf(Master* master, std::string_view name);
 void BatchToProto(const StoredBatch& b, int64_t now_unix_ms, v1::BatchJob* out);
+
+// The batch part of the metrics (server/metrics.h): batches per state (every
+// state, 0 included) and, with a runner, its counters since start.
+absl::StatusOr<MetricsSnapshot::Batches> BatchMetrics(jobs::BatchManager* batches, const BatchRunner* runner);
 
 class BatchServiceImpl final : public v1::Batch::Service {
  public:

@@ -214,6 +214,10 @@ struct TrainStepArgs {
   int64_t micro_index = -1;
 };
 
+// Generate requests whose client_tag starts with this are batch jobs' work
+// (server/batch_runner.h); their device time is counted apart (metrics).
+inline constexpr std::string_view kBatchClientTagPrefix = "batch ";
+
 struct GenerateArgs {
   std::string deployment;
   std::vector<int64_t> prompt;  // token ids, at least one, each < vocab

@@ -10,6 +10,7 @@
 // metrics.cc are the reference):
 //   device_busy_ratio{device,type}            busy fraction over the last minute
 //   device_busy_seconds_total{device,type}    operator time since start
+//   device_busy_batch_seconds_total{device,type}  the part of it on batch jobs' requests
 //   device_queue_length{device,type}          issued, unfinished operators
 //   device_memory_used_bytes / _capacity_bytes{device,type}
 //   live_instances, queued_instances{class}
@@ -26,12 +27,18 @@
 //   schedule_simulated_ops_total, schedule_whatif_seconds_total
 //   schedule_simulated_ops_per_ms             their ratio since start (what-if
 //                                             throughput, all scheduler threads)
+//   batches{state}                            batch jobs per state (when batches are served)
+//   batch_requests_done_total{result}         results stored since start (ok, error)
+//   batch_tokens_total                        generated tokens recorded since start
+//   batch_requests_in_flight                  batch requests in the scheduler now
+//   batch_device_time_ratio                   batch device time / all device time since start
 //   uptime_seconds, build_info{version}
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +71,7 @@ struct MetricsSnapshot {
     std::string name, type;
     double busy_ratio = 0;
     double busy_seconds_total = 0;
+    double busy_batch_seconds_total = 0;
     uint32_t queue_length = 0;
     int64_t memory_used_bytes = 0;
     int64_t memory_capacity_bytes = 0;
@@ -101,6 +109,17 @@ struct MetricsSnapshot {
   uint64_t issued_nodes = 0;
   uint64_t simulated_ops = 0;
   double whatif_seconds = 0;
+
+  // Batch jobs (filled by the daemon beside Master::Metrics; absent when
+  // it serves no batches).
+  struct Batches {
+    std::vector<std::pair<std::string, int64_t>> by_state;  // every state, 0 included
+    uint64_t requests_ok = 0;
+    uint64_t requests_error = 0;
+    uint64_t tokens = 0;
+    uint32_t in_flight = 0;
+  };
+  std::optional<Batches> batches;
 };
 
 // Text exposition format 0.0.4 of `m`: HELP and TYPE for every family,

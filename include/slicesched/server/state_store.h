@@ -308,6 +308,8 @@ class StateStore {
   // Requests with index > after_index in index order, each with its result
   // when stored, at most `limit` (> 0).
   absl::StatusOr<std::vector<BatchResultRow>> ListBatchResults(uint64_t id, int64_t after_index, int64_t limit);
+  // (state, number of batches) for every state present, by state.
+  absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> CountBatchesByState();
 
   // --- Normal runs (schema 4; the job runner's stop-loss curves) -------------
   // Records (step, metric) of the job's normal run `run_key` (replacing a

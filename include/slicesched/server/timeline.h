@@ -31,6 +31,7 @@ struct TimelineEntry {
   uint64_t instance_id = 0;
   std::string name;  // template op name, or "transfer"
   PriorityClass priority_class = PriorityClass::kOnline;
+  std::string label;        // the instance's label (a Generate request's client tag, e.g. "batch 3/q-7")
   uint16_t device = 0;      // transfers: the source
   int32_t dst_device = -1;  // transfers only
   Timestamp start;
