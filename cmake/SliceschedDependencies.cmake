@@ -12,6 +12,8 @@ find_package(SQLite3 REQUIRED)
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 pkg_check_modules(CBC REQUIRED IMPORTED_TARGET cbc)
+# Text prompts of batch jobs (jobs/tokenizer.h); Debian libsentencepiece-dev.
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 
 # gRPC's C++ code generator plugin.
 find_program(SLICESCHED_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

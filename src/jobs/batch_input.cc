@@ -131,6 +131,24 @@ class LineParser {
       }
       if (text->empty()) return "body.prompt is empty";
       out->prompt_text = *text;
+      if (info->encode) {
+        absl::StatusOr<std::vector<int64_t>> ids = info->encode(*text);
+        if (!ids.ok()) return StrCat("body.prompt: ", ids.status().message());
+        if (ids->empty()) return "body.prompt encodes to no token";
+        for (int64_t t : *ids) {
+          if (t < 0 || t >= info->vocab) {
+            return StrCat("body.prompt encodes to token ", t, ", outside deployment '", *model_s,
+                          "''s vocabulary of ", info->vocab);
+          }
+        }
+        out->prompt_tokens = *std::move(ids);
+      }
+      const int64_t need = static_cast<int64_t>(out->prompt_tokens.size()) + out->max_tokens;
+      if (need > info->max_context_tokens) {
+        return StrCat("the prompt of ", out->prompt_tokens.size(), " tokens plus max_tokens ", out->max_tokens,
+                      " needs a KV cache of ", need, " tokens; deployment '", *model_s, "' holds at most ",
+                      info->max_context_tokens);
+      }
     } else if (const auto* ids = std::get_if<JsonArray>(&prompt->v)) {
       if (ids->empty()) return "body.prompt is empty";
       for (size_t i = 0; i < ids->size(); ++i) {
@@ -156,7 +174,18 @@ class LineParser {
           if (!info->has_tokenizer) {
             return StrCat("body.stop is text but deployment '", *model_s, "' has no tokenizer: give token ids");
           }
-          out->stop_text.push_back(*text);
+          // A stop string of one token stops generation; a longer one cuts
+          // the decoded text (jobs/batch_manager.h).
+          std::optional<int64_t> single;
+          if (info->encode) {
+            absl::StatusOr<std::vector<int64_t>> ids = info->encode(*text);
+            if (ids.ok() && ids->size() == 1 && (*ids)[0] >= 0 && (*ids)[0] < info->vocab) single = (*ids)[0];
+          }
+          if (single.has_value()) {
+            out->stop_tokens.push_back(*single);
+          } else {
+            out->stop_text.push_back(*text);
+          }
         } else if (const std::optional<int64_t> t = AsInt(s); t.has_value() && *t >= 0 && *t < info->vocab) {
           out->stop_tokens.push_back(*t);
         } else {
@@ -243,11 +272,8 @@ std::string TextList(const std::vector<std::string>& v) {
 std::string EncodeBatchRequest(const BatchRequest& r) {
   jobs::JsonObject o;
   o.Add("custom_id", r.custom_id).Add("model", r.model);
-  if (r.prompt_text.has_value()) {
-    o.Add("prompt_text", *r.prompt_text);
-  } else {
-    o.AddRaw("prompt", IntList(r.prompt_tokens));
-  }
+  if (r.prompt_text.has_value()) o.Add("prompt_text", *r.prompt_text);
+  if (!r.prompt_tokens.empty() || !r.prompt_text.has_value()) o.AddRaw("prompt", IntList(r.prompt_tokens));
   o.Add("max_tokens", r.max_tokens).Add("temperature", r.temperature).Add("top_p", r.top_p);
   if (r.seed.has_value()) o.Add("seed", *r.seed);
   if (!r.stop_tokens.empty()) o.AddRaw("stop", IntList(r.stop_tokens));
@@ -285,9 +311,8 @@ absl::StatusOr<BatchRequest> DecodeBatchRequest(std::string_view json) {
   BatchRequest r;
   if (!text("custom_id", &r.custom_id)) return bad("custom_id");
   if (!text("model", &r.model)) return bad("model");
-  if (std::string t; text("prompt_text", &t)) {
-    r.prompt_text = std::move(t);
-  } else if (!ints("prompt", &r.prompt_tokens) || r.prompt_tokens.empty()) {
+  if (std::string t; text("prompt_text", &t)) r.prompt_text = std::move(t);
+  if (!ints("prompt", &r.prompt_tokens) || (r.prompt_tokens.empty() && !r.prompt_text.has_value())) {
     return bad("prompt");
   }
   const JsonValue* max_tokens = JsonField(*o, "max_tokens");

@@ -95,6 +95,20 @@ absl::StatusOr<bool> BatchRunner::Collect(const InFlight& f) {
     jobs::CompletionResult c;
     for (const GeneratedToken& t : tokens) c.tokens.push_back(t.token);
     c.finish_reason = FinishReason(end);
+    if (f.tokenizer != nullptr) {
+      absl::StatusOr<std::string> text = f.tokenizer->Decode(c.tokens);
+      if (text.ok()) {
+        c.text = *std::move(text);
+        // A stop string longer than one token cuts the text where it
+        // first appears (token_ids keep every generated token).
+        for (const std::string& stop : f.request.stop_text) {
+          if (const size_t at = c.text.find(stop); at != std::string::npos) {
+            c.text.resize(at);
+            c.finish_reason = "stop";
+          }
+        }
+      }
+    }
     c.request_id = StrCat("cmpl-", f.batch, "-", f.index);
     c.created_unix_s = batches_->Now() / 1000;
     r.ok = true;
@@ -126,7 +140,7 @@ void BatchRunner::CancelInFlight(uint64_t batch) {
   cursor_.erase(batch);
 }
 
-absl::StatusOr<bool> BatchRunner::Fill(const StoredBatch& b, int* free_slots) {
+absl::StatusOr<bool> BatchRunner::Fill(const StoredBatch& b, int* free_slots, const TokenizerMap* tokenizers) {
   auto [cur, inserted] = cursor_.emplace(b.id, -1);
   const int64_t fetch = *free_slots + static_cast<int64_t>(in_flight_.size());
   SLICESCHED_ASSIGN_OR_RETURN(std::vector<StoredBatchRequest> pending, batches_->Pending(b.id, cur->second, fetch));
@@ -172,7 +186,10 @@ absl::StatusOr<bool> BatchRunner::Fill(const StoredBatch& b, int* free_slots) {
       continue;
     }
     (*rec)->OnDone([this] { Wake(); });
-    in_flight_.emplace(std::make_pair(b.id, p.index), InFlight{b.id, p.index, *std::move(req), *rec});
+    auto tok = tokenizers->find(req->model);
+    in_flight_.emplace(std::make_pair(b.id, p.index),
+                       InFlight{b.id, p.index, *std::move(req), *rec,
+                                tok == tokenizers->end() ? nullptr : tok->second});
     cur->second = p.index;
     --*free_slots;
   }
@@ -250,9 +267,18 @@ absl::Status BatchRunner::StepLocked() {
 
   // 3. Top the master up, earliest deadline first.
   int free_slots = options_.max_inflight - static_cast<int>(in_flight_.size());
+  TokenizerMap tokenizers;
+  if (free_slots > 0 && !running.empty()) {
+    auto deployments = master_->ListDeployments();
+    if (deployments.ok()) {
+      for (const DeploymentInfo& d : *deployments) {
+        if (d.tokenizer != nullptr) tokenizers.emplace(d.spec.name, d.tokenizer);
+      }
+    }
+  }
   for (const StoredBatch& b : running) {
     if (free_slots <= 0) break;
-    SLICESCHED_ASSIGN_OR_RETURN(bool more, Fill(b, &free_slots));
+    SLICESCHED_ASSIGN_OR_RETURN(bool more, Fill(b, &free_slots, &tokenizers));
     if (!more) break;
   }
   absl::MutexLock lock(&mu_);

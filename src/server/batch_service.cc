@@ -36,6 +36,10 @@ std::optional<BatchModelInfo> BatchModelInfoOf(Master* master, std::string_view 
     BatchModelInfo info;
     info.vocab = d.spec.model.vocab;
     info.max_context_tokens = room * max_slots / d.kv_bytes_per_token;
+    if (d.tokenizer != nullptr) {
+      info.has_tokenizer = true;
+      info.encode = [t = d.tokenizer](std::string_view text) { return t->Encode(text); };
+    }
     return info;
   }
   return std::nullopt;

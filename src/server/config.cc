@@ -319,6 +319,7 @@ std::string DeploymentConfig::ToYaml() const {
   if (!partitions.empty()) {
     e << YAML::Key << "partitions" << YAML::Value << YAML::Flow << partitions;
   }
+  if (!tokenizer.empty()) e << YAML::Key << "tokenizer" << YAML::Value << tokenizer;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
@@ -326,7 +327,7 @@ std::string DeploymentConfig::ToYaml() const {
 DeploymentConfig ParseDeploymentConfig(const ConfigReader& d, const AcceleratorSet* cluster,
                                        absl::string_view base_dir) {
   DeploymentConfig dep;
-  d.RejectUnknownKeys({"name", "model", "weights", "role", "partitions"});
+  d.RejectUnknownKeys({"name", "model", "weights", "role", "partitions", "tokenizer"});
   dep.name = d.Required<std::string>("name");
   if (d.Has("name")) {
     d.Check(ValidName(dep.name), "name",
@@ -345,6 +346,14 @@ DeploymentConfig ParseDeploymentConfig(const ConfigReader& d, const AcceleratorS
     d.Check(false, "role", StrCat("expected 'online' or 'offline', got '", role, "'"));
   }
   ParsePartitions(d, cluster, model_ok, &dep);
+  if (d.Has("tokenizer")) {
+    std::string path = d.Required<std::string>("tokenizer");
+    d.Check(!path.empty(), "tokenizer", "must not be empty");
+    if (!path.empty() && !base_dir.empty() && path.front() != '/') {
+      path = (std::filesystem::path(std::string(base_dir)) / path).lexically_normal().string();
+    }
+    dep.tokenizer = path;
+  }
   return dep;
 }
 

@@ -12,6 +12,17 @@ using master_internal::ValidDeploymentName;
 
 absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec, bool replace) {
   if (draining_.load()) return absl::FailedPreconditionError("the daemon is draining; no new deployments");
+  // The tokenizer is read here, off the loop thread.
+  std::shared_ptr<const jobs::Tokenizer> tokenizer;
+  if (!spec.tokenizer.empty()) {
+    auto t = jobs::Tokenizer::Load(spec.tokenizer);
+    if (!t.ok()) return absl::InvalidArgumentError(StrCat("spec.tokenizer: ", t.status().message()));
+    if ((*t)->vocab_size() > spec.model.vocab) {
+      return absl::InvalidArgumentError(StrCat("spec.tokenizer: ", spec.tokenizer, " has ", (*t)->vocab_size(),
+                                               " pieces, more than the model's vocabulary of ", spec.model.vocab));
+    }
+    tokenizer = *std::move(t);
+  }
   absl::StatusOr<DeploymentInfo> result = absl::InternalError("not run");
   SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
     Impl& im = *impl_;
@@ -142,6 +153,7 @@ absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec,
       info.weight_bytes = weight_bytes;
       info.kv_bytes_per_token = dims.KvBytesPerTokenPerLayer() * dims.layers;
       info.created_unix_ms = stored.created_unix_ms;
+      info.tokenizer = tokenizer;
       im.deployments[spec.name] = info;
       spdlog::info("deployment '{}' registered: templates {} / {}, partitions [{}], {} of weights per replica",
                    spec.name, info.prefill_template, info.decode_template,

@@ -217,11 +217,18 @@ absl::StatusOr<DeploymentConfig> DeploymentFromProto(const v1::DeploymentSpec& s
     }
     d.partitions.push_back(p);
   }
+  if (const std::string& t = spec.tokenizer_path(); !t.empty()) {
+    if (t.front() != '/') {
+      return absl::InvalidArgumentError(StrCat("spec.tokenizer_path: must be an absolute path, got '", t, "'"));
+    }
+    d.tokenizer = t;
+  }
   return d;
 }
 
 void DeploymentToProto(const DeploymentConfig& d, v1::DeploymentSpec* out) {
   out->set_name(d.name);
+  out->set_tokenizer_path(d.tokenizer);
   if (!d.model_preset.empty()) {
     out->mutable_model()->set_preset(d.model_preset);
   } else {

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/kernels/llama_serving.h"
 #include "slicesched/jobs/batch_manager.h"
+#include "slicesched/jobs/tokenizer.h"
 #include "slicesched/server/batch_runner.h"
 #include "slicesched/server/batch_service.h"
 #include "slicesched/server/config.h"
@@ -56,8 +58,39 @@ struct Daemon {
   ~Daemon() { Stop(); }
 };
 
+// A SentencePiece model with exactly the tiny model's 256 pieces, trained
+// once by the library's trainer on pseudo-words from a fixed generator.
+std::string TrainTinyTokenizer(const std::string& dir) {
+  std::string corpus;
+  uint64_t x = 12345;
+  for (int line = 0; line < 3000; ++line) {
+    for (int w = 0; w < 8; ++w) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const int len = 2 + static_cast<int>((x >> 60) % 6);
+      for (int k = 0; k < len; ++k) corpus += static_cast<char>('a' + (x >> (8 + 5 * k)) % 26);
+      corpus += ' ';
+    }
+    corpus += '\n';
+  }
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/corpus.txt") << corpus;
+  const absl::Status s = jobs::TrainTokenizer(dir + "/corpus.txt", dir + "/tiny", 256);
+  EXPECT_TRUE(s.ok()) << s;
+  return dir + "/tiny.model";
+}
+
 class BatchTest : public ::testing::Test {
  protected:
+  static void SetUpTestSuite() {
+    tokenizer_ = new std::string(
+        TrainTinyTokenizer(StrCat(::testing::TempDir(), "/sliced_batch_sp_", ::getpid())));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(std::filesystem::path(*tokenizer_).parent_path());
+    delete tokenizer_;
+  }
+  static std::string* tokenizer_;
+
   void SetUp() override {
     static std::atomic<int> counter{0};
     dir_ = StrCat(::testing::TempDir(), "/sliced_batch_", ::getpid(), "_", counter++);
@@ -79,6 +112,8 @@ class BatchTest : public ::testing::Test {
                           "  - {name: chat, model: tiny, weights: {seed: ",
                           kWeightsSeed,
                           "}, role: online, partitions: [single, pp2]}\n"
+                          "  - {name: text, model: tiny, weights: {seed: ",
+                          kWeightsSeed, "}, role: offline, partitions: [single], tokenizer: ", *tokenizer_, "}\n"
                           "listen: {unix_socket: ",
                           dir_, "/s.sock}\n", "state_dir: ", dir_, "/state\n")),
         "<test>");
@@ -215,6 +250,7 @@ class BatchTest : public ::testing::Test {
   std::string dir_;
   std::shared_ptr<const executor::LlamaWeights> weights_;
 };
+std::string* BatchTest::tokenizer_ = nullptr;
 
 TEST_F(BatchTest, EveryAnswerEqualsDirectComputation) {
   auto d = Start(/*max_inflight=*/4);
@@ -249,6 +285,50 @@ TEST_F(BatchTest, EveryAnswerEqualsDirectComputation) {
   EXPECT_EQ(job.state(), v1::BATCH_STATE_COMPLETED);
   EXPECT_EQ(job.eta_s(), -1);
   EXPECT_GT(job.tokens_per_second(), 0);
+}
+
+TEST_F(BatchTest, TextPromptsAreEncodedAndAnswersDecoded) {
+  auto d = Start(/*max_inflight=*/4);
+  auto tok = jobs::Tokenizer::Load(*tokenizer_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::vector<std::string> prompts = {"abc defg hij", "qrs tuv", "mno pqrst uvw xyz"};
+  std::string in;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    in += StrCat(R"({"custom_id":"t)", i, R"(","method":"POST","url":"/v1/completions","body":{"model":"text",)",
+                 R"("prompt":")", prompts[i], R"(","max_tokens":6,"temperature":0}})", "\n");
+  }
+  grpc::ClientContext ctx;
+  v1::SubmitBatchResponse resp;
+  auto writer = d->stub->Submit(&ctx, &resp);
+  v1::SubmitBatchChunk chunk;
+  chunk.set_data(in);
+  writer->Write(chunk);
+  writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const StoredBatch b = AwaitOver(*d, resp.batch().id());
+  EXPECT_EQ(b.state, jobs::kBatchCompleted) << b.message;
+  int lines = 0;
+  auto out = Results(*d, b.id, &lines);
+  ASSERT_EQ(lines, 3);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    BatchRequest r;
+    r.custom_id = StrCat("t", i);
+    r.prompt_tokens = *(*tok)->Encode(prompts[i]);
+    r.max_tokens = 6;
+    r.temperature = 0;
+    const std::vector<int64_t> want = Direct(r);
+    const std::string& line = out[r.custom_id];
+    EXPECT_EQ(Tokens(line), want) << line;
+    auto json = ParseJson(line);
+    ASSERT_TRUE(json.ok());
+    const auto& body = std::get<JsonObject>(
+        JsonField(std::get<JsonObject>(JsonField(std::get<JsonObject>(json->v), "response")->v), "body")->v);
+    const auto& choice = std::get<JsonObject>(std::get<JsonArray>(JsonField(body, "choices")->v)[0].v);
+    EXPECT_EQ(std::get<std::string>(JsonField(choice, "text")->v), *(*tok)->Decode(want)) << line;
+    EXPECT_EQ(std::get<JsonNumber>(std::get<JsonObject>(JsonField(body, "usage")->v)[0].second.v).text,
+              std::to_string(r.prompt_tokens.size()));
+  }
 }
 
 TEST_F(BatchTest, AStoppedDaemonFinishesTheBatchAfterARestartWithEveryCustomIdOnce) {

@@ -50,6 +50,10 @@ struct BatchModelInfo {
   int64_t vocab = 0;
   int64_t max_context_tokens = 0;  // prompt + generated tokens one request's KV cache may hold
   bool has_tokenizer = false;
+  // With a tokenizer: text -> token ids. Text prompts are then encoded at
+  // submit (prompt_tokens filled, prompt_text kept) and checked like ids; a
+  // stop string of one token becomes a stop token, longer ones stay text.
+  std::function<absl::StatusOr<std::vector<int64_t>>(std::string_view)> encode;
 };
 using BatchModelLookup = std::function<std::optional<BatchModelInfo>(std::string_view model)>;
 

@@ -87,14 +87,17 @@ class BatchRunner {
     int64_t index = 0;
     BatchRequest request;
     std::shared_ptr<GenerationRecord> record;
+    std::shared_ptr<const jobs::Tokenizer> tokenizer;  // its deployment's, to decode the answer
   };
+  using TokenizerMap = std::map<std::string, std::shared_ptr<const jobs::Tokenizer>>;
 
   void Run();
   absl::Status StepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // Records the result of a finished request; false when it must run again.
   absl::StatusOr<bool> Collect(const InFlight& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // Starts pending requests of `b`; false when the master refused for now.
-  absl::StatusOr<bool> Fill(const StoredBatch& b, int* free_slots) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
+  absl::StatusOr<bool> Fill(const StoredBatch& b, int* free_slots, const TokenizerMap* tokenizers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void CancelInFlight(uint64_t batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
 
   Master* const master_;

@@ -86,6 +86,9 @@ struct DeploymentConfig {
   WeightsConfig weights;
   DeploymentRole role = DeploymentRole::kOnline;
   std::vector<std::string> partitions;  // empty = every partition of the model
+  // A SentencePiece model file: batch requests may then give text
+  // (jobs/tokenizer.h). Empty = token ids only.
+  std::string tokenizer;
 
   // The deployment as a YAML map in the config file's syntax (what the state
   // store persists); ParseDeploymentConfig reads it back.

@@ -98,6 +98,7 @@
 #include "slicesched/estimate/estimators.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/snapshot.h"
+#include "slicesched/jobs/tokenizer.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/metrics.h"
 #include "slicesched/server/state_store.h"
@@ -173,6 +174,7 @@ struct DeploymentInfo {
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;
   int64_t created_unix_ms = 0;
+  std::shared_ptr<const jobs::Tokenizer> tokenizer;  // spec.tokenizer loaded; null without one
 };
 
 struct SubmitArgs {
