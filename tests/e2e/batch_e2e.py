@@ -14,7 +14,9 @@ seed 1, tiny-offline with seed 2):
   5. bad input is refused by line number, and a cancelled batch keeps its
      finished results.
 
-usage: batch_e2e.py REPO_ROOT SLICED SLICESIM
+  6. slicectl batch list / get / results / cancel against the same daemon.
+
+usage: batch_e2e.py REPO_ROOT SLICED SLICESIM SLICECTL
 """
 
 import json
@@ -29,7 +31,7 @@ import time
 
 import grpc
 
-REPO, SLICED, SLICESIM = sys.argv[1], sys.argv[2], sys.argv[3]
+REPO, SLICED, SLICESIM, SLICECTL = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 sys.path.insert(0, os.path.join(REPO, "tools"))
 import sliced_client  # noqa: E402
 
@@ -245,6 +247,24 @@ def run_checks(stubs, daemon, work):
     check(len(kept) == 300 and len(finished) == cancelled.succeeded and len(finished) >= 20,
           "a cancelled batch lists all 300 requests and keeps its %d finished results (%d listed)" % (
               cancelled.succeeded, len(finished)))
+    # 6. slicectl against the same daemon.
+    def ctl(*args):
+        return subprocess.run([SLICECTL, "--socket", daemon.socket] + list(args), capture_output=True, text=True)
+    listed = ctl("batch", "list")
+    check(listed.returncode == 0 and "completed" in listed.stdout and "cancelled" in listed.stdout,
+          "slicectl batch list: %s %s" % (listed.stdout, listed.stderr))
+    shown = ctl("batch", "get", str(batch_id))
+    check(shown.returncode == 0 and "500/500" in shown.stdout, "slicectl batch get: %s %s" % (shown.stdout, shown.stderr))
+    out = ctl("batch", "results", str(batch_id))
+    check(out.returncode == 0 and len(out.stdout.splitlines()) == 500,
+          "slicectl batch results prints 500 lines (%d)" % len(out.stdout.splitlines()))
+    sub = ctl("batch", "submit", path, "--deployment", "tiny-offline", "--completion-window", "1h")
+    check(sub.returncode == 0 and "500 request(s)" in sub.stdout, "slicectl batch submit: %s %s" % (sub.stdout, sub.stderr))
+    new_id = sub.stdout.split()[1] if sub.returncode == 0 else "0"
+    gone = ctl("batch", "cancel", new_id)
+    check(gone.returncode == 0 and "cancelled" in gone.stdout, "slicectl batch cancel: %s %s" % (gone.stdout, gone.stderr))
+    missing = ctl("batch", "get", "999")
+    check(missing.returncode == 1 and "NOT_FOUND" in missing.stderr, "unknown batch: %s" % missing.stderr)
     rc = daemon.stop()
     check(rc == 0, "sliced exited with %s after SIGTERM" % rc)
 
