@@ -201,7 +201,8 @@ int Run(int argc, char** argv) {
   if ((*master)->backend_name() == "virtual") {
     spdlog::warn("batch jobs will not run: the devices are virtual (no real operators)");
   } else {
-    batch_runner = std::make_unique<BatchRunner>(m, batches->get());
+    batch_runner = std::make_unique<BatchRunner>(
+        m, batches->get(), BatchRunnerOptions{.max_inflight = static_cast<int>(config->batch.max_inflight)});
     batch_runner->Start();
     auto active = (*batches)->Active();
     spdlog::info("batch runner started: {} batch(es) in progress", active.ok() ? active->size() : 0);

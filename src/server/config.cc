@@ -376,7 +376,7 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
   if (!r.present()) {
     return absl::InvalidArgumentError(StrCat(source, ": the configuration is empty"));
   }
-  r.RejectUnknownKeys({"cluster", "deployments", "scheduler", "planner", "listen", "state_dir", "log_level"});
+  r.RejectUnknownKeys({"cluster", "deployments", "scheduler", "planner", "batch", "listen", "state_dir", "log_level"});
 
   c.cluster = AcceleratorSet::FromConfig(r.RequiredChild("cluster"), &errors);
   const AcceleratorSet* cluster = errors.ok() ? &c.cluster : nullptr;
@@ -402,6 +402,12 @@ absl::StatusOr<SlicedConfig> ParseSlicedConfig(const YAML::Node& root, absl::str
 
   ParseScheduler(r.Child("scheduler"), &c.scheduler);
   ParsePlanner(r.Child("planner"), base_dir, &c.planner);
+  {
+    const ConfigReader b = r.Child("batch");
+    b.RejectUnknownKeys({"max_inflight"});
+    c.batch.max_inflight = b.Optional<int64_t>("max_inflight", c.batch.max_inflight);
+    b.CheckPositive("max_inflight", c.batch.max_inflight);
+  }
   ParseListen(r.Child("listen"), &c.listen);
 
   c.state_dir = r.Optional<std::string>("state_dir", c.state_dir);

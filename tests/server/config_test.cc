@@ -376,6 +376,16 @@ TEST(SlicedConfigTest, LoadFromFileResolvesRelativeWeights) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(SlicedConfigTest, BatchSection) {
+  auto c = ParseSlicedConfig(YAML::Load(std::string(kBase) + "batch: {max_inflight: 4}\n"), "<test>");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->batch.max_inflight, 4);
+  auto d = ParseSlicedConfig(YAML::Load(kBase), "<test>");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->batch.max_inflight, 16);
+  EXPECT_THAT(ErrorOf(std::string(kBase) + "batch: {max_inflight: 0}\n"), HasSubstr("batch.max_inflight"));
+}
+
 // docs/operations.md, "Configuration reference": the keys its tables and
 // headings document are exactly those the loader takes, map by map. The
 // loader's keys come from its own "unknown field" error.
@@ -427,7 +437,7 @@ TEST(SlicedConfigDocs, EveryKeyTheLoaderTakesIsDocumentedAndNoOther) {
   EXPECT_EQ(documented("### `deployments`", "model."),
             LoaderKeys(with("model: tiny", StrCat("model: {name: m, layers: 2, hidden: 32, heads: 2, ffn: 64, "
                                                   "vocab: 100, ", bogus, "}"))));
-  for (const std::string section : {"scheduler", "planner", "listen"}) {
+  for (const std::string section : {"scheduler", "planner", "batch", "listen"}) {
     EXPECT_EQ(documented(StrCat("### `", section, "`"), ""), LoaderKeys(StrCat(base, section, ": {", bogus, "}\n")))
         << section;
   }

@@ -134,12 +134,18 @@ struct ListenConfig {
   std::string metrics_address;  // "host:port" of the HTTP /metrics listener; empty = off
 };
 
+// Offline batch jobs (server/batch_runner.h).
+struct BatchConfig {
+  int64_t max_inflight = 16;  // batch requests in the scheduler at once (>= 1)
+};
+
 struct SlicedConfig {
   std::string source;  // file path or "<embedded:configs/sliced.yaml>"
   AcceleratorSet cluster;
   std::vector<DeploymentConfig> deployments;
   SchedulerConfig scheduler;
   PlannerConfig planner;
+  BatchConfig batch;
   ListenConfig listen;
   std::string state_dir = "/var/lib/sliced";
   std::string log_level = "info";
