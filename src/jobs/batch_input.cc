@@ -218,6 +218,14 @@ absl::StatusOr<BatchInput> ParseBatchInput(std::string_view jsonl, const BatchMo
                                            std::string_view deployment) {
   BatchInput in;
   absl::flat_hash_map<std::string, int64_t> first_line;  // custom_id -> line
+  // One lookup per model, not per line: the daemon's lookup is a round trip
+  // to its loop thread, and a file holds one model in 100,000 lines.
+  absl::flat_hash_map<std::string, std::optional<BatchModelInfo>> looked_up;
+  const BatchModelLookup cached = [&](std::string_view model) {
+    auto it = looked_up.find(std::string(model));
+    if (it == looked_up.end()) it = looked_up.emplace(std::string(model), models(model)).first;
+    return it->second;
+  };
   int64_t line = 0;
   size_t pos = 0;
   while (pos < jsonl.size()) {
@@ -229,7 +237,7 @@ absl::StatusOr<BatchInput> ParseBatchInput(std::string_view jsonl, const BatchMo
     if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
     if (text.find_first_not_of(" \t") == std::string_view::npos) continue;
     BatchRequest r;
-    std::string error = LineParser(line, models, deployment).Parse(text, &r);
+    std::string error = LineParser(line, cached, deployment).Parse(text, &r);
     if (error.empty()) {
       auto [it, inserted] = first_line.emplace(r.custom_id, line);
       if (!inserted) error = StrCat("duplicate custom_id '", r.custom_id, "' (first on line ", it->second, ")");
