@@ -946,7 +946,11 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
   absl::InlinedVector<LateStart, 8> late;
   {
     absl::MutexLock l(&mu_);
-    start_unseen_.store(false, std::memory_order_relaxed);
+    // A start after `t` (the device began between the owner reading its
+    // clock and taking mu_) is not applied here, so it stays unseen: else a
+    // WaitForCompletion() would sleep through it, and a node held in its
+    // kernel would never show as running.
+    bool start_after_t = false;
     batch.reserve(num_records_.load(std::memory_order_relaxed));
     for (size_t d = 0; d < devices_.size(); ++d) {
       DeviceState& s = devices_[d];
@@ -959,13 +963,17 @@ absl::Status ExecutorSet::Drain(Timestamp t, std::vector<Feedback>* feedback) {
       for (size_t i = k; i < s.records.size(); ++i) {
         const Event& e = s.records[i];
         if (e.started && e.start <= t) late.push_back({e.start_seq, e.node, dev, e.start});
+        if (e.started && e.start > t) start_after_t = true;
       }
       s.records.erase(s.records.begin(), s.records.begin() + static_cast<std::ptrdiff_t>(k));
       AddLocked(num_records_, -static_cast<ptrdiff_t>(k));
       if (s.running.valid() && s.running_start <= t) {
         late.push_back({s.running_seq, s.running, dev, s.running_start});
+      } else if (s.running.valid()) {
+        start_after_t = true;
       }
     }
+    start_unseen_.store(start_after_t, std::memory_order_relaxed);
   }
   // Every start and completion in posting (= time) order. A start applied
   // here from a node's running state is skipped when its record comes.

@@ -23,7 +23,7 @@ for bin in "${bins[@]}"; do
   if readelf -d "$bin" | grep -E "NEEDED.*\[libcuda\.so" >/dev/null; then
     echo "FAIL $name: readelf -d lists libcuda as NEEDED"; fail=1
   fi
-  first=$(readelf -d "$bin" | grep -o -E "\[(libstdc\+\+\.so[^]]*|libtorch[^]]*|libc10[^]]*)\]" | head -n 1)
+  first=$(readelf -d "$bin" | grep -o -E "\[(libstdc\+\+\.so[^]]*|libtorch[^]]*|libc10[^]]*)\]" | sed -n 1p)
   if [ -n "$first" ] && [ "${first#[libstdc++}" = "$first" ]; then
     echo "FAIL $name: $first comes before libstdc++ among its NEEDED libraries"; fail=1
   fi

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "slicesched/common/clock.h"
@@ -799,6 +800,14 @@ class HoldingRunner final : public KernelRunner {
   // Waits until `n` (held, and running by the GMG) is inside its kernel.
   void AwaitEntered(NodeId n) { GateOf(n)->entered.WaitForNotification(); }
   void Release(NodeId n) { GateOf(n)->release.Notify(); }
+  // Lets every held kernel go: a failed assertion returns early, and the
+  // executors' threads must finish their kernels before they can join.
+  void ReleaseAll() {
+    absl::MutexLock l(&mu_);
+    for (auto& [node, gate] : holds_) {
+      if (!gate->release.HasBeenNotified()) gate->release.Notify();
+    }
+  }
 
   absl::Status Run(const KernelCall& call) override {
     Gate* g = nullptr;
@@ -882,6 +891,7 @@ TEST(LlamaSnapshotTest, SimulatorReconstructionMatchesTheExecutorsOnFourDevices)
   SteadyClock clock;
   LlamaTransferBackend transfers;
   ExecutorSet exec(&g, &clock, &kernels, &transfers);
+  absl::Cleanup release_holds = [&kernels] { kernels.ReleaseAll(); };
   OpEstimator op_est;
   TransferEstimator xfer_est(g.accelerators());
   SimContext ctx(&g.templates(), &op_est, &xfer_est);

@@ -19,6 +19,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "slicesched/comm/comm_graph.h"
@@ -943,6 +944,43 @@ TEST(ExecutorSetTest, ARunningItemStaysPutWhileTheOwnerQueuesMore) {
   for (const RetiredInstance& ri : retired) EXPECT_EQ(ri.state, InstanceState::kDone) << ri.failure;
   EXPECT_EQ(r.exec->stored_tensors(), 0u);
   EXPECT_EQ(r.exec->pool(DeviceId(0)).used(), Bytes::Zero());
+}
+
+// A start stamped after the time the owner drains to (the device began
+// between the owner reading its clock and taking the lock) is not applied by
+// that drain, so it stays an event: the next WaitForCompletion() returns for
+// it instead of sleeping while the operator runs, and the next drain applies
+// it. (A test holding an operator in its kernel until the GMG shows it
+// running hung on this once.)
+TEST(ExecutorSetTest, AStartAfterTheDrainTimeStaysAnEvent) {
+  Watchdog watchdog(absl::Minutes(2));
+  Rig r(1);
+  r.Start();
+  const InstanceId inst = r.New(r.chain, 8);
+  const NodeId op0 = r.g.FindInstance(inst)->nodes[0].id;
+  absl::Notification entered, release;
+  r.kernels.SetHook([&](const KernelCall& c) {
+    if (c.node != op0) return;
+    entered.Notify();
+    release.WaitForNotification();
+  });
+  absl::Cleanup let_go = [&release] {
+    if (!release.HasBeenNotified()) release.Notify();
+  };
+  const Timestamp drained_to = r.clock.Now();
+  r.clock.Advance(Duration::Millis(1));
+  r.Place(inst, {0});
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(r.exec->AdvanceTo(drained_to, &r.feedback).ok());
+  EXPECT_EQ(r.g.FindNode(op0)->state, NodeState::kIssued);
+  EXPECT_TRUE(r.exec->WaitForCompletion(absl::Seconds(5)));
+  ASSERT_TRUE(r.exec->AdvanceTo(r.clock.Now(), &r.feedback).ok());
+  EXPECT_EQ(r.g.FindNode(op0)->state, NodeState::kRunning);
+  // Applied: no event is left until the kernel ends.
+  EXPECT_FALSE(r.exec->WaitForCompletion(absl::ZeroDuration()));
+  release.Notify();
+  ASSERT_TRUE(r.Run().ok());
+  EXPECT_EQ(r.exec->completed_ops(), 4);
 }
 
 // Local readiness: a chain (and a diamond) on one device runs to its last
