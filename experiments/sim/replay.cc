@@ -108,12 +108,14 @@ absl::Status WriteSummary(const std::string& dir, const ReplayResult& r) {
   std::ofstream f(dir + "/summary.csv");
   if (!f) return absl::InvalidArgumentError(StrCat("cannot write ", dir, "/summary.csv"));
   f << "policy,req_per_s,tok_per_s,slo_attainment,gpu_util,ttft_p50_ms,ttft_p99_ms,online_req_per_s,"
-       "offline_tok_per_s,offline_offered_per_s,offline_completed_frac,tbt_p50_ms,tbt_p99_ms,harvest,load_scale\n";
+       "offline_tok_per_s,offline_offered_per_s,offline_completed_frac,tbt_p50_ms,tbt_p99_ms,harvest,load_scale,"
+       "offline_latency_p50_s,offline_latency_p90_s\n";
   for (const PolicyResult& p : r.policies) {
-    f << absl::StrFormat("%s,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%.4f,%.6f\n", p.policy,
+    f << absl::StrFormat("%s,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%.4f,%.6f,%.2f,%.2f\n", p.policy,
                          p.req_per_s, p.tok_per_s, p.slo_attainment, p.gpu_util, p.ttft_p50_ms, p.ttft_p99_ms,
                          p.online_req_per_s, p.offline_tok_per_s, p.offline_offered_per_s, p.offline_completed_frac,
-                         p.tbt_p50_ms, p.tbt_p99_ms, p.harvest, r.load_scale);
+                         p.tbt_p50_ms, p.tbt_p99_ms, p.harvest, r.load_scale, p.offline_latency_p50_s,
+                         p.offline_latency_p90_s);
   }
   return f ? absl::OkStatus() : absl::InternalError("writing summary.csv failed");
 }

@@ -40,6 +40,7 @@ struct RunOutput {
   PolicyResult result;
   std::vector<double> ttft_ms;                    // online, first token reached
   std::vector<double> waiting_ms;                 // online, no first token by the end
+  std::vector<double> offline_latency_s;          // offline, arrival to last token
   std::vector<std::vector<BusyInterval>> busy;    // per device, all operators
 };
 

@@ -229,6 +229,7 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
         for (CheckpointId k : c.kv) SLICESCHED_RETURN_IF_ERROR(g.ReleaseCheckpoint(k));
         (c.online ? out.result.online_completed : out.result.offline_completed) += 1;
         if (!c.online && c.offered_ns <= settle_ns) ++offline_settled_done;
+        if (!c.online) out.offline_latency_s.push_back(static_cast<double>(now.nanos() - c.offered_ns) / 1e9);
         if (c.online) online_tokens.push_back(std::move(c.token_ns));
       }
     }
@@ -295,6 +296,8 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
   const double settled_offered = offline_on && settle_ns > 0 ? std::floor(static_cast<double>(settle_ns) / offline_gap_ns) : 0;
   r.offline_settled_frac = settled_offered > 0 ? static_cast<double>(offline_settled_done) / settled_offered : 0;
   r.offline_backlog = offline_arrived - r.offline_completed;
+  r.offline_latency_p50_s = Percentile(out.offline_latency_s, 0.5);
+  r.offline_latency_p90_s = Percentile(out.offline_latency_s, 0.9);
   r.ttft_p50_ms = Percentile(out.ttft_ms, 0.5);
   r.ttft_p99_ms = Percentile(out.ttft_ms, 0.99);
   std::vector<double> tbt = TimeBetweenTokensMs(online_tokens);

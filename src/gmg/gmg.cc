@@ -53,7 +53,8 @@ GlobalMappingGraph::GlobalMappingGraph(AcceleratorSet accelerators)
       running_compute_(accel_.size()),
       active_transfer_(accel_.size()),
       outstanding_(accel_.size(), 0),
-      outstanding_offline_(accel_.size(), 0) {}
+      outstanding_offline_(accel_.size(), 0),
+      online_checkpoints_(accel_.size(), 0) {}
 
 GlobalMappingGraph GlobalMappingGraph::Clone() const {
   GlobalMappingGraph c(accel_);
@@ -71,6 +72,7 @@ GlobalMappingGraph GlobalMappingGraph::Clone() const {
   c.running_compute_ = running_compute_;
   c.outstanding_ = outstanding_;
   c.outstanding_offline_ = outstanding_offline_;
+  c.online_checkpoints_ = online_checkpoints_;
   c.total_outstanding_ = total_outstanding_;
   c.active_transfer_ = active_transfer_;
   c.unscheduled_ = unscheduled_;
@@ -603,6 +605,8 @@ absl::Status GlobalMappingGraph::FinishCompute(Instance& inst, OpNode& node, Tim
       c.bytes = t.bytes;
       c.dtype = op.outputs[o].dtype;
       c.created_by = inst.id;
+      c.priority_class = inst.spec.priority_class;
+      if (c.priority_class == PriorityClass::kOnline) ++online_checkpoints_[d.value()];
       c.name = StrCat(inst.tpl->name(), "/", op.name, ":", op.outputs[o].name);
       inst.produced.push_back(c.id);
       checkpoint_ids_.emplace(c.id.value(), c.id);
@@ -858,6 +862,7 @@ absl::Status GlobalMappingGraph::ReleaseCheckpoint(CheckpointId id) {
     }
   }
   Charge(it->second.device, &DeviceMemory::checkpoints, Bytes(0) - it->second.bytes);
+  if (it->second.priority_class == PriorityClass::kOnline) --online_checkpoints_[it->second.device.value()];
   checkpoint_ids_.erase(id.value());
   checkpoints_.erase(it);
   return absl::OkStatus();
@@ -913,7 +918,11 @@ absl::Status GlobalMappingGraph::VerifyInvariants() const {
   for (size_t d = 0; d < accel_.size(); ++d) {
     for (const auto& [key, bytes] : weights_[d]) mem[d].weights += bytes;
   }
-  for (const auto& [cid, c] : checkpoints_) mem[c.device.value()].checkpoints += c.bytes;
+  std::vector<int32_t> online_checkpoints(accel_.size(), 0);
+  for (const auto& [cid, c] : checkpoints_) {
+    mem[c.device.value()].checkpoints += c.bytes;
+    if (c.priority_class == PriorityClass::kOnline) ++online_checkpoints[c.device.value()];
+  }
   for (const auto& [iid, inst] : instances_) {
     const GraphTemplate& tpl = *inst->tpl;
     if (inst->state != InstanceState::kPending && inst->state != InstanceState::kRunning) {
@@ -1014,6 +1023,10 @@ absl::Status GlobalMappingGraph::VerifyInvariants() const {
     if (outstanding_offline[d] != outstanding_offline_[d]) {
       return absl::InternalError(absl::StrCat("device ", d, " offline outstanding count ",
                                               outstanding_offline_[d], " != ", outstanding_offline[d]));
+    }
+    if (online_checkpoints[d] != online_checkpoints_[d]) {
+      return absl::InternalError(absl::StrCat("device ", d, " online checkpoint count ", online_checkpoints_[d],
+                                              " != ", online_checkpoints[d]));
     }
     if (running[d] != running_compute_[d]) {
       return absl::InternalError(StrCat("device ", d, " running node mismatch"));

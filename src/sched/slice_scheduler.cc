@@ -62,6 +62,19 @@ std::vector<int> SliceScheduler::CollectBatch(const SchedulerEnv& env, const Ins
   return batch;
 }
 
+std::vector<uint8_t> SliceScheduler::OtherStreams(const GlobalMappingGraph& g, const Instance& inst) {
+  std::vector<int32_t> own(g.accelerators().size(), 0);
+  for (CheckpointId k : inst.attached) {
+    const Checkpoint* c = g.FindCheckpoint(k);
+    if (c != nullptr && c->priority_class == PriorityClass::kOnline) ++own[c->device.value()];
+  }
+  std::vector<uint8_t> out(own.size(), 0);
+  for (size_t d = 0; d < own.size(); ++d) {
+    out[d] = g.online_checkpoints(DeviceId(static_cast<uint16_t>(d))) > own[d] ? 1 : 0;
+  }
+  return out;
+}
+
 std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const SchedulerEnv& env, const Instance& inst,
                                                                    const std::vector<int>& batch,
                                                                    bool offline_gap_rule) const {
@@ -71,6 +84,8 @@ std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const Schedule
   std::vector<Candidate> out;
   absl::flat_hash_set<std::vector<uint16_t>> seen;
   const std::vector<DeviceId>& allowed = inst.spec.allowed_devices;
+  const std::vector<uint8_t> streams =
+      offline_gap_rule && o_.offline_avoids_online_streams ? OtherStreams(g, inst) : std::vector<uint8_t>();
   for (const CandidatePartition& p : tpl.partitions()) {
     auto forced = ForcedSlots(g, inst, p);
     if (!forced.has_value()) continue;
@@ -101,6 +116,7 @@ std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const Schedule
         if (!spec.weight_key.empty() && !g.HasWeights(d, spec.weight_key)) ok = false;
         if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), d) == allowed.end()) ok = false;
         if (offline_gap_rule && g.outstanding_compute(d, PriorityClass::kOnline) >= o_.offline_queue_limit) ok = false;
+        if (!streams.empty() && streams[d.value()]) ok = false;
         c.placements.push_back({inst.nodes[op].id, d});
         key.push_back(d.value());
       }
@@ -143,7 +159,7 @@ int SliceScheduler::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
 std::vector<double> SliceScheduler::NewDeviceCosts(const GlobalMappingGraph& g, const Instance& inst,
                                                    const std::vector<Candidate>& cands) const {
   std::vector<double> extra(cands.size(), 0.0);
-  if (o_.online_new_device_cost <= Duration::Zero()) return extra;
+  if (o_.online_new_device_cost <= Duration::Zero() && o_.online_stream_device_cost <= Duration::Zero()) return extra;
   std::vector<uint8_t> used(g.accelerators().size(), 0);
   int in_use = 0;
   for (const OpNode& node : inst.nodes) {
@@ -162,6 +178,20 @@ std::vector<double> SliceScheduler::NewDeviceCosts(const GlobalMappingGraph& g, 
     }
     if (in_use == 0) added = std::max(0, added - 1);
     extra[i] = static_cast<double>(added) * static_cast<double>(o_.online_new_device_cost.nanos());
+  }
+  if (o_.online_stream_device_cost > Duration::Zero()) {
+    const std::vector<uint8_t> other = OtherStreams(g, inst);
+    for (size_t i = 0; i < cands.size(); ++i) {
+      std::vector<uint8_t> seen(g.accelerators().size(), 0);
+      int streams = 0;
+      for (const NodePlacement& p : cands[i].placements) {
+        const uint16_t d = p.device.value();
+        if (seen[d]) continue;
+        seen[d] = 1;
+        streams += other[d];
+      }
+      extra[i] += static_cast<double>(streams) * static_cast<double>(o_.online_stream_device_cost.nanos());
+    }
   }
   return extra;
 }

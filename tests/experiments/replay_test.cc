@@ -41,7 +41,7 @@ TEST(ReplayTest, SameSeedSameSummary) {
   EXPECT_THAT(sa, ::testing::StartsWith(
                       "policy,req_per_s,tok_per_s,slo_attainment,gpu_util,ttft_p50_ms,ttft_p99_ms,online_req_per_s,"
                       "offline_tok_per_s,offline_offered_per_s,offline_completed_frac,tbt_p50_ms,tbt_p99_ms,harvest,"
-                      "load_scale\n"));
+                      "load_scale,offline_latency_p50_s,offline_latency_p90_s\n"));
   ASSERT_EQ(a->policies.size(), 6u);
   EXPECT_TRUE(a->load_scale_fitted);
   EXPECT_EQ(a->policies[0].policy, "Static-Online");
@@ -54,7 +54,15 @@ TEST(ReplayTest, SameSeedSameSummary) {
     EXPECT_GT(p.offline_completed_frac, 0) << p.policy;
     EXPECT_EQ(p.offline_offered_per_s, 1.0) << p.policy;
     EXPECT_GT(p.tbt_p99_ms, p.tbt_p50_ms) << p.policy;
+    // A finished offline request took at least its own prefill and decode
+    // steps (Full-Share finishes none in three minutes).
+    if (p.offline_completed > 0) {
+      EXPECT_GT(p.offline_latency_p50_s, 0) << p.policy;
+    }
+    EXPECT_GE(p.offline_latency_p90_s, p.offline_latency_p50_s) << p.policy;
   }
+  EXPECT_GT(a->policies[5].offline_completed, 0);
+  EXPECT_GT(a->policies[5].offline_latency_p50_s, 0);
   EXPECT_EQ(a->policies[4].policy, "Priority-Colocate");
   EXPECT_TRUE(std::filesystem::exists(::testing::TempDir() + "/replay_a/idle_slices.csv"));
   o.seed = 2;

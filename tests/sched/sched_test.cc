@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "slicesched/common/strings.h"
 #include "slicesched/gmg/placement.h"
 #include "slicesched/sched/baselines.h"
 #include "slicesched/sched/slice_scheduler.h"
@@ -268,6 +269,61 @@ TEST_F(SchedTest, CandidatesRespectKvLocality) {
   ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
   EXPECT_EQ(Node(d, "l").device, DeviceId(3));
   EXPECT_EQ(Node(d, "e").device, DeviceId(3));
+}
+
+// A finished instance of class `cls` on `dev` whose output is kept: an online
+// one is a conversation whose next decode step comes back to `dev`.
+CheckpointId MakeCheckpoint(GlobalMappingGraph& g, PriorityClass cls, DeviceId dev) {
+  TemplateBuilder r(StrCat("retain", dev.value(), static_cast<int>(cls)));
+  r.Op("m", OpKind::kGeneric).RetainedOutput("kv", DType::kU8, {"100"});
+  auto t = g.RegisterTemplate(*r.Build());
+  EXPECT_TRUE(t.ok());
+  InstanceSpec spec;
+  spec.template_id = *t;
+  spec.priority_class = cls;
+  const InstanceId maker = *g.Instantiate(spec);
+  const NodeId m = *g.NodeOf(maker, "m");
+  EXPECT_TRUE(g.Issue(m, dev, T(0)).ok());
+  EXPECT_TRUE(g.Start(m, T(0)).ok());
+  EXPECT_TRUE(g.Finish(m, T(1)).ok());
+  return g.TakeRetired()[0].produced[0];
+}
+
+TEST_F(SchedTest, OfflineWorkKeepsOffDevicesThatServeAnOnlineConversation) {
+  for (bool avoid : {true, false}) {
+    SetUpCluster(2);
+    const CheckpointId kv = MakeCheckpoint(*g_, PriorityClass::kOnline, DeviceId(0));
+    MakeCheckpoint(*g_, PriorityClass::kOffline, DeviceId(1));  // not a conversation of online work
+    EXPECT_EQ(g_->online_checkpoints(DeviceId(0)), 1);
+    EXPECT_EQ(g_->online_checkpoints(DeviceId(1)), 0);
+    TemplateId t = Register("one", {{"a", {}, 10}}, {{"single", AllOn({"a"})}});
+    SliceSchedulerOptions o;
+    o.offline_avoids_online_streams = avoid;
+    SliceScheduler s(o);
+    const InstanceId off = New(t, PriorityClass::kOffline, 0, kOfflineTenantBase);
+    ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+    // Both devices are idle, so the what-if ties and the first candidate
+    // (device 0) would win; the conversation on device 0 rules it out.
+    EXPECT_EQ(Node(off, "a").device, DeviceId(avoid ? 1 : 0)) << avoid;
+    EXPECT_TRUE(g_->VerifyInvariants().ok());
+    ASSERT_TRUE(g_->ReleaseCheckpoint(kv).ok());
+    EXPECT_EQ(g_->online_checkpoints(DeviceId(0)), 0);
+    EXPECT_TRUE(g_->VerifyInvariants().ok());
+  }
+}
+
+TEST_F(SchedTest, OnlineWorkPaysForADeviceThatServesAnotherConversation) {
+  for (Duration cost : {Duration::Millis(100), Duration::Zero()}) {
+    SetUpCluster(2);
+    MakeCheckpoint(*g_, PriorityClass::kOnline, DeviceId(0));
+    TemplateId t = Register("one", {{"a", {}, 10}}, {{"single", AllOn({"a"})}});
+    SliceSchedulerOptions o;
+    o.online_stream_device_cost = cost;
+    SliceScheduler s(o);
+    const InstanceId on = New(t, PriorityClass::kOnline, 0);
+    ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+    EXPECT_EQ(Node(on, "a").device, DeviceId(cost > Duration::Zero() ? 1 : 0)) << cost.nanos();
+  }
 }
 
 TEST_F(SchedTest, OomCandidatesAreDiscarded) {

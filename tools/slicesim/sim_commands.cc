@@ -183,13 +183,15 @@ int Replay(const std::vector<std::string>& args) {
                 100 * r->idle.utilization);
   }
   std::printf("SLO: TTFT <= %.0f ms (Static-Online p90)\n", r->slo_ttft_ms);
-  std::printf("%-17s %6s %6s %6s %6s %8s %8s %7s %7s %7s %7s %7s %7s\n", "policy", "req/s", "tok/s", "SLO", "util",
-              "ttft50", "ttft99", "tbt50", "tbt99", "onl r/s", "off t/s", "off%", "harvest");
+  std::printf("%-17s %6s %6s %6s %6s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s\n", "policy", "req/s", "tok/s", "SLO",
+              "util", "ttft50", "ttft99", "tbt50", "tbt99", "onl r/s", "off t/s", "off%", "harvest", "offlat50",
+              "offlat90");
   for (const auto& p : r->policies) {
-    std::printf("%-17s %6.3f %6.2f %5.1f%% %5.1f%% %7.0fms %7.0fms %5.0fms %5.0fms %7.3f %7.2f %6.1f%% %6.1f%%\n",
+    std::printf("%-17s %6.3f %6.2f %5.1f%% %5.1f%% %7.0fms %7.0fms %5.0fms %5.0fms %7.3f %7.2f %6.1f%% %6.1f%% %6.1fs "
+                "%6.1fs\n",
                 p.policy.c_str(), p.req_per_s, p.tok_per_s, 100 * p.slo_attainment, 100 * p.gpu_util,
                 p.ttft_p50_ms, p.ttft_p99_ms, p.tbt_p50_ms, p.tbt_p99_ms, p.online_req_per_s, p.offline_tok_per_s,
-                100 * p.offline_completed_frac, 100 * p.harvest);
+                100 * p.offline_completed_frac, 100 * p.harvest, p.offline_latency_p50_s, p.offline_latency_p90_s);
   }
   std::printf("Static-Online idle slices (10 ms..20 s): p50 %.0f ms, p90 %.0f ms, p99 %.0f ms; "
               "below-p99 share of idle time %.1f%%; utilisation %.1f%%\n",

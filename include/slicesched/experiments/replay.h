@@ -70,6 +70,9 @@ struct PolicyResult {
   // count the requests still in flight at the end against a policy, so a
   // short window can tell a sustained rate from a growing backlog.
   double offline_settled_frac = 0;
+  // Seconds from an offline request's arrival to its last token, over the
+  // requests done by the end (those still in flight are not counted).
+  double offline_latency_p50_s = 0, offline_latency_p90_s = 0;
   double tbt_p50_ms = 0, tbt_p99_ms = 0;  // time between an online request's tokens
   // Offline GPU-busy time / Static-Online's idle GPU time, same window and
   // devices.

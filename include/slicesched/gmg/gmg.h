@@ -150,6 +150,9 @@ struct Checkpoint {
   Bytes bytes;
   DType dtype = DType::kBF16;
   InstanceId created_by;
+  // The creating instance's class: an online checkpoint on a device is a
+  // conversation whose next decode step will run there.
+  PriorityClass priority_class = PriorityClass::kOnline;
   NodeId updating;  // valid while a node that grows it is issued or running
   std::string name;
 };
@@ -265,6 +268,9 @@ class GlobalMappingGraph {
     return c == PriorityClass::kOffline ? offline : outstanding_[d.value()] - offline;
   }
   int64_t total_outstanding_compute() const { return total_outstanding_; }
+  // Live checkpoints of online instances on `d`: the KV caches of the
+  // conversations whose decode steps come back to that device.
+  int32_t online_checkpoints(DeviceId d) const { return online_checkpoints_[d.value()]; }
   NodeId active_transfer(DeviceId d) const { return active_transfer_[d.value()]; }
   size_t num_instances() const { return instances_.size(); }
   size_t num_nodes() const { return num_nodes_; }
@@ -320,6 +326,7 @@ class GlobalMappingGraph {
   std::vector<NodeId> active_transfer_;
   std::vector<int32_t> outstanding_;  // issued or running compute nodes per device
   std::vector<int32_t> outstanding_offline_;  // the offline instances' share of outstanding_
+  std::vector<int32_t> online_checkpoints_;   // per device
   int64_t total_outstanding_ = 0;
   absl::btree_set<FrontierKey> unscheduled_;
   absl::btree_set<NodeId> scheduled_frontier_;
