@@ -54,7 +54,8 @@ GlobalMappingGraph::GlobalMappingGraph(AcceleratorSet accelerators)
       active_transfer_(accel_.size()),
       outstanding_(accel_.size(), 0),
       outstanding_offline_(accel_.size(), 0),
-      online_checkpoints_(accel_.size(), 0) {}
+      online_checkpoints_(accel_.size(), 0),
+      online_kv_touched_(accel_.size(), Timestamp::Epoch()) {}
 
 GlobalMappingGraph GlobalMappingGraph::Clone() const {
   GlobalMappingGraph c(accel_);
@@ -73,6 +74,7 @@ GlobalMappingGraph GlobalMappingGraph::Clone() const {
   c.outstanding_ = outstanding_;
   c.outstanding_offline_ = outstanding_offline_;
   c.online_checkpoints_ = online_checkpoints_;
+  c.online_kv_touched_ = online_kv_touched_;
   c.total_outstanding_ = total_outstanding_;
   c.active_transfer_ = active_transfer_;
   c.unscheduled_ = unscheduled_;
@@ -594,7 +596,9 @@ absl::Status GlobalMappingGraph::FinishCompute(Instance& inst, OpNode& node, Tim
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     TensorState& t = node.outputs[o];
     if (t.update_of >= 0) {
-      checkpoints_[inst.attached[t.update_of].value()].updating = NodeId();
+      Checkpoint& grown = checkpoints_[inst.attached[t.update_of].value()];
+      grown.updating = NodeId();
+      if (grown.priority_class == PriorityClass::kOnline) online_kv_touched_[grown.device.value()] = now;
       t.freed = true;  // the growth now belongs to the checkpoint
     } else if (t.retained) {
       Charge(d, &DeviceMemory::activations, Bytes(0) - t.bytes);
@@ -606,7 +610,10 @@ absl::Status GlobalMappingGraph::FinishCompute(Instance& inst, OpNode& node, Tim
       c.dtype = op.outputs[o].dtype;
       c.created_by = inst.id;
       c.priority_class = inst.spec.priority_class;
-      if (c.priority_class == PriorityClass::kOnline) ++online_checkpoints_[d.value()];
+      if (c.priority_class == PriorityClass::kOnline) {
+        ++online_checkpoints_[d.value()];
+        online_kv_touched_[d.value()] = now;
+      }
       c.name = StrCat(inst.tpl->name(), "/", op.name, ":", op.outputs[o].name);
       inst.produced.push_back(c.id);
       checkpoint_ids_.emplace(c.id.value(), c.id);

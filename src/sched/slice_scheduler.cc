@@ -62,15 +62,19 @@ std::vector<int> SliceScheduler::CollectBatch(const SchedulerEnv& env, const Ins
   return batch;
 }
 
-std::vector<uint8_t> SliceScheduler::OtherStreams(const GlobalMappingGraph& g, const Instance& inst) {
+std::vector<uint8_t> SliceScheduler::OtherStreams(const GlobalMappingGraph& g, const Instance& inst) const {
+  // Its own: the caches it reads, and those its finished operators made.
   std::vector<int32_t> own(g.accelerators().size(), 0);
-  for (CheckpointId k : inst.attached) {
-    const Checkpoint* c = g.FindCheckpoint(k);
-    if (c != nullptr && c->priority_class == PriorityClass::kOnline) ++own[c->device.value()];
+  for (const std::vector<CheckpointId>* ids : {&inst.attached, &inst.produced}) {
+    for (CheckpointId k : *ids) {
+      const Checkpoint* c = g.FindCheckpoint(k);
+      if (c != nullptr && c->priority_class == PriorityClass::kOnline) ++own[c->device.value()];
+    }
   }
   std::vector<uint8_t> out(own.size(), 0);
   for (size_t d = 0; d < own.size(); ++d) {
-    out[d] = g.online_checkpoints(DeviceId(static_cast<uint16_t>(d))) > own[d] ? 1 : 0;
+    const DeviceId dev(static_cast<uint16_t>(d));
+    out[d] = g.online_checkpoints(dev) > own[d] && now_ - g.online_kv_touched(dev) <= o_.stream_idle_after ? 1 : 0;
   }
   return out;
 }
@@ -197,6 +201,7 @@ std::vector<double> SliceScheduler::NewDeviceCosts(const GlobalMappingGraph& g, 
 }
 
 absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timestamp now) {
+  now_ = now;
   ScheduleStats stats;
   GlobalMappingGraph& g = *env.gmg;
   absl::flat_hash_set<uint64_t> blocked;  // instances with no candidate this call

@@ -170,7 +170,12 @@ TEST(CalibrationLockout, ADeviceSlowedEarlyIsUsedAgainOnceItIsFast) {
 TEST(CalibrationLockout, WithoutAgeingTheDeviceStaysLockedOut) {
   const LockoutRun r = RunLoad({.disturb_until_s = 1}, /*seconds=*/20, {.half_life_samples = CalibrationAgeing::kNever});
   const int64_t total = r.ops_after_5s[0] + r.ops_after_5s[1] + r.ops_after_5s[2] + r.ops_after_5s[3];
-  EXPECT_GT(r.factor_at_end[2], 1.1);
+  std::printf("without ageing: device 2 factor at the end %.3f, operators from 5 s on %lld of %lld\n",
+              r.factor_at_end[2], static_cast<long long>(r.ops_after_5s[2]), static_cast<long long>(total));
+  // The factor stays where the disturbed first second left it (about 1.1;
+  // the truth is 1, and with ageing it returns to 1.00), because the device
+  // is never tried again to correct it.
+  EXPECT_GT(r.factor_at_end[2], 1.05);
   EXPECT_LT(r.ops_after_5s[2], total / 100);
 }
 

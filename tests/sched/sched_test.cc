@@ -290,7 +290,15 @@ CheckpointId MakeCheckpoint(GlobalMappingGraph& g, PriorityClass cls, DeviceId d
 }
 
 TEST_F(SchedTest, OfflineWorkKeepsOffDevicesThatServeAnOnlineConversation) {
-  for (bool avoid : {true, false}) {
+  struct Case {
+    bool avoid;
+    int64_t at_ms;  // the checkpoint was made at 1 ms
+    int expected_device;
+  };
+  // A cache not grown for longer than stream_idle_after (2 s) is no
+  // conversation in progress (a retained output kept for later).
+  for (const Case& k : {Case{true, 1, 1}, Case{false, 1, 0}, Case{true, 2001, 1}, Case{true, 2002, 0}}) {
+    const bool avoid = k.avoid;
     SetUpCluster(2);
     const CheckpointId kv = MakeCheckpoint(*g_, PriorityClass::kOnline, DeviceId(0));
     MakeCheckpoint(*g_, PriorityClass::kOffline, DeviceId(1));  // not a conversation of online work
@@ -301,10 +309,12 @@ TEST_F(SchedTest, OfflineWorkKeepsOffDevicesThatServeAnOnlineConversation) {
     o.offline_avoids_online_streams = avoid;
     SliceScheduler s(o);
     const InstanceId off = New(t, PriorityClass::kOffline, 0, kOfflineTenantBase);
-    ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+    ASSERT_TRUE(s.Schedule(env_, T(k.at_ms)).ok());
     // Both devices are idle, so the what-if ties and the first candidate
     // (device 0) would win; the conversation on device 0 rules it out.
-    EXPECT_EQ(Node(off, "a").device, DeviceId(avoid ? 1 : 0)) << avoid;
+    EXPECT_EQ(Node(off, "a").device, DeviceId(static_cast<uint16_t>(k.expected_device)))
+        << avoid << " at " << k.at_ms << " ms";
+    EXPECT_EQ(g_->online_kv_touched(DeviceId(0)), T(1));
     EXPECT_TRUE(g_->VerifyInvariants().ok());
     ASSERT_TRUE(g_->ReleaseCheckpoint(kv).ok());
     EXPECT_EQ(g_->online_checkpoints(DeviceId(0)), 0);

@@ -271,6 +271,11 @@ class GlobalMappingGraph {
   // Live checkpoints of online instances on `d`: the KV caches of the
   // conversations whose decode steps come back to that device.
   int32_t online_checkpoints(DeviceId d) const { return online_checkpoints_[d.value()]; }
+  // When an online checkpoint on `d` was last made or grown (a prefill or
+  // decode step of a conversation finishing there); Timestamp::Epoch()
+  // before any. A conversation that still streams touches its devices once
+  // per token; a cache kept for later (Submit's retained outputs) does not.
+  Timestamp online_kv_touched(DeviceId d) const { return online_kv_touched_[d.value()]; }
   NodeId active_transfer(DeviceId d) const { return active_transfer_[d.value()]; }
   size_t num_instances() const { return instances_.size(); }
   size_t num_nodes() const { return num_nodes_; }
@@ -327,6 +332,7 @@ class GlobalMappingGraph {
   std::vector<int32_t> outstanding_;  // issued or running compute nodes per device
   std::vector<int32_t> outstanding_offline_;  // the offline instances' share of outstanding_
   std::vector<int32_t> online_checkpoints_;   // per device
+  std::vector<Timestamp> online_kv_touched_;  // per device
   int64_t total_outstanding_ = 0;
   absl::btree_set<FrontierKey> unscheduled_;
   absl::btree_set<NodeId> scheduled_frontier_;

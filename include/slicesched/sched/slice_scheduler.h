@@ -60,6 +60,12 @@ struct SliceSchedulerOptions {
   // token's time, and an offline operator that started in the gap would hold
   // it up (operators are not preempted).
   bool offline_avoids_online_streams = true;
+  // A device counts as serving a conversation (for the rule above and for
+  // online_stream_device_cost) while an online KV cache there was made or
+  // grown within this long: a conversation that streams grows its caches
+  // every token, while a cache kept for later (Submit's retained outputs,
+  // released by the client) does not hold the device.
+  Duration stream_idle_after = Duration::Seconds(2);
   Duration offline_aging = Duration::Seconds(30);
   int max_rounds_per_call = 256;
   // Offline instances admitted into the GMG at once; 0 = kOfflineWindowPerDevice
@@ -80,9 +86,10 @@ struct SliceSchedulerOptions {
   // conversation's next decode step comes back there and waits behind
   // whatever the batch puts there, which the what-if cannot see (the step
   // does not exist yet). On conversation-like traces (outputs of hundreds of
-  // tokens) 100 ms takes online TBT p99 from 1.5-1.8x Static-Online's to
-  // 1.1x with the same SLO attainment and throughput (docs/results.md).
-  Duration online_stream_device_cost = Duration::Millis(100);
+  // tokens) 50 ms takes online TBT p99 from 1.8-2.4x Static-Online's to
+  // 1.2x with the same SLO attainment and throughput; 100 ms and more
+  // lower the SLO attainment for no gain in TBT (docs/design/simulator.md).
+  Duration online_stream_device_cost = Duration::Millis(50);
   // Prompts of at least twice these many tokens are prefilled in pieces of
   // about that size (at most max_prefill_chunks; gmg/llama.h), online and
   // offline apart; 0: never. The pieces are operators like any other, placed
@@ -131,8 +138,8 @@ class SliceScheduler final : public PlacementPolicy {
   };
 
   // Per device, 1 where another online conversation's KV cache lives (one
-  // that `inst` does not read).
-  static std::vector<uint8_t> OtherStreams(const GlobalMappingGraph& g, const Instance& inst);
+  // that `inst` neither reads nor made).
+  std::vector<uint8_t> OtherStreams(const GlobalMappingGraph& g, const Instance& inst) const;
   // True when every predecessor of `op` is running or done.
   static bool InputsUnderway(const Instance& inst, int op);
   // The seed and its batch; empty when nothing can be scheduled.
@@ -144,6 +151,7 @@ class SliceScheduler final : public PlacementPolicy {
                                      const std::vector<Candidate>& cands) const;
 
   SliceSchedulerOptions o_;
+  Timestamp now_;  // of the Schedule() call in progress
   int64_t bound_;
   GmgSnapshot snap_;
   std::vector<double> round_latency_us_;
