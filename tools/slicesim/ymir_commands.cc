@@ -21,6 +21,7 @@
 #include "command.h"
 #include "slicesched/experiments/ymir_sim.h"
 #include "slicesched/synth/tasks.h"
+#include "slicesched/synth/wordnet.h"
 
 namespace slicesim {
 namespace {
@@ -64,11 +65,42 @@ int YmirCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
+// synth-data --family wordnet: the WordNet gloss tasks (synth/wordnet.h).
+int WordNetData(const slicesched::synth::DatasetOptions& o, const std::string& dir, const std::string& out, bool list) {
+  auto corpus = slicesched::synth::WordNetCorpus::Load(dir);
+  if (!corpus.ok()) return Failed("synth-data", corpus.status());
+  if (list) {
+    std::printf("WordNet %s: %zu noun synsets, vocabulary %lld words\n", dir.c_str(), corpus->synsets().size(),
+                static_cast<long long>(corpus->vocab_size()));
+    for (const auto& t : slicesched::synth::WordNetTasks()) {
+      size_t n[2] = {0, 0};
+      for (int c = 0; c < 2; ++c) {
+        auto m = slicesched::synth::WordNetClassMembers(*corpus, t, c);
+        if (!m.ok()) return Failed("synth-data", m.status());
+        n[c] = m->size();
+      }
+      std::printf("%-18s %6zu / %-6zu %s\n", t.name.c_str(), n[0], n[1], t.description.c_str());
+    }
+    return 0;
+  }
+  const slicesched::synth::WordNetDatasetOptions w{
+      .task = o.task, .seed = o.seed, .examples = o.examples, .sequence_length = o.sequence_length};
+  auto ex = slicesched::synth::GenerateWordNet(*corpus, w);
+  if (!ex.ok()) return Failed("synth-data", ex.status());
+  absl::Status st = out.ends_with(".jsonl") ? slicesched::synth::WriteJsonl(out, *ex)
+                                            : slicesched::synth::WriteTokensBin(out, *ex);
+  if (!st.ok()) return Failed("synth-data", st);
+  std::printf("wrote %zu examples of WordNet task %s to %s\n", ex->size(), o.task.c_str(), out.c_str());
+  return 0;
+}
+
 int SynthData(const std::vector<std::string>& args) {
   slicesched::synth::DatasetOptions o;
-  std::string out;
+  std::string out, family = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
   bool list = false;
   if (int rc = Flags("synth-data")
+                   .Text("--family", &family)
+                   .Text("--wordnet-dir", &wordnet_dir)
                    .Text("--task", &o.task)
                    .Text("--out", &out)
                    .Seed("--seed", &o.seed)
@@ -79,6 +111,11 @@ int SynthData(const std::vector<std::string>& args) {
                    .Parse(args)) {
     return rc;
   }
+  if (family != "synthetic" && family != "wordnet") {
+    return UsageError("synth-data", "--family must be synthetic or wordnet, got '" + family + "'");
+  }
+  const bool wordnet = family == "wordnet";
+  if (wordnet && list) return WordNetData(o, wordnet_dir, out, list);
   if (list) {
     for (const auto& t : slicesched::synth::KnownTasks()) {
       std::printf("%-12s %s\n", t.name.c_str(), t.description.c_str());
@@ -90,6 +127,7 @@ int SynthData(const std::vector<std::string>& args) {
     return UsageError("synth-data", "--out must end in .jsonl or .bin, got '" + out + "'");
   }
   if (o.task.empty()) return UsageError("synth-data", "--task NAME is required (--list prints the names)");
+  if (wordnet) return WordNetData(o, wordnet_dir, out, false);
   if (absl::Status v = o.Validate(); !v.ok()) return Rejected("synth-data", v);
   auto ex = slicesched::synth::Generate(o);
   if (!ex.ok()) return Failed("synth-data", ex.status());
