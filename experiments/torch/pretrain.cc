@@ -57,7 +57,26 @@ absl::Status PretrainOptions::Validate() const {
   if (!(learning_rate > 0) || !(lora_alpha > 0)) {
     return absl::InvalidArgumentError("pretraining: learning_rate and lora_alpha must be > 0");
   }
+  if (!corpus_tokens.empty()) {
+    const int64_t windows = static_cast<int64_t>(corpus_tokens.size()) / sequence_length;
+    if (windows < 16 * eval_sentences + 2) {
+      return absl::InvalidArgumentError(StrCat("pretraining: the corpus has ", corpus_tokens.size(),
+                                               " tokens, ", windows, " windows of ", sequence_length,
+                                               "; want at least ", 16 * eval_sentences + 2));
+    }
+    return absl::OkStatus();
+  }
   return language.Validate();
+}
+
+std::vector<int64_t> WordNetGlossStream(const synth::WordNetCorpus& corpus) {
+  std::vector<int64_t> out;
+  for (const synth::WordNetSynset& s : corpus.synsets()) {
+    const std::vector<int64_t> words = corpus.Encode(s.gloss);
+    out.insert(out.end(), words.begin(), words.end());
+    out.push_back(synth::kWordNetPad);
+  }
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<const LlamaWeights>> WeightsFromTensors(
@@ -100,18 +119,40 @@ absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const Pre
     return absl::InvalidArgumentError(
         StrCat("pretraining needs an f32 model; '", dims.name, "' is not"));
   }
-  if (o.language.vocab > dims.vocab) {
+  const bool corpus = !o.corpus_tokens.empty();
+  if (!corpus && o.language.vocab > dims.vocab) {
     return absl::InvalidArgumentError(
         StrCat("the language's vocab ", o.language.vocab, " exceeds the model's ", dims.vocab));
+  }
+  for (int64_t t : o.corpus_tokens) {
+    if (t < 0 || t >= dims.vocab) {
+      return absl::InvalidArgumentError(StrCat("the corpus has token ", t, ", outside the model's vocab ", dims.vocab));
+    }
   }
   SetIntraOpThreadsForThisThread(1);
   SLICESCHED_ASSIGN_OR_RETURN(synth::Language lang, synth::Language::Make(o.language));
   SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
                               LlamaWeights::FromSeed(dims, o.seed));
-  synth::Rng eval_rng(o.seed ^ 0x6576616cull);  // "eval": held out from the training stream
+  // Corpus windows: every 16th held out, the rest for training.
+  const auto window = [&](int64_t k) {
+    const auto at = o.corpus_tokens.begin() + k * o.sequence_length;
+    return std::vector<int64_t>(at, at + o.sequence_length);
+  };
+  std::vector<int64_t> train_windows;
   std::vector<std::vector<int64_t>> eval;
-  for (int64_t i = 0; i < o.eval_sentences; ++i)
-    eval.push_back(lang.Sample(o.sequence_length, eval_rng));
+  if (corpus) {
+    const int64_t windows = static_cast<int64_t>(o.corpus_tokens.size()) / o.sequence_length;
+    for (int64_t k = 0; k < windows; ++k) {
+      if (k % 16 != 0) {
+        train_windows.push_back(k);
+      } else if (static_cast<int64_t>(eval.size()) < o.eval_sentences) {
+        eval.push_back(window(k));
+      }
+    }
+  } else {
+    synth::Rng eval_rng(o.seed ^ 0x6576616cull);  // "eval": held out from the training stream
+    for (int64_t i = 0; i < o.eval_sentences; ++i) eval.push_back(lang.Sample(o.sequence_length, eval_rng));
+  }
   PretrainResult out;
   SLICESCHED_ASSIGN_OR_RETURN(out.initial_eval_loss, LanguageModelLoss(*w, eval));
 
@@ -126,8 +167,10 @@ absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const Pre
     st.params.head = w->lm_head();
     for (int64_t step = 0; step < o.steps_per_round; ++step) {
       std::vector<std::vector<int64_t>> rows;
-      for (int64_t b = 0; b < o.batch_size; ++b)
-        rows.push_back(lang.Sample(o.sequence_length, rng));
+      for (int64_t b = 0; b < o.batch_size; ++b) {
+        rows.push_back(corpus ? window(train_windows[static_cast<size_t>(rng.Below(static_cast<int64_t>(train_windows.size())))])
+                              : lang.Sample(o.sequence_length, rng));
+      }
       TrainBatch batch;
       batch.tokens = Tokens(rows);
       SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));

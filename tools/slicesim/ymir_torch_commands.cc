@@ -29,6 +29,7 @@
 #include "slicesched/experiments/pretrain.h"
 #include "slicesched/experiments/task2vec.h"
 #include "slicesched/synth/tasks.h"
+#include "slicesched/synth/wordnet.h"
 #include "slicesched/ymir/time_lut.h"
 
 namespace slicesim {
@@ -36,24 +37,35 @@ namespace {
 
 int MakeBackbone(const std::vector<std::string>& args) {
   slicesched::executor::PretrainOptions o;
-  std::string out;
+  std::string out, corpus = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
   bool json = false;
   if (int rc = Flags("make-backbone")
                    .Text("--out", &out).Required()
                    .Seed("--seed", &o.seed)
                    .Int("--rounds", &o.rounds)
                    .Int("--steps", &o.steps_per_round)
+                   .Text("--corpus", &corpus)
+                   .Text("--wordnet-dir", &wordnet_dir)
                    .Switch("--json", &json)
                    .Parse(args)) {
     return rc;
   }
-  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("make-backbone", v);
+  if (corpus != "synthetic" && corpus != "wordnet") {
+    return UsageError("make-backbone", "--corpus must be synthetic or wordnet, got '" + corpus + "'");
+  }
   auto dims = slicesched::LlamaPreset("tiny");
   if (!dims.ok()) return Failed("make-backbone", dims.status());
+  if (corpus == "wordnet") {
+    // The model's vocabulary bounds the corpus's: its most frequent words.
+    auto wn = slicesched::synth::WordNetCorpus::Load(wordnet_dir, dims->vocab);
+    if (!wn.ok()) return Failed("make-backbone", wn.status());
+    o.corpus_tokens = slicesched::executor::WordNetGlossStream(*wn);
+  }
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("make-backbone", v);
   auto r = slicesched::executor::PretrainBackbone(*dims, o);
   if (!r.ok()) return Failed("make-backbone", r.status());
   const std::map<std::string, std::string> meta = {
-      {"slicesched.pretrain", "synthetic-language merged-LoRA (include/slicesched/experiments/pretrain.h)"},
+      {"slicesched.pretrain", corpus + " merged-LoRA (include/slicesched/experiments/pretrain.h)"},
       {"slicesched.seed", std::to_string(o.seed)},
       {"slicesched.rounds", std::to_string(o.rounds)},
       {"slicesched.steps_per_round", std::to_string(o.steps_per_round)}};
@@ -64,8 +76,15 @@ int MakeBackbone(const std::vector<std::string>& args) {
     std::printf("{\"out\": \"%s\", \"steps\": %zu, \"initial_eval_loss\": %.4f, \"final_eval_loss\": %.4f}\n",
                 out.c_str(), r->train_loss.size(), r->initial_eval_loss, r->final_eval_loss);
   } else {
-    std::printf("wrote %s: %zu steps, held-out next-token loss %.4f -> %.4f\n", out.c_str(), r->train_loss.size(),
-                r->initial_eval_loss, r->final_eval_loss);
+    // The loss curve, one mean per round.
+    for (int64_t round = 0; round < o.rounds; ++round) {
+      double sum = 0;
+      for (int64_t k = 0; k < o.steps_per_round; ++k) sum += r->train_loss[static_cast<size_t>(round * o.steps_per_round + k)];
+      std::printf("round %lld: mean training loss %.4f\n", static_cast<long long>(round + 1),
+                  sum / static_cast<double>(o.steps_per_round));
+    }
+    std::printf("wrote %s: %zu steps on the %s corpus, held-out next-token loss %.4f -> %.4f\n", out.c_str(),
+                r->train_loss.size(), corpus.c_str(), r->initial_eval_loss, r->final_eval_loss);
   }
   return 0;
 }

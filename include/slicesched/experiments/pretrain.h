@@ -1,5 +1,6 @@
 // A briefly pre-trained tiny backbone: language
-// modelling on the synthetic language of slicesched/synth/tasks.h, so that
+// modelling on the synthetic language of slicesched/synth/tasks.h, or on a
+// real corpus (WordNet's glosses, synth/wordnet.h), so that
 // the backbone the fine-tuning experiments share has seen the language its
 // tasks are written in (`slicesim make-backbone`).
 //
@@ -38,6 +39,7 @@
 #include "slicesched/executor/llama/llama_ops.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/synth/tasks.h"
+#include "slicesched/synth/wordnet.h"
 
 namespace slicesched::executor {
 
@@ -52,8 +54,19 @@ struct PretrainOptions {
   double learning_rate = 1e-2;
   int64_t eval_sentences = 64;  // held-out sentences for the eval loss
   synth::LanguageOptions language;
+  // A real corpus instead of the synthetic language: its token stream (ids
+  // below the model's vocab) is cut into windows of sequence_length; every
+  // window whose index is 0 mod 16 is held out for the eval loss (the first
+  // eval_sentences of them), the rest are sampled for training. Empty: the
+  // synthetic language.
+  std::vector<int64_t> corpus_tokens;
   absl::Status Validate() const;
 };
+
+// WordNet's noun glosses as one token stream for PretrainOptions::
+// corpus_tokens: each gloss's word tokens (synth/wordnet.h, vocabulary of
+// `vocab` ids), in synset order, each followed by kWordNetPad as a separator.
+std::vector<int64_t> WordNetGlossStream(const synth::WordNetCorpus& corpus);
 
 struct PretrainResult {
   std::shared_ptr<const LlamaWeights> weights;
