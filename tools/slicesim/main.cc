@@ -63,7 +63,7 @@ int Usage(FILE* to) {
                "  torch-info [--json]   the LibTorch version, the CUDA version it was built for and\n"
                "                        the CUDA devices it sees (0 without a GPU or driver)\n"
                "  synth-data --task NAME --out FILE [--seed N] [--examples K] [--sequence-length L]\n"
-               "         [--num-classes C] [--family synthetic|wordnet] [--wordnet-dir DIR]\n"
+               "         [--num-classes C] [--family synthetic|wordnet] [--wordnet-dir DIR] [--vocab V]\n"
                "                        write a task's examples as jsonl (.jsonl) or tokens-bin (.bin):\n"
                "                        the built-in synthetic family, or WordNet's noun glosses\n"
                "                        (Debian's wordnet-base); --list prints the task names\n"

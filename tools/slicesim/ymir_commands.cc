@@ -66,8 +66,9 @@ int YmirCommand(const std::vector<std::string>& args) {
 }
 
 // synth-data --family wordnet: the WordNet gloss tasks (synth/wordnet.h).
-int WordNetData(const slicesched::synth::DatasetOptions& o, const std::string& dir, const std::string& out, bool list) {
-  auto corpus = slicesched::synth::WordNetCorpus::Load(dir);
+int WordNetData(const slicesched::synth::DatasetOptions& o, const std::string& dir, int64_t vocab,
+                const std::string& out, bool list) {
+  auto corpus = slicesched::synth::WordNetCorpus::Load(dir, vocab);
   if (!corpus.ok()) return Failed("synth-data", corpus.status());
   if (list) {
     std::printf("WordNet %s: %zu noun synsets, vocabulary %lld words\n", dir.c_str(), corpus->synsets().size(),
@@ -97,10 +98,14 @@ int WordNetData(const slicesched::synth::DatasetOptions& o, const std::string& d
 int SynthData(const std::vector<std::string>& args) {
   slicesched::synth::DatasetOptions o;
   std::string out, family = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
+  // WordNet's word vocabulary: the tiny backbone's by default, so that its
+  // jobs accept the token ids.
+  int64_t vocab = 256;
   bool list = false;
   if (int rc = Flags("synth-data")
                    .Text("--family", &family)
                    .Text("--wordnet-dir", &wordnet_dir)
+                   .Int("--vocab", &vocab)
                    .Text("--task", &o.task)
                    .Text("--out", &out)
                    .Seed("--seed", &o.seed)
@@ -115,7 +120,7 @@ int SynthData(const std::vector<std::string>& args) {
     return UsageError("synth-data", "--family must be synthetic or wordnet, got '" + family + "'");
   }
   const bool wordnet = family == "wordnet";
-  if (wordnet && list) return WordNetData(o, wordnet_dir, out, list);
+  if (wordnet && list) return WordNetData(o, wordnet_dir, vocab, out, list);
   if (list) {
     for (const auto& t : slicesched::synth::KnownTasks()) {
       std::printf("%-12s %s\n", t.name.c_str(), t.description.c_str());
@@ -127,7 +132,7 @@ int SynthData(const std::vector<std::string>& args) {
     return UsageError("synth-data", "--out must end in .jsonl or .bin, got '" + out + "'");
   }
   if (o.task.empty()) return UsageError("synth-data", "--task NAME is required (--list prints the names)");
-  if (wordnet) return WordNetData(o, wordnet_dir, out, false);
+  if (wordnet) return WordNetData(o, wordnet_dir, vocab, out, false);
   if (absl::Status v = o.Validate(); !v.ok()) return Rejected("synth-data", v);
   auto ex = slicesched::synth::Generate(o);
   if (!ex.ok()) return Failed("synth-data", ex.status());
