@@ -14,6 +14,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/train/train_ops.h"
+#include "slicesched/experiments/pretrain.h"
 #include "slicesched/ymir/iteration_estimator.h"
 #include "slicesched/ymir/stop_loss.h"
 #include "slicesched/ymir/stopping.h"
@@ -123,6 +124,14 @@ absl::Status YmirExperimentOptions::Validate() const {
   if (tasks.size() < 3)
     return absl::InvalidArgumentError("the Ymir experiment needs at least 3 tasks");
   for (const YmirTaskSpec& t : tasks) {
+    if (wordnet != nullptr) {
+      absl::StatusOr<synth::WordNetTask> w = synth::FindWordNetTask(t.name);
+      if (!w.ok()) return absl::InvalidArgumentError(StrCat("--tasks: ", w.status().message()));
+      if (t.num_classes != 2) {
+        return absl::InvalidArgumentError(StrCat("WordNet task '", t.name, "' has 2 classes, not ", t.num_classes));
+      }
+      continue;
+    }
     absl::StatusOr<synth::TaskInfo> info = synth::FindTask(t.name);  // NotFound: a bad option value here
     if (!info.ok()) return absl::InvalidArgumentError(StrCat("--tasks: ", info.status().message()));
     if (info->kind != synth::TaskKind::kClassification) {
@@ -428,8 +437,12 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
   const LlamaDims& dims = base.dims();
   if (dims.dtype != DType::kF32)
     return absl::InvalidArgumentError("the Ymir experiment needs an f32 backbone");
-  if (o.language.vocab > dims.vocab)
+  if (o.wordnet == nullptr && o.language.vocab > dims.vocab)
     return absl::InvalidArgumentError("the language's vocab exceeds the backbone's");
+  if (o.wordnet != nullptr && o.wordnet->vocab_size() > dims.vocab) {
+    return absl::InvalidArgumentError(StrCat("the WordNet vocabulary (", o.wordnet->vocab_size(),
+                                             " ids) exceeds the backbone's ", dims.vocab));
+  }
   SetIntraOpThreadsForThisThread(1);
   const auto t0 = std::chrono::steady_clock::now();
   YmirEstimatorReport rep;
@@ -571,7 +584,13 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
     return m;
   };
 
-  auto generate = [&](const YmirTaskSpec& spec, uint64_t data_seed, int64_t examples) {
+  auto generate = [&](const YmirTaskSpec& spec, uint64_t data_seed,
+                      int64_t examples) -> absl::StatusOr<std::vector<synth::Example>> {
+    if (o.wordnet != nullptr) {
+      return synth::GenerateWordNet(
+          *o.wordnet,
+          {.task = spec.name, .seed = data_seed, .examples = examples, .sequence_length = o.sequence_length});
+    }
     return synth::Generate({.task = spec.name,
                             .seed = data_seed,
                             .examples = examples,
@@ -808,8 +827,16 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         SLICESCHED_ASSIGN_OR_RETURN(synth::Language lang, synth::Language::Make(o.language));
         synth::Rng rng(o.seed ^ 0x6c6dull);
         std::vector<synth::Example> lm;
+        // The backbone's own task: its language, or windows of the glosses.
+        const std::vector<int64_t> glosses =
+            o.wordnet != nullptr ? WordNetGlossStream(*o.wordnet) : std::vector<int64_t>();
         for (int64_t k = 0; k < std::max(o.fisher_examples, o.probe_steps * o.batch_size); ++k) {
-          lm.push_back({lang.Sample(o.sequence_length, rng), 0});
+          if (glosses.size() > static_cast<size_t>(o.sequence_length)) {
+            const auto at = glosses.begin() + rng.Below(static_cast<int64_t>(glosses.size()) - o.sequence_length);
+            lm.push_back({std::vector<int64_t>(at, at + o.sequence_length), 0});
+          } else {
+            lm.push_back({lang.Sample(o.sequence_length, rng), 0});
+          }
         }
         SLICESCHED_ASSIGN_OR_RETURN(TaskState st,
                                     TaskState::Init(dims, lora, dims.vocab, o.seed, adamw));

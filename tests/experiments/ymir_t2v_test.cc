@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -157,6 +159,54 @@ YmirExperimentOptions SmallExperiment() {
   o.fisher_examples = 4;
   o.eval_every = 2;
   return o;
+}
+
+// A WordNet corpus in the package's format, written by the test: 40 synsets
+// in each of four lexicographer files, glosses drawn from a word list per file
+// with shared words between them.
+std::shared_ptr<const synth::WordNetCorpus> FixtureWordNet() {
+  const std::string dir = testing::TempDir() + "/t2v_wordnet";
+  std::filesystem::create_directories(dir);
+  std::ofstream f(dir + "/data.noun");
+  const std::vector<std::pair<int, std::vector<std::string>>> files = {
+      {5, {"animal", "fur", "legs", "hunts", "wild"}},
+      {20, {"plant", "leaves", "flowers", "grows", "wild"}},
+      {6, {"device", "made", "metal", "used", "tool"}},
+      {13, {"food", "eaten", "cooked", "sweet", "used"}}};
+  std::mt19937_64 rng(3);
+  uint32_t offset = 100;
+  for (const auto& [lexfile, words] : files) {
+    for (int k = 0; k < 40; ++k) {
+      ++offset;
+      f << absl::StrFormat("%08d %02d n 01 w%d 0 000 | a", offset, lexfile, offset);
+      for (int w = 0; w < 6; ++w) f << " " << words[rng() % words.size()] << (rng() % 3 == 0 ? " of the" : "");
+      f << "\n";
+    }
+  }
+  f.close();
+  auto c = synth::WordNetCorpus::Load(dir, 256);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::make_shared<const synth::WordNetCorpus>(std::move(*c));
+}
+
+TEST(Task2Vec, ExperimentRunsOnWordNetTasks) {
+  auto w = LlamaWeights::FromSeed(Tiny(), 5);
+  ASSERT_TRUE(w.ok());
+  YmirExperimentOptions o = SmallExperiment();
+  o.wordnet = FixtureWordNet();
+  o.tasks = {{"animal-plant", 2}, {"animal-plant@1", 2}, {"artifact-food", 2}};
+  auto r1 = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->pairs.size(), 12u);
+  auto r2 = RunYmirEstimators(**w, o);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r1->GainsCsv(), r2->GainsCsv());
+  EXPECT_THAT(r1->GainsCsv(), testing::HasSubstr("\nanimal-plant,animal-plant@1,temporal,"));
+  // Names are checked against the family in use, and its tasks have 2 classes.
+  o.tasks = {{"animal-plant", 2}, {"fa-major", 2}, {"artifact-food", 2}};
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()), testing::HasSubstr("fa-major"));
+  o.tasks = {{"animal-plant", 4}, {"animal-plant@1", 2}, {"artifact-food", 2}};
+  EXPECT_THAT(std::string(RunYmirEstimators(**w, o).status().message()), testing::HasSubstr("has 2 classes, not 4"));
 }
 
 TEST(Task2Vec, ExperimentIsDeterministicAndConsistent) {

@@ -75,7 +75,7 @@ int Usage(FILE* to) {
                "         [--warmup-steps W] [--head zero|random] [--spatial-step mean|sum]\n"
                "         [--probe trained|head] [--probe-steps N] [--fisher-examples K]\n"
                "         [--gain steps|area] [--gain-window W]\n"
-               "         [--tasks NAME[:CLASSES],...]\n"
+               "         [--tasks NAME[:CLASSES],...] [--family synthetic|wordnet] [--wordnet-dir DIR]\n"
                "         [--eval-every N] [--max-steps-factor F]\n"
                "         [--lora-rank R] [--sequence-length L] [--repeats N] [--eval-examples K]\n"
                "         [--iter-prefix-fraction F] [--iter-quadratic] [--stop-loss-epoch-steps N]\n"

@@ -100,6 +100,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string online = o.iter_online ? "on" : "off";
   std::string direction = o.direction == slicesched::executor::YmirDirection::kAsymmetry ? "asymmetry" : "none";
   std::string fit_on, pairs_out;
+  std::string family = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
   double transfer_watch = o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0;
   std::string transfer_fit = o.iter_transfer_watch.fit == slicesched::ymir::WatchFit::kLoss ? "loss" : "time";
   std::string spatial_step = o.spatial_rule == slicesched::executor::JointStepRule::kSum ? "sum" : "mean";
@@ -123,6 +124,8 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Choice("--gain", {"steps", "area"}, &gain_measure)
                    .Int("--gain-window", &o.gain_window)
                    .Text("--tasks", &tasks)
+                   .Text("--family", &family)
+                   .Text("--wordnet-dir", &wordnet_dir)
                    .Int("--eval-every", &o.eval_every)
                    .Int("--max-steps-factor", &o.max_steps_factor)
                    .Int("--lora-rank", &o.lora_rank)
@@ -204,16 +207,31 @@ int YmirEstimators(const std::vector<std::string>& args) {
       o.tasks.push_back(t);
     }
   }
-  // Bad options are named before the backbone is pretrained (~20 s).
-  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-estimators", v);
+  if (family != "synthetic" && family != "wordnet") {
+    return UsageError("ymir-estimators", "--family must be synthetic or wordnet, got '" + family + "'");
+  }
   auto dims = slicesched::LlamaPreset("tiny");
   if (!dims.ok()) return Failed("ymir-estimators", dims.status());
+  if (family == "wordnet") {
+    // Words of the backbone's vocabulary; four levels of relatedness
+    // (synth/wordnet.h) unless --tasks names others.
+    auto wn = slicesched::synth::WordNetCorpus::Load(wordnet_dir, dims->vocab);
+    if (!wn.ok()) return Failed("ymir-estimators", wn.status());
+    o.wordnet = std::make_shared<const slicesched::synth::WordNetCorpus>(std::move(*wn));
+    if (tasks.empty()) {
+      o.tasks = {{"animal-plant", 2}, {"animal-plant@1", 2}, {"animal-artifact", 2}, {"artifact-food", 2},
+                 {"cross-ap", 2}};
+    }
+  }
+  // Bad options are named before the backbone is pretrained (~20 s).
+  if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-estimators", v);
   std::shared_ptr<const slicesched::executor::LlamaWeights> w;
   if (backbone.empty()) {
     // The default backbone: `slicesim make-backbone --seed backbone_seed`.
     slicesched::executor::PretrainOptions p;
     p.seed = backbone_seed;
     p.language = o.language;  // pretrained on the tasks' own language
+    if (o.wordnet != nullptr) p.corpus_tokens = slicesched::executor::WordNetGlossStream(*o.wordnet);  // or glosses
     auto r = slicesched::executor::PretrainBackbone(*dims, p);
     if (!r.ok()) return Failed("ymir-estimators", r.status());
     w = r->weights;

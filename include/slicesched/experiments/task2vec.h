@@ -140,6 +140,7 @@
 #include "slicesched/executor/llama/llama_ops.h"
 #include "slicesched/executor/train/train_ops.h"
 #include "slicesched/synth/tasks.h"
+#include "slicesched/synth/wordnet.h"
 #include "slicesched/ymir/iteration_estimator.h"
 
 namespace slicesched::executor {
@@ -268,7 +269,7 @@ SignScore ScoreSigns(const std::vector<double>& predicted, const std::vector<dou
                      double band);
 
 struct YmirTaskSpec {
-  std::string name;  // a classification task of synth::KnownTasks()
+  std::string name;  // a classification task of synth::KnownTasks() (or synth::WordNetTasks())
   int64_t num_classes = 2;
 };
 
@@ -400,6 +401,10 @@ struct YmirExperimentOptions {
   int64_t stop_loss_epoch_steps = 4;
   double stop_loss_window_epochs = 2.0;
   synth::LanguageOptions language = {.vocab = 32};  // 32 of the backbone's 256 token ids
+  // A real task family instead of the synthetic one: the tasks are WordNet
+  // gloss tasks (synth/wordnet.h; 2 classes each), their examples drawn from
+  // this corpus, whose vocabulary must fit the backbone's. Null: synthetic.
+  std::shared_ptr<const synth::WordNetCorpus> wordnet;
   // Only the normal runs (slicesim --curves-only): the learning curves,
   // targets and iteration fits of every task, and the null runs and neutral
   // band; no embeddings, pairs or scores. For checking that a task family is learnt within the budget
