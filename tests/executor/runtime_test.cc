@@ -950,8 +950,8 @@ TEST(ExecutorSetTest, ARunningItemStaysPutWhileTheOwnerQueuesMore) {
 // between the owner reading its clock and taking the lock) is not applied by
 // that drain, so it stays an event: the next WaitForCompletion() returns for
 // it instead of sleeping while the operator runs, and the next drain applies
-// it. (A test holding an operator in its kernel until the GMG shows it
-// running hung on this once.)
+// it. (Otherwise a caller that holds an operator in its kernel until the
+// GMG shows it running waits forever.)
 TEST(ExecutorSetTest, AStartAfterTheDrainTimeStaysAnEvent) {
   Watchdog watchdog(absl::Minutes(2));
   Rig r(1);
