@@ -22,6 +22,7 @@
 #include "slicesched/experiments/ymir_sim.h"
 #include "slicesched/synth/tasks.h"
 #include "slicesched/synth/wordnet.h"
+#include "slicesched/ymir/gains_repeats.h"
 
 namespace slicesim {
 namespace {
@@ -147,9 +148,36 @@ int SynthData(const std::vector<std::string>& args) {
   return 0;
 }
 
+// ymir-gains --combine A.csv,B.csv[,...] --out FILE: one table with each
+// pair's spread and sign over the repeats (slicesched/ymir/gains_repeats.h).
+int YmirGains(const std::vector<std::string>& args) {
+  std::string combine, out;
+  if (int rc = Flags("ymir-gains").Text("--combine", &combine).Required().Text("--out", &out).Required().Parse(args)) {
+    return rc;
+  }
+  std::vector<std::pair<std::string, std::string>> tables;
+  for (const std::string& path : std::vector<std::string>(absl::StrSplit(combine, ',', absl::SkipEmpty()))) {
+    std::ifstream in(path);
+    if (!in) return Failed("ymir-gains", absl::NotFoundError("--combine: cannot read " + path));
+    std::stringstream text;
+    text << in.rdbuf();
+    tables.emplace_back(path, text.str());
+  }
+  slicesched::ymir::GainsRepeatsSummary sum;
+  auto table = slicesched::ymir::CombineGainRepeats(tables, &sum);
+  if (!table.ok()) return Failed("ymir-gains", table.status());
+  std::ofstream f(out);
+  f << *table;
+  if (!f) return Failed("ymir-gains", absl::UnavailableError("cannot write " + out));
+  std::printf("wrote %s: %d pairs over %d repeats: %d positive, %d negative, %d neutral (95%% interval)\n",
+              out.c_str(), sum.pairs, sum.repeats, sum.positive, sum.negative, sum.neutral);
+  return 0;
+}
+
 [[maybe_unused]] const bool kRegistered = RegisterCommands({
     {"ymir", &YmirCommand},
     {"synth-data", &SynthData},
+    {"ymir-gains", &YmirGains},
 });
 
 }  // namespace
