@@ -126,7 +126,12 @@ struct Master::Impl {
         scheduler(SliceSchedulerOptions{.volume = config.scheduler.volume,
                                         .timeliness = config.scheduler.timeliness,
                                         .offline_queue_limit = static_cast<int>(config.scheduler.offline_queue_limit),
+                                        .offline_avoids_online_streams =
+                                            config.scheduler.offline_avoids_online_streams,
+                                        .stream_idle_after = config.scheduler.stream_idle_after,
                                         .offline_aging = config.scheduler.offline_aging,
+                                        .online_new_device_cost = config.scheduler.online_new_device_cost,
+                                        .online_stream_device_cost = config.scheduler.online_stream_device_cost,
                                         .prefill_chunk_tokens = config.scheduler.prefill_chunk_tokens,
                                         .offline_prefill_chunk_tokens =
                                             config.scheduler.offline_prefill_chunk_tokens}),

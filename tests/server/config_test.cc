@@ -111,7 +111,9 @@ TEST(SlicedConfigTest, FullConfigWithTlsAndInlineModel) {
     weights: {safetensors: /models/mini.safetensors}
     role: offline
     partitions: [single, pp2]
-scheduler: {volume_ms: 20, offline_queue_limit: 2, offline_aging_s: 5.5, timeliness: 0.2, owner_nap_us: 250}
+scheduler: {volume_ms: 20, offline_queue_limit: 2, offline_aging_s: 5.5, timeliness: 0.2, owner_nap_us: 250,
+            online_new_device_cost_ms: 25, online_stream_device_cost_ms: 0, stream_idle_after_s: 0.5,
+            offline_avoids_online_streams: false}
 listen:
   unix_socket: ""
   tcp: "[::]:50051"
@@ -130,6 +132,10 @@ log_level: DEBUG
   EXPECT_EQ(c->scheduler.volume, Duration::Millis(20));
   EXPECT_EQ(c->scheduler.offline_aging, Duration::Millis(5500));
   EXPECT_EQ(c->scheduler.owner_nap, Duration::Micros(250));
+  EXPECT_EQ(c->scheduler.online_new_device_cost, Duration::Millis(25));
+  EXPECT_EQ(c->scheduler.online_stream_device_cost, Duration::Zero());
+  EXPECT_EQ(c->scheduler.stream_idle_after, Duration::Millis(500));
+  EXPECT_FALSE(c->scheduler.offline_avoids_online_streams);
   EXPECT_TRUE(c->listen.unix_socket.empty());
   EXPECT_EQ(c->listen.tcp_address, "[::]:50051");
   EXPECT_EQ(c->listen.tls_key, "/etc/sliced/k.pem");
@@ -288,13 +294,14 @@ TEST(SlicedConfigTest, ReportsEveryErrorInOnePass) {
   text.replace(text.find("1GiB"), 4, "lots");
   text.replace(text.find("role: online"), 12, "role: sometimes");
   text.replace(text.find("/tmp/sliced-test"), 16, "relative/dir");
-  text += "scheduler: {volume_ms: 0, timeliness: -1, owner_nap_us: -5}\nlog_level: loud\n";
+  text += "scheduler: {volume_ms: 0, timeliness: -1, owner_nap_us: -5, online_stream_device_cost_ms: -1}\nlog_level: loud\n";
   const std::string err = ErrorOf(text);
   EXPECT_THAT(err, HasSubstr("cluster.devices[0].memory"));
   EXPECT_THAT(err, HasSubstr("deployments[0].role: expected 'online' or 'offline'"));
   EXPECT_THAT(err, HasSubstr("scheduler.volume_ms: must be positive"));
   EXPECT_THAT(err, HasSubstr("scheduler.timeliness: must be positive"));
   EXPECT_THAT(err, HasSubstr("scheduler.owner_nap_us: must not be negative, got -5"));
+  EXPECT_THAT(err, HasSubstr("scheduler.online_stream_device_cost_ms: must not be negative"));
   EXPECT_THAT(err, HasSubstr("log_level: expected one of"));
   EXPECT_THAT(err, HasSubstr("state_dir: must be an absolute path"));
 }

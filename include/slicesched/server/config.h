@@ -21,6 +21,10 @@
 //     prefill_chunk_tokens: 640 # online prompts of 2x this or more are
 //                               # prefilled in pieces of about this size (0: never)
 //     offline_prefill_chunk_tokens: 512  # the same for offline prompts
+//     online_new_device_cost_ms: 100     # an online instance's extra device must save this
+//     online_stream_device_cost_ms: 50   # ... a device of another streaming conversation this
+//     stream_idle_after_s: 2             # a conversation's cache idle this long stops counting
+//     offline_avoids_online_streams: true  # unaged offline work keeps off such devices
 //     owner_nap_us: 100         # CPU devices: the master's nap between looks
 //                               # at busy executors (>= 0; the most it adds to
 //                               # a completion's latency); 0 = woken by the
@@ -102,6 +106,11 @@ struct SchedulerConfig {
   double timeliness = 0.1;
   int64_t prefill_chunk_tokens = 640;          // SliceSchedulerOptions' (0: never chunk)
   int64_t offline_prefill_chunk_tokens = 512;
+  // SliceSchedulerOptions' (slicesched/sched/slice_scheduler.h).
+  Duration online_new_device_cost = Duration::Millis(100);
+  Duration online_stream_device_cost = Duration::Millis(50);
+  Duration stream_idle_after = Duration::Seconds(2);
+  bool offline_avoids_online_streams = true;
   // The LibTorch executors' ExecutorOptions::owner_nap; unset: theirs.
   std::optional<Duration> owner_nap;
 };
