@@ -599,6 +599,8 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
                             .margin = o.label_margin,
                             .language = o.language});
   };
+  // The WordNet backbone's own task, for the trivial embedding (once, not per repeat).
+  const std::vector<int64_t> glosses = o.wordnet != nullptr ? WordNetGlossStream(*o.wordnet) : std::vector<int64_t>();
   for (int64_t r = 0; r < o.repeats; ++r) {
     seed = o.seed + 1000 * static_cast<uint64_t>(r);
     data.clear();
@@ -828,8 +830,6 @@ absl::StatusOr<YmirEstimatorReport> RunYmirEstimators(const LlamaWeights& base,
         synth::Rng rng(o.seed ^ 0x6c6dull);
         std::vector<synth::Example> lm;
         // The backbone's own task: its language, or windows of the glosses.
-        const std::vector<int64_t> glosses =
-            o.wordnet != nullptr ? WordNetGlossStream(*o.wordnet) : std::vector<int64_t>();
         for (int64_t k = 0; k < std::max(o.fisher_examples, o.probe_steps * o.batch_size); ++k) {
           if (glosses.size() > static_cast<size_t>(o.sequence_length)) {
             const auto at = glosses.begin() + rng.Below(static_cast<int64_t>(glosses.size()) - o.sequence_length);

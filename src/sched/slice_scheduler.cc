@@ -160,42 +160,35 @@ int SliceScheduler::OfflineAdmissions(const SchedulerEnv& env, Timestamp now) {
 // where its KV caches are and wait in each of those devices' queues on every
 // token. The what-if sees only the batch, so each device a candidate adds to
 // the instance's set (its first device is free) costs online_new_device_cost.
-std::vector<double> SliceScheduler::NewDeviceCosts(const GlobalMappingGraph& g, const Instance& inst,
+std::vector<double> SliceScheduler::DeviceCosts(const GlobalMappingGraph& g, const Instance& inst,
                                                    const std::vector<Candidate>& cands) const {
   std::vector<double> extra(cands.size(), 0.0);
   if (o_.online_new_device_cost <= Duration::Zero() && o_.online_stream_device_cost <= Duration::Zero()) return extra;
-  std::vector<uint8_t> used(g.accelerators().size(), 0);
+  const size_t n = g.accelerators().size();
+  std::vector<uint8_t> used(n, 0);
   int in_use = 0;
   for (const OpNode& node : inst.nodes) {
     if (node.state == NodeState::kUnscheduled || !node.device.valid() || used[node.device.value()]) continue;
     used[node.device.value()] = 1;
     ++in_use;
   }
+  const std::vector<uint8_t> streams =
+      o_.online_stream_device_cost > Duration::Zero() ? OtherStreams(g, inst) : std::vector<uint8_t>(n, 0);
   for (size_t i = 0; i < cands.size(); ++i) {
-    std::vector<uint8_t> mine = used;
-    int added = 0;
+    // Over the candidate's distinct devices: those the instance does not
+    // use yet, and those of another streaming conversation.
+    std::vector<uint8_t> seen(n, 0);
+    int added = 0, streaming = 0;
     for (const NodePlacement& p : cands[i].placements) {
-      if (!mine[p.device.value()]) {
-        mine[p.device.value()] = 1;
-        ++added;
-      }
+      const uint16_t d = p.device.value();
+      if (seen[d]) continue;
+      seen[d] = 1;
+      added += used[d] ? 0 : 1;
+      streaming += streams[d];
     }
     if (in_use == 0) added = std::max(0, added - 1);
-    extra[i] = static_cast<double>(added) * static_cast<double>(o_.online_new_device_cost.nanos());
-  }
-  if (o_.online_stream_device_cost > Duration::Zero()) {
-    const std::vector<uint8_t> other = OtherStreams(g, inst);
-    for (size_t i = 0; i < cands.size(); ++i) {
-      std::vector<uint8_t> seen(g.accelerators().size(), 0);
-      int streams = 0;
-      for (const NodePlacement& p : cands[i].placements) {
-        const uint16_t d = p.device.value();
-        if (seen[d]) continue;
-        seen[d] = 1;
-        streams += other[d];
-      }
-      extra[i] += static_cast<double>(streams) * static_cast<double>(o_.online_stream_device_cost.nanos());
-    }
+    extra[i] = static_cast<double>(added) * static_cast<double>(o_.online_new_device_cost.nanos()) +
+               static_cast<double>(streaming) * static_cast<double>(o_.online_stream_device_cost.nanos());
   }
   return extra;
 }
@@ -264,7 +257,7 @@ absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timest
         }
       }
       const std::vector<double> extra =
-          offline ? std::vector<double>(cands.size(), 0.0) : NewDeviceCosts(g, inst, cands);
+          offline ? std::vector<double>(cands.size(), 0.0) : DeviceCosts(g, inst, cands);
       std::vector<double> score(cands.size(), std::numeric_limits<double>::infinity());
       std::vector<uint8_t> oom(cands.size(), 0);
       std::vector<int64_t> simulated(cands.size(), 0);

@@ -1,6 +1,7 @@
 #include "slicesched/synth/wordnet.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -218,9 +219,11 @@ absl::StatusOr<WordNetTask> FindWordNetTask(std::string_view name) {
   return absl::NotFoundError(StrCat("unknown WordNet task '", name, "'; known: ", absl::StrJoin(names, ", ")));
 }
 
-absl::StatusOr<std::vector<uint32_t>> WordNetClassMembers(const WordNetCorpus& corpus, const WordNetTask& task,
-                                                          int cls) {
-  if (cls != 0 && cls != 1) return absl::InvalidArgumentError(StrCat("class ", cls, " (a task has classes 0 and 1)"));
+namespace {
+
+// Both classes' synsets in one pass over the corpus (a synset in both is in
+// neither).
+absl::StatusOr<std::array<std::vector<uint32_t>, 2>> ClassesOf(const WordNetCorpus& corpus, const WordNetTask& task) {
   // Per class: the lexicographer files and subtree roots it names.
   std::vector<int> lex[2];
   std::vector<uint32_t> roots[2];
@@ -246,12 +249,22 @@ absl::StatusOr<std::vector<uint32_t>> WordNetClassMembers(const WordNetCorpus& c
     }
     return false;
   };
-  std::vector<uint32_t> out;
+  std::array<std::vector<uint32_t>, 2> out;
   for (const WordNetSynset& s : corpus.synsets()) {
-    if (in_class(s, cls) && !in_class(s, 1 - cls)) out.push_back(s.offset);
+    const bool in0 = in_class(s, 0), in1 = in_class(s, 1);
+    if (in0 != in1) out[in0 ? 0 : 1].push_back(s.offset);
   }
-  std::sort(out.begin(), out.end());
+  for (std::vector<uint32_t>& m : out) std::sort(m.begin(), m.end());
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint32_t>> WordNetClassMembers(const WordNetCorpus& corpus, const WordNetTask& task,
+                                                          int cls) {
+  if (cls != 0 && cls != 1) return absl::InvalidArgumentError(StrCat("class ", cls, " (a task has classes 0 and 1)"));
+  SLICESCHED_ASSIGN_OR_RETURN(auto both, ClassesOf(corpus, task));
+  return std::move(both[static_cast<size_t>(cls)]);
 }
 
 absl::StatusOr<std::vector<Example>> GenerateWordNet(const WordNetCorpus& corpus,
@@ -262,9 +275,8 @@ absl::StatusOr<std::vector<Example>> GenerateWordNet(const WordNetCorpus& corpus
   }
   SLICESCHED_ASSIGN_OR_RETURN(TaskName name, ParseTaskName(options.task));
   SLICESCHED_ASSIGN_OR_RETURN(WordNetTask task, FindWordNetTask(name.base));
-  std::vector<uint32_t> members[2];
+  SLICESCHED_ASSIGN_OR_RETURN(auto members, ClassesOf(corpus, task));
   for (int c = 0; c < 2; ++c) {
-    SLICESCHED_ASSIGN_OR_RETURN(members[c], WordNetClassMembers(corpus, task, c));
     if (members[c].empty()) {
       return absl::FailedPreconditionError(StrCat("WordNet task ", task.name, ": class ", c, " (",
                                                   absl::StrJoin(task.classes[c], ", "), ") has no synset in this corpus"));

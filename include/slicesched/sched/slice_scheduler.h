@@ -146,8 +146,10 @@ class SliceScheduler final : public PlacementPolicy {
   std::vector<int> CollectBatch(const SchedulerEnv& env, const Instance& inst, int seed_op) const;
   std::vector<Candidate> Candidates(const SchedulerEnv& env, const Instance& inst, const std::vector<int>& batch,
                                     bool offline_gap_rule) const;
-  // Per candidate, online_new_device_cost for each device it adds to `inst`'s.
-  std::vector<double> NewDeviceCosts(const GlobalMappingGraph& g, const Instance& inst,
+  // Per candidate, online_new_device_cost for each device it adds to `inst`'s
+  // and online_stream_device_cost for each device of another streaming
+  // conversation (OtherStreams).
+  std::vector<double> DeviceCosts(const GlobalMappingGraph& g, const Instance& inst,
                                      const std::vector<Candidate>& cands) const;
 
   SliceSchedulerOptions o_;
