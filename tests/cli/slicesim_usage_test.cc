@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -60,6 +61,8 @@ Result RunSlicesim(const std::vector<std::string>& args) {
   std::stringstream text;
   text << in.rdbuf();
   r.err = text.str();
+  in.close();
+  std::filesystem::remove(err_path);
   return r;
 }
 
