@@ -130,6 +130,39 @@ LlamaKernelRunner::LlamaKernelRunner(std::shared_ptr<const LlamaWeights> weights
   for (int64_t g = 0; g < dims_.num_groups(); ++g) group_keys_.push_back(LlamaGroupWeightKey(dims_, g));
 }
 
+absl::Status LlamaKernelRunner::Place(std::span<const TensorDevice> placement) {
+  std::vector<const LlamaWeights*> on_device(placement.size(), nullptr);
+  std::vector<std::shared_ptr<const LlamaWeights>> replicas;
+  std::map<int, const LlamaWeights*> by_ordinal;
+  for (size_t d = 0; d < placement.size(); ++d) {
+    if (!placement[d].is_cuda()) continue;
+    auto [it, fresh] = by_ordinal.try_emplace(placement[d].index, nullptr);
+    if (fresh) {
+      absl::StatusOr<std::shared_ptr<const LlamaWeights>> copy = weights_->OnDevice(placement[d]);
+      if (!copy.ok()) return Annotate(copy.status(), StrCat("placing the weights on ", placement[d].ToString()));
+      replicas.push_back(*std::move(copy));
+      it->second = replicas.back().get();
+    }
+    on_device[d] = it->second;
+  }
+  on_device_ = std::move(on_device);
+  replicas_ = std::move(replicas);
+  placement_.assign(placement.begin(), placement.end());
+  return absl::OkStatus();
+}
+
+const LlamaWeights& LlamaKernelRunner::WeightsOn(DeviceId device) const {
+  const size_t d = device.value();
+  return d < on_device_.size() && on_device_[d] != nullptr ? *on_device_[d] : *weights_;
+}
+
+Bytes LlamaKernelRunner::ResidentOn(int ordinal) const {
+  for (const auto& r : replicas_) {
+    if (r->device() == TensorDevice::Cuda(ordinal)) return r->TotalBytes();
+  }
+  return Bytes(0);
+}
+
 void LlamaKernelRunner::SetRequest(InstanceId instance, LlamaRequest request) {
   absl::MutexLock l(&mu_);
   requests_.insert_or_assign(instance.value(), std::move(request));
@@ -193,7 +226,33 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
     UseCachingCpuAllocatorOnThisThread();
     threads_set = true;
   }
-  switch (call.op().kind) {
+  const size_t d = call.device.value();
+  if (d >= placement_.size() || !placement_[d].is_cuda()) return RunOp(call);
+  // A CUDA device's thread: bound to its GPU on its first operator; the
+  // operator runs until the event behind its last kernel.
+  thread_local int bound = -1;
+  if (bound != placement_[d].index) {
+    if (absl::Status s = BindThisThreadToCuda(placement_[d].index); !s.ok()) return Annotate(s, Label(call));
+    bound = placement_[d].index;
+  }
+  // A failed operator may have queued kernels too: its buffers are freed
+  // only once they have run.
+  const absl::Status ran = RunOp(call);
+  const absl::Status waited = WaitForThisThreadsWork();
+  if (!ran.ok()) return ran;
+  return waited.ok() ? waited : Annotate(waited, Label(call));
+}
+
+absl::Status LlamaKernelRunner::RunOp(const KernelCall& call) {
+  const OpKind kind = call.op().kind;
+  if (&WeightsOn(call.device) != weights_.get() &&
+      (kind == OpKind::kTrainForward || kind == OpKind::kTrainLoss || kind == OpKind::kTrainBackward ||
+       kind == OpKind::kOptimizerStep)) {
+    // The adapters, tapes and optimizer state live in host memory for now.
+    return absl::UnimplementedError(StrCat(Label(call), ": fine-tuning operators run on cpu devices only; device ",
+                                           call.device, " is ", WeightsOn(call.device).device().ToString()));
+  }
+  switch (kind) {
     case OpKind::kEmbedding: return RunEmbedding(call);
     case OpKind::kFusedLayers: return RunFusedLayers(call);
     case OpKind::kLmHead: return RunLmHead(call);
@@ -231,7 +290,7 @@ absl::Status LlamaKernelRunner::RunEmbedding(const KernelCall& call) {
                                                ShapeStr(want)));
     }
   }
-  absl::StatusOr<Tensor> hidden = Embedding(*weights_, tokens);
+  absl::StatusOr<Tensor> hidden = Embedding(WeightsOn(call.device), tokens);
   if (!hidden.ok()) return Annotate(hidden.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(*hidden));
   return absl::OkStatus();
@@ -272,7 +331,7 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
   if (!cache_in.has_value()) {
     // Prefill: a fresh cache, kept as the retained output's payload.
     auto cache = std::make_shared<KvCache>();
-    absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, hidden, cache.get(), 0);
+    absl::StatusOr<Tensor> out = FusedLayers(WeightsOn(call.device), group, hidden, cache.get(), 0);
     if (!out.ok()) return Annotate(out.status(), Label(call));
     SetTensorPayload(call.outputs[0], std::move(*out));
     SetKvCachePayload(call.outputs[1], std::move(cache));
@@ -292,7 +351,7 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
     return absl::FailedPreconditionError(StrCat(Label(call), ": the KV cache input holds ", start,
                                                 " tokens, the instance expects context ", *ctx));
   }
-  absl::StatusOr<Tensor> out = FusedLayers(*weights_, group, hidden, cache, start);
+  absl::StatusOr<Tensor> out = FusedLayers(WeightsOn(call.device), group, hidden, cache, start);
   if (!out.ok()) return Annotate(out.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(*out));
   // The cache output is the grown input itself.
@@ -304,7 +363,7 @@ absl::Status LlamaKernelRunner::RunFusedLayers(const KernelCall& call) {
 absl::Status LlamaKernelRunner::RunLmHead(const KernelCall& call) {
   SLICESCHED_RETURN_IF_ERROR(CheckOutputs(call, 1));
   SLICESCHED_ASSIGN_OR_RETURN(const Tensor hidden, InputTensor(call, 0));
-  absl::StatusOr<Tensor> logits = LmHead(*weights_, hidden);
+  absl::StatusOr<Tensor> logits = LmHead(WeightsOn(call.device), hidden);
   if (!logits.ok()) return Annotate(logits.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(*logits));
   return absl::OkStatus();
@@ -640,6 +699,12 @@ absl::Status LlamaTransferBackend::Send(const TransferCall& call) {
         return absl::FailedPreconditionError(
             StrCat("transfer ", call.node, ": the source tensor has no payload"));
       }
+      if (const TensorDevice there = DeviceAt(call.dst); there.is_cuda() || DeviceAt(call.src).is_cuda()) {
+        absl::StatusOr<Tensor> copy = ToDevice(TensorAccess::Shared(from.payload), there);
+        if (!copy.ok()) return Annotate(copy.status(), StrCat("transfer ", call.node));
+        SetTensorPayload(to, *std::move(copy));
+        return absl::OkStatus();
+      }
       to.kind = kTensorPayload;
       to.payload = from.payload;  // immutable CPU tensor: sharing is a copy
       return absl::OkStatus();
@@ -649,7 +714,11 @@ absl::Status LlamaTransferBackend::Send(const TransferCall& call) {
         return absl::FailedPreconditionError(
             StrCat("transfer ", call.node, ": the source KV cache has no payload"));
       }
-      SetKvCachePayload(to, std::make_shared<KvCache>(*src));
+      auto copy = std::make_shared<KvCache>(*src);
+      if (const TensorDevice there = DeviceAt(call.dst); !src->empty() && DeviceOf(src->k()) != there) {
+        SLICESCHED_RETURN_IF_ERROR(copy->MoveTo(there));
+      }
+      SetKvCachePayload(to, std::move(copy));
       return absl::OkStatus();
     }
     case kGroupTapePayload:

@@ -54,6 +54,28 @@ absl::StatusOr<std::vector<int64_t>> GenerateDirect(const LlamaWeights& weights,
   return out;
 }
 
+namespace {
+
+// Where each device of the cluster runs its operators: the CPU, or the CUDA
+// ordinal of a 'cuda' device, which this process must be able to use.
+absl::StatusOr<std::vector<TensorDevice>> Placement(const GlobalMappingGraph& gmg) {
+  std::vector<TensorDevice> out;
+  for (size_t d = 0; d < gmg.accelerators().size(); ++d) {
+    const DeviceSpec& spec = gmg.accelerators().device(DeviceId(static_cast<uint16_t>(d)));
+    if (spec.backend != DeviceBackend::kCuda) {
+      out.push_back(TensorDevice::Cpu());
+      continue;
+    }
+    if (absl::Status usable = CheckCudaDevice(spec.ordinal); !usable.ok()) {
+      return Annotate(usable, StrCat("device '", spec.name, "' (backend cuda, device ", spec.ordinal, ")"));
+    }
+    out.push_back(TensorDevice::Cuda(spec.ordinal));
+  }
+  return out;
+}
+
+}  // namespace
+
 // Routes each kernel call to the runner of the deployment that owns the
 // call's template ("<deployment>/<kind>").
 class LlamaServingBackend::Router final : public KernelRunner {
@@ -78,6 +100,12 @@ class LlamaServingBackend::Router final : public KernelRunner {
     auto it = runners_.find(deployment);
     return it == runners_.end() ? nullptr : it->second;
   }
+  std::vector<std::shared_ptr<LlamaKernelRunner>> All() const {
+    absl::MutexLock l(&mu_);
+    std::vector<std::shared_ptr<LlamaKernelRunner>> out;
+    for (const auto& [name, runner] : runners_) out.push_back(runner);
+    return out;
+  }
   void Put(const std::string& deployment, std::shared_ptr<LlamaKernelRunner> runner) {
     absl::MutexLock l(&mu_);
     runners_[deployment] = std::move(runner);
@@ -94,6 +122,13 @@ absl::StatusOr<std::unique_ptr<LlamaServingBackend>> LlamaServingBackend::Create
   if (gmg == nullptr || clock == nullptr) return absl::InvalidArgumentError("LlamaServingBackend needs a GMG and a clock");
   std::unique_ptr<LlamaServingBackend> b(new LlamaServingBackend());
   b->router_ = std::make_unique<Router>();
+  SLICESCHED_ASSIGN_OR_RETURN(b->placement_, Placement(*gmg));
+  b->transfers_.Place(b->placement_);
+  for (const TensorDevice& d : b->placement_) {
+    if (d.is_cuda() && !b->baseline_.contains(d.index)) {
+      SLICESCHED_ASSIGN_OR_RETURN(b->baseline_[d.index], QueryCudaAllocator(d.index));
+    }
+  }
   b->executors_ = std::make_unique<ExecutorSet>(gmg, clock, b->router_.get(), &b->transfers_, std::move(options));
   return b;
 }
@@ -106,6 +141,9 @@ absl::Status LlamaServingBackend::AddModel(const LlamaDims& dims, const LlamaWei
                                       : LlamaWeights::FromSafetensors(dims, source.safetensors_path);
   if (!weights.ok()) return Annotate(weights.status(), StrCat("weights of deployment '", dims.name, "'"));
   SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<LlamaKernelRunner> runner, LlamaKernelRunner::Create(*weights, dims));
+  if (absl::Status placed = runner->Place(placement_); !placed.ok()) {
+    return Annotate(placed, StrCat("weights of deployment '", dims.name, "'"));
+  }
   runner->SetTokenSink([this](InstanceId instance, const Tensor& tokens) {
     std::vector<int64_t> ids = tokens.ToInt64();
     absl::MutexLock l(&mu_);
@@ -113,6 +151,24 @@ absl::Status LlamaServingBackend::AddModel(const LlamaDims& dims, const LlamaWei
   });
   router_->Put(dims.name, std::shared_ptr<LlamaKernelRunner>(std::move(runner)));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<int, MemoryReconciliation>> LlamaServingBackend::ReconcileMemory() const {
+  std::map<int, DeviceMemoryAccount> ours;
+  for (size_t d = 0; d < placement_.size(); ++d) {
+    if (!placement_[d].is_cuda()) continue;
+    ours[placement_[d].index].pool_bytes +=
+        executors_->pool(DeviceId(static_cast<uint16_t>(d))).used().count();
+  }
+  for (const auto& runner : router_->All()) {
+    for (auto& [ordinal, account] : ours) account.resident_bytes += runner->ResidentOn(ordinal).count();
+  }
+  std::map<int, MemoryReconciliation> out;
+  for (const auto& [ordinal, account] : ours) {
+    SLICESCHED_ASSIGN_OR_RETURN(const CudaAllocatorStats now, QueryCudaAllocator(ordinal));
+    out[ordinal] = ReconcileDeviceMemory(account, now, baseline_.at(ordinal));
+  }
+  return out;
 }
 
 bool LlamaServingBackend::HasModel(const std::string& deployment) const { return router_->Find(deployment) != nullptr; }

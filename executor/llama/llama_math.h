@@ -22,7 +22,8 @@ inline at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) 
 inline std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions, int64_t head_dim,
                                                     double theta) {
   const at::Tensor exponents =
-      at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble)) / static_cast<double>(head_dim);
+      at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble).device(positions.device())) /
+      static_cast<double>(head_dim);
   const at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();             // [hd/2]
   // at::outer's product for 1-D positions, element for element.
   const at::Tensor angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq;   // [..., hd/2]

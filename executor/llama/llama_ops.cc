@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "llama_internal.h"
 #include "slicesched/executor/llama/llama_math.h"
@@ -98,6 +99,15 @@ void KvCache::Clear() {
   v_ = Tensor();
 }
 
+absl::Status KvCache::MoveTo(TensorDevice device) {
+  if (empty()) return absl::OkStatus();
+  SLICESCHED_ASSIGN_OR_RETURN(Tensor k, ToDevice(k_, device));
+  SLICESCHED_ASSIGN_OR_RETURN(Tensor v, ToDevice(v_, device));
+  k_ = std::move(k);
+  v_ = std::move(v);
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------------------
 // Operators
 
@@ -120,7 +130,9 @@ absl::StatusOr<Tensor> Embedding(const LlamaWeights& weights, const Tensor& toke
                                             " is outside the vocabulary [0, ", vocab, ")"));
       }
     }
-    return Access::Wrap(at::embedding(Access::Unwrap(weights.embed_tokens()), ids));
+    // The ids arrive from the host; the lookup runs where the table lives.
+    const at::Tensor& table = Access::Unwrap(weights.embed_tokens());
+    return Access::Wrap(at::embedding(table, ids.to(table.device())));
   } catch (...) {
     return internal::CurrentExceptionToStatus(kOp);
   }
@@ -167,10 +179,18 @@ absl::StatusOr<Tensor> FusedLayers(const LlamaWeights& weights, int64_t group,
     c10::InferenceMode guard;
     const double eps = weights.options().rms_eps;
     at::Tensor x = Access::Unwrap(hidden);
-    const auto long_opts = at::TensorOptions().dtype(at::kLong);
+    const auto long_opts = at::TensorOptions().dtype(at::kLong).device(x.device());
     const at::Tensor q_pos = at::arange(start_position, start_position + S, long_opts);  // [S]
-    const at::Tensor k_pos = past > 0 ? at::cat({at::arange(0, past, long_opts), q_pos}) : q_pos;
-    const at::Tensor masked = k_pos.unsqueeze(0) > q_pos.unsqueeze(1);  // [S, past+S]
+    // Which keys each query attends to (true: attends), for SDPA. A single
+    // query (decode) sees every cached key, so it needs no mask, and a
+    // prefill without a cache is SDPA's own causal case; only a chunk after
+    // cached tokens needs one: [S, past+S].
+    std::optional<at::Tensor> attends;
+    if (past > 0 && S > 1) {
+      const at::Tensor k_pos = at::cat({at::arange(0, past, long_opts), q_pos});
+      attends = k_pos.unsqueeze(0) <= q_pos.unsqueeze(1);
+    }
+    const bool causal = past == 0 && S > 1;
     const auto [rope_cos, rope_sin] = RopeTables(q_pos, HD, weights.options().rope_theta);
     const double scale = 1.0 / std::sqrt(static_cast<double>(HD));
     const at::Tensor& cache_k = cache != nullptr ? Access::Unwrap(cache->k()) : Access::Unwrap(Tensor());
@@ -188,16 +208,14 @@ absl::StatusOr<Tensor> FusedLayers(const LlamaWeights& weights, int64_t group,
       k = ApplyRope(k, rope_cos, rope_sin);
       new_k.push_back(k);
       new_v.push_back(v);
-      at::Tensor k_all = past > 0 ? at::cat({cache_k[l], k}, 2) : k;  // [B, KVH, past+S, HD]
-      at::Tensor v_all = past > 0 ? at::cat({cache_v[l], v}, 2) : v;
-      if (H != KVH) {
-        k_all = k_all.repeat_interleave(H / KVH, 1);
-        v_all = v_all.repeat_interleave(H / KVH, 1);
-      }
-      at::Tensor scores = at::matmul(q.to(at::kFloat), k_all.to(at::kFloat).transpose(-2, -1)) * scale;
-      scores.masked_fill_(masked, -std::numeric_limits<float>::infinity());
-      const at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
-      const at::Tensor attn = at::matmul(probs, v_all).transpose(1, 2).reshape({B, S, H * HD});
+      const at::Tensor k_all = past > 0 ? at::cat({cache_k[l], k}, 2) : k;  // [B, KVH, past+S, HD]
+      const at::Tensor v_all = past > 0 ? at::cat({cache_v[l], v}, 2) : v;
+      // Fused attention (flash or memory-efficient kernels on a GPU, the
+      // flash CPU kernel on a CPU), grouped-query heads shared in place.
+      const at::Tensor attn = at::scaled_dot_product_attention(q, k_all, v_all, attends, /*dropout_p=*/0.0, causal,
+                                                               scale, /*enable_gqa=*/H != KVH)
+                                  .transpose(1, 2)
+                                  .reshape({B, S, H * HD});
       x = x + at::linear(attn, Access::Unwrap(lw.o_proj));
       // SwiGLU MLP.
       const at::Tensor h2 = RmsNorm(x, Access::Unwrap(lw.post_attention_layernorm), eps);
@@ -258,10 +276,14 @@ absl::StatusOr<Tensor> Sample(const Tensor& logits, const SamplingParams& params
   if (params.top_k < 0) return absl::InvalidArgumentError(StrCat(kOp, ": top_k must be >= 0, got ", params.top_k));
   try {
     c10::InferenceMode guard;
-    const at::Tensor l = Access::Unwrap(logits).to(at::kFloat);
+    const at::Tensor& on_device = Access::Unwrap(logits);
+    // The tokens stay where the logits are, like every operator's output.
+    // Greedy picks them there; sampling draws on the host from the seed's CPU
+    // generator, so a seed gives the same tokens on every device.
     if (params.temperature == 0.0 || params.top_p == 0.0) {
-      return Access::Wrap(l.argmax(-1, /*keepdim=*/true).contiguous());
+      return Access::Wrap(on_device.argmax(-1, /*keepdim=*/true).contiguous());
     }
+    const at::Tensor l = on_device.to(at::kCPU, at::kFloat);
     const at::Tensor probs = at::softmax(l / params.temperature, -1);
     const auto [sorted, order] = probs.sort(-1, /*descending=*/true);
     // Drop a token when the tokens before it already hold top_p of the mass
@@ -273,7 +295,7 @@ absl::StatusOr<Tensor> Sample(const Tensor& logits, const SamplingParams& params
     }
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(params.seed);
     const at::Tensor choice = at::multinomial(kept, 1, /*replacement=*/false, gen);  // [B, 1]
-    return Access::Wrap(order.gather(-1, choice).contiguous());
+    return Access::Wrap(order.gather(-1, choice).to(on_device.device()).contiguous());
   } catch (...) {
     return internal::CurrentExceptionToStatus(kOp);
   }

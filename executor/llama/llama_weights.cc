@@ -153,6 +153,17 @@ absl::StatusOr<std::shared_ptr<const LlamaWeights>> LlamaWeights::WithDType(DTyp
   return Assemble(dims, options_, std::move(tensors));
 }
 
+absl::StatusOr<std::shared_ptr<const LlamaWeights>> LlamaWeights::OnDevice(TensorDevice device) const {
+  if (this->device() == device) return std::shared_ptr<const LlamaWeights>(new LlamaWeights(*this));
+  std::vector<Tensor> tensors;
+  for (const auto& [name, t] : NamedTensors()) {
+    absl::StatusOr<Tensor> moved = ToDevice(t, device);
+    if (!moved.ok()) return Annotate(moved.status(), StrCat("model '", dims_.name, "': ", name));
+    tensors.push_back(*std::move(moved));
+  }
+  return Assemble(dims_, options_, std::move(tensors));
+}
+
 std::vector<std::pair<std::string, Tensor>> LlamaWeights::NamedTensors() const {
   const auto specs = internal::LlamaParamSpecs(dims_);
   std::vector<std::pair<std::string, Tensor>> out;

@@ -15,8 +15,10 @@
 #include <optional>
 #include <span>
 
+#include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/torch/aten_tensor.h"
+#include "slicesched/executor/torch/device.h"
 
 namespace slicesched::executor {
 
@@ -286,6 +288,62 @@ TorchRuntimeInfo QueryTorchRuntime() {
   }
   info.cuda_devices = at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
   return info;
+}
+
+// ---------------------------------------------------------------------------
+// Devices (device.h)
+
+std::string TensorDevice::ToString() const { return is_cuda() ? StrCat("cuda:", index) : "cpu"; }
+
+TensorDevice DeviceOf(const Tensor& t) {
+  if (!t.defined()) return TensorDevice::Cpu();
+  const at::Device d = TensorAccess::Unwrap(t).device();
+  return d.is_cuda() ? TensorDevice::Cuda(d.index()) : TensorDevice::Cpu();
+}
+
+absl::Status CheckCudaDevice(int ordinal) {
+  const std::string what = StrCat("cuda:", ordinal);
+#ifndef SLICESCHED_EXECUTOR_CUDA
+  return absl::FailedPreconditionError(
+      StrCat(what, ": this slicesched was built without the CUDA toolkit, so it cannot drive CUDA devices "
+                   "(install the toolkit and reconfigure)"));
+#else
+  const TorchRuntimeInfo info = QueryTorchRuntime();
+  if (info.cuda_build == 0) {
+    return absl::FailedPreconditionError(
+        StrCat(what, ": the LibTorch this process loaded (", info.version, ") is a CPU build"));
+  }
+  if (info.cuda_devices == 0) {
+    return absl::FailedPreconditionError(
+        StrCat(what, ": LibTorch ", info.version, " (CUDA ", info.cuda_build / 1000, ".", info.cuda_build % 1000 / 10,
+               ") sees no CUDA device (no GPU, or no driver: libcuda.so.1 not loadable)"));
+  }
+  if (ordinal < 0 || ordinal >= info.cuda_devices) {
+    return absl::FailedPreconditionError(
+        StrCat(what, ": no such CUDA device; this process sees ", info.cuda_devices, " (cuda:0 to cuda:",
+               info.cuda_devices - 1, ")"));
+  }
+  return absl::OkStatus();
+#endif
+}
+
+absl::StatusOr<Tensor> ToDevice(const Tensor& t, TensorDevice device) {
+  if (!t.defined()) return absl::InvalidArgumentError(StrCat("moving an undefined tensor to ", device.ToString()));
+  if (DeviceOf(t) == device) return t;
+  if (device.is_cuda()) SLICESCHED_RETURN_IF_ERROR(CheckCudaDevice(device.index));
+  try {
+    c10::InferenceMode guard;
+    const at::Tensor& from = TensorAccess::Unwrap(t);
+    if (!device.is_cuda()) return TensorAccess::Wrap(from.to(at::kCPU));
+    const at::Device to(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
+    if (from.is_cuda()) return TensorAccess::Wrap(from.to(to));  // device to device (copy engine)
+    // Host to device through pinned memory: the copy is queued on the
+    // thread's stream and the caching host allocator keeps the pinned
+    // buffer until it has run.
+    return TensorAccess::Wrap(from.contiguous().pin_memory().to(to, /*non_blocking=*/true));
+  } catch (...) {
+    return internal::CurrentExceptionToStatus(StrCat("copying ", t.DebugString(), " to ", device.ToString()));
+  }
 }
 
 }  // namespace slicesched::executor

@@ -111,22 +111,31 @@ Master::Master(SlicedConfig config, MasterOptions options)
     : config_(std::move(config)), options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, MasterOptions options) {
-  // Which backend actually runs each device (see the header).
-  std::set<std::string> cpu_devices, other_devices;
+  // Which backend actually runs each device (see the header): 'cpu' and
+  // 'cuda' devices run the LibTorch executors, the others the virtual cluster.
+  std::map<DeviceBackend, std::set<std::string>> by_backend;
   for (const DeviceSpec& d : config.cluster.devices()) {
-    if (d.backend == DeviceBackend::kCuda) {
-      return absl::FailedPreconditionError(
-          StrCat("cluster.devices: device '", d.name, "' has backend 'cuda' (CUDA device ", d.ordinal,
-                 "), which this version of sliced cannot drive yet: its executors run cpu devices only "
-                 "(use 'cpu' or 'virtual')"));
-    }
-    (d.backend == DeviceBackend::kCpu ? cpu_devices : other_devices).insert(d.name);
+    by_backend[d.backend == DeviceBackend::kCpu || d.backend == DeviceBackend::kCuda ? d.backend
+                                                                                     : DeviceBackend::kVirtual]
+        .insert(d.name);
   }
   if (config.cluster.size() == 0) return absl::InvalidArgumentError("cluster.devices: no devices");
-  if (!cpu_devices.empty() && !other_devices.empty()) {
+  if (by_backend.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [backend, names] : by_backend) {
+      parts.push_back(StrCat(absl::StrJoin(names, ", "), backend == DeviceBackend::kVirtual
+                                                             ? " run virtually"
+                                                             : StrCat(" have backend '", DeviceBackendName(backend), "'")));
+    }
     return absl::InvalidArgumentError(
-        StrCat("cluster.devices: devices ", absl::StrJoin(cpu_devices, ", "), " have backend 'cpu' but ",
-               absl::StrJoin(other_devices, ", "), " do not; one daemon drives one kind of backend"));
+        StrCat("cluster.devices: devices ", absl::StrJoin(parts, "; "), ": one daemon drives one kind of backend"));
+  }
+  const DeviceBackend backend = by_backend.begin()->first;
+  const std::set<std::string>& real_devices = by_backend.begin()->second;
+  if (backend == DeviceBackend::kCuda && RegisteredRealBackend() == nullptr) {
+    return absl::FailedPreconditionError(
+        StrCat("cluster.devices: devices ", absl::StrJoin(real_devices, ", "),
+               " have backend 'cuda', but this sliced was built without LibTorch and cannot drive a GPU"));
   }
 
   std::unique_ptr<Master> m(new Master(std::move(config), std::move(options)));
@@ -139,7 +148,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
   im.busy_offline_ns.assign(im.gmg.accelerators().size(), 0);
   im.busy_batch_ns.assign(im.gmg.accelerators().size(), 0);
   im.ops_done.assign(im.gmg.accelerators().size(), 0);
-  if (!cpu_devices.empty()) {
+  if (backend != DeviceBackend::kVirtual) {
     if (const RealBackendRegistration* registered = RegisteredRealBackend(); registered != nullptr) {
       executor::ExecutorOptions eo;
       if (m->config_.scheduler.owner_nap.has_value()) {
@@ -150,13 +159,13 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Start(SlicedConfig config, Maste
       im.backend = &im.real->executors();
       im.env.backend = im.backend;
       im.has_tokens = true;
-      m->backend_name_ = "cpu (LibTorch)";
+      m->backend_name_ = StrCat(DeviceBackendName(backend), " (LibTorch)");
     } else {
       spdlog::warn(
           "devices {} are configured with backend 'cpu', but this sliced was built without LibTorch: they run on "
           "the VIRTUAL cluster (simulated operator times, no real computation, no Generate); Status/Devices "
           "report 'virtual (configured: cpu)'",
-          absl::StrJoin(cpu_devices, ", "));
+          absl::StrJoin(real_devices, ", "));
     }
   }
   im.obs = std::make_unique<MasterObserved>(std::max<size_t>(1, m->options_.timeline_capacity));

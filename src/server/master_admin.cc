@@ -11,7 +11,7 @@ namespace slicesched {
 namespace {
 
 std::string BackendUsed(const DeviceSpec& d, bool real) {
-  if (real) return "cpu (LibTorch)";
+  if (real) return StrCat(DeviceBackendName(d.backend), " (LibTorch)");
   if (d.backend == DeviceBackend::kVirtual) return "virtual";
   return StrCat("virtual (configured: ", DeviceBackendName(d.backend), ")");
 }

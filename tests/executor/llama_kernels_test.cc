@@ -31,6 +31,7 @@
 #include "slicesched/gmg/placement.h"
 #include "slicesched/gmg/snapshot.h"
 #include "slicesched/sim/simulator.h"
+#include "cuda_or_skip.h"
 #include "reconstruction_check.h"
 
 namespace slicesched::executor {
@@ -300,6 +301,49 @@ TEST_F(LlamaKernelsTest, Pp2PrefillAndGreedyDecodeMatchDirectOps) {
   }
   EXPECT_EQ(runner_->num_requests(), 0u);
   ReleaseAndCheckBaseline(kv);
+}
+
+// The same executors on two logical devices sharing GPU 0: the operators
+// read the weights' copy there, the KV caches and activations stay on the
+// GPU, and the tokens equal the direct computation on the CPU (f32). With
+// the caches held, and after they are released, the pools and the weights'
+// copy account for what the caching allocator holds, up to its rounding.
+// Skipped without a usable GPU (tools/gpu-check runs it on one).
+class CudaLlamaKernelsTest : public LlamaKernelsTest {
+ protected:
+  void SetUp() override {
+    SLICESCHED_CUDA_OR_SKIP(0);
+    auto before = QueryCudaAllocator(0);
+    ASSERT_TRUE(before.ok()) << before.status();
+    before_ = *before;
+    LlamaKernelsTest::SetUp();
+    const std::vector<TensorDevice> placement = {TensorDevice::Cuda(0), TensorDevice::Cuda(0)};
+    ASSERT_TRUE(runner_->Place(placement).ok());
+    transfers_.Place(placement);
+  }
+  void ExpectAllocatorAgrees() {
+    DeviceMemoryAccount ours{.resident_bytes = runner_->ResidentOn(0).count()};
+    for (uint16_t d = 0; d < 2; ++d) ours.pool_bytes += exec_->pool(DeviceId(d)).used().count();
+    auto now = QueryCudaAllocator(0);
+    ASSERT_TRUE(now.ok()) << now.status();
+    const MemoryReconciliation r = ReconcileDeviceMemory(ours, *now, before_);
+    EXPECT_TRUE(r.agrees()) << r.ToString();
+  }
+  CudaAllocatorStats before_;
+};
+
+TEST_F(CudaLlamaKernelsTest, Pp2PrefillAndGreedyDecodeMatchTheCpu) {
+  EXPECT_EQ(runner_->WeightsOn(DeviceId(1)).device(), TensorDevice::Cuda(0));
+  EXPECT_EQ(runner_->ResidentOn(0), weights_->TotalBytes());
+  const std::vector<int64_t> prompt = Prompt(7, dims_.vocab);
+  const SamplingParams greedy;
+  std::vector<CheckpointId> kv;
+  EXPECT_EQ(Generate(prompt, 5, greedy, &kv), DirectGenerate(*weights_, prompt, 5, greedy));
+  EXPECT_GT(exec_->completed_transfers(), 0);
+  EXPECT_EQ(exec_->failed_nodes(), 0);
+  ExpectAllocatorAgrees();
+  ReleaseAndCheckBaseline(kv);
+  ExpectAllocatorAgrees();
 }
 
 // A prefill in pieces computes what the one-piece prefill does: each piece

@@ -17,6 +17,7 @@
 
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/kernels/llama_serving.h"
+#include "cuda_or_skip.h"
 #include "slicesched/server/config.h"
 #include "slicesched/server/master.h"
 #include "slicesched/server/services.h"
@@ -43,7 +44,7 @@ class GenerateTest : public ::testing::Test {
     dir_ = UniqueDir("t");
     auto c = ParseSlicedConfig(
         YAML::Load(StrCat("cluster:\n"
-                          "  devices: [{name: cpu, count: 2, type: cpu, memory: 256MiB, backend: cpu}]\n"
+                          "  devices: [", devices_yaml_, "]\n"
                           "deployments:\n"
                           "  - {name: chat, model: tiny, weights: {seed: ", kWeightsSeed,
                           "}, role: online, partitions: [single, pp2]}\n"
@@ -128,6 +129,7 @@ class GenerateTest : public ::testing::Test {
     return t.ok() ? *t : std::vector<int64_t>{};
   }
 
+  std::string devices_yaml_ = "{name: cpu, count: 2, type: cpu, memory: 256MiB, backend: cpu}";
   std::string extra_yaml_;  // appended to the config
   std::string dir_;
   std::unique_ptr<Master> master_;
@@ -207,6 +209,41 @@ TEST_F(ChunkedGenerateTest, PrefillInPiecesEqualsDirectComputation) {
     EXPECT_EQ(got[i].tokens(), Direct(reqs[i]));
   }
   ExpectDevicesHoldNoRequestMemory();
+}
+
+// The same daemon on two logical CUDA devices sharing GPU 0 (f32 weights,
+// greedy and seeded sampling, prompts prefilled in pieces across both
+// devices): the streams equal the direct computation on the CPU, and the
+// executors' memory accounting matches the caching allocator's. Skipped
+// without a usable GPU (tools/gpu-check runs it on one).
+class CudaGenerateTest : public GenerateTest {
+ protected:
+  CudaGenerateTest() {
+    devices_yaml_ = "{name: gpu, count: 2, type: H100, memory: 4GiB, backend: cuda, device: [0, 0]}";
+    extra_yaml_ = "scheduler: {prefill_chunk_tokens: 4, offline_prefill_chunk_tokens: 4}\n";
+  }
+  void SetUp() override {
+    SLICESCHED_CUDA_OR_SKIP(0);
+    GenerateTest::SetUp();
+  }
+};
+
+TEST_F(CudaGenerateTest, StreamsEqualTheCpuComputation) {
+  std::vector<v1::GenerateRequest> reqs = {Request({5, 9, 11, 2, 7, 3, 19, 23, 1, 4, 8, 6, 12}, 6),
+                                           Request({3, 1, 4, 1, 5, 9, 2, 6, 5}, 4), Request({42, 43}, 5)};
+  reqs[1].set_priority_class(v1::PRIORITY_CLASS_OFFLINE);
+  reqs[1].mutable_sampling()->set_temperature(1.0f);
+  reqs[1].mutable_sampling()->set_seed(77);
+  const std::vector<Stream> got = GenerateConcurrently(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens(), Direct(reqs[i]));
+  }
+  ExpectDevicesHoldNoRequestMemory();
+  auto devices = master_->Devices();
+  ASSERT_TRUE(devices.ok());
+  for (const DeviceInfo& d : *devices) EXPECT_EQ(d.backend_used, "cuda (LibTorch)");
 }
 
 TEST(SchedulerConfigTest, PrefillChunkTokensMustNotBeNegative) {

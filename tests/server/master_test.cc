@@ -688,17 +688,20 @@ TEST(DaemonConfig, MixingCpuWithOtherBackendsIsRefused) {
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("cluster.devices"));
 }
 
-TEST(DaemonConfig, CudaDevicesAreRefused) {
+// A 'cuda' device this process cannot use (no GPU here, and never an
+// ordinal as high as 64) stops the start with the reason: the device, its
+// ordinal and what is missing.
+TEST(DaemonConfig, CudaDevicesWithoutTheirGpuAreRefused) {
   const std::string dir = UniqueDir("cuda");
   auto c = ParseSlicedConfig(
-      YAML::Load(StrCat("cluster: {devices: [{name: gpu, count: 1, type: A16, memory: 1GiB, backend: cuda, device: 1}]}\n"
+      YAML::Load(StrCat("cluster: {devices: [{name: gpu, count: 1, type: A16, memory: 1GiB, backend: cuda, device: 64}]}\n"
                         "listen: {unix_socket: ", dir, "/s.sock}\nstate_dir: ", dir, "/state\n")),
       "<test>");
   ASSERT_TRUE(c.ok()) << c.status();
   auto m = Master::Start(*c);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(m.status().message()),
-              HasSubstr("device 'gpu0' has backend 'cuda' (CUDA device 1), which this version of sliced cannot drive"));
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("gpu0"));
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("cuda"));
 }
 
 TEST(AdminAuthorization, Rules) {

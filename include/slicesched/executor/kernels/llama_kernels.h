@@ -82,6 +82,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,7 @@
 #include "slicesched/common/ids.h"
 #include "slicesched/executor/runtime/kernel.h"
 #include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/torch/device.h"
 #include "slicesched/executor/torch/tensor.h"
 #include "slicesched/executor/train/train_ops.h"
 #include "slicesched/gmg/llama.h"
@@ -194,9 +196,23 @@ class LlamaKernelRunner final : public KernelRunner {
   // Optional; set before the runner is used.
   void SetTokenSink(LlamaTokenSink sink) { sink_ = std::move(sink); }
 
+  // Where each device of the cluster runs its operators, by DeviceId (a
+  // device beyond the list runs on the CPU). Copies the weights once to each
+  // CUDA ordinal named; fails with the copy's error (no such device, out of
+  // memory) and leaves the placement as it was. Call before the runner runs.
+  // A CUDA device's thread is bound to its GPU and a stream of its own on its
+  // first operator, and each operator runs from its launch to the completion
+  // event recorded behind its last kernel (device.h).
+  absl::Status Place(std::span<const TensorDevice> placement);
+
   absl::Status Run(const KernelCall& call) override;
 
+  // The weights as loaded (host memory); WeightsOn: those a device's
+  // operators read.
   const LlamaWeights& weights() const { return *weights_; }
+  const LlamaWeights& WeightsOn(DeviceId device) const;
+  // The bytes of the weights' copy on CUDA device `ordinal` (0 without one).
+  Bytes ResidentOn(int ordinal) const;
   const std::shared_ptr<const LlamaWeights>& shared_weights() const { return weights_; }
 
  private:
@@ -212,12 +228,18 @@ class LlamaKernelRunner final : public KernelRunner {
   // request (one lookup: no error built on the serving path).
   absl::StatusOr<Tensor> LookupTokens(InstanceId instance) const;
   absl::StatusOr<int64_t> GroupOf(const KernelCall& call) const;
+  absl::Status RunOp(const KernelCall& call);
   absl::Status RunTrainForward(const KernelCall& call);
   absl::Status RunTrainLoss(const KernelCall& call);
   absl::Status RunTrainBackward(const KernelCall& call);
   absl::Status RunOptimizerStep(const KernelCall& call);
 
   std::shared_ptr<const LlamaWeights> weights_;
+  // By DeviceId: the weights its operators read (null: weights_), and the
+  // copies on each CUDA ordinal they point into.
+  std::vector<const LlamaWeights*> on_device_;
+  std::vector<TensorDevice> placement_;
+  std::vector<std::shared_ptr<const LlamaWeights>> replicas_;
   LlamaDims dims_;
   std::vector<std::string> group_keys_;  // LlamaGroupWeightKey of each group
   LlamaTokenSink sink_;
@@ -234,9 +256,18 @@ class LlamaKernelRunner final : public KernelRunner {
 // other kind goes to a HostTransferBackend.
 class LlamaTransferBackend final : public TransferBackend {
  public:
+  // Where each device keeps its tensors (LlamaKernelRunner::Place): a tensor
+  // or KV cache crossing to a device elsewhere is copied there (host to
+  // device through pinned memory, device to device on the copy engine); one
+  // staying on the same device, or between CPU devices, is shared.
+  void Place(std::vector<TensorDevice> placement) { placement_ = std::move(placement); }
   absl::Status Send(const TransferCall& call) override;
 
  private:
+  TensorDevice DeviceAt(DeviceId d) const {
+    return d.value() < placement_.size() ? placement_[d.value()] : TensorDevice::Cpu();
+  }
+  std::vector<TensorDevice> placement_;  // constant once the executors run
   HostTransferBackend host_;
 };
 

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,7 @@
 #include "slicesched/common/ids.h"
 #include "slicesched/executor/runtime/executor.h"
 #include "slicesched/executor/kernels/llama_kernels.h"
+#include "slicesched/executor/torch/device.h"
 #include "slicesched/gmg/gmg.h"
 #include "slicesched/gmg/llama.h"
 
@@ -102,11 +104,19 @@ class LlamaServingBackend {
 
   ExecutorSet& executors() { return *executors_; }
 
+  // For each CUDA ordinal the devices use: the executors' accounting (the
+  // pools of its devices and the weights copied there) against its caching
+  // allocator's growth since Create (device.h). Call with no operator
+  // running (after Pause(), or idle). Empty without CUDA devices.
+  absl::StatusOr<std::map<int, MemoryReconciliation>> ReconcileMemory() const;
+
  private:
   class Router;
   LlamaServingBackend() = default;
 
   std::unique_ptr<Router> router_;
+  std::vector<TensorDevice> placement_;          // by DeviceId, from the GMG's devices
+  std::map<int, CudaAllocatorStats> baseline_;  // by CUDA ordinal, at Create
   LlamaTransferBackend transfers_;
   std::unique_ptr<ExecutorSet> executors_;  // last: its threads stop first
 

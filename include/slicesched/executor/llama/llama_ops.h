@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "slicesched/common/units.h"
+#include "slicesched/executor/torch/device.h"
 #include "slicesched/executor/torch/tensor.h"
 #include "slicesched/gmg/llama.h"
 
@@ -74,6 +75,12 @@ class LlamaWeights {
   // AMP profile (lut_profile.h) runs the backbone in bf16.
   absl::StatusOr<std::shared_ptr<const LlamaWeights>> WithDType(DType dtype) const;
 
+  // A copy of every parameter on `device` (ToDevice's errors; the same
+  // parameters, shared, when they are there already): what the operators of
+  // a CUDA device read. Operators run where their weights are.
+  absl::StatusOr<std::shared_ptr<const LlamaWeights>> OnDevice(TensorDevice device) const;
+  TensorDevice device() const { return DeviceOf(embed_tokens_); }
+
   // All tensors under their HuggingFace names (for WriteSafetensors).
   std::vector<std::pair<std::string, Tensor>> NamedTensors() const;
 
@@ -120,6 +127,9 @@ class KvCache {
   Bytes bytes() const;     // K + V
   bool empty() const { return !k_.defined(); }
   void Clear();
+  // Copies K and V to `device` (nothing when empty or there already);
+  // ToDevice's errors, the cache unchanged.
+  absl::Status MoveTo(TensorDevice device);
 
   // For tests and transfers: the raw K and V tensors (undefined when empty).
   const Tensor& k() const { return k_; }
