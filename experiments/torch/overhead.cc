@@ -53,7 +53,7 @@ std::string OverheadResult::ToJson() const {
       "\"only\": \"%s\", \"direct_on\": \"%s\", \"direct_allocator\": \"%s\", \"device_cache\": {\"hits\": %d, \"misses\": %d}, \"priorities\": \"%s\", \"direct_thread\": %s, \"device_thread\": %s, \"master_thread\": %s, "
       "\"paired_overhead_pct\": %.2f, \"paired_quartiles_pct\": [%.2f, %.2f], \"block_pairs\": %d, \"order\": \"%s\", "
       "\"ops_per_prefill\": %d, \"per_op_direct_us\": %.2f, \"paired_overhead_us_per_op\": %.3f, "
-      "\"compared\": \"%s\", \"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\"}",
+      "\"compared\": \"%s\", \"placement\": \"%s\", \"pinning\": \"%s\", \"model\": \"%s\", \"device\": \"%s\"}",
       prefills, direct_s, scheduled_s, overhead_pct, repetitions, window, block, nap_us, tail_spin_us, wake_batch, list(direct_runs_s),
       list(scheduled_runs_s), prefills > 0 ? 1e6 * direct_s / static_cast<double>(prefills) : 0.0,
       prefills > 0 ? 1e6 * scheduled_s / static_cast<double>(prefills) : 0.0,
@@ -62,7 +62,7 @@ std::string OverheadResult::ToJson() const {
       direct_cache ? "per-thread cache" : "c10 default", device_cache_hits, device_cache_misses, priorities, direct_thread.ToJson(), device_thread.ToJson(), master_thread.ToJson(),
       paired_overhead_pct, paired_q1_pct, paired_q3_pct, block_ratios.size(), order, ops_per_prefill,
       per_op_direct_us(), paired_overhead_us_per_op, null_check ? "direct twin (null check)" : "scheduled",
-      placement, pinning, model);
+      placement, pinning, model, device);
 }
 
 std::string ThreadSched::ToJson() const {
@@ -205,13 +205,17 @@ class DirectThread {
  public:
   // `cache`: the thread takes its tensor memory from the per-thread cache,
   // as a device thread does (OverheadOptions::direct_cache).
-  explicit DirectThread(bool cache) {
-    Run([this, cache] {
+  // `cuda`: bound to GPU 0 and a stream of its own, as a device thread of a
+  // cuda device is (the caller checked that the GPU is usable).
+  explicit DirectThread(bool cache, bool cuda = false) {
+    Run([this, cache, cuda] {
       tid_ = CurrentTid();
       executor::SetIntraOpThreadsForThisThread(1);
       if (cache) executor::UseCachingCpuAllocatorOnThisThread();
+      if (cuda) bound_ = executor::BindThisThreadToCuda(0);
     });
   }
+  const absl::Status& bound() const { return bound_; }
   // The worker's thread id (for its /proc counters).
   pid_t tid() const { return tid_; }
   void Run(absl::FunctionRef<void()> f) {
@@ -226,6 +230,7 @@ class DirectThread {
  private:
   ThreadPool worker_{1};
   pid_t tid_ = 0;
+  absl::Status bound_;
 };
 
 // (b) The master's path: GMG + SliceScheduler + ExecutorSet on one device.
@@ -233,19 +238,26 @@ class ScheduledRig {
  public:
   // `device_cpu` >= 0: the device thread is pinned to that CPU. `nap`: the
   // executors' owner nap.
+  // `cuda`: the device is GPU 0 (activations and caches up to 16 GiB; the
+  // weights' copy is not charged to the pool).
   static absl::StatusOr<std::unique_ptr<ScheduledRig>> Create(const LlamaDims& dims,
                                                               std::shared_ptr<const LlamaWeights> w,
-                                                              int device_cpu, absl::Duration nap) {
+                                                              int device_cpu, absl::Duration nap, bool cuda) {
     std::vector<DeviceSpec> devs(1);
-    devs[0].name = "cpu0";
-    devs[0].type = "cpu";
-    devs[0].memory = Bytes::GiB(4);
-    devs[0].backend = DeviceBackend::kCpu;
+    devs[0].name = cuda ? "gpu0" : "cpu0";
+    devs[0].type = cuda ? "cuda" : "cpu";
+    devs[0].memory = cuda ? Bytes::GiB(16) : Bytes::GiB(4);
+    devs[0].backend = cuda ? DeviceBackend::kCuda : DeviceBackend::kCpu;
+    devs[0].ordinal = 0;
     SLICESCHED_ASSIGN_OR_RETURN(AcceleratorSet accel,
                                 AcceleratorSet::Create(devs, LinkSpec{10e9, Duration::Micros(5)}));
     SLICESCHED_ASSIGN_OR_RETURN(LlamaTemplates t, BuildLlamaTemplates(dims));
     SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<LlamaKernelRunner> runner,
                                 LlamaKernelRunner::Create(std::move(w), dims));
+    if (cuda) {
+      const executor::TensorDevice gpu[] = {executor::TensorDevice::Cuda(0)};
+      SLICESCHED_RETURN_IF_ERROR(runner->Place(gpu));
+    }
     auto rig = std::unique_ptr<ScheduledRig>(new ScheduledRig(std::move(accel), std::move(runner)));
     SLICESCHED_ASSIGN_OR_RETURN(rig->prefill_, rig->g_.RegisterTemplate(t.prefill));
     rig->prefill_ops_ = t.prefill->num_ops();
@@ -438,6 +450,7 @@ absl::Status OverheadOptions::Validate() const {
   if (only != "" && only != "direct" && only != "scheduled") {
     return OptionOutOfRange("--only", "direct or scheduled", only);
   }
+  if (device != "cpu" && device != "cuda") return OptionOutOfRange("--device", "cpu or cuda", device);
   if (null_check && !only.empty()) {
     return absl::InvalidArgumentError(StrCat("--null times the direct loop against its twin; --only ", only,
                                              " times one path (give one of them)"));
@@ -454,6 +467,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   const absl::Duration tail_spin = absl::Microseconds(o.tail_spin_us);
   const bool fcfs = o.priorities == "fcfs";
   const bool abba = o.order == "abba";
+  if (o.device == "cuda") SLICESCHED_RETURN_IF_ERROR(Annotate(executor::CheckCudaDevice(0), "--device cuda"));
   SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
   // The direct path gets the same single core as an executor's device thread.
   executor::SetIntraOpThreadsForThisThread(1);
@@ -494,7 +508,14 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     }
     (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
   };
-  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig, ScheduledRig::Create(dims, w, device_cpu, absl::Microseconds(o.nap_us)));
+  const bool cuda = o.device == "cuda";
+  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig,
+                              ScheduledRig::Create(dims, w, device_cpu, absl::Microseconds(o.nap_us), cuda));
+  // The direct loop's weights: where its operators run.
+  std::shared_ptr<const LlamaWeights> direct_w = w;
+  if (cuda) {
+    SLICESCHED_ASSIGN_OR_RETURN(direct_w, w->OnDevice(executor::TensorDevice::Cuda(0)));
+  }
 
   // Context length 1: one prompt token per prefill, built up front.
   std::vector<Tensor> prompts;
@@ -514,7 +535,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     ThreadSched sched;
   };
   auto make_direct_thread = [&] {
-    auto t = std::make_unique<DirectThread>(o.direct_cache);
+    auto t = std::make_unique<DirectThread>(o.direct_cache, cuda);
     if (device_cpu >= 0) {
       t->Run([&] {
         cpu_set_t set;
@@ -527,7 +548,11 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   };
   std::unique_ptr<DirectThread> direct_thread;
   if (o.direct_on_main && o.direct_cache) executor::UseCachingCpuAllocatorOnThisThread();
-  if (!o.direct_on_main) direct_thread = make_direct_thread();
+  if (o.direct_on_main && cuda) SLICESCHED_RETURN_IF_ERROR(executor::BindThisThreadToCuda(0));
+  if (!o.direct_on_main) {
+    direct_thread = make_direct_thread();
+    SLICESCHED_RETURN_IF_ERROR(direct_thread->bound());
+  }
   // The null check's second path: the direct loop on a twin thread.
   std::unique_ptr<DirectThread> twin_thread;
   if (o.null_check) twin_thread = make_direct_thread();
@@ -555,7 +580,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
       const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
       for (size_t i = b; i < b + n; ++i) {
         const size_t k = i % prompts.size();
-        absl::StatusOr<int64_t> t = DirectPrefill(*w, prompts[k]);
+        absl::StatusOr<int64_t> t = DirectPrefill(*direct_w, prompts[k]);
         if (!t.ok()) {
           st = t.status();
           return;
@@ -595,6 +620,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   OverheadResult r;
   r.prefills = o.prefills;
   r.model = o.model;
+  r.device = o.device;
   r.repetitions = o.repetitions;
   r.window = o.window;
   r.block = std::min<int64_t>(o.block, o.prefills);

@@ -38,6 +38,7 @@ int Overhead(const std::vector<std::string>& args) {
   if (int rc = Flags("overhead")
                    .Switch("--json", &json)
                    .Choice("--model", {"tiny", "small", "llama3-8b"}, &o.model)
+                   .Choice("--device", {"cpu", "cuda"}, &o.device)
                    .Int("--prefills", &o.prefills)
                    .Int("--repetitions", &o.repetitions)
                    .Int("--window", &o.window)

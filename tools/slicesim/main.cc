@@ -40,7 +40,7 @@ int Usage(FILE* to) {
                "  replay --sweep --out DIR [--trace FILE] [--minutes M] [--seed S] [--jobs N]\n"
                "                        capacity sweep: utilisation 0.2..0.7 x offline rate, per\n"
                "                        policy (M-minute windows per point, default 5)\n"
-               "  overhead [--model tiny|small] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin|--no-pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--tail-spin-us U] [--priorities fcfs|equal] [--order abba|direct-first] [--only direct|scheduled] [--null] [--json]\n"
+               "  overhead [--model tiny|small|llama3-8b] [--device cpu|cuda] [--prefills N] [--repetitions R] [--window W] [--block B] [--pin|--no-pin] [--direct-on-main] [--direct-allocator cache|default] [--wake-batch K] [--nap-us U] [--tail-spin-us U] [--priorities fcfs|equal] [--order abba|direct-first] [--only direct|scheduled] [--null] [--json]\n"
                "                        scheduled vs direct execution of N context-1 prefills on\n"
                "                        the LibTorch executors (paper Table 1; needs LibTorch)\n"
                "  generate-direct --prompt IDS --max-tokens N [--model NAME] [--weights-seed S]\n"

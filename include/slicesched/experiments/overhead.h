@@ -115,6 +115,13 @@ struct OverheadOptions {
   uint64_t seed = 1;    // weights
   int warmup = 20;      // untimed prefills of each kind first
   std::string model = "tiny";  // a Llama preset: tiny, small, llama3-8b
+  // "cpu", or "cuda": both paths on GPU 0 (FailedPrecondition where this
+  // process cannot use it). The direct loop's thread is bound to the GPU
+  // like a device thread, with a stream of its own, and reads its own copy
+  // of the weights there; it waits only for each prefill's token, as an
+  // engine calling the operators would, while the executor waits for each
+  // operator's completion event: that wait is part of what is measured.
+  std::string device = "cpu";
   // "" (both), "direct" or "scheduled": time only that path (for profiling
   // one path with perf or valgrind). The other path still runs once,
   // untimed, before the repetitions so the tokens are still compared;
@@ -131,7 +138,7 @@ struct OverheadOptions {
   bool null_check = false;
   // InvalidArgument naming the option (as slicesim overhead's flag) and its
   // value: prefills, repetitions, window and block >= 1, nap_us >= 0,
-  // wake_batch in 1..window, priorities, order and only one of their names;
+  // wake_batch in 1..window, priorities, order, only and device one of their names;
   // null_check with only or direct_on_main (the twin is the direct loop's
   // thread's double; both paths are timed). RunOverhead checks it first.
   absl::Status Validate() const;
@@ -162,6 +169,7 @@ struct OverheadResult {
   int64_t tail_spin_us = 0;
   int wake_batch = 0;
   std::string model;
+  std::string device;     // "cpu" or "cuda"
   std::string placement;  // how the scheduled prefills were placed
   std::string pinning;    // which CPUs ran what
   double direct_s = 0;     // median over repetitions
