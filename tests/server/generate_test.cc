@@ -194,53 +194,44 @@ TEST_F(GenerateTest, ConcurrentStreamsEqualDirectComputation) {
 class ChunkedGenerateTest : public GenerateTest {
  protected:
   ChunkedGenerateTest() { extra_yaml_ = "scheduler: {prefill_chunk_tokens: 4, offline_prefill_chunk_tokens: 4}\n"; }
+
+  // Three prompts at once (online 13 tokens, offline 9 with seeded
+  // sampling, online 2): each stream equals the direct computation, and no
+  // request memory is left on any device afterwards.
+  void ExpectMixedStreamsEqualDirect() {
+    std::vector<v1::GenerateRequest> reqs = {Request({5, 9, 11, 2, 7, 3, 19, 23, 1, 4, 8, 6, 12}, 6),
+                                             Request({3, 1, 4, 1, 5, 9, 2, 6, 5}, 4), Request({42, 43}, 3)};
+    reqs[1].set_priority_class(v1::PRIORITY_CLASS_OFFLINE);
+    reqs[1].mutable_sampling()->set_temperature(1.0f);
+    reqs[1].mutable_sampling()->set_seed(77);
+    const std::vector<Stream> got = GenerateConcurrently(reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      SCOPED_TRACE(i);
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+      EXPECT_EQ(got[i].tokens(), Direct(reqs[i]));
+    }
+    ExpectDevicesHoldNoRequestMemory();
+  }
 };
 
-TEST_F(ChunkedGenerateTest, PrefillInPiecesEqualsDirectComputation) {
-  std::vector<v1::GenerateRequest> reqs = {Request({5, 9, 11, 2, 7, 3, 19, 23, 1, 4, 8, 6, 12}, 6),
-                                           Request({3, 1, 4, 1, 5, 9, 2, 6, 5}, 4), Request({42, 43}, 3)};
-  reqs[1].set_priority_class(v1::PRIORITY_CLASS_OFFLINE);
-  reqs[1].mutable_sampling()->set_temperature(1.0f);
-  reqs[1].mutable_sampling()->set_seed(77);
-  const std::vector<Stream> got = GenerateConcurrently(reqs);
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    SCOPED_TRACE(i);
-    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
-    EXPECT_EQ(got[i].tokens(), Direct(reqs[i]));
-  }
-  ExpectDevicesHoldNoRequestMemory();
-}
+TEST_F(ChunkedGenerateTest, PrefillInPiecesEqualsDirectComputation) { ExpectMixedStreamsEqualDirect(); }
 
-// The same daemon on two logical CUDA devices sharing GPU 0 (f32 weights,
-// greedy and seeded sampling, prompts prefilled in pieces across both
-// devices): the streams equal the direct computation on the CPU, and the
-// executors' memory accounting matches the caching allocator's. Skipped
-// without a usable GPU (tools/gpu-check runs it on one).
-class CudaGenerateTest : public GenerateTest {
+// The same daemon on two logical CUDA devices sharing GPU 0 (f32 weights):
+// the streams equal the direct computation on the CPU. Skipped without a
+// usable GPU (tools/gpu-check runs it on one).
+class CudaGenerateTest : public ChunkedGenerateTest {
  protected:
   CudaGenerateTest() {
     devices_yaml_ = "{name: gpu, count: 2, type: H100, memory: 4GiB, backend: cuda, device: [0, 0]}";
-    extra_yaml_ = "scheduler: {prefill_chunk_tokens: 4, offline_prefill_chunk_tokens: 4}\n";
   }
   void SetUp() override {
     SLICESCHED_CUDA_OR_SKIP(0);
-    GenerateTest::SetUp();
+    ChunkedGenerateTest::SetUp();
   }
 };
 
 TEST_F(CudaGenerateTest, StreamsEqualTheCpuComputation) {
-  std::vector<v1::GenerateRequest> reqs = {Request({5, 9, 11, 2, 7, 3, 19, 23, 1, 4, 8, 6, 12}, 6),
-                                           Request({3, 1, 4, 1, 5, 9, 2, 6, 5}, 4), Request({42, 43}, 5)};
-  reqs[1].set_priority_class(v1::PRIORITY_CLASS_OFFLINE);
-  reqs[1].mutable_sampling()->set_temperature(1.0f);
-  reqs[1].mutable_sampling()->set_seed(77);
-  const std::vector<Stream> got = GenerateConcurrently(reqs);
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    SCOPED_TRACE(i);
-    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
-    EXPECT_EQ(got[i].tokens(), Direct(reqs[i]));
-  }
-  ExpectDevicesHoldNoRequestMemory();
+  ExpectMixedStreamsEqualDirect();
   auto devices = master_->Devices();
   ASSERT_TRUE(devices.ok());
   for (const DeviceInfo& d : *devices) EXPECT_EQ(d.backend_used, "cuda (LibTorch)");

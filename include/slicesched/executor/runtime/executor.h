@@ -497,9 +497,16 @@ class ExecutorSet final : public ExecutionBackend {
   using TensorKey = std::pair<uint64_t, int>;  // (producer node, output)
 
   void DeviceLoop(DeviceId d, int cpu);
-  // Runs one popped item; returns the event to post (not yet timestamped
-  // for kFinished/kFailed).
-  void RunItem(DeviceId d, WorkItem& w);
+  // A device thread's per-operator scratch, kept across operators
+  // (device_loop.cc).
+  struct DeviceScratch;
+  // DeviceLoop's steps: failing what a stopped device still holds, running
+  // an item's kernel (without the lock), and recording its finish or
+  // failure (the lock held, kept for picking the next item).
+  void FailStopped(DeviceId d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RunKernel(DeviceId d, const WorkItem& w, Bytes workspace, DeviceScratch& x);
+  void RecordFinish(DeviceId d, uint32_t item, WorkItem& w, absl::Status st, DeviceScratch& x)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `e` for the owner, stamped with the clock's now unless `stamp`
   // is false (e.time is then already set).
   void Post(Event e, bool stamp = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
