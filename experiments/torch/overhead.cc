@@ -462,6 +462,122 @@ absl::Status OverheadOptions::Validate() const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Pinning: the direct loop and the device thread on one CPU (the same one,
+// the last allowed), the master (the calling thread during the scheduled
+// runs) on the others, so its wake-ups do not preempt the device thread (the
+// paper's master has its own cores too). Needs two allowed CPUs; the calling
+// thread's affinity is restored when the plan goes.
+class CpuPlan {
+ public:
+  explicit CpuPlan(bool pin) {
+    CPU_ZERO(&original_);
+    CPU_ZERO(&master_set_);
+    const bool have_affinity = pthread_getaffinity_np(pthread_self(), sizeof(original_), &original_) == 0;
+    if (!pin || !have_affinity || CPU_COUNT(&original_) < 2) return;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &original_)) device_cpu_ = c;
+    }
+    CPU_OR(&master_set_, &master_set_, &original_);
+    CPU_CLR(device_cpu_, &master_set_);
+  }
+  ~CpuPlan() {
+    if (device_cpu_ >= 0) (void)pthread_setaffinity_np(pthread_self(), sizeof(original_), &original_);
+  }
+  CpuPlan(const CpuPlan&) = delete;
+  CpuPlan& operator=(const CpuPlan&) = delete;
+
+  int device_cpu() const { return device_cpu_; }  // -1: not pinned
+  // The calling thread onto the device's CPU, or onto the master's.
+  void PinThisThread(bool device) const {
+    if (device_cpu_ < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (device) {
+      CPU_SET(device_cpu_, &set);
+    } else {
+      set = master_set_;
+    }
+    (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  // Which CPUs ran what, for the report.
+  std::string Describe(bool null_check, bool pin) const {
+    if (device_cpu_ < 0) return pin ? "not pinned (fewer than 2 CPUs allowed)" : "not pinned";
+    std::string others;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &master_set_)) others += StrCat(others.empty() ? "" : ",", c);
+    }
+    return StrCat(null_check ? "direct loop and its twin on CPU " : "direct loop and device thread on CPU ",
+                  device_cpu_, ", master on CPU ", others);
+  }
+
+ private:
+  cpu_set_t original_;
+  cpu_set_t master_set_;
+  int device_cpu_ = -1;
+};
+
+// The options a result reports.
+void ReportOptions(const OverheadOptions& o, OverheadResult* r) {
+  r->prefills = o.prefills;
+  r->model = o.model;
+  r->device = o.device;
+  r->repetitions = o.repetitions;
+  r->window = o.window;
+  r->block = std::min<int64_t>(o.block, o.prefills);
+  r->only = o.only;
+  r->nap_us = o.nap_us;
+  r->tail_spin_us = o.tail_spin_us;
+  r->wake_batch = o.wake_batch;
+  r->direct_on_main = o.direct_on_main;
+  r->direct_cache = o.direct_cache;
+  r->priorities = o.priorities;
+  r->order = o.order;
+  r->null_check = o.null_check;
+}
+
+// What each repetition measured besides its times (in OverheadResult).
+struct PerRepetition {
+  std::vector<double> direct_cpu, dev_cpu, master_cpu;
+  std::vector<ThreadSched> direct_sched, dev_sched, master_sched;
+  // Each block pair's extra time per operator (see paired_overhead_us_per_op).
+  std::vector<double> block_extra_us_per_op;
+};
+
+// The medians over the repetitions, and the paired figures over the blocks.
+void Summarize(PerRepetition p, OverheadResult* r) {
+  r->direct_thread = MedianSched(p.direct_sched);
+  r->device_thread = MedianSched(p.dev_sched);
+  r->master_thread = MedianSched(p.master_sched);
+  r->direct_cpu_s = Median(p.direct_cpu);
+  r->device_cpu_s = Median(p.dev_cpu);
+  r->master_cpu_s = Median(p.master_cpu);
+  r->direct_s = Median(r->direct_runs_s);
+  r->scheduled_s = Median(r->scheduled_runs_s);
+  r->overhead_pct =
+      r->direct_s > 0 && r->scheduled_s > 0 ? 100.0 * (r->scheduled_s - r->direct_s) / r->direct_s : 0.0;
+  if (!r->block_ratios.empty()) {
+    r->paired_overhead_pct = 100.0 * (Median(r->block_ratios) - 1.0);
+    r->paired_q1_pct = 100.0 * (Quantile(r->block_ratios, 0.25) - 1.0);
+    r->paired_q3_pct = 100.0 * (Quantile(r->block_ratios, 0.75) - 1.0);
+    r->paired_overhead_us_per_op = Median(std::move(p.block_extra_us_per_op));
+  }
+}
+
+// The first prompt whose tokens differ, as the error of a run whose paths
+// disagree.
+absl::Status TokensDiffer(const std::vector<int64_t>& direct, const std::vector<int64_t>& scheduled) {
+  size_t i = 0;
+  while (i < direct.size() && i < scheduled.size() && direct[i] == scheduled[i]) ++i;
+  return absl::InternalError(
+      StrCat("overhead: the scheduled prefills sampled other tokens than the direct ones (first at prompt ", i,
+             ": direct ", i < direct.size() ? direct[i] : -1, ", scheduled ", i < scheduled.size() ? scheduled[i] : -1,
+             ")"));
+}
+
+}  // namespace
+
 absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(o.Validate());
   const absl::Duration tail_spin = absl::Microseconds(o.tail_spin_us);
@@ -473,41 +589,9 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   executor::SetIntraOpThreadsForThisThread(1);
   SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
                               LlamaWeights::FromSeed(dims, o.seed));
-  // Pinning: the direct loop and the device thread on one CPU (the same one),
-  // the master (this thread during the scheduled runs) on the others, so its
-  // wake-ups do not preempt the device thread (the paper's master has its own
-  // cores too). Restored on return.
-  cpu_set_t original;
-  CPU_ZERO(&original);
-  const bool have_affinity = pthread_getaffinity_np(pthread_self(), sizeof(original), &original) == 0;
-  int device_cpu = -1;
-  cpu_set_t master_set;
-  CPU_ZERO(&master_set);
-  if (o.pin && have_affinity && CPU_COUNT(&original) >= 2) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &original)) device_cpu = c;  // the last allowed CPU
-    }
-    CPU_OR(&master_set, &master_set, &original);
-    CPU_CLR(device_cpu, &master_set);
-  }
-  struct RestoreAffinity {
-    bool active;
-    cpu_set_t set;
-    ~RestoreAffinity() {
-      if (active) (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-    }
-  } restore{device_cpu >= 0, original};
-  auto pin_to = [&](bool device) {
-    if (device_cpu < 0) return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (device) {
-      CPU_SET(device_cpu, &set);
-    } else {
-      set = master_set;
-    }
-    (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-  };
+  const CpuPlan cpus(o.pin);
+  const int device_cpu = cpus.device_cpu();
+  auto pin_to = [&](bool device) { cpus.PinThisThread(device); };
   const bool cuda = o.device == "cuda";
   SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig,
                               ScheduledRig::Create(dims, w, device_cpu, absl::Microseconds(o.nap_us), cuda));
@@ -618,21 +702,7 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(rig->Settle());
 
   OverheadResult r;
-  r.prefills = o.prefills;
-  r.model = o.model;
-  r.device = o.device;
-  r.repetitions = o.repetitions;
-  r.window = o.window;
-  r.block = std::min<int64_t>(o.block, o.prefills);
-  r.only = o.only;
-  r.nap_us = o.nap_us;
-  r.tail_spin_us = o.tail_spin_us;
-  r.wake_batch = o.wake_batch;
-  r.direct_on_main = o.direct_on_main;
-  r.direct_cache = o.direct_cache;
-  r.priorities = o.priorities;
-  r.order = o.order;
-  r.null_check = o.null_check;
+  ReportOptions(o, &r);
   r.tokens_match = true;
   const bool run_direct = o.only != "scheduled", run_sched = o.only != "direct";
   // With one path timed, the other one's tokens come from one untimed run.
@@ -642,12 +712,9 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
     SLICESCHED_RETURN_IF_ERROR(rig->Settle());
   }
   const pid_t main_tid = CurrentTid();
-  std::vector<double> direct_cpu, dev_cpu, master_cpu;
-  std::vector<ThreadSched> direct_sched, dev_sched, master_sched;
+  PerRepetition per_rep;
   const size_t block = static_cast<size_t>(std::min<int64_t>(o.block, o.prefills));
   r.ops_per_prefill = std::max(rig->prefill_ops(), 1);
-  // Each block pair's extra time per operator (see paired_overhead_us_per_op).
-  std::vector<double> block_extra_us_per_op;
   for (int rep = 0; rep < o.repetitions; ++rep) {
     double direct_s = 0, sched_s = 0, direct_c = 0, dev_c = 0, master_c = 0;
     ThreadSched direct_t, dev_t, master_t;
@@ -698,63 +765,34 @@ absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
       sched_s += sched_block_s;
       if (run_direct && run_sched && direct_block_s > 0) {
         r.block_ratios.push_back(sched_block_s / direct_block_s);
-        block_extra_us_per_op.push_back(1e6 * (sched_block_s - direct_block_s) /
+        per_rep.block_extra_us_per_op.push_back(1e6 * (sched_block_s - direct_block_s) /
                                         static_cast<double>(n * static_cast<size_t>(r.ops_per_prefill)));
       }
     }
     r.direct_runs_s.push_back(direct_s);
     r.scheduled_runs_s.push_back(sched_s);
-    direct_cpu.push_back(direct_c);
-    dev_cpu.push_back(dev_c);
-    master_cpu.push_back(master_c);
-    direct_sched.push_back(direct_t);
-    dev_sched.push_back(dev_t);
-    master_sched.push_back(master_t);
+    per_rep.direct_cpu.push_back(direct_c);
+    per_rep.dev_cpu.push_back(dev_c);
+    per_rep.master_cpu.push_back(master_c);
+    per_rep.direct_sched.push_back(direct_t);
+    per_rep.dev_sched.push_back(dev_t);
+    per_rep.master_sched.push_back(master_t);
     r.tokens_match = r.tokens_match && direct_tokens == sched_tokens;
   }
-  r.direct_thread = MedianSched(direct_sched);
-  r.device_thread = MedianSched(dev_sched);
-  r.master_thread = MedianSched(master_sched);
-  r.direct_cpu_s = Median(direct_cpu);
-  r.device_cpu_s = Median(dev_cpu);
-  r.master_cpu_s = Median(master_cpu);
-  r.direct_s = Median(r.direct_runs_s);
-  r.scheduled_s = Median(r.scheduled_runs_s);
-  r.overhead_pct = r.direct_s > 0 && r.scheduled_s > 0 ? 100.0 * (r.scheduled_s - r.direct_s) / r.direct_s : 0.0;
-  if (!r.block_ratios.empty()) {
-    r.paired_overhead_pct = 100.0 * (Median(r.block_ratios) - 1.0);
-    r.paired_q1_pct = 100.0 * (Quantile(r.block_ratios, 0.25) - 1.0);
-    r.paired_q3_pct = 100.0 * (Quantile(r.block_ratios, 0.75) - 1.0);
-    r.paired_overhead_us_per_op = Median(std::move(block_extra_us_per_op));
-  }
+  Summarize(std::move(per_rep), &r);
   const executor::CpuCacheStats cache = rig->DeviceCache();
   r.device_cache_hits = cache.hits;
   r.device_cache_misses = cache.misses;
   r.scheduled_ops = rig->executors().completed_ops();
   r.fast_path_ops = rig->executors().fast_path_ops();
   r.owner_wakes = rig->executors().owner_wakes();
+  const std::string device_kind = cuda ? "1 CUDA device" : "1 CPU device";
   r.placement = o.null_check ? "none: the null check times the direct loop against its twin (no scheduler)"
                 : rig->whatif_runs() == 0
-                    ? "SliceScheduler, 1 CPU device: one candidate (partition single), no what-if runs"
-                    : StrCat("SliceScheduler, 1 CPU device, ", rig->whatif_runs(), " what-if runs");
-  if (device_cpu >= 0) {
-    std::string others;
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &master_set)) others += StrCat(others.empty() ? "" : ",", c);
-    }
-    r.pinning = o.null_check ? StrCat("direct loop and its twin on CPU ", device_cpu, ", master on CPU ", others)
-                             : StrCat("direct loop and device thread on CPU ", device_cpu, ", master on CPU ", others);
-  } else {
-    r.pinning = o.pin ? "not pinned (fewer than 2 CPUs allowed)" : "not pinned";
-  }
-  if (!r.tokens_match) {
-    size_t i = 0;
-    while (i < direct_tokens.size() && direct_tokens[i] == sched_tokens[i]) ++i;
-    return absl::InternalError(
-        StrCat("overhead: the scheduled prefills sampled other tokens than the direct ones (first at prompt ", i,
-               ": direct ", i < direct_tokens.size() ? direct_tokens[i] : -1, ", scheduled ",
-               i < sched_tokens.size() ? sched_tokens[i] : -1, ")"));
-  }
+                    ? StrCat("SliceScheduler, ", device_kind, ": one candidate (partition single), no what-if runs")
+                    : StrCat("SliceScheduler, ", device_kind, ", ", rig->whatif_runs(), " what-if runs");
+  r.pinning = cpus.Describe(o.null_check, o.pin);
+  if (!r.tokens_match) return TokensDiffer(direct_tokens, sched_tokens);
   return r;
 }
 

@@ -244,35 +244,55 @@ TemplateBuilder& TemplateBuilder::Partition(
   return *this;
 }
 
+absl::Status TemplateBuilder::Invalid(const GraphTemplate& t, absl::string_view what) {
+  return absl::InvalidArgumentError(StrCat("template '", t.name_, "': ", what));
+}
+
 absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
   if (!status_.ok()) return status_;
   GraphTemplate& t = *t_;
-  auto fail = [&](std::string msg) {
-    return absl::InvalidArgumentError(StrCat("template '", t.name_, "': ", msg));
-  };
-  if (t.ops_.empty()) return fail("has no ops");
-  if (t.ops_.size() >= (size_t{1} << 20)) return fail("too many ops");
+  if (t.ops_.empty()) return Invalid(t, "has no ops");
+  if (t.ops_.size() >= (size_t{1} << 20)) {
+    return Invalid(t, "too many ops");
+  }
+  OpIndex op_index;
+  SLICESCHED_RETURN_IF_ERROR(CheckNames(t, &op_index));
+  SLICESCHED_RETURN_IF_ERROR(ResolveInputs(t, op_index));
+  SLICESCHED_RETURN_IF_ERROR(OrderOps(t));
+  // Defines.
+  t.defines_ = SymbolValues(t.symbols_.size());
+  for (const auto& [name, value] : defines_) {
+    auto sym = t.symbols_.Find(name);
+    t.defines_.Set(*sym, value);
+  }
+  SLICESCHED_RETURN_IF_ERROR(AddPartitions(t, op_index));
 
-  // Names: ops, external inputs and checkpoint inputs must be unique.
-  absl::flat_hash_map<std::string, int> op_index;
+  std::shared_ptr<const GraphTemplate> out(t_.release());
+  t_.reset(new GraphTemplate());
+  status_ = absl::FailedPreconditionError("Build() was already called");
+  return out;
+}
+
+// Names: ops, external inputs and checkpoint inputs must be unique.
+absl::Status TemplateBuilder::CheckNames(const GraphTemplate& t, OpIndex* op_index) {
   for (int i = 0; i < t.num_ops(); ++i) {
     const OpSpec& op = t.ops_[i];
-    if (op.name.empty()) return fail(StrCat("op #", i, " has an empty name"));
+    if (op.name.empty()) return Invalid(t, StrCat("op #", i, " has an empty name"));
     if (op.name.find_first_of(":$@") != std::string::npos) {
-      return fail(StrCat("op '", op.name, "': names may not contain ':', '$' or '@'"));
+      return Invalid(t, StrCat("op '", op.name, "': names may not contain ':', '$' or '@'"));
     }
-    if (!op_index.emplace(op.name, i).second) {
-      return fail(StrCat("duplicate op name '", op.name, "'"));
+    if (!op_index->emplace(op.name, i).second) {
+      return Invalid(t, StrCat("duplicate op name '", op.name, "'"));
     }
-    if (op.outputs.empty()) return fail(StrCat("op '", op.name, "' has no outputs"));
+    if (op.outputs.empty()) return Invalid(t, StrCat("op '", op.name, "' has no outputs"));
     absl::flat_hash_map<std::string, int> out_names;
     for (const auto& o : op.outputs) {
       if (o.retain && !o.updates.empty()) {
-        return fail(StrCat("op '", op.name, "' output '", o.name,
+        return Invalid(t, StrCat("op '", op.name, "' output '", o.name,
                                  "' cannot both be retained and update a checkpoint"));
       }
       if (!out_names.emplace(o.name, 0).second) {
-        return fail(StrCat("op '", op.name, "': duplicate output name '", o.name, "'"));
+        return Invalid(t, StrCat("op '", op.name, "': duplicate output name '", o.name, "'"));
       }
     }
   }
@@ -280,17 +300,21 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
     absl::flat_hash_map<std::string, int> seen;
     for (const auto& e : t.externals_) {
       if (!seen.emplace("$" + e.name, 0).second) {
-        return fail(StrCat("duplicate external input '", e.name, "'"));
+        return Invalid(t, StrCat("duplicate external input '", e.name, "'"));
       }
     }
     for (const auto& c : t.checkpoints_) {
       if (!seen.emplace("@" + c.name, 0).second) {
-        return fail(StrCat("duplicate checkpoint input '", c.name, "'"));
+        return Invalid(t, StrCat("duplicate checkpoint input '", c.name, "'"));
       }
     }
   }
+  return absl::OkStatus();
+}
 
-  // Resolve inputs, check arity and types.
+// Resolves each op's inputs (ops, $external and @checkpoint inputs), checks
+// arity and types, and which checkpoint each op updates.
+absl::Status TemplateBuilder::ResolveInputs(GraphTemplate& t, const OpIndex& op_index) {
   std::vector<int> ckpt_updater(t.checkpoints_.size(), -1);
   for (int i = 0; i < t.num_ops(); ++i) {
     OpSpec& op = t.ops_[i];
@@ -299,7 +323,7 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
     const KindRule& rule = RuleFor(op.kind);
     const int n = static_cast<int>(op.input_names.size());
     if (n < rule.min_inputs || n > rule.max_inputs) {
-      return fail(StrCat("op '", op.name, "' (", rule.name, ") takes ", rule.min_inputs,
+      return Invalid(t, StrCat("op '", op.name, "' (", rule.name, ") takes ", rule.min_inputs,
                                rule.min_inputs == rule.max_inputs ? "" : StrCat("..", rule.max_inputs),
                                " inputs, got ", n));
     }
@@ -311,7 +335,7 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
         auto it = std::find_if(t.externals_.begin(), t.externals_.end(),
                                [&](const auto& e) { return e.name == ref.substr(1); });
         if (it == t.externals_.end()) {
-          return fail(StrCat("op '", op.name, "': input '", ref, "' names no external input"));
+          return Invalid(t, StrCat("op '", op.name, "': input '", ref, "' names no external input"));
         }
         r.kind = InputRef::Kind::kExternal;
         r.index = static_cast<int>(it - t.externals_.begin());
@@ -319,7 +343,7 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
       } else if (!ref.empty() && ref[0] == '@') {
         int ck = t.FindCheckpointInput(ref.substr(1));
         if (ck < 0) {
-          return fail(StrCat("op '", op.name, "': input '", ref, "' names no checkpoint input"));
+          return Invalid(t, StrCat("op '", op.name, "': input '", ref, "' names no checkpoint input"));
         }
         r.kind = InputRef::Kind::kCheckpoint;
         r.index = ck;
@@ -332,10 +356,10 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
         }
         auto it = op_index.find(producer);
         if (it == op_index.end()) {
-          return fail(StrCat("op '", op.name, "': input '", ref,
+          return Invalid(t, StrCat("op '", op.name, "': input '", ref,
                                    "' names no op, external input ($name) or checkpoint (@name)"));
         }
-        if (it->second == i) return fail(StrCat("op '", op.name, "' reads its own output"));
+        if (it->second == i) return Invalid(t, StrCat("op '", op.name, "' reads its own output"));
         const OpSpec& p = t.ops_[it->second];
         int out = 0;
         if (!out_name.empty()) {
@@ -344,7 +368,7 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
             if (p.outputs[o].name == out_name) out = static_cast<int>(o);
           }
           if (out < 0) {
-            return fail(StrCat("op '", op.name, "': input '", ref, "': op '", producer,
+            return Invalid(t, StrCat("op '", op.name, "': input '", ref, "': op '", producer,
                                      "' has no output '", out_name, "'"));
           }
         }
@@ -357,11 +381,11 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
         }
       }
       if (k == 0 && rule.input0 == 'f' && !IsFloating(dtype)) {
-        return fail(StrCat("op '", op.name, "' (", rule.name, "): input 0 '", ref, "' is ",
+        return Invalid(t, StrCat("op '", op.name, "' (", rule.name, "): input 0 '", ref, "' is ",
                                  DTypeName(dtype), ", expected a floating-point tensor"));
       }
       if (k == 0 && rule.input0 == 'i' && !IsInteger(dtype)) {
-        return fail(StrCat("op '", op.name, "' (", rule.name, "): input 0 '", ref, "' is ",
+        return Invalid(t, StrCat("op '", op.name, "' (", rule.name, "): input 0 '", ref, "' is ",
                                  DTypeName(dtype), ", expected an integer tensor"));
       }
       op.inputs.push_back(r);
@@ -373,7 +397,7 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
                  : r1.kind == InputRef::Kind::kExternal ? t.externals_[r1.index].dtype
                                                         : t.checkpoints_[r1.index].dtype;
       if (!IsFloating(d1)) {
-        return fail(StrCat("op '", op.name, "' (matmul): input 1 '", op.input_names[1],
+        return Invalid(t, StrCat("op '", op.name, "' (matmul): input 1 '", op.input_names[1],
                                  "' is ", DTypeName(d1), ", expected a floating-point tensor"));
       }
     }
@@ -385,23 +409,26 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
         return r.kind == InputRef::Kind::kCheckpoint && r.index == ck;
       });
       if (!reads) {
-        return fail(StrCat("op '", op.name, "' output '", o.name, "' updates checkpoint '@",
+        return Invalid(t, StrCat("op '", op.name, "' output '", o.name, "' updates checkpoint '@",
                                  o.updates, "' but does not read it"));
       }
       if (op.checkpoint_update_of >= 0) {
-        return fail(StrCat("op '", op.name, "' updates more than one checkpoint"));
+        return Invalid(t, StrCat("op '", op.name, "' updates more than one checkpoint"));
       }
       if (ckpt_updater[ck] >= 0) {
-        return fail(StrCat("checkpoint '@", o.updates, "' is updated by both '",
+        return Invalid(t, StrCat("checkpoint '@", o.updates, "' is updated by both '",
                                  t.ops_[ckpt_updater[ck]].name, "' and '", op.name, "'"));
       }
       ckpt_updater[ck] = i;
       op.checkpoint_update_of = ck;
     }
   }
+  return absl::OkStatus();
+}
 
   // Successors, consumer counts and a topological order (Kahn); a leftover
   // node means a cycle, reported along one cycle path.
+absl::Status TemplateBuilder::OrderOps(GraphTemplate& t) {
   t.consumer_counts_.assign(t.ops_.size(), {});
   for (int i = 0; i < t.num_ops(); ++i) {
     t.ops_[i].succs.clear();
@@ -417,7 +444,7 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
     for (size_t o = 0; o < t.ops_[i].outputs.size(); ++o) {
       const TensorSpec& out = t.ops_[i].outputs[o];
       if ((out.retain || !out.updates.empty()) && t.consumer_counts_[i][o] > 0) {
-        return fail(StrCat("op '", t.ops_[i].name, "' output '", out.name,
+        return Invalid(t, StrCat("op '", t.ops_[i].name, "' output '", out.name,
                                  "' is a checkpoint and may not be consumed inside the template"));
       }
     }
@@ -454,21 +481,16 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
     for (size_t k = pos[cur]; k < path.size(); ++k) names.push_back(t.ops_[path[k]].name);
     std::reverse(names.begin(), names.end());
     names.push_back(names.front());
-    return fail(StrCat("cycle through ops ", absl::StrJoin(names, " -> ")));
+    return Invalid(t, StrCat("cycle through ops ", absl::StrJoin(names, " -> ")));
   }
+  return absl::OkStatus();
+}
 
-  // Defines.
-  t.defines_ = SymbolValues(t.symbols_.size());
-  for (const auto& [name, value] : defines_) {
-    auto sym = t.symbols_.Find(name);
-    t.defines_.Set(*sym, value);
-  }
-
-  // Partitions.
+absl::Status TemplateBuilder::AddPartitions(GraphTemplate& t, const OpIndex& op_index) const {
   absl::flat_hash_map<std::string, int> part_names;
   for (const auto& [pname, slots] : partitions_) {
     if (!part_names.emplace(pname, 0).second) {
-      return fail(StrCat("duplicate partition '", pname, "'"));
+      return Invalid(t, StrCat("duplicate partition '", pname, "'"));
     }
     CandidatePartition p;
     p.name = pname;
@@ -477,27 +499,27 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
     for (const auto& [op_name, slot] : slots) {
       auto it = op_index.find(op_name);
       if (it == op_index.end()) {
-        return fail(StrCat("partition '", pname, "' maps unknown op '", op_name, "'"));
+        return Invalid(t, StrCat("partition '", pname, "' maps unknown op '", op_name, "'"));
       }
       if (slot < 0) {
-        return fail(StrCat("partition '", pname, "' maps op '", op_name, "' to negative slot ", slot));
+        return Invalid(t, StrCat("partition '", pname, "' maps op '", op_name, "' to negative slot ", slot));
       }
       if (p.slot_of_op[it->second] >= 0) {
-        return fail(StrCat("partition '", pname, "' maps op '", op_name, "' twice"));
+        return Invalid(t, StrCat("partition '", pname, "' maps op '", op_name, "' twice"));
       }
       p.slot_of_op[it->second] = slot;
       max_slot = std::max(max_slot, slot);
     }
     for (int i = 0; i < t.num_ops(); ++i) {
       if (p.slot_of_op[i] < 0) {
-        return fail(StrCat("partition '", pname, "' does not map op '", t.ops_[i].name, "'"));
+        return Invalid(t, StrCat("partition '", pname, "' does not map op '", t.ops_[i].name, "'"));
       }
     }
     std::vector<bool> used(max_slot + 1, false);
     for (int s : p.slot_of_op) used[s] = true;
     for (int s = 0; s <= max_slot; ++s) {
       if (!used[s]) {
-        return fail(StrCat("partition '", pname, "' leaves slot ", s,
+        return Invalid(t, StrCat("partition '", pname, "' leaves slot ", s,
                                  " empty (slots must be numbered 0..k-1)"));
       }
     }
@@ -506,11 +528,7 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> TemplateBuilder::Build() {
     p.num_slots = max_slot + 1;
     t.partitions_.push_back(std::move(p));
   }
-
-  std::shared_ptr<const GraphTemplate> out(t_.release());
-  t_.reset(new GraphTemplate());
-  status_ = absl::FailedPreconditionError("Build() was already called");
-  return out;
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------

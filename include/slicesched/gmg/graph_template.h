@@ -182,6 +182,16 @@ class TemplateBuilder {
   absl::StatusOr<std::vector<ShapeExpr>> ParseDims(const std::vector<std::string>& dims);
   OpSpec* current();
   void Fail(absl::Status status);
+  // Build()'s steps, each InvalidArgument naming the template and what is
+  // wrong: unique names (and the ops' index by name), inputs resolved and
+  // typed, successors and a topological order (a cycle named along its
+  // path), then the partitions.
+  using OpIndex = absl::flat_hash_map<std::string, int>;
+  static absl::Status Invalid(const GraphTemplate& t, absl::string_view what);
+  static absl::Status CheckNames(const GraphTemplate& t, OpIndex* op_index);
+  static absl::Status ResolveInputs(GraphTemplate& t, const OpIndex& op_index);
+  static absl::Status OrderOps(GraphTemplate& t);
+  absl::Status AddPartitions(GraphTemplate& t, const OpIndex& op_index) const;
 
   std::unique_ptr<GraphTemplate> t_;
   std::vector<std::pair<std::string, int64_t>> defines_;
