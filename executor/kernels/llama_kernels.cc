@@ -244,15 +244,7 @@ absl::Status LlamaKernelRunner::Run(const KernelCall& call) {
 }
 
 absl::Status LlamaKernelRunner::RunOp(const KernelCall& call) {
-  const OpKind kind = call.op().kind;
-  if (&WeightsOn(call.device) != weights_.get() &&
-      (kind == OpKind::kTrainForward || kind == OpKind::kTrainLoss || kind == OpKind::kTrainBackward ||
-       kind == OpKind::kOptimizerStep)) {
-    // The adapters, tapes and optimizer state live in host memory for now.
-    return absl::UnimplementedError(StrCat(Label(call), ": fine-tuning operators run on cpu devices only; device ",
-                                           call.device, " is ", WeightsOn(call.device).device().ToString()));
-  }
-  switch (kind) {
+  switch (call.op().kind) {
     case OpKind::kEmbedding: return RunEmbedding(call);
     case OpKind::kFusedLayers: return RunFusedLayers(call);
     case OpKind::kLmHead: return RunLmHead(call);
@@ -453,7 +445,7 @@ absl::Status LlamaKernelRunner::RunTrainForward(const KernelCall& call) {
   const std::vector<const TaskAdapters*> slots = SlotPointers(params);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<GroupForwardResult> f =
-      TrainGroupForward(*weights_, group, slots, req->batch.row_task, hidden, req->batch.row_pad);
+      TrainGroupForward(WeightsOn(call.device), group, slots, req->batch.row_task, hidden, req->batch.row_pad);
   if (!f.ok()) return Annotate(f.status(), Label(call));
   SetTensorPayload(call.outputs[0], std::move(f->hidden_out));
   call.outputs[1].kind = kGroupTapePayload;
@@ -471,7 +463,7 @@ absl::Status LlamaKernelRunner::RunTrainLoss(const KernelCall& call) {
   const std::vector<const TaskAdapters*> slots = SlotPointers(params);
   SLICESCHED_RETURN_IF_ERROR(CheckJobAttrs(call, slots));
   absl::StatusOr<HeadLossResult> r =
-      TrainHeadLoss(*weights_, slots, req->batch.row_task, hidden, req->batch.labels,
+      TrainHeadLoss(WeightsOn(call.device), slots, req->batch.row_task, hidden, req->batch.labels,
                     req->batch.row_pad);
   if (!r.ok()) return Annotate(r.status(), Label(call));
   std::vector<float> loss;

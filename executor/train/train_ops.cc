@@ -64,13 +64,20 @@ at::Tensor Plain(const at::Tensor& t) {
 
 at::Tensor P(const Tensor& t) { return Plain(Access::Unwrap(t)); }
 
-// A fresh autograd leaf holding t's values (never the caller's tensor).
-at::Tensor Leaf(const Tensor& t) { return P(t).detach().requires_grad_(true); }
+// A fresh autograd leaf holding t's values on `device` (never the caller's
+// tensor): the adapters live in host memory (train_ops.h), the graph where
+// its activations are.
+at::Tensor Leaf(const Tensor& t, const at::Device& device) {
+  return P(t).to(device).detach().requires_grad_(true);
+}
 
 at::Tensor GradOf(const at::Tensor& leaf) {
   const at::Tensor& g = leaf.grad();
   return g.defined() ? g.detach() : at::zeros_like(leaf.detach());
 }
+
+// An adapter leaf's gradient, in host memory with the adapters it updates.
+at::Tensor HostGrad(const at::Tensor& leaf) { return GradOf(leaf).to(at::kCPU); }
 
 // --- validation ---------------------------------------------------------------
 
@@ -135,8 +142,9 @@ absl::StatusOr<std::vector<int64_t>> RowPads(std::string_view op, std::span<cons
   return std::vector<int64_t>(row_pad.begin(), row_pad.end());
 }
 
-at::Tensor IndexTensor(const std::vector<int64_t>& v) {
-  return at::tensor(at::ArrayRef<int64_t>(v), at::TensorOptions().dtype(at::kLong));
+// Indices on `device` (row tasks, pads, label rows), from the host.
+at::Tensor IndexTensor(const std::vector<int64_t>& v, const at::Device& device) {
+  return at::tensor(at::ArrayRef<int64_t>(v), at::TensorOptions().dtype(at::kLong)).to(device);
 }
 
 absl::Status CheckHidden(std::string_view op, std::string_view what, const LlamaDims& d,
@@ -198,21 +206,22 @@ absl::Status CheckBatch(std::string_view op, const LlamaDims& d, const TrainBatc
 // --- graphs ---------------------------------------------------------------------
 
 SlotLeaves MakeLeaves(std::span<const TaskAdapters* const> tasks, int64_t first_layer,
-                      int64_t layers) {
+                      int64_t layers, const at::Device& device) {
   SlotLeaves out(tasks.size());
   for (size_t t = 0; t < tasks.size(); ++t) {
     for (int64_t l = first_layer; l < first_layer + layers; ++l) {
       const LoraLayer& ll = tasks[t]->layers[static_cast<size_t>(l)];
-      out[t].push_back({Leaf(ll.q_a), Leaf(ll.q_b), Leaf(ll.v_a), Leaf(ll.v_b)});
+      out[t].push_back(
+          {Leaf(ll.q_a, device), Leaf(ll.q_b, device), Leaf(ll.v_a, device), Leaf(ll.v_b, device)});
     }
   }
   return out;
 }
 
 // [B, S] true at each row's pad positions (pads: RowPads, non-empty).
-at::Tensor PadPositions(const std::vector<int64_t>& pads, int64_t S) {
-  const at::Tensor pos = at::arange(0, S, at::TensorOptions().dtype(at::kLong));
-  return pos.unsqueeze(0) < IndexTensor(pads).unsqueeze(1);
+at::Tensor PadPositions(const std::vector<int64_t>& pads, int64_t S, const at::Device& device) {
+  const at::Tensor pos = at::arange(0, S, at::TensorOptions().dtype(at::kLong).device(device));
+  return pos.unsqueeze(0) < IndexTensor(pads, device).unsqueeze(1);
 }
 
 // Decoder layers group*F .. group*F+F-1 on x [B, S, hidden] with per-row
@@ -226,7 +235,7 @@ at::Tensor GroupGraph(const LlamaWeights& base, int64_t group, const SlotLeaves&
   const int64_t B = x.size(0), S = x.size(1);
   const int64_t H = d.heads, KVH = d.kv_heads, HD = d.head_dim(), F = d.fusion;
   const double eps = base.options().rms_eps;
-  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  const auto long_opts = at::TensorOptions().dtype(at::kLong).device(x.device());
   const at::Tensor pos = at::arange(0, S, long_opts);
   at::Tensor masked = pos.unsqueeze(0) > pos.unsqueeze(1);  // [S, S]: key after query
   at::Tensor rope_cos, rope_sin;
@@ -234,11 +243,11 @@ at::Tensor GroupGraph(const LlamaWeights& base, int64_t group, const SlotLeaves&
     std::tie(rope_cos, rope_sin) = internal::RopeTables(pos, HD, base.options().rope_theta);
   } else {
     // A real query never sees a pad key: [B, 1, S(query), S(key)].
-    const at::Tensor is_pad = PadPositions(pads, S);  // [B, S]
+    const at::Tensor is_pad = PadPositions(pads, S, x.device());  // [B, S]
     masked = (masked.unsqueeze(0) | (is_pad.unsqueeze(1) & is_pad.logical_not().unsqueeze(2)))
                  .unsqueeze(1);
     // Real tokens at positions 0, 1, .. from the row's first real token.
-    const at::Tensor row_pos = at::clamp_min(pos.unsqueeze(0) - IndexTensor(pads).unsqueeze(1), 0);
+    const at::Tensor row_pos = at::clamp_min(pos.unsqueeze(0) - IndexTensor(pads, x.device()).unsqueeze(1), 0);
     std::tie(rope_cos, rope_sin) =
         internal::RopeTablesPerRow(row_pos, HD, base.options().rope_theta);
   }
@@ -291,7 +300,8 @@ HeadGraphResult HeadGraph(const LlamaWeights& base, const std::vector<at::Tensor
                           const std::vector<int64_t>& rows, const at::Tensor& x,
                           at::Tensor labels, const std::vector<int64_t>& pads) {
   HeadGraphResult r;
-  if (!pads.empty()) labels = labels.masked_fill(PadPositions(pads, labels.size(1)), -1);
+  labels = labels.to(x.device());
+  if (!pads.empty()) labels = labels.masked_fill(PadPositions(pads, labels.size(1), x.device()), -1);
   const at::Tensor h = internal::RmsNorm(x, P(base.norm()), base.options().rms_eps).to(at::kFloat);
   for (size_t t = 0; t < heads.size(); ++t) {
     std::vector<int64_t> mine;
@@ -301,7 +311,7 @@ HeadGraphResult HeadGraph(const LlamaWeights& base, const std::vector<at::Tensor
     r.loss.emplace_back();
     r.counted.push_back(0);
     if (mine.empty()) continue;
-    const at::Tensor idx = IndexTensor(mine);
+    const at::Tensor idx = IndexTensor(mine, x.device());
     const at::Tensor lab = labels.index_select(0, idx).reshape({-1});
     const int64_t counted = (lab >= 0).sum().item<int64_t>();
     r.counted.back() = counted;
@@ -323,8 +333,8 @@ at::Tensor TotalLoss(const std::vector<at::Tensor>& losses) {
 }
 
 LoraLayer LayerGrads(const LayerLeaves& leaves) {
-  return {Access::Wrap(GradOf(leaves[0])), Access::Wrap(GradOf(leaves[1])),
-          Access::Wrap(GradOf(leaves[2])), Access::Wrap(GradOf(leaves[3]))};
+  return {Access::Wrap(HostGrad(leaves[0])), Access::Wrap(HostGrad(leaves[1])),
+          Access::Wrap(HostGrad(leaves[2])), Access::Wrap(HostGrad(leaves[3]))};
 }
 
 }  // namespace
@@ -402,8 +412,8 @@ absl::StatusOr<GroupForwardResult> TrainGroupForward(const LlamaWeights& base, i
     auto tape = std::make_shared<GroupTape>();
     tape->op = op;
     tape->input = P(hidden).detach().requires_grad_(true);
-    tape->leaves = MakeLeaves(tasks, group * d.fusion, d.fusion);
-    tape->output = GroupGraph(base, group, tape->leaves, 0, IndexTensor(rows),
+    tape->leaves = MakeLeaves(tasks, group * d.fusion, d.fusion, tape->input.device());
+    tape->output = GroupGraph(base, group, tape->leaves, 0, IndexTensor(rows, tape->input.device()),
                               tasks[0]->lora.scaling(), tape->input, pads);
     GroupForwardResult r;
     r.hidden_out = Access::Wrap(tape->output.detach());
@@ -432,7 +442,8 @@ absl::StatusOr<GroupBackwardResult> TrainGroupBackward(GroupTape& tape,
     for (const auto& slot : tape.leaves) {
       for (const auto& layer : slot) inputs.insert(inputs.end(), layer.begin(), layer.end());
     }
-    const at::Tensor grad = P(d_hidden_out).to(tape.output.scalar_type());
+    // The gradient may come from a group on another device.
+    const at::Tensor grad = P(d_hidden_out).to(tape.output.device(), tape.output.scalar_type());
     tape.output.backward(grad, /*retain_graph=*/false, /*create_graph=*/false,
                          at::TensorList(inputs));
     GroupBackwardResult r;
@@ -470,7 +481,7 @@ absl::StatusOr<HeadLossResult> TrainHeadLoss(const LlamaWeights& base,
     TrainingModeGuard guard;
     const at::Tensor x = P(hidden).detach().requires_grad_(true);
     std::vector<at::Tensor> heads;
-    for (const TaskAdapters* t : tasks) heads.push_back(Leaf(t->head));
+    for (const TaskAdapters* t : tasks) heads.push_back(Leaf(t->head, x.device()));
     const HeadGraphResult g = HeadGraph(base, heads, rows, x, Access::Unwrap(labels), pads);
     const at::Tensor total = TotalLoss(g.loss);
     if (total.defined()) {
@@ -482,7 +493,7 @@ absl::StatusOr<HeadLossResult> TrainHeadLoss(const LlamaWeights& base,
     r.counted = g.counted;
     for (const at::Tensor& l : g.loss) r.loss.push_back(l.defined() ? l.item<double>() : 0.0);
     r.d_hidden = Access::Wrap(GradOf(x));
-    for (const at::Tensor& h : heads) r.d_head.push_back(Access::Wrap(GradOf(h)));
+    for (const at::Tensor& h : heads) r.d_head.push_back(Access::Wrap(HostGrad(h)));
     return r;
   } catch (...) {
     return internal::CurrentExceptionToStatus(op);
@@ -544,11 +555,11 @@ absl::StatusOr<TaskGradients> ComputeGradients(const LlamaWeights& base,
   // One graph over the whole model, one backward call.
   try {
     TrainingModeGuard guard;
-    const SlotLeaves leaves = MakeLeaves(tasks, 0, d.layers);
-    std::vector<at::Tensor> heads;
-    for (const TaskAdapters* t : tasks) heads.push_back(Leaf(t->head));
-    const at::Tensor row_index = IndexTensor(rows);
     at::Tensor x = P(embedded);
+    const SlotLeaves leaves = MakeLeaves(tasks, 0, d.layers, x.device());
+    std::vector<at::Tensor> heads;
+    for (const TaskAdapters* t : tasks) heads.push_back(Leaf(t->head, x.device()));
+    const at::Tensor row_index = IndexTensor(rows, x.device());
     for (int64_t g = 0; g < d.num_groups(); ++g) {
       x = GroupGraph(base, g, leaves, static_cast<size_t>(g * d.fusion), row_index,
                      tasks[0]->lora.scaling(), x, pads);
@@ -566,7 +577,7 @@ absl::StatusOr<TaskGradients> ComputeGradients(const LlamaWeights& base,
     out.counted = hg.counted;
     for (const at::Tensor& l : hg.loss) out.loss.push_back(l.defined() ? l.item<double>() : 0.0);
     for (size_t t = 0; t < tasks.size(); ++t) {
-      out.grads[t].head = Access::Wrap(GradOf(heads[t]));
+      out.grads[t].head = Access::Wrap(HostGrad(heads[t]));
       for (size_t l = 0; l < leaves[t].size(); ++l)
         out.grads[t].layers[l] = LayerGrads(leaves[t][l]);
     }

@@ -1,18 +1,22 @@
 // Tensor placement (device.h): CPU tensors everywhere; CUDA refusals that
 // name what is missing; the memory reconciliation against a fake
-// allocator's statistics; and, on a machine with a GPU, the Llama operators
-// on cuda:0 against the CPU (f32 and bf16) with the allocator's accounting.
+// allocator's statistics; and, on a machine with a GPU, the Llama serving
+// and training operators on cuda:0 against the CPU with the allocator's
+// accounting.
 // Torch-free TU.
 #include "slicesched/executor/torch/device.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "cuda_or_skip.h"
 #include "slicesched/executor/llama/llama_ops.h"
+#include "slicesched/executor/train/train_ops.h"
 #include "slicesched/gmg/llama.h"
 
 namespace slicesched::executor {
@@ -153,6 +157,47 @@ TEST_F(CudaOpsTest, FusedLayersMatchTheCpu) {
     ASSERT_TRUE(s_cpu.ok() && s_gpu.ok()) << s_gpu.status();
     ASSERT_TRUE(WaitForThisThreadsWork().ok());
     EXPECT_LE(ToDevice(*s_gpu, TensorDevice::Cpu())->MaxAbsDiff(*s_cpu), tol);
+  }
+}
+
+// One training step (LoRA on the tiny preset, f32, two tasks with padded
+// rows) on cuda:0 and on the CPU, from the same adapters: losses and every
+// adapter gradient agree within f32 rounding, and the gradients come back to
+// host memory, where the optimizer runs.
+TEST_F(CudaOpsTest, TrainingGradientsMatchTheCpu) {
+  auto dims = LlamaPreset("tiny");
+  ASSERT_TRUE(dims.ok());
+  auto cpu = LlamaWeights::FromSeed(*dims, 5);
+  ASSERT_TRUE(cpu.ok());
+  auto gpu = (*cpu)->OnDevice(TensorDevice::Cuda(0));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto a = TaskAdapters::Init(*dims, LoraConfig{4, 8.0}, dims->vocab, 21);
+  auto b = TaskAdapters::Init(*dims, LoraConfig{4, 8.0}, 3, 22);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::vector<int64_t> ids = {3, 9, 27, 81, 243, 1, 2, 4, 8, 16, 5, 25, 125, 7, 49, 11};
+  TrainBatch batch;
+  batch.tokens = Tensor::FromInt64(ids, {4, 4});
+  auto labels = NextTokenLabels(batch.tokens);
+  ASSERT_TRUE(labels.ok());
+  std::vector<int64_t> lab = labels->ToInt64();
+  for (size_t i = 8; i < lab.size(); ++i) lab[i] = i % 4 == 3 ? static_cast<int64_t>(i % 3) : -1;  // task 1: classes
+  batch.labels = Tensor::FromInt64(lab, {4, 4});
+  batch.row_task = {0, 0, 1, 1};
+  batch.row_pad = {0, 1, 0, 2};
+  const TaskAdapters* slots[] = {&*a, &*b};
+  auto on_cpu = ComputeGradients(**cpu, slots, batch, GradientPath::kPipelined);
+  auto on_gpu = ComputeGradients(**gpu, slots, batch, GradientPath::kPipelined);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+  for (size_t t = 0; t < 2; ++t) {
+    EXPECT_NEAR(on_gpu->loss[t], on_cpu->loss[t], 1e-4 * std::max(1.0, std::fabs(on_cpu->loss[t])));
+    const auto want = on_cpu->grads[t].NamedTensors();
+    const auto got = on_gpu->grads[t].NamedTensors();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(DeviceOf(got[i].second), TensorDevice::Cpu()) << got[i].first;
+      EXPECT_LE(got[i].second.MaxAbsDiff(want[i].second), 1e-4) << got[i].first;
+    }
   }
 }
 

@@ -55,6 +55,14 @@
 // different devices (pp2). ComputeGradients composes these (kPipelined) or
 // runs the whole model as one autograd graph (kOneShot, for checking).
 //
+// Devices. The operators run where their hidden state is (the backbone's
+// copy on that device: LlamaWeights::OnDevice). The adapters, their
+// gradients and the optimizer state live in host memory: a forward reads a
+// copy of the adapters on the device, and every gradient of an adapter comes
+// back to the host, where accumulation and the optimizer step run (a LoRA
+// adapter is a few MB; the activations, tapes and d(hidden) stay on the
+// device). A d(out) from a group on another device is moved to the tape's.
+//
 // Value semantics. Tensors are never modified in place by these operators:
 // steps and copies produce new tensors, so copying a TaskAdapters or a
 // TaskState (a handle copy) yields an independent state.
@@ -63,7 +71,7 @@
 // (LibTorch exceptions come back as Internal / ResourceExhausted); inputs are
 // validated first with messages naming the offending tensor and shape. The
 // operators run with autograd enabled even when called under
-// c10::InferenceMode (they leave it for their own scope). CPU only.
+// c10::InferenceMode (they leave it for their own scope).
 #pragma once
 
 #include <cstdint>
