@@ -128,12 +128,15 @@ class FidelityRig {
       return absl::InvalidArgumentError(
           StrCat("fidelity: model '", o.model, "' has one fused group; pp2 needs two"));
     }
+    const bool cuda = o.device == "cuda";
+    if (cuda) SLICESCHED_RETURN_IF_ERROR(Annotate(executor::CheckCudaDevice(0), "--device cuda"));
     std::vector<DeviceSpec> devs(2);
     for (int d = 0; d < 2; ++d) {
-      devs[d].name = StrCat("cpu", d);
-      devs[d].type = "cpu";
+      devs[d].name = StrCat(cuda ? "gpu" : "cpu", d);
+      devs[d].type = cuda ? "cuda" : "cpu";
       devs[d].memory = Bytes::GiB(8);
-      devs[d].backend = DeviceBackend::kCpu;
+      devs[d].backend = cuda ? DeviceBackend::kCuda : DeviceBackend::kCpu;
+      devs[d].ordinal = 0;  // both on GPU 0 (cuda)
     }
     SLICESCHED_ASSIGN_OR_RETURN(AcceleratorSet accel,
                                 AcceleratorSet::Create(devs, LinkSpec{10e9, Duration::Micros(5)}));
@@ -142,6 +145,11 @@ class FidelityRig {
     SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<LlamaKernelRunner> runner,
                                 LlamaKernelRunner::Create(w, dims));
     auto rig = std::unique_ptr<FidelityRig>(new FidelityRig(dims, std::move(accel), std::move(runner)));
+    if (cuda) {
+      const std::vector<executor::TensorDevice> gpu(2, executor::TensorDevice::Cuda(0));
+      SLICESCHED_RETURN_IF_ERROR(rig->runner_->Place(gpu));
+      rig->transfers_.Place(gpu);
+    }
     SLICESCHED_RETURN_IF_ERROR(rig->Init(o));
     return rig;
   }
@@ -486,13 +494,13 @@ std::string FidelityResult::ToJson() const {
   }
   op_list += "]";
   return absl::StrFormat(
-      "{\"model\": \"%s\", \"devices\": %d, \"placement\": \"%s\", \"warmup_iterations\": %d, "
+      "{\"model\": \"%s\", \"device\": \"%s\", \"devices\": %d, \"placement\": \"%s\", \"warmup_iterations\": %d, "
       "\"calibration_iterations\": %d, "
       "\"train\": %s, \"serve\": %s, \"overall\": %s, \"op_mape_pct\": %.2f, "
       "\"transfer_mape_pct\": %.2f, \"op_wape_pct\": %.2f, \"learned_handoff_ms\": [%.4f, %.4f], "
       "\"device_factors\": [%.4f, %.4f], \"drift_factor\": %.4f, \"overlap_factor\": %.4f, "
       "\"transfer_overlap_factor\": %.4f, \"ops\": %s, \"target_error_pct\": %.2f, \"target_met\": %s}",
-      model, devices, placement, warmup, calibration, KindJson(train), KindJson(serve), KindJson(overall),
+      model, device, devices, placement, warmup, calibration, KindJson(train), KindJson(serve), KindJson(overall),
       op_mape_pct, transfer_mape_pct, op_wape_pct, learned_handoff_01_ms, learned_handoff_10_ms,
       device_factors.size() > 0 ? device_factors[0] : 1.0, device_factors.size() > 1 ? device_factors[1] : 1.0,
       drift_factor, overlap_factor, transfer_overlap_factor, op_list, target_error_pct,
@@ -512,6 +520,7 @@ absl::Status FidelityOptions::Validate() const {
   if (!(drift_smoothing >= 0 && drift_smoothing <= 1)) {
     return OptionOutOfRange("--drift-smoothing", "in [0, 1]", drift_smoothing);
   }
+  if (device != "cpu" && device != "cuda") return OptionOutOfRange("--device", "cpu or cuda", device);
   return absl::OkStatus();
 }
 
@@ -520,9 +529,11 @@ absl::StatusOr<FidelityResult> RunFidelity(const FidelityOptions& o) {
   SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<FidelityRig> rig, FidelityRig::Create(o));
   FidelityResult r;
   r.model = o.model;
+  r.device = o.device;
   r.devices = 2;
   r.calibration = o.calibration;
-  r.placement = "pp2 on 2 CPU devices (template partition, explicit)";
+  r.placement = o.device == "cuda" ? "pp2 on 2 logical cuda devices sharing GPU 0 (template partition, explicit)"
+                                    : "pp2 on 2 CPU devices (template partition, explicit)";
   r.warmup = o.warmup;
   FidelityKindResult unused;
   for (int i = 0; i < o.warmup; ++i) {

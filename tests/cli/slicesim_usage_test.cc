@@ -172,6 +172,7 @@ TEST(SlicesimUsage, LibTorchCommandsCheckTheirOptionsToo) {
       {{"overhead", "--model", "huge"}, "slicesim overhead: --model must be tiny, small or llama3-8b, got 'huge'"},
       {{"overhead", "--only", "both"}, "slicesim overhead: --only must be direct or scheduled, got 'both'"},
       {{"overhead", "--device", "tpu"}, "slicesim overhead: --device must be cpu or cuda, got 'tpu'"},
+      {{"fidelity", "--device", "tpu"}, "slicesim fidelity: --device must be cpu or cuda, got 'tpu'"},
       {{"overhead", "--window", "0"}, "slicesim overhead: --window must be at least 1, got '0'"},
       {{"overhead", "--pin", "--no-pin"}, "slicesim overhead: --pin and --no-pin contradict each other; give one"},
       {{"fidelity", "--iterations", "0"}, "slicesim fidelity: --iterations must be at least 1, got '0'"},

@@ -194,6 +194,7 @@ int Fidelity(const std::vector<std::string>& args) {
                    .Switch("--per-op", &per_op)
                    .Int("--warmup", &o.warmup)
                    .Choice("--model", {"tiny", "small"}, &o.model)
+                   .Choice("--device", {"cpu", "cuda"}, &o.device)
                    .Int("--calibration", &o.calibration)
                    .Int("--iterations", &o.iterations)
                    .Seed("--seed", &o.seed)

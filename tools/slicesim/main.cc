@@ -56,7 +56,7 @@ int Usage(FILE* to) {
                "                        drive a running sliced over gRPC: open-loop online arrivals\n"
                "                        (built-in Azure-derived model or a trace) plus offline\n"
                "                        streams, or N closed-loop streams; prints the summary\n"
-               "  fidelity [--model tiny|small] [--warmup N] [--calibration N] [--iterations N] [--seed S]\n"
+               "  fidelity [--model tiny|small] [--device cpu|cuda] [--warmup N] [--calibration N] [--iterations N] [--seed S]\n"
                "           [--drift-smoothing S] [--per-op] [--json]\n"
                "                        simulator-predicted vs measured time per training and serving\n"
                "                        iteration, pp2 on 2 CPU executors (paper Table 2; needs LibTorch)\n"

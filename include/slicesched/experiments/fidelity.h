@@ -50,6 +50,9 @@ namespace slicesched {
 
 struct FidelityOptions {
   std::string model = "tiny";  // a Llama preset: tiny, small
+  // "cpu", or "cuda": the two devices are two logical cuda devices sharing
+  // GPU 0 (FailedPrecondition where this process cannot use it).
+  std::string device = "cpu";
   // Iterations of each kind run first and not learned from: LibTorch's lazy
   // initialisation, first-call allocations and cold caches make them up to
   // 100x slower than the steady state they would otherwise teach.
@@ -69,7 +72,7 @@ struct FidelityOptions {
   // common-mode drift off (the estimators alone follow the machine's speed).
   double drift_smoothing = RuntimeCalibration::kDefaultDriftSmoothing;
   // InvalidArgument naming the option (as slicesim fidelity's flag, else the
-  // field) and its value: iterations >= 1, warmup, calibration and
+  // field) and its value: device cpu or cuda, iterations >= 1, warmup, calibration and
   // decode_steps >= 0, train_batch, train_tokens, prompt_tokens, lora_rank
   // and head_outputs >= 1, drift_smoothing in [0, 1]. RunFidelity checks it
   // first.
@@ -113,6 +116,7 @@ struct FidelityOpStat {
 
 struct FidelityResult {
   std::string model;
+  std::string device;  // "cpu" or "cuda"
   std::string placement;
   int devices = 0;
   int warmup = 0;
