@@ -160,8 +160,9 @@ absl::StatusOr<std::map<int, MemoryReconciliation>> LlamaServingBackend::Reconci
     ours[placement_[d].index].pool_bytes +=
         executors_->pool(DeviceId(static_cast<uint16_t>(d))).used().count();
   }
-  for (const auto& runner : router_->All()) {
-    for (auto& [ordinal, account] : ours) account.resident_bytes += runner->ResidentOn(ordinal).count();
+  for (auto& [ordinal, account] : ours) {
+    const auto at_baseline = baseline_resident_.find(ordinal);
+    account.resident_bytes = ResidentOn(ordinal) - (at_baseline == baseline_resident_.end() ? 0 : at_baseline->second);
   }
   std::map<int, MemoryReconciliation> out;
   for (const auto& [ordinal, account] : ours) {
@@ -169,6 +170,20 @@ absl::StatusOr<std::map<int, MemoryReconciliation>> LlamaServingBackend::Reconci
     out[ordinal] = ReconcileDeviceMemory(account, now, baseline_.at(ordinal));
   }
   return out;
+}
+
+absl::Status LlamaServingBackend::RebaselineMemory() {
+  for (auto& [ordinal, stats] : baseline_) {
+    SLICESCHED_ASSIGN_OR_RETURN(stats, QueryCudaAllocator(ordinal));
+    baseline_resident_[ordinal] = ResidentOn(ordinal);
+  }
+  return absl::OkStatus();
+}
+
+int64_t LlamaServingBackend::ResidentOn(int ordinal) const {
+  int64_t bytes = 0;
+  for (const auto& runner : router_->All()) bytes += runner->ResidentOn(ordinal).count();
+  return bytes;
 }
 
 bool LlamaServingBackend::HasModel(const std::string& deployment) const { return router_->Find(deployment) != nullptr; }

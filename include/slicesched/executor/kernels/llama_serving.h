@@ -105,18 +105,28 @@ class LlamaServingBackend {
   ExecutorSet& executors() { return *executors_; }
 
   // For each CUDA ordinal the devices use: the executors' accounting (the
-  // pools of its devices and the weights copied there) against its caching
-  // allocator's growth since Create (device.h). Call with no operator
-  // running (after Pause(), or idle). Empty without CUDA devices.
+  // pools of its devices and the weights copied there since the baseline)
+  // against its caching allocator's growth since the baseline (device.h).
+  // Call with no operator running (after Pause(), or idle). Empty without
+  // CUDA devices.
   absl::StatusOr<std::map<int, MemoryReconciliation>> ReconcileMemory() const;
+  // The allocator's state now becomes the baseline (at Create, before any
+  // weights). Call it once every kind of operator has run, with no operator
+  // running: cuBLAS keeps a workspace per stream from the caching allocator,
+  // which no pool accounts for.
+  absl::Status RebaselineMemory();
 
  private:
   class Router;
   LlamaServingBackend() = default;
+  int64_t ResidentOn(int ordinal) const;  // the weights' copies on a GPU
 
   std::unique_ptr<Router> router_;
   std::vector<TensorDevice> placement_;          // by DeviceId, from the GMG's devices
-  std::map<int, CudaAllocatorStats> baseline_;  // by CUDA ordinal, at Create
+  // By CUDA ordinal: the allocator's state and the weights' copies there at
+  // the baseline (Create, or RebaselineMemory).
+  std::map<int, CudaAllocatorStats> baseline_;
+  std::map<int, int64_t> baseline_resident_;
   LlamaTransferBackend transfers_;
   std::unique_ptr<ExecutorSet> executors_;  // last: its threads stop first
 
