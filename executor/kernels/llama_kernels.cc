@@ -132,18 +132,16 @@ LlamaKernelRunner::LlamaKernelRunner(std::shared_ptr<const LlamaWeights> weights
 
 absl::Status LlamaKernelRunner::Place(std::span<const TensorDevice> placement) {
   std::vector<const LlamaWeights*> on_device(placement.size(), nullptr);
-  std::vector<std::shared_ptr<const LlamaWeights>> replicas;
-  std::map<int, const LlamaWeights*> by_ordinal;
+  std::map<int, std::shared_ptr<const LlamaWeights>> replicas;
   for (size_t d = 0; d < placement.size(); ++d) {
     if (!placement[d].is_cuda()) continue;
-    auto [it, fresh] = by_ordinal.try_emplace(placement[d].index, nullptr);
-    if (fresh) {
-      absl::StatusOr<std::shared_ptr<const LlamaWeights>> copy = weights_->OnDevice(placement[d]);
-      if (!copy.ok()) return Annotate(copy.status(), StrCat("placing the weights on ", placement[d].ToString()));
-      replicas.push_back(*std::move(copy));
-      it->second = replicas.back().get();
+    std::shared_ptr<const LlamaWeights>& copy = replicas[placement[d].index];
+    if (copy == nullptr) {
+      absl::StatusOr<std::shared_ptr<const LlamaWeights>> made = weights_->OnDevice(placement[d]);
+      if (!made.ok()) return Annotate(made.status(), StrCat("placing the weights on ", placement[d].ToString()));
+      copy = *std::move(made);
     }
-    on_device[d] = it->second;
+    on_device[d] = copy.get();
   }
   on_device_ = std::move(on_device);
   replicas_ = std::move(replicas);
@@ -157,10 +155,8 @@ const LlamaWeights& LlamaKernelRunner::WeightsOn(DeviceId device) const {
 }
 
 Bytes LlamaKernelRunner::ResidentOn(int ordinal) const {
-  for (const auto& r : replicas_) {
-    if (r->device() == TensorDevice::Cuda(ordinal)) return r->TotalBytes();
-  }
-  return Bytes(0);
+  const auto it = replicas_.find(ordinal);
+  return it == replicas_.end() ? Bytes(0) : it->second->TotalBytes();
 }
 
 void LlamaKernelRunner::SetRequest(InstanceId instance, LlamaRequest request) {
@@ -686,20 +682,21 @@ absl::Status LlamaTransferBackend::Send(const TransferCall& call) {
   const Buffer& from = *call.from;
   Buffer& to = *call.to;
   switch (from.kind) {
-    case kTensorPayload:
+    case kTensorPayload: {
       if (from.payload == nullptr) {
         return absl::FailedPreconditionError(
             StrCat("transfer ", call.node, ": the source tensor has no payload"));
       }
-      if (const TensorDevice there = DeviceAt(call.dst); there.is_cuda() || DeviceAt(call.src).is_cuda()) {
-        absl::StatusOr<Tensor> copy = ToDevice(TensorAccess::Shared(from.payload), there);
-        if (!copy.ok()) return Annotate(copy.status(), StrCat("transfer ", call.node));
-        SetTensorPayload(to, *std::move(copy));
+      if (DeviceAt(call.dst) == DeviceAt(call.src)) {
+        to.kind = kTensorPayload;
+        to.payload = from.payload;  // immutable tensor on the same device: sharing is a copy
         return absl::OkStatus();
       }
-      to.kind = kTensorPayload;
-      to.payload = from.payload;  // immutable CPU tensor: sharing is a copy
+      absl::StatusOr<Tensor> copy = ToDevice(TensorAccess::Shared(from.payload), DeviceAt(call.dst));
+      if (!copy.ok()) return Annotate(copy.status(), StrCat("transfer ", call.node));
+      SetTensorPayload(to, *std::move(copy));
       return absl::OkStatus();
+    }
     case kKvCachePayload: {
       const KvCache* src = KvCachePayloadOf(from);
       if (src == nullptr) {
@@ -707,9 +704,7 @@ absl::Status LlamaTransferBackend::Send(const TransferCall& call) {
             StrCat("transfer ", call.node, ": the source KV cache has no payload"));
       }
       auto copy = std::make_shared<KvCache>(*src);
-      if (const TensorDevice there = DeviceAt(call.dst); !src->empty() && DeviceOf(src->k()) != there) {
-        SLICESCHED_RETURN_IF_ERROR(copy->MoveTo(there));
-      }
+      SLICESCHED_RETURN_IF_ERROR(copy->MoveTo(DeviceAt(call.dst)));  // shares K and V on the same device
       SetKvCachePayload(to, std::move(copy));
       return absl::OkStatus();
     }

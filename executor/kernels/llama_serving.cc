@@ -125,10 +125,9 @@ absl::StatusOr<std::unique_ptr<LlamaServingBackend>> LlamaServingBackend::Create
   SLICESCHED_ASSIGN_OR_RETURN(b->placement_, Placement(*gmg));
   b->transfers_.Place(b->placement_);
   for (const TensorDevice& d : b->placement_) {
-    if (d.is_cuda() && !b->baseline_.contains(d.index)) {
-      SLICESCHED_ASSIGN_OR_RETURN(b->baseline_[d.index], QueryCudaAllocator(d.index));
-    }
+    if (d.is_cuda()) b->baseline_[d.index];  // the GPUs to reconcile
   }
+  SLICESCHED_RETURN_IF_ERROR(b->RebaselineMemory());
   b->executors_ = std::make_unique<ExecutorSet>(gmg, clock, b->router_.get(), &b->transfers_, std::move(options));
   return b;
 }
@@ -160,10 +159,7 @@ absl::StatusOr<std::map<int, MemoryReconciliation>> LlamaServingBackend::Reconci
     ours[placement_[d].index].pool_bytes +=
         executors_->pool(DeviceId(static_cast<uint16_t>(d))).used().count();
   }
-  for (auto& [ordinal, account] : ours) {
-    const auto at_baseline = baseline_resident_.find(ordinal);
-    account.resident_bytes = ResidentOn(ordinal) - (at_baseline == baseline_resident_.end() ? 0 : at_baseline->second);
-  }
+  for (auto& [ordinal, account] : ours) account.resident_bytes = ResidentOn(ordinal) - baseline_resident_.at(ordinal);
   std::map<int, MemoryReconciliation> out;
   for (const auto& [ordinal, account] : ours) {
     SLICESCHED_ASSIGN_OR_RETURN(const CudaAllocatorStats now, QueryCudaAllocator(ordinal));

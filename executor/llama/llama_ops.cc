@@ -7,7 +7,6 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
-#include <limits>
 #include <optional>
 
 #include "llama_internal.h"

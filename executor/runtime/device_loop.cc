@@ -20,7 +20,6 @@
 namespace slicesched::executor {
 
 using runtime_internal::AddLocked;
-using runtime_internal::CpuRelax;
 using runtime_internal::NodeLabel;
 
 // ---------------------------------------------------------------------------

@@ -21,7 +21,6 @@
 namespace slicesched::executor {
 
 using runtime_internal::AddLocked;
-using runtime_internal::CpuRelax;
 using runtime_internal::NodeLabel;
 
 ExecutorSet::ExecutorSet(GlobalMappingGraph* gmg, const Clock* clock, KernelRunner* kernels,

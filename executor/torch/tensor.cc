@@ -308,7 +308,8 @@ absl::Status CheckCudaDevice(int ordinal) {
       StrCat(what, ": this slicesched was built without the CUDA toolkit, so it cannot drive CUDA devices "
                    "(install the toolkit and reconfigure)"));
 #else
-  const TorchRuntimeInfo info = QueryTorchRuntime();
+  // Fixed for the process (ToDevice checks on every copy to a GPU).
+  static const TorchRuntimeInfo info = QueryTorchRuntime();
   if (info.cuda_build == 0) {
     return absl::FailedPreconditionError(
         StrCat(what, ": the LibTorch this process loaded (", info.version, ") is a CPU build"));

@@ -239,7 +239,7 @@ class LlamaKernelRunner final : public KernelRunner {
   // copies on each CUDA ordinal they point into.
   std::vector<const LlamaWeights*> on_device_;
   std::vector<TensorDevice> placement_;
-  std::vector<std::shared_ptr<const LlamaWeights>> replicas_;
+  std::map<int, std::shared_ptr<const LlamaWeights>> replicas_;  // by CUDA ordinal
   LlamaDims dims_;
   std::vector<std::string> group_keys_;  // LlamaGroupWeightKey of each group
   LlamaTokenSink sink_;
