@@ -303,13 +303,31 @@ void OpEstimator::ResetCoeffs(Key& key) const {
 int OpEstimator::Register(std::string_view device_type, const GraphTemplate& tpl, int op) {
   if (op < 0 || op >= tpl.num_ops()) return -1;
   const OpSpec& spec = tpl.op(op);
-  std::string name = StrCat(device_type, "|", tpl.name(), "|", spec.name);
-  if (auto it = by_name_.find(name); it != by_name_.end()) return it->second;
+  const FeatureBasis basis = FeatureBasis::For(spec);
+  std::string template_name = tpl.name(), op_name = spec.name;
+  if (const size_t bar = spec.cost_of.find('|'); bar != std::string::npos) {
+    const std::string shared = StrCat(device_type, "|", spec.cost_of);
+    auto it = by_name_.find(shared);
+    if (it == by_name_.end() || keys_[it->second].basis == basis) {
+      if (it != by_name_.end()) return it->second;
+      template_name = spec.cost_of.substr(0, bar);
+      op_name = spec.cost_of.substr(bar + 1);
+    }
+  }
+  std::string name = StrCat(device_type, "|", template_name, "|", op_name);
+  if (auto it = by_name_.find(name); it != by_name_.end()) {
+    if (keys_[it->second].basis == basis) return it->second;
+    // The key was made by an op naming this one in cost_of, with attributes
+    // this op lays out otherwise: this op keeps a model of its own.
+    op_name = StrCat(op_name, "|own");
+    name = StrCat(name, "|own");
+    if (auto own = by_name_.find(name); own != by_name_.end()) return own->second;
+  }
   Key key;
   key.device_type = std::string(device_type);
-  key.template_name = tpl.name();
-  key.op_name = spec.name;
-  key.basis = FeatureBasis::For(spec);
+  key.template_name = std::move(template_name);
+  key.op_name = std::move(op_name);
+  key.basis = basis;
   key.feature_names = key.basis.names();
   ResetCoeffs(key);
   if (auto it = pending_.find(name); it != pending_.end()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "slicesched/common/status.h"
@@ -223,6 +224,18 @@ TemplateBuilder& TemplateBuilder::Weights(absl::string_view key, Bytes bytes, in
   op->weight_key = std::string(key);
   op->weight_bytes = bytes;
   op->weight_params = params;
+  return *this;
+}
+
+TemplateBuilder& TemplateBuilder::CostOf(absl::string_view tpl, absl::string_view op_name) {
+  OpSpec* op = current();
+  if (op == nullptr) return *this;
+  if (tpl.empty() || op_name.empty() || absl::StrContains(tpl, "|") || absl::StrContains(op_name, "|")) {
+    Fail(absl::InvalidArgumentError(StrCat("op '", op->name, "': cost_of needs a template and an op name without '|', got '",
+                                           tpl, "' and '", op_name, "'")));
+    return *this;
+  }
+  op->cost_of = StrCat(tpl, "|", op_name);
   return *this;
 }
 

@@ -150,19 +150,23 @@ void GroupBody(TemplateBuilder& b, const LlamaDims& d, int64_t g, const std::str
       .Attr("layers", "F");
 }
 
-// LM head over the last position of `hidden`, then sampling.
-void HeadAndSample(TemplateBuilder& b, const LlamaDims& d, const std::string& hidden) {
+// LM head over the last position of `hidden`, then sampling; their cost is
+// that of `cost_template`'s head and sample when it is given.
+void HeadAndSample(TemplateBuilder& b, const LlamaDims& d, const std::string& hidden,
+                   const std::string& cost_template = "") {
   b.Op("head", OpKind::kLmHead)
       .Inputs({hidden})
       .Output("logits", DType::kF32, {"B", "V"})
       .Weights(StrCat(d.name, "/lm_head"), Bytes(d.LmHeadParams() * DTypeSize(d.dtype)), d.LmHeadParams())
       .Workspace("B*H*ES")
       .Attr("batch", "B");
+  if (!cost_template.empty()) b.CostOf(cost_template, "head");
   b.Op("sample", OpKind::kSample)
       .Inputs({"head"})
       .Output("token", DType::kI64, {"B", "1"})
       .Workspace("B*V*4")
       .Attr("batch", "B");
+  if (!cost_template.empty()) b.CostOf(cost_template, "sample");
 }
 
 absl::StatusOr<std::shared_ptr<const GraphTemplate>> Build(const LlamaDims& d, Phase phase) {
@@ -220,13 +224,16 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildChunked(const LlamaDim
   for (int k = 1; k < chunks; ++k) total += StrCat("+S", k);
   b.ExternalInput("tokens", DType::kI64, {"B", total});
   auto name = [](std::string base, int k) { return k == 0 ? base : StrCat(base, "c", k); };
+  // Each piece's ops compute what the one-piece prefill's do, on fewer new
+  // tokens after a longer context: one operator model serves every length.
+  const std::string whole = StrCat(d.name, "/prefill");
   std::string before = "0";  // tokens of the chunks before chunk k
   std::string last_hidden;
   for (int k = 0; k < chunks; ++k) {
     const std::string s = StrCat("S", k);
     const std::string span = StrCat("(", before, "+", s, ")");
     const std::string embed = k == 0 ? "embed" : StrCat("embed_c", k);
-    EmbedOp(b, d, embed, s, before).Attr("token_offset", before);
+    EmbedOp(b, d, embed, s, before).Attr("token_offset", before).CostOf(whole, "embed");
     std::string prev = embed;
     for (int64_t g = 0; g < groups; ++g) {
       const std::string op = name(StrCat("g", g), k);
@@ -239,12 +246,13 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildChunked(const LlamaDim
         b.Output("kv", dt, {"2", "F", "B", span, "NKV", "HD"});
       }
       GroupBody(b, d, g, s, span, before);
+      b.CostOf(whole, StrCat("g", g));
       prev = StrCat(op, ":hidden");
     }
     last_hidden = prev;
     before = StrCat(before, "+", s);
   }
-  HeadAndSample(b, d, last_hidden);
+  HeadAndSample(b, d, last_hidden, whole);
   for (const auto& [pname, serving_slots] : Partitions(d)) {
     std::vector<std::pair<std::string, int>> slots;
     for (const auto& [op, slot] : serving_slots) {

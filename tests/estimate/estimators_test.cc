@@ -414,6 +414,90 @@ TEST(OpEstimatorTest, RegisterIsIdempotentAndKeyedByDeviceType) {
   EXPECT_EQ(stats[1].op_name, "mm");
 }
 
+// A chunked prefill's pieces compute what the one-piece prefill's ops do:
+// they share its keys (whichever template registers first), so a template
+// seen for the first time predicts from what the others measured.
+TEST(OpEstimatorTest, ChunkedPrefillSharesTheOnePiecePrefillsKeys) {
+  const LlamaTemplates t = Tiny();
+  auto dims = LlamaPreset("tiny");
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  auto chunked = BuildLlamaChunkedPrefill(*dims, 3);
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  const GraphTemplate& c3 = **chunked;
+  for (bool whole_first : {true, false}) {
+    OpEstimator est;
+    auto whole = [&](const std::string& op) { return est.Register("A16", *t.prefill, OpIndex(*t.prefill, op)); };
+    auto piece = [&](const std::string& op) { return est.Register("A16", c3, OpIndex(c3, op)); };
+    if (whole_first) (void)whole("g1");
+    const int g1c2 = piece("g1c2");
+    EXPECT_EQ(piece("g1"), g1c2);
+    EXPECT_EQ(piece("g1c1"), g1c2);
+    EXPECT_EQ(whole("g1"), g1c2) << whole_first;
+    EXPECT_EQ(piece("embed_c2"), whole("embed"));
+    EXPECT_EQ(piece("head"), whole("head"));
+    EXPECT_EQ(piece("sample"), whole("sample"));
+    EXPECT_NE(piece("g0c2"), g1c2);
+    // Decode steps keep keys of their own.
+    EXPECT_NE(est.Register("A16", *t.decode, OpIndex(*t.decode, "g1")), g1c2);
+    // One model, named after the one-piece prefill: a sample measured on a
+    // piece moves the prediction for a whole prompt.
+    const auto stats = est.Stats();
+    EXPECT_EQ(stats[g1c2].template_name, "tiny/prefill");
+    EXPECT_EQ(stats[g1c2].op_name, "g1");
+    const std::vector<int64_t> piece_attrs = {1, 40, 80, 2}, whole_attrs = {1, 120, 0, 2};
+    const double before = est.PredictNs(whole("g1"), whole_attrs);
+    for (int i = 0; i < 8; ++i) est.Observe(g1c2, piece_attrs, Duration::Millis(30 + i));
+    EXPECT_NE(est.PredictNs(whole("g1"), whole_attrs), before);
+  }
+}
+
+// An op whose cost_of names an op with another attribute layout cannot share
+// its model: both keep their own, under distinct names.
+TEST(OpEstimatorTest, CostOfWithAnotherFeatureBasisKeepsKeysApart) {
+  TemplateBuilder a("a");
+  a.ExternalInput("x", DType::kF32, {"B", "S"})
+      .Op("op", OpKind::kFusedLayers)
+      .Inputs({"$x"})
+      .Output("h", DType::kF32, {"B", "S"})
+      .Attr("batch", "B")
+      .Attr("new_tokens", "S");
+  TemplateBuilder b("b");
+  b.ExternalInput("x", DType::kF32, {"B", "S"})
+      .Op("op", OpKind::kFusedLayers)
+      .Inputs({"$x"})
+      .Output("h", DType::kF32, {"B", "S"})
+      .Attr("new_tokens", "S")  // another position: another basis
+      .Attr("batch", "B")
+      .CostOf("a", "op");
+  auto ta = a.Build();
+  auto tb = b.Build();
+  ASSERT_TRUE(ta.ok()) << ta.status();
+  ASSERT_TRUE(tb.ok()) << tb.status();
+  for (bool a_first : {true, false}) {
+    OpEstimator est;
+    const int ka = a_first ? est.Register("A16", **ta, 0) : -1;
+    const int kb = est.Register("A16", **tb, 0);
+    const int ka2 = est.Register("A16", **ta, 0);
+    if (a_first) {
+      EXPECT_EQ(ka, ka2);
+    }
+    EXPECT_NE(kb, ka2) << a_first;
+    EXPECT_EQ(est.num_keys(), 2);
+    EXPECT_EQ(est.Register("A16", **tb, 0), kb);
+    EXPECT_EQ(est.Register("A16", **ta, 0), ka2);
+  }
+}
+
+TEST(TemplateBuilderCostOfTest, RefusesNamesWithTheSeparator) {
+  TemplateBuilder b("t");
+  b.ExternalInput("x", DType::kI64, {"B"}).Op("op", OpKind::kGeneric).Inputs({"$x"}).Output("y", DType::kI64, {"B"}).CostOf(
+      "other|x", "op");
+  auto built = b.Build();
+  ASSERT_FALSE(built.ok());
+  EXPECT_THAT(built.status().message(), HasSubstr("cost_of"));
+  EXPECT_THAT(built.status().message(), HasSubstr("'other|x'"));
+}
+
 TEST(OpEstimatorTest, WindowIsBoundedSoOldRegimeIsForgotten) {
   auto t = MixedTemplate();
   OpEstimator est({.window = 32});

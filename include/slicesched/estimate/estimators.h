@@ -87,6 +87,7 @@ class FeatureBasis {
   // Inline (below): the simulator evaluates it once per node it builds.
   inline double Dot(const double* coeffs, std::span<const int64_t> attrs) const;
   std::vector<std::string> names() const;
+  bool operator==(const FeatureBasis&) const = default;
 
  private:
   enum class Kind : uint8_t { kConstant, kMatmul, kLayers, kTokens, kBatch };
@@ -152,7 +153,13 @@ class OpEstimator {
 
   // Dense handle for (device type, template op); idempotent. -1 when `op` is
   // not an op of `tpl`. A key restored earlier (Restore) with the same names
-  // and feature basis starts from the restored state.
+  // and feature basis starts from the restored state. An op with a cost_of
+  // (OpSpec) shares the key of the op it names when both read their
+  // attributes into the same feature basis: a chunked prefill's pieces then
+  // predict from the first request of any length on, instead of the default
+  // duration until each template's own ops have been measured (which made
+  // a rare template's long prompt look free to the what-if). Where the bases
+  // differ, each keeps a key of its own.
   int Register(std::string_view device_type, const GraphTemplate& tpl, int op);
   int num_keys() const;
 

@@ -84,6 +84,11 @@ struct OpSpec {
   std::vector<int> preds;                    // distinct op predecessors
   std::vector<int> succs;                    // distinct op successors
   int checkpoint_update_of = -1;             // checkpoint input updated, if any
+  // "<template>|<op>": an op of another template that computes the same
+  // thing with the same attributes (a chunked prefill's pieces and the
+  // one-piece prefill's groups); the operator estimator then learns one
+  // model for both (OpEstimator::Register). Empty: a model of its own.
+  std::string cost_of;
 };
 
 struct ExternalInputSpec {
@@ -171,6 +176,8 @@ class TemplateBuilder {
   TemplateBuilder& Attr(absl::string_view name, absl::string_view expr);
   TemplateBuilder& Weights(absl::string_view key, Bytes bytes, int64_t params = 0);
   TemplateBuilder& Workspace(absl::string_view bytes_expr);
+  // The op's cost is that of `op` in template `tpl` (OpSpec::cost_of).
+  TemplateBuilder& CostOf(absl::string_view tpl, absl::string_view op);
 
   // A candidate partition: op name -> slot. Every op must be mapped.
   TemplateBuilder& Partition(absl::string_view name,
