@@ -132,10 +132,6 @@ TEST(Task2Vec, DistancesFollowTheDefinitions) {
   EXPECT_NEAR(AsymmetricDistance(a, c, b, 0.5), SymmetricDistance(a, c), 1e-12);
   EXPECT_NEAR(AsymmetricDistance(c, a, b, 0.5),
               SymmetricDistance(a, c) - 0.5 * SymmetricDistance(c, b), 1e-12);
-  const LinearFit f = FitLine({0, 1, 2, 3}, {1, 3, 5, 7});
-  EXPECT_NEAR(f.intercept, 1.0, 1e-12);
-  EXPECT_NEAR(f.slope, 2.0, 1e-12);
-  EXPECT_EQ(FitLine({1, 1}, {2, 4}).slope, 0.0);
 }
 
 // The first setup's settings (task2vec.h), scaled down; the tests below
@@ -1064,26 +1060,9 @@ TEST(Task2Vec, SimilaritiesOnlyAndTheNeutralBandAreWired) {
 
 // The gain model with the direction term (YmirDirection::kAsymmetry):
 // leave-one-out on the run's own pairs by default, or fitted on a training
-// seed's PairsCsv (fit_on) and applied out of sample.
+// seed's PairsCsv (fit_on) and applied out of sample (FitLeastSquares
+// itself: tests/common/stats_test.cc).
 TEST(Task2Vec, DirectionTermIsFittedLeaveOneOutOrOnTrainingSeeds) {
-  // Least squares recovers a known plane; an all-zero regressor gets 0; with
-  // one regressor it is FitLine.
-  std::vector<std::vector<double>> x;
-  std::vector<double> y;
-  for (double a : {0.0, 1.0, 2.0, 3.0}) {
-    for (double b : {-1.0, 0.5, 2.0}) x.push_back({1.0, a, b, 0.0}), y.push_back(1 + 2 * a - 3 * b);
-  }
-  const std::vector<double> w = FitLeastSquares(x, y);
-  ASSERT_EQ(w.size(), 4u);
-  EXPECT_NEAR(w[0], 1.0, 1e-8);
-  EXPECT_NEAR(w[1], 2.0, 1e-8);
-  EXPECT_NEAR(w[2], -3.0, 1e-8);
-  EXPECT_EQ(w[3], 0.0);
-  const std::vector<double> line = FitLeastSquares({{1, 0}, {1, 1}, {1, 2}, {1, 4}}, {1, 2, 6, 7});
-  const LinearFit f = FitLine({0, 1, 2, 4}, {1, 2, 6, 7});
-  EXPECT_NEAR(line[0], f.intercept, 1e-9);
-  EXPECT_NEAR(line[1], f.slope, 1e-9);
-
   auto wts = LlamaWeights::FromSeed(Tiny(), 5);
   ASSERT_TRUE(wts.ok());
   YmirExperimentOptions o = SmallExperiment();

@@ -137,6 +137,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "slicesched/common/stats.h"  // LinearFit, FitLine and FitLeastSquares of the gain model
 #include "slicesched/executor/llama/llama_ops.h"
 #include "slicesched/executor/train/train_ops.h"
 #include "slicesched/synth/tasks.h"
@@ -435,18 +436,6 @@ double AsymmetricDistance(const std::vector<double>& from, const std::vector<dou
 // unit. InvalidArgument when the coordinates do not match `fisher`'s.
 absl::Status AddFisher(const TaskAdapters& grads, double w, YmirEmbedParams embed,
                        std::vector<double>& fisher);
-
-struct LinearFit {
-  double intercept = 0;
-  double slope = 0;
-};
-// Least squares y ~ intercept + slope x (slope 0 when x is constant).
-LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
-// Least squares y ~ x w over rows x (each of the same size k, the first
-// column the intercept's 1): the weights w (k of them; empty for no rows). A
-// regressor that is 0 in every row, or collinear with the others, gets a
-// weight of ~0 (a relative ridge of 1e-12 on every column but the first).
-std::vector<double> FitLeastSquares(const std::vector<std::vector<double>>& x, const std::vector<double>& y);
 
 struct YmirPair {
   std::string task_a, task_b;
