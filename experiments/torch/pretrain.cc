@@ -12,6 +12,7 @@
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
 #include "slicesched/executor/torch/safetensors.h"
+#include "slicesched/executor/train/full_train.h"
 #include "slicesched/executor/train/train_ops.h"
 
 namespace slicesched::executor {
@@ -157,8 +158,28 @@ absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const Pre
   SLICESCHED_ASSIGN_OR_RETURN(out.initial_eval_loss, LanguageModelLoss(*w, eval));
 
   synth::Rng rng(o.seed);
-  const LoraConfig lora{.rank = o.lora_rank, .alpha = o.lora_alpha};
+  auto next_batch = [&] {
+    std::vector<std::vector<int64_t>> rows;
+    for (int64_t b = 0; b < o.batch_size; ++b) {
+      rows.push_back(corpus ? window(train_windows[static_cast<size_t>(rng.Below(static_cast<int64_t>(train_windows.size())))])
+                            : lang.Sample(o.sequence_length, rng));
+    }
+    return rows;
+  };
   const std::string scratch = std::filesystem::temp_directory_path().string();
+  if (o.method == PretrainMethod::kFull) {
+    SLICESCHED_ASSIGN_OR_RETURN(FullModelTrainer trainer,
+                                FullModelTrainer::Create(*w, AdamWOptions{.lr = o.learning_rate}));
+    for (int64_t step = 0; step < o.rounds * o.steps_per_round; ++step) {
+      SLICESCHED_ASSIGN_OR_RETURN(double loss, trainer.Step(Tokens(next_batch())));
+      out.train_loss.push_back(loss);
+    }
+    SLICESCHED_ASSIGN_OR_RETURN(w, WeightsFromTensors(dims, trainer.NamedTensors(), scratch, w->options()));
+    SLICESCHED_ASSIGN_OR_RETURN(out.final_eval_loss, LanguageModelLoss(*w, eval));
+    out.weights = w;
+    return out;
+  }
+  const LoraConfig lora{.rank = o.lora_rank, .alpha = o.lora_alpha};
   for (int64_t round = 0; round < o.rounds; ++round) {
     SLICESCHED_ASSIGN_OR_RETURN(
         TaskState st,
@@ -166,13 +187,8 @@ absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const Pre
                         AdamWOptions{.lr = o.learning_rate}));
     st.params.head = w->lm_head();
     for (int64_t step = 0; step < o.steps_per_round; ++step) {
-      std::vector<std::vector<int64_t>> rows;
-      for (int64_t b = 0; b < o.batch_size; ++b) {
-        rows.push_back(corpus ? window(train_windows[static_cast<size_t>(rng.Below(static_cast<int64_t>(train_windows.size())))])
-                              : lang.Sample(o.sequence_length, rng));
-      }
       TrainBatch batch;
-      batch.tokens = Tokens(rows);
+      batch.tokens = Tokens(next_batch());
       SLICESCHED_ASSIGN_OR_RETURN(batch.labels, NextTokenLabels(batch.tokens));
       SLICESCHED_ASSIGN_OR_RETURN(double loss, AccumulateMicroBatch(*w, st, batch));
       SLICESCHED_RETURN_IF_ERROR(AdamWStep(st));

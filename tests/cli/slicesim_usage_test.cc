@@ -201,6 +201,12 @@ TEST(SlicesimUsage, YmirLibTorchCommandsCheckTheirOptionsToo) {
       {{"make-backbone", "--out", "b.safetensors", "--steps", "0"},
        "slicesim make-backbone: pretraining: steps_per_round (slicesim make-backbone --steps) must be at least 1, "
        "got '0'"},
+      {{"make-backbone", "--out", "b.safetensors", "--method", "sgd"},
+       "slicesim make-backbone: --method must be lora or full, got 'sgd'"},
+      {{"make-backbone", "--out", "b.safetensors", "--model", "huge"},
+       "slicesim make-backbone: --model: no model preset named 'huge' (presets: llama3-8b, small, tiny)"},
+      {{"make-backbone", "--out", "b.safetensors", "--learning-rate", "-1"},
+       "slicesim make-backbone: pretraining: learning_rate and lora_alpha must be > 0"},
       {{"ymir-lut", "--out", "l.csv", "--iterations", "0"},
        "slicesim ymir-lut: LUT profile: iterations must be at least 1, got '0'"},
       // YmirExperimentOptions::Validate(), before the backbone is pretrained;

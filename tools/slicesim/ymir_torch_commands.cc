@@ -38,12 +38,18 @@ namespace {
 int MakeBackbone(const std::vector<std::string>& args) {
   slicesched::executor::PretrainOptions o;
   std::string out, corpus = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
+  std::string method = "lora", model = "tiny";
+  double learning_rate = 0;
   bool json = false;
   if (int rc = Flags("make-backbone")
                    .Text("--out", &out).Required()
                    .Seed("--seed", &o.seed)
                    .Int("--rounds", &o.rounds)
                    .Int("--steps", &o.steps_per_round)
+                   .Int("--batch-size", &o.batch_size)
+                   .Num("--learning-rate", &learning_rate)
+                   .Choice("--method", {"lora", "full"}, &method)
+                   .Text("--model", &model)
                    .Text("--corpus", &corpus)
                    .Text("--wordnet-dir", &wordnet_dir)
                    .Switch("--json", &json)
@@ -53,8 +59,16 @@ int MakeBackbone(const std::vector<std::string>& args) {
   if (corpus != "synthetic" && corpus != "wordnet") {
     return UsageError("make-backbone", "--corpus must be synthetic or wordnet, got '" + corpus + "'");
   }
-  auto dims = slicesched::LlamaPreset("tiny");
-  if (!dims.ok()) return Failed("make-backbone", dims.status());
+  o.method = method == "full" ? slicesched::executor::PretrainMethod::kFull
+                              : slicesched::executor::PretrainMethod::kMergedLora;
+  // Full-parameter AdamW takes a smaller step than the LoRA rounds.
+  if (learning_rate != 0) {
+    o.learning_rate = learning_rate;
+  } else if (method == "full") {
+    o.learning_rate = 3e-3;
+  }
+  auto dims = slicesched::LlamaPreset(model);
+  if (!dims.ok()) return UsageError("make-backbone", "--model: " + std::string(dims.status().message()));
   if (corpus == "wordnet") {
     // The model's vocabulary bounds the corpus's: its most frequent words.
     auto wn = slicesched::synth::WordNetCorpus::Load(wordnet_dir, dims->vocab);
@@ -65,7 +79,10 @@ int MakeBackbone(const std::vector<std::string>& args) {
   auto r = slicesched::executor::PretrainBackbone(*dims, o);
   if (!r.ok()) return Failed("make-backbone", r.status());
   const std::map<std::string, std::string> meta = {
-      {"slicesched.pretrain", corpus + " merged-LoRA (include/slicesched/experiments/pretrain.h)"},
+      {"slicesched.pretrain", corpus + (method == "full" ? " full-parameter" : " merged-LoRA") +
+                                  " (include/slicesched/experiments/pretrain.h)"},
+      {"slicesched.model", model},
+      {"slicesched.learning_rate", std::to_string(o.learning_rate)},
       {"slicesched.seed", std::to_string(o.seed)},
       {"slicesched.rounds", std::to_string(o.rounds)},
       {"slicesched.steps_per_round", std::to_string(o.steps_per_round)}};

@@ -43,7 +43,15 @@
 
 namespace slicesched::executor {
 
+// How the backbone learns. kMergedLora: each round trains LoRA factors on
+// the attention's q and v and the LM head, then merges them (the embeddings
+// and MLPs keep their random init). kFull: every weight learns by AdamW
+// (FullModelTrainer, executor/train/full_train.h); rounds only group the
+// steps for the loss curve.
+enum class PretrainMethod : uint8_t { kMergedLora, kFull };
+
 struct PretrainOptions {
+  PretrainMethod method = PretrainMethod::kMergedLora;
   uint64_t seed = 1;  // backbone init (LlamaWeights::FromSeed), LoRA inits and batches
   int64_t rounds = 4;
   int64_t steps_per_round = 40;
