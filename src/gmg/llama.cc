@@ -12,6 +12,7 @@ namespace presets {
 extern const std::string_view kLlama3_8bYaml;
 extern const std::string_view kTinyYaml;
 extern const std::string_view kSmallYaml;
+extern const std::string_view kGlossYaml;
 }  // namespace presets
 
 int64_t LlamaDims::ParamsPerLayer() const {
@@ -429,9 +430,11 @@ absl::StatusOr<LlamaDims> LlamaPreset(absl::string_view name) {
     text = presets::kTinyYaml;
   } else if (name == "small") {
     text = presets::kSmallYaml;
+  } else if (name == "gloss") {
+    text = presets::kGlossYaml;
   } else {
     return absl::NotFoundError(StrCat("no model preset named '", name,
-                                            "' (presets: llama3-8b, small, tiny)"));
+                                            "' (presets: gloss, llama3-8b, small, tiny)"));
   }
   const std::string source = StrCat("<embedded:configs/models/", name, ".yaml>");
   SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlString(ToAbsl(text), source));

@@ -192,6 +192,28 @@ TEST(SlicesimUsage, LibTorchCommandsCheckTheirOptionsToo) {
   });
 }
 
+// A backbone file names its model (make-backbone writes slicesched.model);
+// ymir-estimators reads it and refuses a --model that contradicts it.
+TEST(SlicesimUsage, YmirEstimatorsTakesTheModelFromTheBackboneFile) {
+  if (!SlicesimHasLibTorch()) GTEST_SKIP() << "this slicesim was built without LibTorch";
+  const std::string path = ::testing::TempDir() + "/usage_gloss.safetensors";
+  {
+    const std::string header =
+        R"({"__metadata__":{"slicesched.model":"gloss"},"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    std::ofstream f(path, std::ios::binary);
+    const uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    f << header << std::string(4, '\0');
+  }
+  ExpectUsage({
+      {{"ymir-estimators", "--backbone", path, "--model", "tiny"},
+       "slicesim ymir-estimators: --model tiny but " + path + " is a 'gloss' backbone"},
+      {{"ymir-estimators", "--model", "huge"},
+       "slicesim ymir-estimators: --model: no model preset named 'huge' (presets: gloss, llama3-8b, small, tiny)"},
+  });
+  std::filesystem::remove(path);
+}
+
 TEST(SlicesimUsage, YmirLibTorchCommandsCheckTheirOptionsToo) {
   if (!SlicesimHasLibTorch()) GTEST_SKIP() << "this slicesim was built without LibTorch";
   ExpectUsage({
@@ -204,7 +226,7 @@ TEST(SlicesimUsage, YmirLibTorchCommandsCheckTheirOptionsToo) {
       {{"make-backbone", "--out", "b.safetensors", "--method", "sgd"},
        "slicesim make-backbone: --method must be lora or full, got 'sgd'"},
       {{"make-backbone", "--out", "b.safetensors", "--model", "huge"},
-       "slicesim make-backbone: --model: no model preset named 'huge' (presets: llama3-8b, small, tiny)"},
+       "slicesim make-backbone: --model: no model preset named 'huge' (presets: gloss, llama3-8b, small, tiny)"},
       {{"make-backbone", "--out", "b.safetensors", "--learning-rate", "-1"},
        "slicesim make-backbone: pretraining: learning_rate and lora_alpha must be > 0"},
       {{"ymir-lut", "--out", "l.csv", "--iterations", "0"},

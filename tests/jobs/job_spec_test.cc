@@ -318,7 +318,7 @@ TEST(JobSpecTest, DeploymentBackbones) {
   JobSpecOptions reload;
   reload.check_backbone = false;
   EXPECT_TRUE(ParseJobSpec(yaml, reload).ok());
-  for (const char* preset : {"tiny", "small", "llama3-8b"}) {
+  for (const char* preset : {"tiny", "small", "gloss", "llama3-8b"}) {
     auto q = ParseJobSpec(Edit("backbone: tiny", StrCat("backbone: ", preset)));
     ASSERT_TRUE(q.ok()) << preset << ": " << q.status();
     EXPECT_TRUE(q->spec.backbone_is_preset);

@@ -75,7 +75,7 @@ int Usage(FILE* to) {
                "                        pretrain a backbone (default the tiny preset) on the synthetic language or\n"
                "                        WordNet's glosses, by merged LoRA rounds or every weight (full), and write\n"
                "                        it as safetensors (needs LibTorch)\n"
-               "  ymir-estimators [--backbone FILE] [--seed S] [--steps N] [--learning-rate X]\n"
+               "  ymir-estimators [--backbone FILE] [--model PRESET] [--seed S] [--steps N] [--learning-rate X]\n"
                "         [--warmup-steps W] [--head zero|random] [--spatial-step mean|sum]\n"
                "         [--probe trained|head] [--probe-steps N] [--fisher-examples K]\n"
                "         [--gain steps|area] [--gain-window W]\n"

@@ -116,7 +116,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
   std::string online = o.iter_online ? "on" : "off";
   std::string direction = o.direction == slicesched::executor::YmirDirection::kAsymmetry ? "asymmetry" : "none";
-  std::string fit_on, pairs_out;
+  std::string fit_on, pairs_out, model;
   std::string family = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
   double transfer_watch = o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0;
   std::string transfer_fit = o.iter_transfer_watch.fit == slicesched::ymir::WatchFit::kLoss ? "loss" : "time";
@@ -129,6 +129,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   if (int rc = Flags("ymir-estimators")
                    .Text("--backbone", &backbone)
                    .Seed("--backbone-seed", &backbone_seed)
+                   .Text("--model", &model)
                    .Seed("--seed", &o.seed)
                    .Int("--steps", &o.normal_steps)
                    .Num("--learning-rate", &o.learning_rate)
@@ -227,8 +228,21 @@ int YmirEstimators(const std::vector<std::string>& args) {
   if (family != "synthetic" && family != "wordnet") {
     return UsageError("ymir-estimators", "--family must be synthetic or wordnet, got '" + family + "'");
   }
-  auto dims = slicesched::LlamaPreset("tiny");
-  if (!dims.ok()) return Failed("ymir-estimators", dims.status());
+  // The backbone's model: a file names its own (make-backbone writes it);
+  // the default backbone is the tiny preset unless --model says otherwise.
+  if (!backbone.empty()) {
+    auto file = slicesched::executor::SafetensorsFile::Open(backbone);
+    if (!file.ok()) return Failed("ymir-estimators", file.status());
+    if (auto it = file->metadata().find("slicesched.model"); it != file->metadata().end()) {
+      if (!model.empty() && model != it->second) {
+        return UsageError("ymir-estimators", "--model " + model + " but " + backbone + " is a '" + it->second +
+                                                 "' backbone");
+      }
+      model = it->second;
+    }
+  }
+  auto dims = slicesched::LlamaPreset(model.empty() ? "tiny" : model);
+  if (!dims.ok()) return UsageError("ymir-estimators", "--model: " + std::string(dims.status().message()));
   if (family == "wordnet") {
     // Words of the backbone's vocabulary; four levels of relatedness
     // (synth/wordnet.h) unless --tasks names others.
