@@ -106,6 +106,81 @@ int MakeBackbone(const std::vector<std::string>& args) {
   return 0;
 }
 
+void PrintEstimatorReport(const slicesched::executor::YmirEstimatorReport& rep,
+                          const slicesched::executor::YmirExperimentOptions& o);
+
+// --fit-on A.csv,B.csv: the pairs tables (ymir-estimators --pairs-out) the
+// gain model is fitted on.
+absl::Status ReadFitOn(const std::string& list, std::vector<slicesched::executor::YmirTrainingPair>* out) {
+  for (const std::string& path : std::vector<std::string>(absl::StrSplit(list, ',', absl::SkipEmpty()))) {
+    std::ifstream in(path);
+    if (!in) return absl::NotFoundError("--fit-on: cannot read " + path);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto rows = slicesched::executor::ParseYmirPairsCsv(text.str());
+    if (!rows.ok()) return slicesched::Annotate(rows.status(), "--fit-on " + path);
+    out->insert(out->end(), rows->begin(), rows->end());
+  }
+  return absl::OkStatus();
+}
+
+// --tasks NAME[:CLASSES],... (CLASSES defaults to 2).
+absl::StatusOr<std::vector<slicesched::executor::YmirTaskSpec>> ParseTaskList(const std::string& list) {
+  std::vector<slicesched::executor::YmirTaskSpec> out;
+  for (const std::string& item : std::vector<std::string>(absl::StrSplit(list, ','))) {
+    const size_t colon = item.find(':');
+    slicesched::executor::YmirTaskSpec t{.name = item.substr(0, colon)};
+    if (colon != std::string::npos && !absl::SimpleAtoi(item.substr(colon + 1), &t.num_classes)) {
+      return absl::InvalidArgumentError("--tasks item '" + item + "': CLASSES after ':' is not an integer");
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+// The backbone's model: a file names its own (make-backbone writes it); the
+// default backbone is the tiny preset unless --model says otherwise.
+// InvalidArgument for options that contradict each other or the file.
+absl::StatusOr<slicesched::LlamaDims> BackboneModel(const std::string& backbone, std::string model) {
+  if (!backbone.empty()) {
+    SLICESCHED_ASSIGN_OR_RETURN(auto file, slicesched::executor::SafetensorsFile::Open(backbone));
+    if (auto it = file.metadata().find("slicesched.model"); it != file.metadata().end()) {
+      if (!model.empty() && model != it->second) {
+        return absl::InvalidArgumentError("--model " + model + " but " + backbone + " is a '" + it->second +
+                                          "' backbone");
+      }
+      model = it->second;
+    }
+  }
+  auto dims = slicesched::LlamaPreset(model.empty() ? "tiny" : model);
+  if (!dims.ok()) return absl::InvalidArgumentError("--model: " + std::string(dims.status().message()));
+  return dims;
+}
+
+// The backbone file, or the default backbone: `slicesim make-backbone
+// --seed SEED` on the tasks' own language or the glosses.
+absl::StatusOr<std::shared_ptr<const slicesched::executor::LlamaWeights>> LoadOrPretrain(
+    const slicesched::LlamaDims& dims, const std::string& backbone, uint64_t seed,
+    const slicesched::executor::YmirExperimentOptions& o) {
+  if (!backbone.empty()) return slicesched::executor::LlamaWeights::FromSafetensors(dims, backbone);
+  slicesched::executor::PretrainOptions p;
+  p.seed = seed;
+  p.language = o.language;
+  if (o.wordnet != nullptr) p.corpus_tokens = slicesched::executor::WordNetGlossStream(*o.wordnet);
+  SLICESCHED_ASSIGN_OR_RETURN(slicesched::executor::PretrainResult r, slicesched::executor::PretrainBackbone(dims, p));
+  return r.weights;
+}
+
+// Writes `text` to `path` (nothing when `path` is empty).
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  if (path.empty()) return absl::OkStatus();
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return absl::UnavailableError("cannot write " + path);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return absl::DataLossError("writing " + path);
+  return absl::OkStatus();
+}
+
 int YmirEstimators(const std::vector<std::string>& args) {
   slicesched::executor::YmirExperimentOptions o;
   std::string backbone, gains_out;
@@ -202,47 +277,21 @@ int YmirEstimators(const std::vector<std::string>& args) {
   o.iter_transfer_watch.fit =
       transfer_fit == "loss" ? slicesched::ymir::WatchFit::kLoss : slicesched::ymir::WatchFit::kTime;
   o.direction = direction == "asymmetry" ? ex::YmirDirection::kAsymmetry : ex::YmirDirection::kNone;
-  for (const std::string& path : std::vector<std::string>(absl::StrSplit(fit_on, ',', absl::SkipEmpty()))) {
-    std::ifstream in(path);
-    if (!in) return Failed("ymir-estimators", absl::NotFoundError("--fit-on: cannot read " + path));
-    std::stringstream text;
-    text << in.rdbuf();
-    auto rows = ex::ParseYmirPairsCsv(text.str());
-    if (!rows.ok()) return Failed("ymir-estimators", slicesched::Annotate(rows.status(), "--fit-on " + path));
-    o.fit_on.insert(o.fit_on.end(), rows->begin(), rows->end());
-  }
+  if (absl::Status st = ReadFitOn(fit_on, &o.fit_on); !st.ok()) return Failed("ymir-estimators", st);
   if (!tasks.empty()) {
-    // NAME[:CLASSES],... (CLASSES defaults to 2).
-    o.tasks.clear();
-    for (const std::string& item : std::vector<std::string>(absl::StrSplit(tasks, ','))) {
-      const size_t colon = item.find(':');
-      slicesched::executor::YmirTaskSpec t{.name = item.substr(0, colon)};
-      if (colon != std::string::npos && !absl::SimpleAtoi(item.substr(colon + 1), &t.num_classes)) {
-        std::fprintf(stderr, "slicesim ymir-estimators: --tasks item '%s': CLASSES after ':' is not an integer\n",
-                     item.c_str());
-        return 2;
-      }
-      o.tasks.push_back(t);
-    }
+    auto parsed = ParseTaskList(tasks);
+    if (!parsed.ok()) return UsageError("ymir-estimators", std::string(parsed.status().message()));
+    o.tasks = *std::move(parsed);
   }
   if (family != "synthetic" && family != "wordnet") {
     return UsageError("ymir-estimators", "--family must be synthetic or wordnet, got '" + family + "'");
   }
-  // The backbone's model: a file names its own (make-backbone writes it);
-  // the default backbone is the tiny preset unless --model says otherwise.
-  if (!backbone.empty()) {
-    auto file = slicesched::executor::SafetensorsFile::Open(backbone);
-    if (!file.ok()) return Failed("ymir-estimators", file.status());
-    if (auto it = file->metadata().find("slicesched.model"); it != file->metadata().end()) {
-      if (!model.empty() && model != it->second) {
-        return UsageError("ymir-estimators", "--model " + model + " but " + backbone + " is a '" + it->second +
-                                                 "' backbone");
-      }
-      model = it->second;
-    }
+  auto dims = BackboneModel(backbone, model);
+  if (!dims.ok()) {
+    return dims.status().code() == absl::StatusCode::kInvalidArgument
+               ? UsageError("ymir-estimators", std::string(dims.status().message()))
+               : Failed("ymir-estimators", dims.status());
   }
-  auto dims = slicesched::LlamaPreset(model.empty() ? "tiny" : model);
-  if (!dims.ok()) return UsageError("ymir-estimators", "--model: " + std::string(dims.status().message()));
   if (family == "wordnet") {
     // Words of the backbone's vocabulary; four levels of relatedness
     // (synth/wordnet.h) unless --tasks names others.
@@ -256,33 +305,26 @@ int YmirEstimators(const std::vector<std::string>& args) {
   }
   // Bad options are named before the backbone is pretrained (~20 s).
   if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-estimators", v);
-  std::shared_ptr<const slicesched::executor::LlamaWeights> w;
-  if (backbone.empty()) {
-    // The default backbone: `slicesim make-backbone --seed backbone_seed`.
-    slicesched::executor::PretrainOptions p;
-    p.seed = backbone_seed;
-    p.language = o.language;  // pretrained on the tasks' own language
-    if (o.wordnet != nullptr) p.corpus_tokens = slicesched::executor::WordNetGlossStream(*o.wordnet);  // or glosses
-    auto r = slicesched::executor::PretrainBackbone(*dims, p);
-    if (!r.ok()) return Failed("ymir-estimators", r.status());
-    w = r->weights;
-  } else {
-    auto r = slicesched::executor::LlamaWeights::FromSafetensors(*dims, backbone);
-    if (!r.ok()) return Failed("ymir-estimators", r.status());
-    w = *r;
-  }
-  auto rep = slicesched::executor::RunYmirEstimators(*w, o);
+  auto w = LoadOrPretrain(*dims, backbone, backbone_seed, o);
+  if (!w.ok()) return Failed("ymir-estimators", w.status());
+  auto rep = slicesched::executor::RunYmirEstimators(**w, o);
   if (!rep.ok()) return Failed("ymir-estimators", rep.status());
   for (const auto& [path, csv] : {std::pair{gains_out, rep->GainsCsv()}, std::pair{pairs_out, rep->PairsCsv()}}) {
-    if (path.empty()) continue;
-    FILE* f = std::fopen(path.c_str(), "w");
-    if (f == nullptr) return Failed("ymir-estimators", absl::UnavailableError("cannot write " + path));
-    const bool ok = std::fwrite(csv.data(), 1, csv.size(), f) == csv.size();
-    if (std::fclose(f) != 0 || !ok) return Failed("ymir-estimators", absl::DataLossError("writing " + path));
+    if (absl::Status st = WriteText(path, csv); !st.ok()) return Failed("ymir-estimators", st);
   }
   if (json) {
     std::printf("%s\n", rep->ToJson().c_str());
-  } else if (o.similarities_only) {
+  } else {
+    PrintEstimatorReport(*rep, o);
+  }
+  return 0;
+}
+
+// The text report of ymir-estimators (--json prints the whole report).
+void PrintEstimatorReport(const slicesched::executor::YmirEstimatorReport& r,
+                          const slicesched::executor::YmirExperimentOptions& o) {
+  const auto* rep = &r;
+  if (o.similarities_only) {
     for (size_t a = 0; a < rep->tasks.size(); ++a) {
       std::printf("S(%s, .):", rep->tasks[a].c_str());
       for (double v : rep->similarity[a]) std::printf(" %.4f", v);
@@ -322,7 +364,6 @@ int YmirEstimators(const std::vector<std::string>& args) {
                 "11.1-15.4%% transfer; %lld training steps in %.1f s\n",
                 static_cast<long long>(rep->train_steps), rep->seconds);
   }
-  return 0;
 }
 
 int YmirLut(const std::vector<std::string>& args) {
