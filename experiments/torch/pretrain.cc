@@ -8,6 +8,11 @@
 #include <filesystem>
 #include <map>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "slicesched/common/hash.h"
 #include "slicesched/common/option_checks.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
@@ -213,6 +218,98 @@ absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims, const Pre
   SLICESCHED_ASSIGN_OR_RETURN(out.final_eval_loss, LanguageModelLoss(*w, eval));
   out.weights = w;
   return out;
+}
+
+namespace {
+
+// Bumped whenever PretrainBackbone's procedure changes what it computes, so
+// that a cache never serves a backbone another procedure made.
+constexpr char kPretrainVersion[] = "pretrain-v1";
+
+std::string Num(double v) { return absl::StrFormat("%.17g", v); }
+
+}  // namespace
+
+std::string PretrainKey(const LlamaDims& d, const PretrainOptions& o) {
+  std::string text = StrCat(kPretrainVersion, "|", d.name, ",", d.layers, ",", d.hidden, ",", d.heads, ",",
+                            d.kv_heads, ",", d.ffn, ",", d.vocab, ",", DTypeName(d.dtype), ",", d.fusion, "|",
+                            o.method == PretrainMethod::kFull ? "full" : "lora", ",", o.seed, ",", o.rounds, ",",
+                            o.steps_per_round, ",", o.batch_size, ",", o.sequence_length, ",", o.lora_rank, ",",
+                            Num(o.lora_alpha), ",", Num(o.learning_rate), ",", o.eval_sentences, "|");
+  if (o.corpus_tokens.empty()) {
+    text += StrCat("language,", o.language.vocab, ",", o.language.classes, ",", o.language.seed);
+  } else {
+    uint64_t h = Fnv1a("corpus");
+    for (int64_t t : o.corpus_tokens) h = Fnv1a(std::string_view(reinterpret_cast<const char*>(&t), sizeof(t)), h);
+    text += StrCat("corpus,", o.corpus_tokens.size(), ",", h);
+  }
+  return absl::StrFormat("%016x", Fnv1a(text));
+}
+
+std::map<std::string, std::string> PretrainMetadata(const LlamaDims& dims, const PretrainOptions& o,
+                                                    const PretrainResult& r) {
+  std::vector<std::string> losses;
+  losses.reserve(r.train_loss.size());
+  for (double l : r.train_loss) losses.push_back(Num(l));
+  return {{"slicesched.pretrain", o.method == PretrainMethod::kFull ? "full-parameter" : "merged-LoRA"},
+          {"slicesched.model", dims.name},
+          {"slicesched.key", PretrainKey(dims, o)},
+          {"slicesched.seed", std::to_string(o.seed)},
+          {"slicesched.rounds", std::to_string(o.rounds)},
+          {"slicesched.steps_per_round", std::to_string(o.steps_per_round)},
+          {"slicesched.learning_rate", Num(o.learning_rate)},
+          {"slicesched.initial_eval_loss", Num(r.initial_eval_loss)},
+          {"slicesched.final_eval_loss", Num(r.final_eval_loss)},
+          {"slicesched.train_loss", absl::StrJoin(losses, ",")}};
+}
+
+absl::StatusOr<PretrainResult> PretrainBackboneCached(const LlamaDims& dims, const PretrainOptions& o,
+                                                      const std::string& cache_dir, bool* hit) {
+  SLICESCHED_RETURN_IF_ERROR(o.Validate());
+  const std::string key = PretrainKey(dims, o);
+  const std::filesystem::path path = std::filesystem::path(cache_dir) / StrCat("backbone-", key, ".safetensors");
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    auto cached = [&]() -> absl::StatusOr<PretrainResult> {
+      SLICESCHED_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path.string()));
+      const auto& meta = file.metadata();
+      auto get = [&](const std::string& k) -> absl::StatusOr<std::string> {
+        auto it = meta.find(k);
+        if (it == meta.end()) return absl::DataLossError(StrCat("metadata '", k, "' is missing"));
+        return it->second;
+      };
+      SLICESCHED_ASSIGN_OR_RETURN(std::string stored_key, get("slicesched.key"));
+      if (stored_key != key) return absl::DataLossError(StrCat("its key is ", stored_key, ", its name says ", key));
+      PretrainResult r;
+      SLICESCHED_ASSIGN_OR_RETURN(std::string initial, get("slicesched.initial_eval_loss"));
+      SLICESCHED_ASSIGN_OR_RETURN(std::string final_loss, get("slicesched.final_eval_loss"));
+      SLICESCHED_ASSIGN_OR_RETURN(std::string losses, get("slicesched.train_loss"));
+      bool ok = absl::SimpleAtod(initial, &r.initial_eval_loss) && absl::SimpleAtod(final_loss, &r.final_eval_loss);
+      for (absl::string_view l : absl::StrSplit(losses, ',', absl::SkipEmpty())) {
+        double v = 0;
+        ok = ok && absl::SimpleAtod(l, &v);
+        r.train_loss.push_back(v);
+      }
+      if (!ok) return absl::DataLossError("a loss in its metadata is not a number");
+      SLICESCHED_ASSIGN_OR_RETURN(r.weights, LlamaWeights::FromSafetensors(dims, path.string()));
+      return r;
+    }();
+    if (!cached.ok()) return Annotate(cached.status(), StrCat("backbone cache entry ", path.string()));
+    if (hit != nullptr) *hit = true;
+    return cached;
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(PretrainResult r, PretrainBackbone(dims, o));
+  std::filesystem::create_directories(cache_dir, ec);
+  if (ec) return absl::UnavailableError(StrCat("backbone cache: cannot create ", cache_dir, ": ", ec.message()));
+  const std::string tmp = StrCat(path.string(), ".tmp-", getpid());
+  SLICESCHED_RETURN_IF_ERROR(WriteSafetensors(tmp, r.weights->NamedTensors(), PretrainMetadata(dims, o, r)));
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return absl::UnavailableError(StrCat("backbone cache: cannot write ", path.string()));
+  }
+  if (hit != nullptr) *hit = false;
+  return r;
 }
 
 }  // namespace slicesched::executor

@@ -81,6 +81,48 @@ TEST(Pretrain, FullParameterTrainingLearnsMoreThanLoraRoundsOnTheSameBatches) {
   }
 }
 
+// A backbone is pretrained once per content key: the second call reads the
+// cache and gives the same weights and losses; another option is another key;
+// a damaged entry is reported by path, not silently replaced.
+TEST(Pretrain, TheCacheServesTheSameBackboneOncePretrained) {
+  const std::string dir = testing::TempDir() + "/pretrain_cache";
+  std::filesystem::remove_all(dir);
+  PretrainOptions o = SmallPretrain();
+  o.rounds = 1;
+  o.steps_per_round = 5;
+  bool hit = true;
+  auto first = PretrainBackboneCached(Tiny(), o, dir, &hit);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(hit);
+  auto second = PretrainBackboneCached(Tiny(), o, dir, &hit);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(second->train_loss, first->train_loss);
+  EXPECT_EQ(second->initial_eval_loss, first->initial_eval_loss);
+  EXPECT_EQ(second->final_eval_loss, first->final_eval_loss);
+  const auto a = first->weights->NamedTensors(), b = second->weights->NamedTensors();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.ToFloat(), b[i].second.ToFloat()) << a[i].first;
+
+  PretrainOptions other = o;
+  other.seed = o.seed + 1;
+  EXPECT_NE(PretrainKey(Tiny(), other), PretrainKey(Tiny(), o));
+  other = o;
+  other.method = PretrainMethod::kFull;
+  EXPECT_NE(PretrainKey(Tiny(), other), PretrainKey(Tiny(), o));
+  other = o;
+  other.corpus_tokens = {1, 2, 3};
+  EXPECT_NE(PretrainKey(Tiny(), other), PretrainKey(Tiny(), o));
+
+  const std::string entry = dir + "/backbone-" + PretrainKey(Tiny(), o) + ".safetensors";
+  ASSERT_TRUE(std::filesystem::exists(entry));
+  std::ofstream(entry, std::ios::binary | std::ios::trunc) << "not a safetensors file";
+  auto damaged = PretrainBackboneCached(Tiny(), o, dir, &hit);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_THAT(std::string(damaged.status().message()), testing::HasSubstr(entry));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Pretrain, SameSeedSameBytesOtherSeedOtherWeights) {
   const std::string dir = testing::TempDir();
   std::vector<std::string> paths;

@@ -38,11 +38,12 @@ namespace {
 int MakeBackbone(const std::vector<std::string>& args) {
   slicesched::executor::PretrainOptions o;
   std::string out, corpus = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
-  std::string method = "lora", model = "tiny";
+  std::string method = "lora", model = "tiny", cache;
   double learning_rate = 0;
   bool json = false;
   if (int rc = Flags("make-backbone")
                    .Text("--out", &out).Required()
+                   .Text("--cache", &cache)
                    .Seed("--seed", &o.seed)
                    .Int("--rounds", &o.rounds)
                    .Int("--steps", &o.steps_per_round)
@@ -76,16 +77,12 @@ int MakeBackbone(const std::vector<std::string>& args) {
     o.corpus_tokens = slicesched::executor::WordNetGlossStream(*wn);
   }
   if (absl::Status v = o.Validate(); !v.ok()) return Rejected("make-backbone", v);
-  auto r = slicesched::executor::PretrainBackbone(*dims, o);
+  bool cached = false;
+  auto r = cache.empty() ? slicesched::executor::PretrainBackbone(*dims, o)
+                         : slicesched::executor::PretrainBackboneCached(*dims, o, cache, &cached);
   if (!r.ok()) return Failed("make-backbone", r.status());
-  const std::map<std::string, std::string> meta = {
-      {"slicesched.pretrain", corpus + (method == "full" ? " full-parameter" : " merged-LoRA") +
-                                  " (include/slicesched/experiments/pretrain.h)"},
-      {"slicesched.model", model},
-      {"slicesched.learning_rate", std::to_string(o.learning_rate)},
-      {"slicesched.seed", std::to_string(o.seed)},
-      {"slicesched.rounds", std::to_string(o.rounds)},
-      {"slicesched.steps_per_round", std::to_string(o.steps_per_round)}};
+  std::map<std::string, std::string> meta = slicesched::executor::PretrainMetadata(*dims, o, *r);
+  meta["slicesched.corpus"] = corpus;
   if (auto st = slicesched::executor::WriteSafetensors(out, r->weights->NamedTensors(), meta); !st.ok()) {
     return Failed("make-backbone", st);
   }
@@ -100,8 +97,9 @@ int MakeBackbone(const std::vector<std::string>& args) {
       std::printf("round %lld: mean training loss %.4f\n", static_cast<long long>(round + 1),
                   sum / static_cast<double>(o.steps_per_round));
     }
-    std::printf("wrote %s: %zu steps on the %s corpus, held-out next-token loss %.4f -> %.4f\n", out.c_str(),
-                r->train_loss.size(), corpus.c_str(), r->initial_eval_loss, r->final_eval_loss);
+    std::printf("wrote %s: %zu steps on the %s corpus%s, held-out next-token loss %.4f -> %.4f\n", out.c_str(),
+                r->train_loss.size(), corpus.c_str(), cached ? " (from the cache)" : "", r->initial_eval_loss,
+                r->final_eval_loss);
   }
   return 0;
 }
@@ -158,16 +156,19 @@ absl::StatusOr<slicesched::LlamaDims> BackboneModel(const std::string& backbone,
 }
 
 // The backbone file, or the default backbone: `slicesim make-backbone
-// --seed SEED` on the tasks' own language or the glosses.
+// --seed SEED` on the tasks' own language or the glosses (through the cache
+// in `cache_dir` when one is given).
 absl::StatusOr<std::shared_ptr<const slicesched::executor::LlamaWeights>> LoadOrPretrain(
-    const slicesched::LlamaDims& dims, const std::string& backbone, uint64_t seed,
+    const slicesched::LlamaDims& dims, const std::string& backbone, uint64_t seed, const std::string& cache_dir,
     const slicesched::executor::YmirExperimentOptions& o) {
   if (!backbone.empty()) return slicesched::executor::LlamaWeights::FromSafetensors(dims, backbone);
   slicesched::executor::PretrainOptions p;
   p.seed = seed;
   p.language = o.language;
   if (o.wordnet != nullptr) p.corpus_tokens = slicesched::executor::WordNetGlossStream(*o.wordnet);
-  SLICESCHED_ASSIGN_OR_RETURN(slicesched::executor::PretrainResult r, slicesched::executor::PretrainBackbone(dims, p));
+  SLICESCHED_ASSIGN_OR_RETURN(slicesched::executor::PretrainResult r,
+                              cache_dir.empty() ? slicesched::executor::PretrainBackbone(dims, p)
+                                                : slicesched::executor::PretrainBackboneCached(dims, p, cache_dir));
   return r.weights;
 }
 
@@ -191,7 +192,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
   std::string online = o.iter_online ? "on" : "off";
   std::string direction = o.direction == slicesched::executor::YmirDirection::kAsymmetry ? "asymmetry" : "none";
-  std::string fit_on, pairs_out, model;
+  std::string fit_on, pairs_out, model, backbone_cache;
   std::string family = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
   double transfer_watch = o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0;
   std::string transfer_fit = o.iter_transfer_watch.fit == slicesched::ymir::WatchFit::kLoss ? "loss" : "time";
@@ -204,6 +205,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   if (int rc = Flags("ymir-estimators")
                    .Text("--backbone", &backbone)
                    .Seed("--backbone-seed", &backbone_seed)
+                   .Text("--backbone-cache", &backbone_cache)
                    .Text("--model", &model)
                    .Seed("--seed", &o.seed)
                    .Int("--steps", &o.normal_steps)
@@ -305,7 +307,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   }
   // Bad options are named before the backbone is pretrained (~20 s).
   if (absl::Status v = o.Validate(); !v.ok()) return Rejected("ymir-estimators", v);
-  auto w = LoadOrPretrain(*dims, backbone, backbone_seed, o);
+  auto w = LoadOrPretrain(*dims, backbone, backbone_seed, backbone_cache, o);
   if (!w.ok()) return Failed("ymir-estimators", w.status());
   auto rep = slicesched::executor::RunYmirEstimators(**w, o);
   if (!rep.ok()) return Failed("ymir-estimators", rep.status());

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,24 @@ struct PretrainResult {
 
 absl::StatusOr<PretrainResult> PretrainBackbone(const LlamaDims& dims,
                                                 const PretrainOptions& options);
+
+// The content key of a pretraining: a hash of the model's dimensions, every
+// option and the corpus's tokens, with a version of the procedure. Pretraining
+// is deterministic, so two runs with the same key give the same bytes.
+std::string PretrainKey(const LlamaDims& dims, const PretrainOptions& options);
+
+// PretrainBackbone through a cache of backbones by content key: reads
+// CACHE_DIR/backbone-<key>.safetensors when it is there (the losses come from
+// its metadata) and otherwise pretrains and writes it (a temporary file
+// renamed into place, so a crash leaves no partial entry). *hit says which.
+// A cache entry that cannot be read is reported by path, not replaced.
+absl::StatusOr<PretrainResult> PretrainBackboneCached(const LlamaDims& dims, const PretrainOptions& options,
+                                                      const std::string& cache_dir, bool* hit = nullptr);
+
+// The metadata make-backbone and the cache write beside the weights: the
+// model, the procedure, its key and the losses.
+std::map<std::string, std::string> PretrainMetadata(const LlamaDims& dims, const PretrainOptions& options,
+                                                    const PretrainResult& result);
 
 // Mean next-token cross-entropy of the backbone itself (its lm_head) on
 // `sentences` (all of one length >= 2).
