@@ -15,120 +15,29 @@ absl::Status JobRunner::Drive(Timestamp now) {
   for (auto it = runtimes_.begin(); it != runtimes_.end();) {
     Runtime& rt = *it->second;
     const uint64_t id = rt.id;
-    auto info = jobs_->Get(id);
-    if (!info.ok()) return info.status();
+    SLICESCHED_ASSIGN_OR_RETURN(jobs::JobInfo info, jobs_->Get(id));
     // 0. Profiling.
-    if (info->state == jobs::JobState::kProfiling || rt.profile_job != nullptr) {
-      Profile(rt, *info);
-      if (rt.inflight != nullptr || rt.profile_job != nullptr) {
-        ++it;
-        continue;
-      }
-      info = jobs_->Get(id);
-      if (!info.ok()) return info.status();
-      if (info->state == jobs::JobState::kProfiling || info->state == jobs::JobState::kQueued) {
+    if (info.state == jobs::JobState::kProfiling || rt.profile_job != nullptr) {
+      SLICESCHED_ASSIGN_OR_RETURN(const JobPass pass, DriveProfiling(rt, &info));
+      if (pass == JobPass::kEnd) {
         ++it;
         continue;
       }
     }
     // 1. The micro-batch in flight (with data parallelism: the wave).
-    if (rt.inflight != nullptr) {
-      const InstanceUpdate last = WaveLast(rt);
-      if (!IsTerminalInstanceState(last.state)) {
-        ++it;
-        continue;
-      }
-      rt.inflight = nullptr;
-      rt.wave.clear();
-      if (last.state != InstanceState::kDone) {
-        stats_.steps_failed += 1;
-        if (!jobs::IsTerminal(info->state)) {
-          FailJob(id, StrCat("training micro-batch ", rt.micro_index(), " failed: ",
-                             last.message.empty() ? std::string(ToStd(InstanceStateName(last.state))) : last.message));
-        }
-        ++it;
-        continue;
-      }
-      // Per job: a joint micro-batch without this job's rows is none of its
-      // micro-batches, and its time is no one-stream time of this job.
-      const double ms = MsSince(rt.inflight_since);
-      if (!rt.joint_without_rows) {
-        stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
-        RecordWave(rt, ms);
-      }
-      rt.joint_without_rows = false;
-      {
-        absl::MutexLock l(&rt.job->mu);
-        if (!rt.job->losses.empty()) rt.last_loss = rt.job->losses.back();
-      }
-      if (rt.first_step_pending) {
-        rt.first_step_pending = false;
-        rt.pending_switch["first_step_ms"] = ms;
-        double total = 0;
-        for (const char* k : {"first_step_ms", "load_checkpoint_ms", "prepare_data_ms"}) {
-          auto f = rt.pending_switch.find(k);
-          if (f != rt.pending_switch.end()) total += f->second;
-        }
-        rt.pending_switch["context_switch_ms"] = total;
-        if (info->state == jobs::JobState::kRunning) {
-          auto p = jobs_->ReportProgress(id, rt.step(), rt.last_loss, "", rt.pending_switch);
-          if (!p.ok()) spdlog::warn("job {}: progress: {}", id, p.status().ToString());
-        }
-        rt.pending_switch.clear();
-      }
-      // Iteration boundary: an evaluation point (a multiple of
-      // eval_every_steps, an epoch end, or the limit) is marked, and
-      // evaluated once the job runs (a job paused at that instant is
-      // evaluated on the same state when it resumes), so the evaluation
-      // points never depend on scheduling.
-      const int64_t step = rt.step();
-      if (step > rt.inflight_step_before && IsEvalPoint(rt, step, options_.planner.eval_every_steps)) {
-        rt.eval_pending = true;
-      }
+    if (rt.inflight != nullptr && FinishWave(rt, info) == JobPass::kEnd) {
+      ++it;
+      continue;
     }
-    if (rt.eval_pending && rt.inflight == nullptr && info->state == jobs::JobState::kRunning) {
-      rt.eval_pending = false;
-      const int64_t step = rt.step();
-      const bool at_limit = step >= rt.iteration_limit();
-      double metric = 0, eval_loss = 0;
-      absl::Status e = Evaluate(rt, &metric, &eval_loss);
-      if (!e.ok()) {
-        FailJob(id, StrCat("evaluation: ", e.message()));
+    if (rt.eval_pending && rt.inflight == nullptr && info.state == jobs::JobState::kRunning) {
+      SLICESCHED_ASSIGN_OR_RETURN(const JobPass pass, EvaluatePending(rt, info));
+      if (pass == JobPass::kEnd) {
         ++it;
         continue;
       }
-      rt.last_eval_step = step;
-      rt.last_metric = metric;
-      RecordEvaluation(rt, *info, step, metric);
-      const bool higher = jobs::HigherIsBetter(rt.spec.stop.metric);
-      const bool reached = higher ? metric >= rt.spec.stop.target : metric <= rt.spec.stop.target;
-      const double epochs = static_cast<double>(step) / static_cast<double>(rt.iterations_per_epoch());
-      if (reached || at_limit) {
-        SLICESCHED_RETURN_IF_ERROR(Checkpoint(rt, {{"epochs", epochs}, {"metric", metric}}));
-        jobs::CompletionReport rep;
-        rep.metrics[std::string(jobs::StopMetricName(rt.spec.stop.metric))] = metric;
-        rep.metrics["eval_loss"] = eval_loss;
-        rep.metrics["train_loss"] = rt.last_loss;
-        rep.metrics["iterations"] = static_cast<double>(step);
-        rep.metrics["epochs"] = epochs;
-        rep.metrics["censored"] = reached ? 0.0 : 1.0;
-        auto c = jobs_->Complete(id, rep);
-        if (!c.ok()) spdlog::warn("job {}: complete: {}", id, c.status().ToString());
-        spdlog::info("job {} completed after {} iterations ({:.2f} epochs): {} = {:.4f}{}", id, step, epochs,
-                     jobs::StopMetricName(rt.spec.stop.metric), metric,
-                     reached ? "" : " (censored: the limit came first)");
-        rt.running = false;
-        plan_requested_ = true;
-        ++it;
-        continue;
-      }
-      std::map<std::string, double> extra = {{"epochs", epochs}, {"metric", metric}, {"eval_loss", eval_loss}};
-      ObservePairing(rt, *info, metric, &extra);
-      auto p = jobs_->ReportProgress(id, step, rt.last_loss, "", extra);
-      if (!p.ok()) spdlog::warn("job {}: progress: {}", id, p.status().ToString());
     }
     // 2. Terminal jobs leave (a temporal source's state stays for its target).
-    if (jobs::IsTerminal(info->state)) {
+    if (jobs::IsTerminal(info.state)) {
       bool is_source = false;
       for (const auto& [target, source] : temporal_source_) is_source |= source == id;
       if (!is_source) {
@@ -141,66 +50,169 @@ absl::Status JobRunner::Drive(Timestamp now) {
       continue;
     }
     // 3. Checkpoints: left running, or the interval passed.
-    if (rt.job != nullptr && (rt.checkpoint_due || (info->state == jobs::JobState::kRunning &&
-                                                    rt.last_checkpoint != Timestamp::Never() &&
-                                                    now - rt.last_checkpoint >= options_.planner.checkpoint_interval))) {
-      SLICESCHED_RETURN_IF_ERROR(Checkpoint(rt, {}));
-      rt.checkpoint_due = false;
-    }
+    SLICESCHED_RETURN_IF_ERROR(CheckpointIfDue(rt, info, now));
     // 4. The next micro-batch.
-    if (info->state == jobs::JobState::kRunning && rt.running) {
-      if (!rt.data_ready || rt.job == nullptr) {
-        absl::Status s = Prepare(rt, *info, /*with_state=*/true);
-        if (!s.ok()) {
-          FailJob(id, std::string(ToStd(s.message())));
-          ++it;
-          continue;
-        }
-        if (rt.last_checkpoint == Timestamp::Never()) rt.last_checkpoint = now;
-      }
-      // A spatial pairing's stop-loss reference: the metric at its start.
-      if (absl::Status s = StartPairWatch(rt, *info); !s.ok()) {
-        FailJob(id, StrCat("evaluation at the start of the pairing: ", s.message()));
-        ++it;
-        continue;
-      }
-      // A spatial pair trains jointly ("Spatial joint training" below).
-      if (info->plan.mode == jobs::RunMode::kSpatial) {
-        SLICESCHED_RETURN_IF_ERROR(DriveSpatial(rt, *info));
-        ++it;
-        continue;
-      }
-      // Alone (or temporal) from here. A job decoupled from a spatial pair
-      // between two joint micro-batches may hold a complete iteration whose
-      // JointOptimizerStep waited for the partner (their grad_accumulation
-      // differ; also after a restart from such a checkpoint): it takes that
-      // optimizer step alone first, then continues with the next iteration.
-      absl::StatusOr<bool> held = StepHeldIteration(rt);
-      if (!held.ok()) {
-        FailJob(id, StrCat("the optimizer step of the iteration accumulated with the spatial partner: ",
-                           held.status().message()));
-        ++it;
-        continue;
-      }
-      if (*held && IsEvalPoint(rt, rt.step(), options_.planner.eval_every_steps)) {
-        rt.eval_pending = true;  // evaluated (and maybe completed) in the next pass
-        ++it;
-        continue;
-      }
-      const int64_t k = rt.micro_index();
-      rt.inflight_step_before = rt.step();
-      rt.inflight_since = std::chrono::steady_clock::now();
-      if (absl::Status sub = SubmitWave(rt, k); !sub.ok()) {
-        if (absl::IsFailedPrecondition(sub) && master_->draining()) {
-          ++it;
-          continue;
-        }
-        FailJob(id, std::string(ToStd(sub.message())));
-        ++it;
-        continue;
-      }
+    if (info.state == jobs::JobState::kRunning && rt.running) {
+      SLICESCHED_RETURN_IF_ERROR(StartNextMicroBatch(rt, info, now));
     }
     ++it;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRunner::JobPass> JobRunner::DriveProfiling(Runtime& rt, jobs::JobInfo* info) {
+  Profile(rt, *info);
+  if (rt.inflight != nullptr || rt.profile_job != nullptr) return JobPass::kEnd;
+  SLICESCHED_ASSIGN_OR_RETURN(*info, jobs_->Get(rt.id));
+  if (info->state == jobs::JobState::kProfiling || info->state == jobs::JobState::kQueued) return JobPass::kEnd;
+  return JobPass::kContinue;
+}
+
+JobRunner::JobPass JobRunner::FinishWave(Runtime& rt, const jobs::JobInfo& info) {
+  const uint64_t id = rt.id;
+  const InstanceUpdate last = WaveLast(rt);
+  if (!IsTerminalInstanceState(last.state)) return JobPass::kEnd;
+  rt.inflight = nullptr;
+  rt.wave.clear();
+  if (last.state != InstanceState::kDone) {
+    stats_.steps_failed += 1;
+    if (!jobs::IsTerminal(info.state)) {
+      FailJob(id, StrCat("training micro-batch ", rt.micro_index(), " failed: ",
+                         last.message.empty() ? std::string(ToStd(InstanceStateName(last.state))) : last.message));
+    }
+    return JobPass::kEnd;
+  }
+  // Per job: a joint micro-batch without this job's rows is none of its
+  // micro-batches, and its time is no one-stream time of this job.
+  const double ms = MsSince(rt.inflight_since);
+  if (!rt.joint_without_rows) {
+    stats_.steps_done += static_cast<uint64_t>(rt.wave_size);
+    RecordWave(rt, ms);
+  }
+  rt.joint_without_rows = false;
+  {
+    absl::MutexLock l(&rt.job->mu);
+    if (!rt.job->losses.empty()) rt.last_loss = rt.job->losses.back();
+  }
+  if (rt.first_step_pending) ReportContextSwitch(rt, info, ms);
+  // Iteration boundary: an evaluation point (a multiple of
+  // eval_every_steps, an epoch end, or the limit) is marked, and
+  // evaluated once the job runs (a job paused at that instant is
+  // evaluated on the same state when it resumes), so the evaluation
+  // points never depend on scheduling.
+  const int64_t step = rt.step();
+  if (step > rt.inflight_step_before && IsEvalPoint(rt, step, options_.planner.eval_every_steps)) {
+    rt.eval_pending = true;
+  }
+  return JobPass::kContinue;
+}
+
+void JobRunner::ReportContextSwitch(Runtime& rt, const jobs::JobInfo& info, double first_step_ms) {
+  rt.first_step_pending = false;
+  rt.pending_switch["first_step_ms"] = first_step_ms;
+  double total = 0;
+  for (const char* k : {"first_step_ms", "load_checkpoint_ms", "prepare_data_ms"}) {
+    auto f = rt.pending_switch.find(k);
+    if (f != rt.pending_switch.end()) total += f->second;
+  }
+  rt.pending_switch["context_switch_ms"] = total;
+  if (info.state == jobs::JobState::kRunning) {
+    auto p = jobs_->ReportProgress(rt.id, rt.step(), rt.last_loss, "", rt.pending_switch);
+    if (!p.ok()) spdlog::warn("job {}: progress: {}", rt.id, p.status().ToString());
+  }
+  rt.pending_switch.clear();
+}
+
+absl::StatusOr<JobRunner::JobPass> JobRunner::EvaluatePending(Runtime& rt, const jobs::JobInfo& info) {
+  const uint64_t id = rt.id;
+  rt.eval_pending = false;
+  const int64_t step = rt.step();
+  const bool at_limit = step >= rt.iteration_limit();
+  double metric = 0, eval_loss = 0;
+  absl::Status e = Evaluate(rt, &metric, &eval_loss);
+  if (!e.ok()) {
+    FailJob(id, StrCat("evaluation: ", e.message()));
+    return JobPass::kEnd;
+  }
+  rt.last_eval_step = step;
+  rt.last_metric = metric;
+  RecordEvaluation(rt, info, step, metric);
+  const bool higher = jobs::HigherIsBetter(rt.spec.stop.metric);
+  const bool reached = higher ? metric >= rt.spec.stop.target : metric <= rt.spec.stop.target;
+  const double epochs = static_cast<double>(step) / static_cast<double>(rt.iterations_per_epoch());
+  if (reached || at_limit) {
+    SLICESCHED_RETURN_IF_ERROR(Checkpoint(rt, {{"epochs", epochs}, {"metric", metric}}));
+    jobs::CompletionReport rep;
+    rep.metrics[std::string(jobs::StopMetricName(rt.spec.stop.metric))] = metric;
+    rep.metrics["eval_loss"] = eval_loss;
+    rep.metrics["train_loss"] = rt.last_loss;
+    rep.metrics["iterations"] = static_cast<double>(step);
+    rep.metrics["epochs"] = epochs;
+    rep.metrics["censored"] = reached ? 0.0 : 1.0;
+    auto c = jobs_->Complete(id, rep);
+    if (!c.ok()) spdlog::warn("job {}: complete: {}", id, c.status().ToString());
+    spdlog::info("job {} completed after {} iterations ({:.2f} epochs): {} = {:.4f}{}", id, step, epochs,
+                 jobs::StopMetricName(rt.spec.stop.metric), metric,
+                 reached ? "" : " (censored: the limit came first)");
+    rt.running = false;
+    plan_requested_ = true;
+    return JobPass::kEnd;
+  }
+  std::map<std::string, double> extra = {{"epochs", epochs}, {"metric", metric}, {"eval_loss", eval_loss}};
+  ObservePairing(rt, info, metric, &extra);
+  auto p = jobs_->ReportProgress(id, step, rt.last_loss, "", extra);
+  if (!p.ok()) spdlog::warn("job {}: progress: {}", id, p.status().ToString());
+  return JobPass::kContinue;
+}
+
+absl::Status JobRunner::CheckpointIfDue(Runtime& rt, const jobs::JobInfo& info, Timestamp now) {
+  if (rt.job != nullptr && (rt.checkpoint_due || (info.state == jobs::JobState::kRunning &&
+                                                  rt.last_checkpoint != Timestamp::Never() &&
+                                                  now - rt.last_checkpoint >= options_.planner.checkpoint_interval))) {
+    SLICESCHED_RETURN_IF_ERROR(Checkpoint(rt, {}));
+    rt.checkpoint_due = false;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::StartNextMicroBatch(Runtime& rt, const jobs::JobInfo& info, Timestamp now) {
+  const uint64_t id = rt.id;
+  if (!rt.data_ready || rt.job == nullptr) {
+    absl::Status s = Prepare(rt, info, /*with_state=*/true);
+    if (!s.ok()) {
+      FailJob(id, std::string(ToStd(s.message())));
+      return absl::OkStatus();
+    }
+    if (rt.last_checkpoint == Timestamp::Never()) rt.last_checkpoint = now;
+  }
+  // A spatial pairing's stop-loss reference: the metric at its start.
+  if (absl::Status s = StartPairWatch(rt, info); !s.ok()) {
+    FailJob(id, StrCat("evaluation at the start of the pairing: ", s.message()));
+    return absl::OkStatus();
+  }
+  // A spatial pair trains jointly ("Spatial joint training", job_runner_joint.cc).
+  if (info.plan.mode == jobs::RunMode::kSpatial) return DriveSpatial(rt, info);
+  // Alone (or temporal) from here. A job decoupled from a spatial pair
+  // between two joint micro-batches may hold a complete iteration whose
+  // JointOptimizerStep waited for the partner (their grad_accumulation
+  // differ; also after a restart from such a checkpoint): it takes that
+  // optimizer step alone first, then continues with the next iteration.
+  absl::StatusOr<bool> held = StepHeldIteration(rt);
+  if (!held.ok()) {
+    FailJob(id, StrCat("the optimizer step of the iteration accumulated with the spatial partner: ",
+                       held.status().message()));
+    return absl::OkStatus();
+  }
+  if (*held && IsEvalPoint(rt, rt.step(), options_.planner.eval_every_steps)) {
+    rt.eval_pending = true;  // evaluated (and maybe completed) in the next pass
+    return absl::OkStatus();
+  }
+  const int64_t k = rt.micro_index();
+  rt.inflight_step_before = rt.step();
+  rt.inflight_since = std::chrono::steady_clock::now();
+  if (absl::Status sub = SubmitWave(rt, k); !sub.ok()) {
+    if (absl::IsFailedPrecondition(sub) && master_->draining()) return absl::OkStatus();
+    FailJob(id, std::string(ToStd(sub.message())));
   }
   return absl::OkStatus();
 }
@@ -208,35 +220,6 @@ absl::Status JobRunner::Drive(Timestamp now) {
 // ---------------------------------------------------------------------------
 // Data parallelism (job_runner_dp.h): a job on g devices runs its iteration's
 // micro-batches in waves of up to g / pipeline_parallel concurrent streams.
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 absl::Status JobRunner::LoadTimeLut() {
   dp_ = std::make_unique<DpState>();

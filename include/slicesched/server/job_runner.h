@@ -384,6 +384,23 @@ class JobRunner final : public TrainingRunner {
   void DropEndedPairWatches();
   void Prefetch(Timestamp now);
   absl::Status Drive(Timestamp now);
+  // Drive's phases for one job (job_runner_drive.cc). kEnd: the job's pass
+  // ends there, and Drive goes on with the next job.
+  enum class JobPass { kContinue, kEnd };
+  // Its profiling pass; `*info` as it is afterwards.
+  absl::StatusOr<JobPass> DriveProfiling(Runtime& rt, jobs::JobInfo* info);
+  // The end of the wave in flight: a failed micro-batch fails the job; else
+  // its time, its loss and an evaluation point it reached are recorded.
+  JobPass FinishWave(Runtime& rt, const jobs::JobInfo& info);
+  // The context switch of a (re)start, once its first micro-batch ended.
+  void ReportContextSwitch(Runtime& rt, const jobs::JobInfo& info, double first_step_ms);
+  // The marked evaluation point: the job completes (target or limit reached)
+  // or reports the metric.
+  absl::StatusOr<JobPass> EvaluatePending(Runtime& rt, const jobs::JobInfo& info);
+  absl::Status CheckpointIfDue(Runtime& rt, const jobs::JobInfo& info, Timestamp now);
+  // Prepares a running job and submits its next wave (a spatial pair: its
+  // joint micro-batch); failures of the job fail it.
+  absl::Status StartNextMicroBatch(Runtime& rt, const jobs::JobInfo& info, Timestamp now);
   absl::Status ApplyPlan(uint64_t id, const jobs::RunPlan& plan, Timestamp now);
   // Loads the deployment and data of a job and, with `with_state`, its
   // training state (checkpoint, temporal source or fresh). Idempotent.
