@@ -37,31 +37,19 @@ struct FullModelTrainer::Impl {
   }
 
   at::Tensor Loss(const at::Tensor& tokens) const {
-    const int64_t B = tokens.size(0), S = tokens.size(1);
+    const int64_t S = tokens.size(1);
     const int64_t H = dims.heads, KVH = dims.kv_heads, HD = dims.head_dim();
     const double eps = options.rms_eps;
     const at::Tensor pos = at::arange(0, S, at::TensorOptions().dtype(at::kLong));
     const at::Tensor masked = pos.unsqueeze(0) > pos.unsqueeze(1);  // [S, S]: key after query
     const auto [cos, sin] = internal::RopeTables(pos, HD, options.rope_theta);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(HD));
     at::Tensor x = at::embedding(params.front(), tokens);
     for (int64_t l = 0; l < dims.layers; ++l) {
       const at::Tensor h = internal::RmsNorm(x, layer(l, kInNorm), eps);
-      at::Tensor q = at::linear(h, layer(l, kQ)).view({B, S, H, HD}).transpose(1, 2);
-      at::Tensor k = at::linear(h, layer(l, kK)).view({B, S, KVH, HD}).transpose(1, 2);
-      at::Tensor v = at::linear(h, layer(l, kV)).view({B, S, KVH, HD}).transpose(1, 2);
-      q = internal::ApplyRope(q, cos, sin);
-      k = internal::ApplyRope(k, cos, sin);
-      if (H != KVH) {
-        k = k.repeat_interleave(H / KVH, 1);
-        v = v.repeat_interleave(H / KVH, 1);
-      }
-      at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-      scores = scores.masked_fill(masked, -std::numeric_limits<float>::infinity());
-      const at::Tensor attn = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, S, H * HD});
-      x = x + at::linear(attn, layer(l, kO));
-      const at::Tensor h2 = internal::RmsNorm(x, layer(l, kPostNorm), eps);
-      x = x + at::linear(at::silu(at::linear(h2, layer(l, kGate))) * at::linear(h2, layer(l, kUp)), layer(l, kDown));
+      const internal::DecoderLayerWeights w{layer(l, kQ),    layer(l, kK),  layer(l, kV),
+                                            layer(l, kO),    layer(l, kGate), layer(l, kUp),
+                                            layer(l, kDown), layer(l, kPostNorm)};
+      x = internal::DecoderLayerFromNormed(x, h, w, nullptr, masked, cos, sin, eps, H, KVH, HD);
     }
     const at::Tensor h = internal::RmsNorm(x, params[params.size() - 2], eps);
     const at::Tensor logits = at::linear(h.narrow(1, 0, S - 1), params.back());  // [B, S-1, V]

@@ -232,7 +232,7 @@ at::Tensor GroupGraph(const LlamaWeights& base, int64_t group, const SlotLeaves&
                       size_t leaf_offset, const at::Tensor& rows, double scaling, at::Tensor x,
                       const std::vector<int64_t>& pads) {
   const LlamaDims& d = base.dims();
-  const int64_t B = x.size(0), S = x.size(1);
+  const int64_t S = x.size(1);
   const int64_t H = d.heads, KVH = d.kv_heads, HD = d.head_dim(), F = d.fusion;
   const double eps = base.options().rms_eps;
   const auto long_opts = at::TensorOptions().dtype(at::kLong).device(x.device());
@@ -251,7 +251,6 @@ at::Tensor GroupGraph(const LlamaWeights& base, int64_t group, const SlotLeaves&
     std::tie(rope_cos, rope_sin) =
         internal::RopeTablesPerRow(row_pos, HD, base.options().rope_theta);
   }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HD));
   for (int64_t l = 0; l < F; ++l) {
     const LlamaLayerWeights& lw = base.layer(group * F + l);
     // Per-row LoRA factors: [B, ...] gathered from the slots' leaves.
@@ -261,32 +260,12 @@ at::Tensor GroupGraph(const LlamaWeights& base, int64_t group, const SlotLeaves&
         per_slot.push_back(slot[leaf_offset + static_cast<size_t>(l)][k]);
       return at::stack(per_slot, 0).index_select(0, rows);
     };
-    const at::Tensor qa = gather(0), qb = gather(1), va = gather(2), vb = gather(3);
+    const internal::LoraBranches lora{gather(0), gather(1), gather(2), gather(3), scaling};
     const at::Tensor h = internal::RmsNorm(x, P(lw.input_layernorm), eps);
-    const at::Tensor hf = h.to(at::kFloat);
-    auto lora = [&](const at::Tensor& a, const at::Tensor& b) {
-      return (at::matmul(at::matmul(hf, a.transpose(1, 2)), b.transpose(1, 2)) * scaling)
-          .to(h.scalar_type());
-    };
-    at::Tensor q = (at::linear(h, P(lw.q_proj)) + lora(qa, qb)).view({B, S, H, HD}).transpose(1, 2);
-    at::Tensor k = at::linear(h, P(lw.k_proj)).view({B, S, KVH, HD}).transpose(1, 2);
-    at::Tensor v =
-        (at::linear(h, P(lw.v_proj)) + lora(va, vb)).view({B, S, KVH, HD}).transpose(1, 2);
-    q = internal::ApplyRope(q, rope_cos, rope_sin);
-    k = internal::ApplyRope(k, rope_cos, rope_sin);
-    if (H != KVH) {
-      k = k.repeat_interleave(H / KVH, 1);
-      v = v.repeat_interleave(H / KVH, 1);
-    }
-    at::Tensor scores = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-2, -1)) * scale;
-    scores = scores.masked_fill(masked, -std::numeric_limits<float>::infinity());
-    const at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
-    const at::Tensor attn = at::matmul(probs, v).transpose(1, 2).reshape({B, S, H * HD});
-    x = x + at::linear(attn, P(lw.o_proj));
-    const at::Tensor h2 = internal::RmsNorm(x, P(lw.post_attention_layernorm), eps);
-    const at::Tensor gate = at::silu(at::linear(h2, P(lw.gate_proj)));
-    const at::Tensor up = at::linear(h2, P(lw.up_proj));
-    x = x + at::linear(gate * up, P(lw.down_proj));
+    const internal::DecoderLayerWeights w{P(lw.q_proj),   P(lw.k_proj),  P(lw.v_proj),
+                                          P(lw.o_proj),   P(lw.gate_proj), P(lw.up_proj),
+                                          P(lw.down_proj), P(lw.post_attention_layernorm)};
+    x = internal::DecoderLayerFromNormed(x, h, w, &lora, masked, rope_cos, rope_sin, eps, H, KVH, HD);
   }
   return x;
 }
