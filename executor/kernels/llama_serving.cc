@@ -33,6 +33,10 @@ absl::StatusOr<std::vector<int64_t>> GenerateDirect(const LlamaWeights& weights,
                                                     int max_tokens, const SamplingParams& base,
                                                     const std::vector<int64_t>& stop_tokens) {
   SLICESCHED_RETURN_IF_ERROR(CheckGenerateDirect(prompt, max_tokens, base));
+  // One core, as on the executors' device threads (LlamaKernelRunner::Run):
+  // a matmul split over more threads sums in another order, and a sampled
+  // token whose probability sits at a draw's edge can then differ.
+  SetIntraOpThreadsForThisThread(1);
   std::vector<KvCache> caches(static_cast<size_t>(weights.num_groups()));
   std::vector<int64_t> out;
   Tensor tokens = Tensor::FromInt64(prompt, {1, static_cast<int64_t>(prompt.size())});
