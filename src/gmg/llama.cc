@@ -1,8 +1,11 @@
 #include "slicesched/gmg/llama.h"
 
+#include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
@@ -405,6 +408,43 @@ absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaChunkedPrefill(co
                                              kMaxPrefillChunks, " chunks, got ", chunks));
   }
   return BuildChunked(dims, chunks);
+}
+
+ChunkedPrefillLayout ChunkedPrefillLayoutOf(const GraphTemplate& tpl) {
+  ChunkedPrefillLayout out;
+  const size_t at = tpl.name().rfind("/prefill_c");
+  int chunks = 0;
+  if (at == std::string::npos || !absl::SimpleAtoi(tpl.name().substr(at + 10), &chunks) || chunks < 2) return out;
+  // BuildChunked names piece k's group j "g<j>" (k = 0) or "g<j>c<k>".
+  std::vector<std::pair<int, int>> where(static_cast<size_t>(tpl.num_ops()), {-1, -1});
+  int groups = 0;
+  for (int op = 0; op < tpl.num_ops(); ++op) {
+    const std::string& name = tpl.op(op).name;
+    if (tpl.op(op).kind != OpKind::kFusedLayers || name.size() < 2 || name[0] != 'g') continue;
+    const size_t c = name.find('c');
+    int j = 0, k = 0;
+    if (!absl::SimpleAtoi(name.substr(1, c == std::string::npos ? std::string::npos : c - 1), &j) ||
+        (c != std::string::npos && !absl::SimpleAtoi(name.substr(c + 1), &k)) || k >= chunks) {
+      continue;
+    }
+    where[static_cast<size_t>(op)] = {k, j};
+    groups = std::max(groups, j + 1);
+  }
+  out.pieces = chunks;
+  out.groups = groups;
+  out.op_at.assign(static_cast<size_t>(chunks * groups), -1);
+  out.piece.assign(where.size(), -1);
+  out.group.assign(where.size(), -1);
+  for (size_t op = 0; op < where.size(); ++op) {
+    const auto [k, j] = where[op];
+    if (k < 0) continue;
+    out.op_at[static_cast<size_t>(k * groups + j)] = static_cast<int>(op);
+    out.piece[op] = k;
+    out.group[op] = j;
+  }
+  // Every (piece, group) must be there; anything else is not a chunked prefill.
+  if (groups == 0 || std::find(out.op_at.begin(), out.op_at.end(), -1) != out.op_at.end()) return {};
+  return out;
 }
 
 InstanceSpec LlamaChunkedPrefill(TemplateId chunked, int chunks, int64_t tokens, PriorityClass priority_class,

@@ -79,9 +79,45 @@ std::vector<uint8_t> SliceScheduler::OtherStreams(const GlobalMappingGraph& g, c
   return out;
 }
 
+const ChunkedPrefillLayout& SliceScheduler::LayoutOf(const GraphTemplate& tpl) {
+  auto it = layouts_.find(tpl.id().value());
+  if (it == layouts_.end()) it = layouts_.emplace(tpl.id().value(), ChunkedPrefillLayoutOf(tpl)).first;
+  return it->second;
+}
+
+bool SliceScheduler::PipelineAllows(const Instance& inst, const ChunkedPrefillLayout& layout, int op, DeviceId d,
+                                    const Candidate& c) {
+  const int k = layout.piece[static_cast<size_t>(op)];
+  if (k < 0) return true;
+  const int j = layout.group[static_cast<size_t>(op)];
+  // Where op q runs: placed before, or earlier in this candidate's batch.
+  auto where = [&](int q) {
+    const OpNode& node = inst.nodes[static_cast<size_t>(q)];
+    if (node.state != NodeState::kUnscheduled) return node.device;
+    for (const NodePlacement& p : c.placements) {
+      if (p.node == node.id) return p.device;
+    }
+    return DeviceId();
+  };
+  const int last = layout.pieces - 1;
+  if (k == last) {  // the caches gather on the device of the last piece's first group
+    const DeviceId first = j > 0 ? where(layout.Op(last, 0)) : DeviceId();
+    return !first.valid() || first == d;
+  }
+  if (k > 0) {  // a stage: where group j's cache is
+    const DeviceId stage = where(layout.Op(k - 1, j));
+    return !stage.valid() || stage == d;
+  }
+  for (int other = 0; other < layout.groups; ++other) {  // the stages are distinct devices
+    if (other != j && where(layout.Op(0, other)) == d) return false;
+  }
+  return true;
+}
+
 std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const SchedulerEnv& env, const Instance& inst,
                                                                    const std::vector<int>& batch,
-                                                                   bool offline_gap_rule) const {
+                                                                   bool queue_limit, bool avoid_streams,
+                                                                   const ChunkedPrefillLayout* pipeline) const {
   const GlobalMappingGraph& g = *env.gmg;
   const GraphTemplate& tpl = *inst.tpl;
   const int n = static_cast<int>(g.accelerators().size());
@@ -89,7 +125,7 @@ std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const Schedule
   absl::flat_hash_set<std::vector<uint16_t>> seen;
   const std::vector<DeviceId>& allowed = inst.spec.allowed_devices;
   const std::vector<uint8_t> streams =
-      offline_gap_rule && o_.offline_avoids_online_streams ? OtherStreams(g, inst) : std::vector<uint8_t>();
+      avoid_streams && o_.offline_avoids_online_streams ? OtherStreams(g, inst) : std::vector<uint8_t>();
   for (const CandidatePartition& p : tpl.partitions()) {
     auto forced = ForcedSlots(g, inst, p);
     if (!forced.has_value()) continue;
@@ -119,8 +155,9 @@ std::vector<SliceScheduler::Candidate> SliceScheduler::Candidates(const Schedule
         const OpSpec& spec = tpl.op(op);
         if (!spec.weight_key.empty() && !g.HasWeights(d, spec.weight_key)) ok = false;
         if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), d) == allowed.end()) ok = false;
-        if (offline_gap_rule && g.outstanding_compute(d, PriorityClass::kOnline) >= o_.offline_queue_limit) ok = false;
+        if (queue_limit && g.outstanding_compute(d, PriorityClass::kOnline) >= o_.offline_queue_limit) ok = false;
         if (!streams.empty() && streams[d.value()]) ok = false;
+        if (pipeline != nullptr && !PipelineAllows(inst, *pipeline, op, d, c)) ok = false;
         c.placements.push_back({inst.nodes[op].id, d});
         key.push_back(d.value());
       }
@@ -235,7 +272,15 @@ absl::StatusOr<ScheduleStats> SliceScheduler::Schedule(SchedulerEnv& env, Timest
       continue;
     }
     const std::vector<int> batch = CollectBatch(env, inst, OpIndexOfComputeId(seed->node));
-    std::vector<Candidate> cands = Candidates(env, inst, batch, offline && !aged);
+    const ChunkedPrefillLayout* pipeline = nullptr;
+    if (!offline && o_.pipeline_online_prefill && LayoutOf(*inst.tpl).pieces > 0) pipeline = &LayoutOf(*inst.tpl);
+    // Aged offline work may queue behind online work, but still keeps off
+    // the devices of streaming conversations while any other device can
+    // take it: its operator there would hold up the conversation's next
+    // token (on a conversation trace, a fifth of the slow tokens waited
+    // behind an aged offline prefill).
+    std::vector<Candidate> cands = Candidates(env, inst, batch, offline && !aged, offline, pipeline);
+    if (cands.empty() && (aged || pipeline != nullptr)) cands = Candidates(env, inst, batch, false, false, nullptr);
     if (cands.empty()) {
       blocked.insert(inst_id.value());
       continue;

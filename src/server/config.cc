@@ -178,7 +178,8 @@ Duration DurationKnob(const ConfigReader& r, absl::string_view key, double unit_
 void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
   s.RejectUnknownKeys({"volume_ms", "offline_queue_limit", "offline_aging_s", "timeliness", "owner_nap_us",
                        "prefill_chunk_tokens", "offline_prefill_chunk_tokens", "online_new_device_cost_ms",
-                       "online_stream_device_cost_ms", "stream_idle_after_s", "offline_avoids_online_streams"});
+                       "online_stream_device_cost_ms", "stream_idle_after_s", "offline_avoids_online_streams",
+                       "pipeline_online_prefill"});
   c->volume = DurationKnob(s, "volume_ms", 1e6, "ms", c->volume, /*allow_zero=*/false);
   c->offline_queue_limit = s.Optional<int64_t>("offline_queue_limit", c->offline_queue_limit);
   s.CheckPositive("offline_queue_limit", c->offline_queue_limit);
@@ -196,6 +197,7 @@ void ParseScheduler(const ConfigReader& s, SchedulerConfig* c) {
       DurationKnob(s, "online_stream_device_cost_ms", 1e6, "ms", c->online_stream_device_cost, /*allow_zero=*/true);
   c->stream_idle_after = DurationKnob(s, "stream_idle_after_s", 1e9, "s", c->stream_idle_after, /*allow_zero=*/true);
   c->offline_avoids_online_streams = s.Optional<bool>("offline_avoids_online_streams", c->offline_avoids_online_streams);
+  c->pipeline_online_prefill = s.Optional<bool>("pipeline_online_prefill", c->pipeline_online_prefill);
   if (s.Has("owner_nap_us")) {
     c->owner_nap = DurationKnob(s, "owner_nap_us", 1e3, "us", Duration::Zero(), /*allow_zero=*/true);
   }

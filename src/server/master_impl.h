@@ -134,7 +134,8 @@ struct Master::Impl {
                                         .online_stream_device_cost = config.scheduler.online_stream_device_cost,
                                         .prefill_chunk_tokens = config.scheduler.prefill_chunk_tokens,
                                         .offline_prefill_chunk_tokens =
-                                            config.scheduler.offline_prefill_chunk_tokens}),
+                                            config.scheduler.offline_prefill_chunk_tokens,
+                                        .pipeline_online_prefill = config.scheduler.pipeline_online_prefill}),
         env{&gmg, &cluster, &ctx, &pool} {
     ctx.set_calibration(&calibration);
   }

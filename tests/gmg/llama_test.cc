@@ -173,6 +173,31 @@ TEST(LlamaTest, ChunkedPrefillPiecesAttendToTheCacheBeforeThemAndRetainItWhole) 
   }
 }
 
+TEST(LlamaTest, ChunkedPrefillLayoutNamesEachPieceAndGroup) {
+  auto dims = *LlamaPreset("llama3-8b");
+  const std::shared_ptr<const GraphTemplate> chunked = *BuildLlamaChunkedPrefill(dims, 3);
+  const GraphTemplate& c = *chunked;
+  const ChunkedPrefillLayout l = ChunkedPrefillLayoutOf(c);
+  EXPECT_EQ(l.pieces, 3);
+  EXPECT_EQ(l.groups, 4);
+  EXPECT_EQ(c.op(l.Op(0, 0)).name, "g0");
+  EXPECT_EQ(c.op(l.Op(0, 3)).name, "g3");
+  EXPECT_EQ(c.op(l.Op(2, 1)).name, "g1c2");
+  for (int k = 0; k < 3; ++k) {
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(l.piece[static_cast<size_t>(l.Op(k, j))], k);
+      EXPECT_EQ(l.group[static_cast<size_t>(l.Op(k, j))], j);
+    }
+  }
+  for (const char* other : {"embed", "embed_c1", "head", "sample"}) {
+    EXPECT_EQ(l.piece[static_cast<size_t>(*c.FindOp(other))], -1) << other;
+  }
+  // Not a chunked prefill: the one-piece prefill and decode templates.
+  const LlamaTemplates t = *BuildLlamaTemplates(dims);
+  EXPECT_EQ(ChunkedPrefillLayoutOf(*t.prefill).pieces, 0);
+  EXPECT_EQ(ChunkedPrefillLayoutOf(*t.decode).pieces, 0);
+}
+
 TEST(LlamaTest, FullPrefillThenDecodeOnOneDevice) {
   auto dims = *LlamaPreset("tiny");
   auto t = *BuildLlamaTemplates(dims);

@@ -153,6 +153,7 @@ TEST(SliceSchedulerChunksTest, PiecesFollowThePromptLengthPerClass) {
   o.prefill_chunk_tokens = 640;
   o.offline_prefill_chunk_tokens = 512;
   o.max_prefill_chunks = 4;
+  EXPECT_EQ(SliceSchedulerOptions().max_prefill_chunks, 8);
   SliceScheduler s(o);
   EXPECT_EQ(s.PrefillChunks(1279, PriorityClass::kOnline), 1);
   EXPECT_EQ(s.PrefillChunks(1280, PriorityClass::kOnline), 2);
@@ -271,6 +272,47 @@ TEST_F(SchedTest, CandidatesRespectKvLocality) {
   EXPECT_EQ(Node(d, "e").device, DeviceId(3));
 }
 
+// An online chunked prefill runs as a pipeline whose caches end on one
+// device: the first piece's groups on distinct devices, each later piece's
+// group where that group's cache is, and the last piece on one device. Off,
+// the what-if keeps the first piece on one device (a new device costs
+// online_new_device_cost). With fewer devices than groups the rule gives way.
+TEST_F(SchedTest, OnlineChunkedPrefillRunsAsAPipelineWhoseCachesEndOnOneDevice) {
+  for (const auto& [devices, pipeline] : std::vector<std::pair<int, bool>>{{4, true}, {4, false}, {1, true}}) {
+    SetUpCluster(devices);
+    const LlamaDims dims = *LlamaPreset("tiny");  // two fused groups
+    auto tpl = *BuildLlamaChunkedPrefill(dims, 3);
+    for (int d = 0; d < devices; ++d) {
+      for (const OpSpec& op : tpl->ops()) {
+        if (!op.weight_key.empty() && !g_->HasWeights(DeviceId(static_cast<uint16_t>(d)), op.weight_key)) {
+          ASSERT_TRUE(g_->LoadWeights(DeviceId(static_cast<uint16_t>(d)), op.weight_key, op.weight_bytes).ok());
+        }
+      }
+    }
+    const TemplateId id = *g_->RegisterTemplate(tpl);
+    const InstanceId i = *g_->Instantiate(LlamaChunkedPrefill(id, 3, 30, PriorityClass::kOnline, T(0)));
+    SliceSchedulerOptions o;
+    o.volume = Duration::Nanos(1);  // one operator a round
+    o.pipeline_online_prefill = pipeline;
+    SliceScheduler s(o);
+    ASSERT_TRUE(s.Schedule(env_, T(0)).ok());
+    auto dev = [&](const char* op) { return Node(i, op).device.value(); };
+    for (const char* op : {"g0", "g1", "g0c1", "g1c1", "g0c2", "g1c2", "head", "sample"}) {
+      EXPECT_EQ(Node(i, op).state, NodeState::kIssued) << op;
+    }
+    SCOPED_TRACE(::testing::Message() << devices << " devices, pipeline " << pipeline);
+    if (devices == 1 || !pipeline) {
+      EXPECT_EQ(dev("g1"), dev("g0"));
+      continue;
+    }
+    EXPECT_NE(dev("g1"), dev("g0"));
+    EXPECT_EQ(dev("g0c1"), dev("g0"));
+    EXPECT_EQ(dev("g1c1"), dev("g1"));
+    EXPECT_EQ(dev("g1c2"), dev("g0c2"));
+    EXPECT_TRUE(g_->VerifyInvariants().ok());
+  }
+}
+
 // A finished instance of class `cls` on `dev` whose output is kept: an online
 // one is a conversation whose next decode step comes back to `dev`.
 CheckpointId MakeCheckpoint(GlobalMappingGraph& g, PriorityClass cls, DeviceId dev) {
@@ -319,6 +361,30 @@ TEST_F(SchedTest, OfflineWorkKeepsOffDevicesThatServeAnOnlineConversation) {
     ASSERT_TRUE(g_->ReleaseCheckpoint(kv).ok());
     EXPECT_EQ(g_->online_checkpoints(DeviceId(0)), 0);
     EXPECT_TRUE(g_->VerifyInvariants().ok());
+  }
+}
+
+// Aged offline work may queue behind online work, but still keeps off a
+// conversation's device while another can take it; with every device
+// serving one, it goes anyway (aged work is never starved).
+TEST_F(SchedTest, AgedOfflineWorkKeepsOffConversationsWhileAnotherDeviceCanTakeIt) {
+  for (const bool both_stream : {false, true}) {
+    SetUpCluster(2);
+    MakeCheckpoint(*g_, PriorityClass::kOnline, DeviceId(0));
+    if (both_stream) MakeCheckpoint(*g_, PriorityClass::kOnline, DeviceId(1));
+    TemplateId t = Register("one", {{"a", {}, 10}}, {{"single", AllOn({"a"})}});
+    // Device 1 has an online operator outstanding: unaged work would wait.
+    const InstanceId busy = New(t, PriorityClass::kOnline, 0);
+    ASSERT_TRUE(g_->Issue(Node(busy, "a").id, DeviceId(1), T(1)).ok());
+    SliceSchedulerOptions o;
+    o.offline_aging = Duration::Zero();  // every offline operator is aged
+    SliceScheduler s(o);
+    const InstanceId off = New(t, PriorityClass::kOffline, 0, kOfflineTenantBase);
+    ASSERT_TRUE(s.Schedule(env_, T(1)).ok());
+    EXPECT_EQ(Node(off, "a").state, NodeState::kIssued) << both_stream;
+    if (!both_stream) {
+      EXPECT_EQ(Node(off, "a").device, DeviceId(1));
+    }
   }
 }
 

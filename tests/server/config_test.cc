@@ -65,6 +65,7 @@ TEST(SlicedConfigTest, EmbeddedDefaultParses) {
   EXPECT_TRUE(c->listen.tcp_address.empty());
   EXPECT_THAT(c->state_dir, ::testing::StartsWith("/tmp/"));
   EXPECT_EQ(c->scheduler.volume, Duration::Millis(50));
+  EXPECT_TRUE(c->scheduler.pipeline_online_prefill);
   EXPECT_EQ(c->scheduler.offline_aging, Duration::Seconds(30));
   EXPECT_EQ(c->scheduler.owner_nap, Duration::Micros(100));
   EXPECT_EQ(c->log_level, "info");
@@ -113,7 +114,7 @@ TEST(SlicedConfigTest, FullConfigWithTlsAndInlineModel) {
     partitions: [single, pp2]
 scheduler: {volume_ms: 20, offline_queue_limit: 2, offline_aging_s: 5.5, timeliness: 0.2, owner_nap_us: 250,
             online_new_device_cost_ms: 25, online_stream_device_cost_ms: 0, stream_idle_after_s: 0.5,
-            offline_avoids_online_streams: false}
+            offline_avoids_online_streams: false, pipeline_online_prefill: false}
 listen:
   unix_socket: ""
   tcp: "[::]:50051"
@@ -136,6 +137,7 @@ log_level: DEBUG
   EXPECT_EQ(c->scheduler.online_stream_device_cost, Duration::Zero());
   EXPECT_EQ(c->scheduler.stream_idle_after, Duration::Millis(500));
   EXPECT_FALSE(c->scheduler.offline_avoids_online_streams);
+  EXPECT_FALSE(c->scheduler.pipeline_online_prefill);
   EXPECT_TRUE(c->listen.unix_socket.empty());
   EXPECT_EQ(c->listen.tcp_address, "[::]:50051");
   EXPECT_EQ(c->listen.tls_key, "/etc/sliced/k.pem");

@@ -52,6 +52,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "slicesched/common/config.h"
@@ -134,6 +135,19 @@ Timestamp DecodeStepArrival(PriorityClass priority_class, Timestamp request_arri
 inline constexpr int kMaxPrefillChunks = 8;
 std::string LlamaChunkedPrefillName(const LlamaDims& dims, int chunks);
 absl::StatusOr<std::shared_ptr<const GraphTemplate>> BuildLlamaChunkedPrefill(const LlamaDims& dims, int chunks);
+
+// Where the fused-group operators of a chunked prefill template sit: op_at
+// holds, for piece k and group j, the op index at k * groups + j, and
+// piece/group map an op index back (-1 for the embeddings, the head and the
+// sampling op). pieces == 0 for any other template.
+struct ChunkedPrefillLayout {
+  int pieces = 0;
+  int groups = 0;
+  std::vector<int> op_at;
+  std::vector<int> piece, group;
+  int Op(int k, int j) const { return op_at[static_cast<size_t>(k * groups + j)]; }
+};
+ChunkedPrefillLayout ChunkedPrefillLayoutOf(const GraphTemplate& tpl);
 
 // The instance of a `tokens`-token prompt's prefill on a chunked template:
 // batch 1, the prompt cut into `chunks` near-equal pieces (the first ones

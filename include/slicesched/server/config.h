@@ -25,6 +25,8 @@
 //     online_stream_device_cost_ms: 50   # ... a device of another streaming conversation this
 //     stream_idle_after_s: 2             # a conversation's cache idle this long stops counting
 //     offline_avoids_online_streams: true  # unaged offline work keeps off such devices
+//     pipeline_online_prefill: true  # a long online prompt's pieces run as a
+//                               # pipeline whose caches end on one device
 //     owner_nap_us: 100         # CPU devices: the master's nap between looks
 //                               # at busy executors (>= 0; the most it adds to
 //                               # a completion's latency); 0 = woken by the
@@ -111,6 +113,7 @@ struct SchedulerConfig {
   Duration online_stream_device_cost = Duration::Millis(50);
   Duration stream_idle_after = Duration::Seconds(2);
   bool offline_avoids_online_streams = true;
+  bool pipeline_online_prefill = true;
   // The LibTorch executors' ExecutorOptions::owner_nap; unset: theirs.
   std::optional<Duration> owner_nap;
 };
