@@ -203,7 +203,7 @@ class Simulator {
   // Predicted duration of a placed node in ns (tests and reports).
   int64_t duration_ns(uint32_t node) const;
 
-  struct Model;  // defined in simulator.cc
+  struct Model;  // defined in src/sim/simulator_model.h
 
  private:
   Simulator();
