@@ -157,8 +157,8 @@ struct Simulator::Model {
   // (in order of first use) and each instance's index among them.
   std::vector<uint32_t> templates_seen;
   std::vector<uint32_t> instance_slot;
-  std::vector<uint32_t> model_index;  // see Rebuild
-  std::vector<int64_t> out_bytes;     // see Rebuild
+  std::vector<uint32_t> model_index;  // see BuildComputeNodes
+  std::vector<int64_t> out_bytes;     // see BuildTensors
 
   // Where a run starts: per node its predicted start as far as the snapshot
   // knows (-1 unless running or done), the completion events of running
