@@ -314,6 +314,14 @@ class GlobalMappingGraph {
   void Charge(DeviceId d, Bytes DeviceMemory::*field, Bytes delta);
   // Issued or finished/failed compute node of `inst` on `d`: delta +1 / -1.
   void CountOutstanding(const Instance& inst, DeviceId d, int32_t delta);
+  // SnapshotInto's phases (snapshot.cc), in the order it runs them.
+  void SnapshotCheckpoints(GmgSnapshot& s) const;
+  void SnapshotInstances(GmgSnapshot& s) const;
+  void ReserveSnapshot(GmgSnapshot& s) const;
+  void SnapshotComputeNodes(GmgSnapshot& s) const;
+  void SnapshotInputs(GmgSnapshot& s) const;
+  void SnapshotTransfers(GmgSnapshot& s) const;
+  void SnapshotDevices(GmgSnapshot& s) const;
 
   AcceleratorSet accel_;
   TemplateRegistry templates_;
