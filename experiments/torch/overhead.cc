@@ -2,43 +2,24 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <memory>
-#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
-#include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "slicesched/common/clock.h"
+#include "overhead_internal.h"
 #include "slicesched/common/json.h"
 #include "slicesched/common/option_checks.h"
 #include "slicesched/common/stats.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
-#include "slicesched/common/thread_pool.h"
-#include "slicesched/estimate/estimators.h"
-#include "slicesched/executor/torch/cpu_allocator.h"
-#include "slicesched/executor/runtime/executor.h"
-#include "slicesched/executor/kernels/llama_kernels.h"
-#include "slicesched/executor/llama/llama_ops.h"
-#include "slicesched/gmg/gmg.h"
-#include "slicesched/gmg/llama.h"
-#include "slicesched/sched/slice_scheduler.h"
-#include "slicesched/sim/simulator.h"
 
 namespace slicesched {
 
@@ -74,77 +55,17 @@ std::string ThreadSched::ToJson() const {
 
 namespace {
 
-using executor::LlamaKernelRunner;
-using executor::ExecutorOptions;
-using executor::ExecutorSet;
-using executor::HostTransferBackend;
-using executor::LlamaRequest;
 using executor::LlamaWeights;
 using executor::Tensor;
+using overhead_internal::CurrentTid;
+using overhead_internal::DirectPrefill;
+using overhead_internal::DirectThread;
+using overhead_internal::ReadThreadSched;
+using overhead_internal::ScheduledRig;
+using overhead_internal::ThreadCpuSeconds;
 
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
-}
-
-// CPU time of a thread (CLOCK_THREAD_CPUTIME_ID: the caller), in seconds.
-double ThreadCpuSeconds(clockid_t clock) {
-  timespec ts{};
-  if (clock_gettime(clock, &ts) != 0) return 0;
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-pid_t CurrentTid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
-
-// The cumulative scheduler counters of thread `tid` of this process (zeros
-// where a file is missing). Reads /proc: call it outside timed regions.
-ThreadSched ReadThreadSched(pid_t tid) {
-  ThreadSched t;
-  if (tid <= 0) return t;
-  const std::string dir = StrCat("/proc/self/task/", tid, "/");
-  {
-    std::ifstream f(dir + "schedstat");
-    double run_ns = 0, wait_ns = 0;
-    if (f >> run_ns >> wait_ns) {
-      t.run_s = 1e-9 * run_ns;
-      t.rq_wait_s = 1e-9 * wait_ns;
-    }
-  }
-  {
-    std::ifstream f(dir + "status");
-    std::string line;
-    while (std::getline(f, line)) {
-      long long v = 0;
-      if (std::sscanf(line.c_str(), "voluntary_ctxt_switches: %lld", &v) == 1) t.voluntary = v;
-      if (std::sscanf(line.c_str(), "nonvoluntary_ctxt_switches: %lld", &v) == 1) t.involuntary = v;
-    }
-  }
-  {
-    std::ifstream f(dir + "stat");
-    std::string line;
-    std::getline(f, line);
-    // Fields after "(comm) ": state ppid pgrp session tty tpgid flags minflt
-    // cminflt majflt cmajflt utime stime.
-    if (const size_t close = line.rfind(')'); close != std::string::npos) {
-      char state = 0;
-      long long skip = 0, minflt = 0, stime = 0;
-      unsigned long long flags = 0;
-      if (std::sscanf(line.c_str() + close + 1, " %c %lld %lld %lld %lld %lld %llu %lld %lld %lld %lld %lld %lld",
-                      &state, &skip, &skip, &skip, &skip, &skip, &flags, &minflt, &skip, &skip, &skip, &skip,
-                      &stime) == 13) {
-        t.minor_faults = minflt;
-        t.sys_s = static_cast<double>(stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-      }
-    }
-  }
-  {
-    std::ifstream f(dir + "sched");
-    std::string line;
-    while (std::getline(f, line)) {
-      long long v = 0;
-      if (std::sscanf(line.c_str(), "se.nr_migrations : %lld", &v) == 1) t.migrations = v;
-    }
-  }
-  return t;
 }
 
 ThreadSched Minus(const ThreadSched& a, const ThreadSched& b) {
@@ -178,260 +99,6 @@ ThreadSched MedianSched(const std::vector<ThreadSched>& v) {
   m.migrations = static_cast<int64_t>(med(&ThreadSched::migrations));
   return m;
 }
-
-// (a) The operators called directly. Returns the sampled token.
-absl::StatusOr<int64_t> DirectPrefill(const LlamaWeights& w, const Tensor& tokens) {
-  SLICESCHED_ASSIGN_OR_RETURN(Tensor x, executor::Embedding(w, tokens));
-  for (int64_t g = 0; g < w.num_groups(); ++g) {
-    executor::KvCache cache;  // the prefill's KV cache (dropped at once here)
-    SLICESCHED_ASSIGN_OR_RETURN(x, executor::FusedLayers(w, g, x, &cache, 0));
-  }
-  SLICESCHED_ASSIGN_OR_RETURN(Tensor logits, executor::LmHead(w, x));
-  SLICESCHED_ASSIGN_OR_RETURN(Tensor t, executor::Sample(logits, executor::SamplingParams{}));
-  const std::vector<int64_t> v = t.ToInt64();
-  if (v.size() != 1) return absl::InternalError("direct prefill: no token sampled");
-  return v[0];
-}
-
-// A thread of its own for the direct loop, so that the two paths run their
-// operators alike: each on a thread that does nothing else (the executor's
-// device thread; this one), with one intra-op thread, glibc's per-thread
-// arena and thread cache, and the same pinning. (On the master's thread the
-// direct loop would use the main arena, the thread that also instantiates
-// and frees everything else.) Run() executes `f` there and returns when it
-// is done (on a ThreadPool of one worker); the caller and `f` take the
-// block's time (see run_direct_loop in RunOverhead).
-class DirectThread {
- public:
-  // `cache`: the thread takes its tensor memory from the per-thread cache,
-  // as a device thread does (OverheadOptions::direct_cache).
-  // `cuda`: bound to GPU 0 and a stream of its own, as a device thread of a
-  // cuda device is (the caller checked that the GPU is usable).
-  explicit DirectThread(bool cache, bool cuda = false) {
-    Run([this, cache, cuda] {
-      tid_ = CurrentTid();
-      executor::SetIntraOpThreadsForThisThread(1);
-      if (cache) executor::UseCachingCpuAllocatorOnThisThread();
-      if (cuda) bound_ = executor::BindThisThreadToCuda(0);
-    });
-  }
-  const absl::Status& bound() const { return bound_; }
-  // The worker's thread id (for its /proc counters).
-  pid_t tid() const { return tid_; }
-  void Run(absl::FunctionRef<void()> f) {
-    absl::Notification done;
-    worker_.Schedule([&] {
-      f();
-      done.Notify();
-    });
-    done.WaitForNotification();
-  }
-
- private:
-  ThreadPool worker_{1};
-  pid_t tid_ = 0;
-  absl::Status bound_;
-};
-
-// (b) The master's path: GMG + SliceScheduler + ExecutorSet on one device.
-class ScheduledRig {
- public:
-  // `device_cpu` >= 0: the device thread is pinned to that CPU. `nap`: the
-  // executors' owner nap.
-  // `cuda`: the device is GPU 0 (activations and caches up to 16 GiB; the
-  // weights' copy is not charged to the pool).
-  static absl::StatusOr<std::unique_ptr<ScheduledRig>> Create(const LlamaDims& dims,
-                                                              std::shared_ptr<const LlamaWeights> w,
-                                                              int device_cpu, absl::Duration nap, bool cuda) {
-    std::vector<DeviceSpec> devs(1);
-    devs[0].name = cuda ? "gpu0" : "cpu0";
-    devs[0].type = cuda ? "cuda" : "cpu";
-    devs[0].memory = cuda ? Bytes::GiB(16) : Bytes::GiB(4);
-    devs[0].backend = cuda ? DeviceBackend::kCuda : DeviceBackend::kCpu;
-    devs[0].ordinal = 0;
-    SLICESCHED_ASSIGN_OR_RETURN(AcceleratorSet accel,
-                                AcceleratorSet::Create(devs, LinkSpec{10e9, Duration::Micros(5)}));
-    SLICESCHED_ASSIGN_OR_RETURN(LlamaTemplates t, BuildLlamaTemplates(dims));
-    SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<LlamaKernelRunner> runner,
-                                LlamaKernelRunner::Create(std::move(w), dims));
-    if (cuda) {
-      const executor::TensorDevice gpu[] = {executor::TensorDevice::Cuda(0)};
-      SLICESCHED_RETURN_IF_ERROR(runner->Place(gpu));
-    }
-    auto rig = std::unique_ptr<ScheduledRig>(new ScheduledRig(std::move(accel), std::move(runner)));
-    SLICESCHED_ASSIGN_OR_RETURN(rig->prefill_, rig->g_.RegisterTemplate(t.prefill));
-    rig->prefill_ops_ = t.prefill->num_ops();
-    for (const OpSpec& op : t.prefill->ops()) {
-      if (op.weight_key.empty()) continue;
-      SLICESCHED_RETURN_IF_ERROR(rig->g_.LoadWeights(DeviceId(0), op.weight_key, op.weight_bytes));
-    }
-    rig->Start(device_cpu, nap);
-    return rig;
-  }
-
-  // Runs one prefill of context length 1 per prompt, start to retirement,
-  // keeping up to `window` of them in flight (instantiated and scheduled,
-  // their operators queued on the device) so the device always has the next
-  // prefill's operators at hand while the master retires the previous ones;
-  // window 1 submits each prefill only after the previous one retired.
-  // tokens[i] is prompt i's sampled token.
-  // fcfs: each prefill ranks below the one submitted before it (see
-  // OverheadOptions::priorities); otherwise all rank alike.
-  absl::Status RunPrefills(std::span<const Tensor> prompts, int window, int wake_batch, bool fcfs,
-                           absl::Duration tail_spin, std::span<int64_t> tokens) {
-    std::fill(tokens.begin(), tokens.end(), -1);
-    size_t next = 0, retired = 0, in_flight = 0;
-    while (retired < prompts.size()) {
-      bool submitted = false;
-      // At an idle device, the first prefill is scheduled (and its operators
-      // handed over) before the rest of the window is instantiated.
-      const bool first_alone = in_flight == 0 && window > 1;
-      for (int pass = first_alone ? 0 : 1; pass < 2; ++pass) {
-        const size_t fill = pass == 0 ? 1 : static_cast<size_t>(window);
-        while (in_flight < fill && next < prompts.size()) {
-          spec_.bindings = {{"B", 1}, {"S", 1}};
-          spec_.arrival = clock_.Now();
-          // First come, first served: a lower priority for every later
-          // prefill (the queue discipline runs higher priorities first).
-          spec_.priority = fcfs ? -static_cast<int32_t>(submitted_++ % (int64_t{1} << 31)) : 0;
-          SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g_.Instantiate(spec_));
-          runner_->SetRequest(id, LlamaRequest{prompts[next], executor::SamplingParams{}});
-          {
-            absl::MutexLock l(&mu_);
-            slot_.insert_or_assign(id.value(), Slot{next, -1});
-          }
-          ++next;
-          ++in_flight;
-          submitted = true;
-        }
-        if (submitted || !g_.unscheduled_frontier().empty()) {
-          SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, sched_.Schedule(env_, clock_.Now()));
-          whatif_runs_ += st.whatif_runs;
-        }
-        submitted = false;
-      }
-      // With nothing left to submit, a batch refills nothing: retire each
-      // prefill as it finishes, so that the last one's retirement is all
-      // that is left when the device runs dry. The last one's completion
-      // is polled for (up to tail_spin), not napped through.
-      const bool tail = next == prompts.size();
-      const int batch = tail ? 1 : wake_batch;
-      const absl::Duration spin = tail && in_flight == 1 ? tail_spin : absl::ZeroDuration();
-      if (!exec_->WaitForFinishBatch(absl::Seconds(60), batch, spin)) {
-        return absl::DeadlineExceededError("scheduled prefill: no completion within 60 s");
-      }
-      feedback_.clear();
-      SLICESCHED_RETURN_IF_ERROR(exec_->AdvanceTo(clock_.Now(), &feedback_));
-      for (const RetiredInstance& r : g_.TakeRetired()) {
-        runner_->EraseRequest(r.id);
-        for (CheckpointId k : r.produced) SLICESCHED_RETURN_IF_ERROR(g_.ReleaseCheckpoint(k));
-        if (r.state != InstanceState::kDone) {
-          return absl::InternalError(StrCat("scheduled prefill ", r.id, " ", InstanceStateName(r.state),
-                                            ": ", r.failure));
-        }
-        absl::MutexLock l(&mu_);
-        auto it = slot_.find(r.id.value());
-        if (it == slot_.end()) {
-          return absl::InternalError(StrCat("scheduled prefill: unknown instance ", r.id, " retired"));
-        }
-        tokens[it->second.prompt] = it->second.token;
-        slot_.erase(it);
-        --in_flight;
-        ++retired;
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Lets the executors release what the GMG freed (released checkpoints).
-  absl::Status Settle() {
-    SLICESCHED_RETURN_IF_ERROR(exec_->Dispatch(clock_.Now()));
-    return g_.VerifyInvariants();
-  }
-  int64_t whatif_runs() const { return whatif_runs_; }
-  // Operators in one prefill (the template's).
-  int prefill_ops() const { return prefill_ops_; }
-  const ExecutorSet& executors() const { return *exec_; }
-  // CPU time the device thread has used so far (0 before its first sample).
-  double DeviceCpuSeconds() {
-    absl::MutexLock l(&mu_);
-    return device_clock_.has_value() ? ThreadCpuSeconds(*device_clock_) : 0.0;
-  }
-  // The device thread's tensor cache as of its last sampled token.
-  executor::CpuCacheStats DeviceCache() {
-    absl::MutexLock l(&mu_);
-    return device_cache_;
-  }
-  // The device thread's scheduler counters (zeros before its first sample).
-  ThreadSched DeviceSched() {
-    pid_t tid;
-    {
-      absl::MutexLock l(&mu_);
-      tid = device_tid_;
-    }
-    return ReadThreadSched(tid);
-  }
-
- private:
-  ScheduledRig(AcceleratorSet accel, std::unique_ptr<LlamaKernelRunner> runner)
-      : g_(std::move(accel)),
-        runner_(std::move(runner)),
-        transfer_est_(g_.accelerators()),
-        ctx_(&g_.templates(), &op_est_, &transfer_est_) {}
-
-  void Start(int device_cpu, absl::Duration nap) {
-    runner_->SetTokenSink([this](InstanceId inst, const Tensor& t) {
-      const std::vector<int64_t> v = t.ToInt64();
-      absl::MutexLock l(&mu_);
-      if (!device_clock_.has_value()) {
-        // The sink runs on the (only) device thread: remember its CPU clock.
-        clockid_t c;
-        if (pthread_getcpuclockid(pthread_self(), &c) == 0) device_clock_ = c;
-        device_tid_ = CurrentTid();
-      }
-      if (auto it = slot_.find(inst.value()); it != slot_.end()) it->second.token = v.empty() ? -1 : v[0];
-      device_cache_ = executor::CachingCpuAllocatorStatsOfThisThread();
-    });
-    ExecutorOptions eo;
-    eo.device_cpus = {device_cpu};
-    eo.owner_nap = nap;
-    exec_ = std::make_unique<ExecutorSet>(&g_, &clock_, runner_.get(), &transfers_, eo);
-    env_.gmg = &g_;
-    env_.backend = exec_.get();
-    env_.sim = &ctx_;
-    env_.pool = nullptr;
-    spec_.template_id = prefill_;
-    spec_.priority_class = PriorityClass::kOnline;
-  }
-
-  SteadyClock clock_;
-  GlobalMappingGraph g_;
-  std::unique_ptr<LlamaKernelRunner> runner_;
-  executor::LlamaTransferBackend transfers_;
-  OpEstimator op_est_;
-  TransferEstimator transfer_est_;
-  SimContext ctx_;
-  SliceScheduler sched_;
-  SchedulerEnv env_;
-  TemplateId prefill_;
-  int prefill_ops_ = 0;
-  InstanceSpec spec_;
-  std::vector<Feedback> feedback_;
-  // Prefills in flight: instance -> (prompt index, sampled token); the token
-  // sink runs on the device thread.
-  struct Slot {
-    size_t prompt;
-    int64_t token;
-  };
-  absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, Slot> slot_ ABSL_GUARDED_BY(mu_);
-  std::optional<clockid_t> device_clock_ ABSL_GUARDED_BY(mu_);
-  pid_t device_tid_ ABSL_GUARDED_BY(mu_) = 0;
-  executor::CpuCacheStats device_cache_ ABSL_GUARDED_BY(mu_);
-  int64_t whatif_runs_ = 0;
-  int64_t submitted_ = 0;  // prefills submitted so far (fcfs priorities)
-  std::unique_ptr<ExecutorSet> exec_;  // last: stopped first
-};
 
 }  // namespace
 
