@@ -243,223 +243,317 @@ absl::Status TokensDiffer(const std::vector<int64_t>& direct, const std::vector<
              ")"));
 }
 
+// The options as the timed runs read them.
+struct RunSettings {
+  absl::Duration tail_spin;
+  bool fcfs = false;        // --priorities fcfs
+  bool abba = false;        // --order abba
+  bool cuda = false;        // --device cuda
+  bool run_direct = false;  // the direct loop is timed (not --only scheduled)
+  bool run_sched = false;   // the scheduled path is timed (not --only direct)
+  size_t block = 0;         // prefills per block
+};
+
+RunSettings SettingsOf(const OverheadOptions& o) {
+  RunSettings s;
+  s.tail_spin = absl::Microseconds(o.tail_spin_us);
+  s.fcfs = o.priorities == "fcfs";
+  s.abba = o.order == "abba";
+  s.cuda = o.device == "cuda";
+  s.run_direct = o.only != "scheduled";
+  s.run_sched = o.only != "direct";
+  s.block = static_cast<size_t>(std::min<int64_t>(o.block, o.prefills));
+  return s;
+}
+
+// The two paths and what they run: the scheduled rig, the direct loop's
+// weights and threads, the prompts, and the tokens each path sampled.
+// Members are in the order they are made, which their destruction reverses.
+struct Paths {
+  std::unique_ptr<ScheduledRig> rig;
+  std::shared_ptr<const LlamaWeights> direct_w;  // where the direct loop's operators run
+  std::vector<Tensor> prompts;
+  std::vector<int64_t> direct_tokens, sched_tokens;
+  std::unique_ptr<DirectThread> direct_thread;  // null: this thread (OverheadOptions::direct_on_main)
+  std::unique_ptr<DirectThread> twin_thread;    // the null check's second path, or null
+};
+
+// A direct loop's thread, pinned like the device thread.
+std::unique_ptr<DirectThread> MakeDirectThread(bool cache, bool cuda, int device_cpu) {
+  auto t = std::make_unique<DirectThread>(cache, cuda);
+  if (device_cpu >= 0) {
+    t->Run([&] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(device_cpu, &set);
+      (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    });
+  }
+  return t;
+}
+
+// The scheduled rig, the direct loop's weights, the prompts and the direct
+// loop's threads.
+absl::Status MakePaths(const OverheadOptions& o, const RunSettings& s, const CpuPlan& cpus, const LlamaDims& dims,
+                       const std::shared_ptr<const LlamaWeights>& w, Paths* p) {
+  SLICESCHED_ASSIGN_OR_RETURN(p->rig, ScheduledRig::Create(dims, w, cpus.device_cpu(), absl::Microseconds(o.nap_us),
+                                                           s.cuda));
+  // The direct loop's weights: where its operators run.
+  p->direct_w = w;
+  if (s.cuda) {
+    SLICESCHED_ASSIGN_OR_RETURN(p->direct_w, w->OnDevice(executor::TensorDevice::Cuda(0)));
+  }
+
+  // Context length 1: one prompt token per prefill, built up front.
+  p->prompts.reserve(static_cast<size_t>(o.prefills));
+  for (int64_t i = 0; i < o.prefills; ++i) {
+    const std::vector<int64_t> tok = {(i * 7919 + 13) % dims.vocab};
+    p->prompts.push_back(Tensor::FromInt64(tok, {1, 1}));
+  }
+  p->direct_tokens.resize(p->prompts.size());
+  p->sched_tokens.resize(p->prompts.size());
+
+  // The direct loop runs on a thread of its own (DirectThread), pinned like
+  // the device thread; `o.direct_on_main` keeps it on this thread (the
+  // previous harness).
+  if (o.direct_on_main && o.direct_cache) executor::UseCachingCpuAllocatorOnThisThread();
+  if (o.direct_on_main && s.cuda) {
+    SLICESCHED_RETURN_IF_ERROR(executor::BindThisThreadToCuda(0));
+  }
+  if (!o.direct_on_main) {
+    p->direct_thread = MakeDirectThread(o.direct_cache, s.cuda, cpus.device_cpu());
+    SLICESCHED_RETURN_IF_ERROR(p->direct_thread->bound());
+  }
+  // The null check's second path: the direct loop on a twin thread.
+  if (o.null_check) p->twin_thread = MakeDirectThread(o.direct_cache, s.cuda, cpus.device_cpu());
+  return absl::OkStatus();
+}
+
+// What RunDirectLoop measured.
+struct DirectTimes {
+  double wall_s = 0, cpu_s = 0;
+  ThreadSched sched;
+};
+
+// Runs prompts [b, b + n) (index modulo the prompt count) through the direct
+// loop, storing the tokens when `tokens`; `ts`: times the loop.
+// A block's wall time starts on the calling (master's) thread, before it
+// hands the block to the loop's thread, and ends on that thread after its
+// last prefill: like a scheduled block, which starts before the master
+// instantiates its first prefill (so it includes waking the idle device
+// thread) and ends once the master, polling, has retired the last one.
+// Each block of either path thus pays one wake-up of an idle thread on
+// the pinned CPU. Timed from inside the loop, the direct blocks would pay
+// none and the alternation in blocks would count that wake-up against the
+// scheduled path ten times per 1,000 prefills, where the paper's single
+// run counts it once (docs/results.md). The scheduler counters are read from
+// outside the timed window, as the device thread's are.
+// `thread`: the direct loop's thread or the null check's twin (nullptr:
+// this one, OverheadOptions::direct_on_main); `tokens`: where the sampled
+// tokens go (nullptr: dropped).
+absl::Status RunDirectLoop(const Paths& p, const CpuPlan& cpus, DirectThread* thread, size_t b, size_t n,
+                           std::vector<int64_t>* tokens, DirectTimes* ts) {
+  absl::Status st;
+  const pid_t tid = thread != nullptr ? thread->tid() : CurrentTid();
+  const ThreadSched s0 = ts != nullptr ? ReadThreadSched(tid) : ThreadSched{};
+  std::chrono::steady_clock::time_point t0, t1;
+  auto loop = [&] {
+    const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+    for (size_t i = b; i < b + n; ++i) {
+      const size_t k = i % p.prompts.size();
+      absl::StatusOr<int64_t> t = DirectPrefill(*p.direct_w, p.prompts[k]);
+      if (!t.ok()) {
+        st = t.status();
+        return;
+      }
+      if (tokens != nullptr) (*tokens)[k] = *t;
+    }
+    t1 = std::chrono::steady_clock::now();
+    if (ts != nullptr) ts->cpu_s += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+  };
+  if (thread != nullptr) {
+    t0 = std::chrono::steady_clock::now();
+    thread->Run(loop);
+  } else {
+    cpus.PinThisThread(true);
+    t0 = std::chrono::steady_clock::now();
+    loop();
+    cpus.PinThisThread(false);
+  }
+  if (st.ok() && ts != nullptr) {
+    ts->wall_s += Seconds(t1 - t0);
+    ts->sched = Plus(ts->sched, Minus(ReadThreadSched(tid), s0));
+  }
+  return st;
+}
+
+// Untimed runs of both paths (and the twin) first. With one path timed,
+// the other one's tokens then come from one untimed run.
+absl::Status WarmUp(const OverheadOptions& o, const RunSettings& s, const CpuPlan& cpus, Paths& p) {
+  cpus.PinThisThread(false);
+  const auto warmup = static_cast<size_t>(std::max(o.warmup, 0));
+  SLICESCHED_RETURN_IF_ERROR(RunDirectLoop(p, cpus, p.direct_thread.get(), 0, warmup, nullptr, nullptr));
+  if (p.twin_thread != nullptr) {
+    SLICESCHED_RETURN_IF_ERROR(RunDirectLoop(p, cpus, p.twin_thread.get(), 0, warmup, nullptr, nullptr));
+  }
+  if (o.warmup > 0) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
+    SLICESCHED_RETURN_IF_ERROR(p.rig->RunPrefills(std::span<const Tensor>(p.prompts).first(n), o.window, o.wake_batch,
+                                                  s.fcfs, s.tail_spin, std::span<int64_t>(p.sched_tokens).first(n)));
+  }
+  SLICESCHED_RETURN_IF_ERROR(p.rig->Settle());
+
+  if (!s.run_direct) {
+    SLICESCHED_RETURN_IF_ERROR(
+        RunDirectLoop(p, cpus, p.direct_thread.get(), 0, p.prompts.size(), &p.direct_tokens, nullptr));
+  }
+  if (!s.run_sched) {
+    SLICESCHED_RETURN_IF_ERROR(
+        p.rig->RunPrefills(p.prompts, o.window, o.wake_batch, s.fcfs, s.tail_spin, p.sched_tokens));
+    SLICESCHED_RETURN_IF_ERROR(p.rig->Settle());
+  }
+  return absl::OkStatus();
+}
+
+// One repetition's totals over its blocks: wall time per path, CPU time and
+// scheduler counters per thread.
+struct RepetitionTotals {
+  double direct_s = 0, sched_s = 0, direct_c = 0, dev_c = 0, master_c = 0;
+  ThreadSched direct_t, dev_t, master_t;
+};
+
+// The block's prompts [b, b + n) through the direct loop on `thread`: its
+// time goes to `block_s`, its CPU and scheduler counts are added to `cpu`
+// and `sched`.
+absl::Status DirectLoopBlock(const Paths& p, const CpuPlan& cpus, DirectThread* thread, size_t b, size_t n,
+                             std::vector<int64_t>* tokens, double& block_s, double& cpu, ThreadSched& sched) {
+  DirectTimes ts;
+  SLICESCHED_RETURN_IF_ERROR(RunDirectLoop(p, cpus, thread, b, n, tokens, &ts));
+  block_s = ts.wall_s;
+  cpu += ts.cpu_s;
+  sched = Plus(sched, ts.sched);
+  return absl::OkStatus();
+}
+
+// The block's prompts [b, b + n) through the scheduled path (the null
+// check: through the twin in its place); its time goes to `block_s`.
+absl::Status ScheduledBlock(const OverheadOptions& o, const RunSettings& s, const CpuPlan& cpus, Paths& p, size_t b,
+                            size_t n, pid_t main_tid, double& block_s, RepetitionTotals& t) {
+  if (p.twin_thread != nullptr) {
+    return DirectLoopBlock(p, cpus, p.twin_thread.get(), b, n, &p.sched_tokens, block_s, t.dev_c, t.dev_t);
+  }
+  ScheduledRig& rig = *p.rig;
+  const ThreadSched m0 = ReadThreadSched(main_tid), d0 = rig.DeviceSched();
+  const double dev0 = rig.DeviceCpuSeconds();
+  const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+  const auto t0 = std::chrono::steady_clock::now();
+  SLICESCHED_RETURN_IF_ERROR(rig.RunPrefills(std::span<const Tensor>(p.prompts).subspan(b, n), o.window,
+                                             o.wake_batch, s.fcfs, s.tail_spin,
+                                             std::span<int64_t>(p.sched_tokens).subspan(b, n)));
+  block_s = Seconds(std::chrono::steady_clock::now() - t0);
+  t.master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+  t.dev_c += rig.DeviceCpuSeconds() - dev0;
+  t.master_t = Plus(t.master_t, Minus(ReadThreadSched(main_tid), m0));
+  t.dev_t = Plus(t.dev_t, Minus(rig.DeviceSched(), d0));
+  return rig.Settle();
+}
+
+// One timed repetition: every block through both paths, a block pair at a
+// time; its totals go to `per_rep` and `r`.
+absl::Status RunRepetition(const OverheadOptions& o, const RunSettings& s, const CpuPlan& cpus, Paths& p, int rep,
+                           pid_t main_tid, PerRepetition& per_rep, OverheadResult* r) {
+  RepetitionTotals t;
+  const size_t block = s.block;
+  for (size_t b = 0; b < p.prompts.size(); b += block) {
+    const size_t n = std::min(block, p.prompts.size() - b);
+    double direct_block_s = 0, sched_block_s = 0;
+    auto direct_block = [&]() -> absl::Status {
+      return DirectLoopBlock(p, cpus, p.direct_thread.get(), b, n, &p.direct_tokens, direct_block_s, t.direct_c,
+                             t.direct_t);
+    };
+    // "abba": every other pair runs its scheduled block first (the order
+    // flips from block to block and from repetition to repetition), so a
+    // drift of the machine's speed, or whatever one path leaves behind for
+    // the path run after it, weighs on both paths alike.
+    const bool direct_first = !s.abba || ((b / block) + static_cast<size_t>(rep)) % 2 == 0;
+    if (direct_first && s.run_direct) {
+      SLICESCHED_RETURN_IF_ERROR(direct_block());
+    }
+    if (s.run_sched) {
+      SLICESCHED_RETURN_IF_ERROR(ScheduledBlock(o, s, cpus, p, b, n, main_tid, sched_block_s, t));
+    }
+    if (!direct_first && s.run_direct) {
+      SLICESCHED_RETURN_IF_ERROR(direct_block());
+    }
+    t.direct_s += direct_block_s;
+    t.sched_s += sched_block_s;
+    if (s.run_direct && s.run_sched && direct_block_s > 0) {
+      r->block_ratios.push_back(sched_block_s / direct_block_s);
+      per_rep.block_extra_us_per_op.push_back(1e6 * (sched_block_s - direct_block_s) /
+                                              static_cast<double>(n * static_cast<size_t>(r->ops_per_prefill)));
+    }
+  }
+  r->direct_runs_s.push_back(t.direct_s);
+  r->scheduled_runs_s.push_back(t.sched_s);
+  per_rep.direct_cpu.push_back(t.direct_c);
+  per_rep.dev_cpu.push_back(t.dev_c);
+  per_rep.master_cpu.push_back(t.master_c);
+  per_rep.direct_sched.push_back(t.direct_t);
+  per_rep.dev_sched.push_back(t.dev_t);
+  per_rep.master_sched.push_back(t.master_t);
+  r->tokens_match = r->tokens_match && p.direct_tokens == p.sched_tokens;
+  return absl::OkStatus();
+}
+
+// What the scheduled path's executors counted, how it placed, and how the
+// threads were pinned.
+void ReportPaths(const OverheadOptions& o, const RunSettings& s, const CpuPlan& cpus, const Paths& p,
+                 OverheadResult* r) {
+  ScheduledRig& rig = *p.rig;
+  const executor::CpuCacheStats cache = rig.DeviceCache();
+  r->device_cache_hits = cache.hits;
+  r->device_cache_misses = cache.misses;
+  r->scheduled_ops = rig.executors().completed_ops();
+  r->fast_path_ops = rig.executors().fast_path_ops();
+  r->owner_wakes = rig.executors().owner_wakes();
+  const std::string device_kind = s.cuda ? "1 CUDA device" : "1 CPU device";
+  r->placement = o.null_check ? "none: the null check times the direct loop against its twin (no scheduler)"
+                 : rig.whatif_runs() == 0
+                     ? StrCat("SliceScheduler, ", device_kind, ": one candidate (partition single), no what-if runs")
+                     : StrCat("SliceScheduler, ", device_kind, ", ", rig.whatif_runs(), " what-if runs");
+  r->pinning = cpus.Describe(o.null_check, o.pin);
+}
+
 }  // namespace
 
 absl::StatusOr<OverheadResult> RunOverhead(const OverheadOptions& o) {
   SLICESCHED_RETURN_IF_ERROR(o.Validate());
-  const absl::Duration tail_spin = absl::Microseconds(o.tail_spin_us);
-  const bool fcfs = o.priorities == "fcfs";
-  const bool abba = o.order == "abba";
-  if (o.device == "cuda") SLICESCHED_RETURN_IF_ERROR(Annotate(executor::CheckCudaDevice(0), "--device cuda"));
+  const RunSettings s = SettingsOf(o);
+  if (s.cuda) {
+    SLICESCHED_RETURN_IF_ERROR(Annotate(executor::CheckCudaDevice(0), "--device cuda"));
+  }
   SLICESCHED_ASSIGN_OR_RETURN(LlamaDims dims, LlamaPreset(o.model));
   // The direct path gets the same single core as an executor's device thread.
   executor::SetIntraOpThreadsForThisThread(1);
   SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const LlamaWeights> w,
                               LlamaWeights::FromSeed(dims, o.seed));
   const CpuPlan cpus(o.pin);
-  const int device_cpu = cpus.device_cpu();
-  auto pin_to = [&](bool device) { cpus.PinThisThread(device); };
-  const bool cuda = o.device == "cuda";
-  SLICESCHED_ASSIGN_OR_RETURN(std::unique_ptr<ScheduledRig> rig,
-                              ScheduledRig::Create(dims, w, device_cpu, absl::Microseconds(o.nap_us), cuda));
-  // The direct loop's weights: where its operators run.
-  std::shared_ptr<const LlamaWeights> direct_w = w;
-  if (cuda) {
-    SLICESCHED_ASSIGN_OR_RETURN(direct_w, w->OnDevice(executor::TensorDevice::Cuda(0)));
-  }
-
-  // Context length 1: one prompt token per prefill, built up front.
-  std::vector<Tensor> prompts;
-  prompts.reserve(static_cast<size_t>(o.prefills));
-  for (int64_t i = 0; i < o.prefills; ++i) {
-    const std::vector<int64_t> tok = {(i * 7919 + 13) % dims.vocab};
-    prompts.push_back(Tensor::FromInt64(tok, {1, 1}));
-  }
-  std::vector<int64_t> direct_tokens(prompts.size()), sched_tokens(prompts.size());
-
-  // The direct loop runs on a thread of its own (DirectThread), pinned like
-  // the device thread; `o.direct_on_main` keeps it on this thread (the
-  // previous harness). Runs prompts [b, b + n) (index modulo the prompt
-  // count), storing the tokens when `tokens`; `ts`: times the loop.
-  struct DirectTimes {
-    double wall_s = 0, cpu_s = 0;
-    ThreadSched sched;
-  };
-  auto make_direct_thread = [&] {
-    auto t = std::make_unique<DirectThread>(o.direct_cache, cuda);
-    if (device_cpu >= 0) {
-      t->Run([&] {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(device_cpu, &set);
-        (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-      });
-    }
-    return t;
-  };
-  std::unique_ptr<DirectThread> direct_thread;
-  if (o.direct_on_main && o.direct_cache) executor::UseCachingCpuAllocatorOnThisThread();
-  if (o.direct_on_main && cuda) SLICESCHED_RETURN_IF_ERROR(executor::BindThisThreadToCuda(0));
-  if (!o.direct_on_main) {
-    direct_thread = make_direct_thread();
-    SLICESCHED_RETURN_IF_ERROR(direct_thread->bound());
-  }
-  // The null check's second path: the direct loop on a twin thread.
-  std::unique_ptr<DirectThread> twin_thread;
-  if (o.null_check) twin_thread = make_direct_thread();
-  // A block's wall time starts on the calling (master's) thread, before it
-  // hands the block to the loop's thread, and ends on that thread after its
-  // last prefill: like a scheduled block, which starts before the master
-  // instantiates its first prefill (so it includes waking the idle device
-  // thread) and ends once the master, polling, has retired the last one.
-  // Each block of either path thus pays one wake-up of an idle thread on
-  // the pinned CPU. Timed from inside the loop, the direct blocks would pay
-  // none and the alternation in blocks would count that wake-up against the
-  // scheduled path ten times per 1,000 prefills, where the paper's single
-  // run counts it once (docs/results.md). The scheduler counters are read from
-  // outside the timed window, as the device thread's are.
-  // `thread`: the direct loop's thread or the null check's twin (nullptr:
-  // this one, OverheadOptions::direct_on_main); `tokens`: where the sampled
-  // tokens go (nullptr: dropped).
-  auto run_direct_loop = [&](DirectThread* thread, size_t b, size_t n, std::vector<int64_t>* tokens,
-                             DirectTimes* ts) -> absl::Status {
-    absl::Status st;
-    const pid_t tid = thread != nullptr ? thread->tid() : CurrentTid();
-    const ThreadSched s0 = ts != nullptr ? ReadThreadSched(tid) : ThreadSched{};
-    std::chrono::steady_clock::time_point t0, t1;
-    auto loop = [&] {
-      const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-      for (size_t i = b; i < b + n; ++i) {
-        const size_t k = i % prompts.size();
-        absl::StatusOr<int64_t> t = DirectPrefill(*direct_w, prompts[k]);
-        if (!t.ok()) {
-          st = t.status();
-          return;
-        }
-        if (tokens != nullptr) (*tokens)[k] = *t;
-      }
-      t1 = std::chrono::steady_clock::now();
-      if (ts != nullptr) ts->cpu_s += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-    };
-    if (thread != nullptr) {
-      t0 = std::chrono::steady_clock::now();
-      thread->Run(loop);
-    } else {
-      pin_to(true);
-      t0 = std::chrono::steady_clock::now();
-      loop();
-      pin_to(false);
-    }
-    if (st.ok() && ts != nullptr) {
-      ts->wall_s += Seconds(t1 - t0);
-      ts->sched = Plus(ts->sched, Minus(ReadThreadSched(tid), s0));
-    }
-    return st;
-  };
-
-  pin_to(false);
-  const auto warmup = static_cast<size_t>(std::max(o.warmup, 0));
-  SLICESCHED_RETURN_IF_ERROR(run_direct_loop(direct_thread.get(), 0, warmup, nullptr, nullptr));
-  if (twin_thread != nullptr) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(twin_thread.get(), 0, warmup, nullptr, nullptr));
-  if (o.warmup > 0) {
-    const size_t n = static_cast<size_t>(std::min<int64_t>(o.warmup, o.prefills));
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).first(n), o.window, o.wake_batch, fcfs, tail_spin,
-                                                std::span<int64_t>(sched_tokens).first(n)));
-  }
-  SLICESCHED_RETURN_IF_ERROR(rig->Settle());
+  Paths p;
+  SLICESCHED_RETURN_IF_ERROR(MakePaths(o, s, cpus, dims, w, &p));
+  SLICESCHED_RETURN_IF_ERROR(WarmUp(o, s, cpus, p));
 
   OverheadResult r;
   ReportOptions(o, &r);
   r.tokens_match = true;
-  const bool run_direct = o.only != "scheduled", run_sched = o.only != "direct";
-  // With one path timed, the other one's tokens come from one untimed run.
-  if (!run_direct) SLICESCHED_RETURN_IF_ERROR(run_direct_loop(direct_thread.get(), 0, prompts.size(), &direct_tokens, nullptr));
-  if (!run_sched) {
-    SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(prompts, o.window, o.wake_batch, fcfs, tail_spin, sched_tokens));
-    SLICESCHED_RETURN_IF_ERROR(rig->Settle());
-  }
   const pid_t main_tid = CurrentTid();
   PerRepetition per_rep;
-  const size_t block = static_cast<size_t>(std::min<int64_t>(o.block, o.prefills));
-  r.ops_per_prefill = std::max(rig->prefill_ops(), 1);
+  r.ops_per_prefill = std::max(p.rig->prefill_ops(), 1);
   for (int rep = 0; rep < o.repetitions; ++rep) {
-    double direct_s = 0, sched_s = 0, direct_c = 0, dev_c = 0, master_c = 0;
-    ThreadSched direct_t, dev_t, master_t;
-    for (size_t b = 0; b < prompts.size(); b += block) {
-      const size_t n = std::min(block, prompts.size() - b);
-      double direct_block_s = 0, sched_block_s = 0;
-      // The block's prompts through the direct loop on `thread`: its time
-      // goes to `block_s`, its CPU and scheduler counts are added to `cpu`
-      // and `sched`.
-      auto direct_loop_block = [&](DirectThread* thread, std::vector<int64_t>* tokens, double& block_s,
-                                   double& cpu, ThreadSched& sched) -> absl::Status {
-        DirectTimes ts;
-        SLICESCHED_RETURN_IF_ERROR(run_direct_loop(thread, b, n, tokens, &ts));
-        block_s = ts.wall_s;
-        cpu += ts.cpu_s;
-        sched = Plus(sched, ts.sched);
-        return absl::OkStatus();
-      };
-      auto direct_block = [&]() -> absl::Status {
-        return direct_loop_block(direct_thread.get(), &direct_tokens, direct_block_s, direct_c, direct_t);
-      };
-      auto sched_block = [&]() -> absl::Status {
-        if (twin_thread != nullptr) {  // the null check: the twin in the scheduled path's place
-          return direct_loop_block(twin_thread.get(), &sched_tokens, sched_block_s, dev_c, dev_t);
-        }
-        const ThreadSched m0 = ReadThreadSched(main_tid), d0 = rig->DeviceSched();
-        const double dev0 = rig->DeviceCpuSeconds();
-        const double cpu0 = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-        const auto t0 = std::chrono::steady_clock::now();
-        SLICESCHED_RETURN_IF_ERROR(rig->RunPrefills(std::span<const Tensor>(prompts).subspan(b, n), o.window, o.wake_batch, fcfs, tail_spin,
-                                                    std::span<int64_t>(sched_tokens).subspan(b, n)));
-        sched_block_s = Seconds(std::chrono::steady_clock::now() - t0);
-        master_c += ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
-        dev_c += rig->DeviceCpuSeconds() - dev0;
-        master_t = Plus(master_t, Minus(ReadThreadSched(main_tid), m0));
-        dev_t = Plus(dev_t, Minus(rig->DeviceSched(), d0));
-        return rig->Settle();
-      };
-      // "abba": every other pair runs its scheduled block first (the order
-      // flips from block to block and from repetition to repetition), so a
-      // drift of the machine's speed, or whatever one path leaves behind for
-      // the path run after it, weighs on both paths alike.
-      const bool direct_first = !abba || ((b / block) + static_cast<size_t>(rep)) % 2 == 0;
-      if (direct_first && run_direct) SLICESCHED_RETURN_IF_ERROR(direct_block());
-      if (run_sched) SLICESCHED_RETURN_IF_ERROR(sched_block());
-      if (!direct_first && run_direct) SLICESCHED_RETURN_IF_ERROR(direct_block());
-      direct_s += direct_block_s;
-      sched_s += sched_block_s;
-      if (run_direct && run_sched && direct_block_s > 0) {
-        r.block_ratios.push_back(sched_block_s / direct_block_s);
-        per_rep.block_extra_us_per_op.push_back(1e6 * (sched_block_s - direct_block_s) /
-                                        static_cast<double>(n * static_cast<size_t>(r.ops_per_prefill)));
-      }
-    }
-    r.direct_runs_s.push_back(direct_s);
-    r.scheduled_runs_s.push_back(sched_s);
-    per_rep.direct_cpu.push_back(direct_c);
-    per_rep.dev_cpu.push_back(dev_c);
-    per_rep.master_cpu.push_back(master_c);
-    per_rep.direct_sched.push_back(direct_t);
-    per_rep.dev_sched.push_back(dev_t);
-    per_rep.master_sched.push_back(master_t);
-    r.tokens_match = r.tokens_match && direct_tokens == sched_tokens;
+    SLICESCHED_RETURN_IF_ERROR(RunRepetition(o, s, cpus, p, rep, main_tid, per_rep, &r));
   }
   Summarize(std::move(per_rep), &r);
-  const executor::CpuCacheStats cache = rig->DeviceCache();
-  r.device_cache_hits = cache.hits;
-  r.device_cache_misses = cache.misses;
-  r.scheduled_ops = rig->executors().completed_ops();
-  r.fast_path_ops = rig->executors().fast_path_ops();
-  r.owner_wakes = rig->executors().owner_wakes();
-  const std::string device_kind = cuda ? "1 CUDA device" : "1 CPU device";
-  r.placement = o.null_check ? "none: the null check times the direct loop against its twin (no scheduler)"
-                : rig->whatif_runs() == 0
-                    ? StrCat("SliceScheduler, ", device_kind, ": one candidate (partition single), no what-if runs")
-                    : StrCat("SliceScheduler, ", device_kind, ", ", rig->whatif_runs(), " what-if runs");
-  r.pinning = cpus.Describe(o.null_check, o.pin);
-  if (!r.tokens_match) return TokensDiffer(direct_tokens, sched_tokens);
+  ReportPaths(o, s, cpus, p, &r);
+  if (!r.tokens_match) return TokensDiffer(p.direct_tokens, p.sched_tokens);
   return r;
 }
 

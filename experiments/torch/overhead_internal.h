@@ -56,7 +56,7 @@ absl::StatusOr<int64_t> DirectPrefill(const executor::LlamaWeights& w, const exe
 // direct loop would use the main arena, the thread that also instantiates
 // and frees everything else.) Run() executes `f` there and returns when it
 // is done (on a ThreadPool of one worker); the caller and `f` take the
-// block's time (see run_direct_loop in RunOverhead, overhead.cc).
+// block's time (see RunDirectLoop in overhead.cc).
 class DirectThread {
  public:
   // `cache`: the thread takes its tensor memory from the per-thread cache,
