@@ -149,6 +149,192 @@ std::optional<std::string> Directive(const std::string& lower, const std::string
   return std::string(ToStd(absl::StripAsciiWhitespace(lower.substr(k + key.size() + 1))));
 }
 
+// The parser of one gains table, line by line: comment directives, the
+// header, then rows; Finish() folds the spatial speed-up rows and checks the
+// table is not empty.
+class GainsParser {
+ public:
+  GainsParser(const std::string& path, const YmirGainsLoadOptions& options)
+      : path_(path), options_(options), def_(options.definition) {}
+
+  absl::Status Line(int lineno, const std::string& line) {
+    lineno_ = lineno;
+    const std::string stripped(ToStd(absl::StripAsciiWhitespace(line)));
+    if (stripped.empty()) return absl::OkStatus();
+    if (stripped[0] == '#') return Comment(stripped);
+    std::vector<std::string> f;
+    for (absl::string_view p : absl::StrSplit(line, ',')) f.emplace_back(ToStd(absl::StripAsciiWhitespace(p)));
+    return ca_ < 0 ? Header(f) : Row(f);
+  }
+
+  absl::StatusOr<YmirGains> Finish() {
+    for (const auto& [pair, acc] : spatial_) {
+      gains_.Set(pair.first, pair.second, ymir::Mode::kSpatial, 1 - acc.sum / acc.n);
+      if (acc.censored) gains_.SetCensored(pair.first, pair.second, ymir::Mode::kSpatial);
+    }
+    if (ca_ < 0) return absl::InvalidArgumentError(StrCat(path_, ": empty gains table"));
+    if (gains_.size() == 0) return absl::InvalidArgumentError(StrCat(path_, ": gains table has no rows"));
+    src_.definition = def_.value_or(YmirGainsDefinition::kSaved) == YmirGainsDefinition::kSpeedup ? "speedup" : "saved";
+    gains_.set_source(std::move(src_));
+    return std::move(gains_);
+  }
+
+ private:
+  absl::Status Err(const std::string& what) const {
+    return absl::InvalidArgumentError(StrCat(path_, ":", lineno_, ": ", what));
+  }
+
+  // "# gains-format: 2", "# gain-definition: speedup", "# gain-measure: steps".
+  absl::Status Comment(const std::string& stripped) {
+    const std::string lower = absl::AsciiStrToLower(stripped);
+    for (const char* key : {"gains-format", "gain-definition", "gain-measure"}) {
+      std::optional<std::string> v = Directive(lower, key);
+      if (!v) continue;
+      if (ca_ >= 0) return Err(StrCat("the ", key, " comment must come before the header"));
+      if (std::string(key) == "gains-format") {
+        if (*v != "1" && *v != "2") return Err(StrCat("gains-format must be 1 or 2, got '", *v, "'"));
+        src_.format = *v == "1" ? 1 : 2;
+      } else if (std::string(key) == "gain-measure") {
+        if (*v != "area" && *v != "steps") return Err(StrCat("gain-measure must be 'area' or 'steps', got '", *v, "'"));
+        src_.measure = *v;
+      } else {
+        if (*v != "saved" && *v != "speedup") {
+          return Err(StrCat("gain-definition must be 'saved' or 'speedup', got '", *v, "'"));
+        }
+        const YmirGainsDefinition d = *v == "saved" ? YmirGainsDefinition::kSaved : YmirGainsDefinition::kSpeedup;
+        if (options_.definition && d != *options_.definition) {
+          return Err(StrCat("the file says gain-definition '", *v, "', which contradicts the one asked for"));
+        }
+        def_ = d;
+        def_stated_ = true;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Header(const std::vector<std::string>& f) {
+    for (size_t i = 0; i < f.size(); ++i) {
+      std::string h = absl::AsciiStrToLower(f[i]);
+      if (h == "task_a") ca_ = static_cast<int>(i);
+      if (h == "task_b") cb_ = static_cast<int>(i);
+      if (h == "mode") cm_ = static_cast<int>(i);
+      if (h == "gain") cg_ = static_cast<int>(i);
+      if (h == "gain_steps") cs_ = static_cast<int>(i);
+      if (h == "steps_censored") cc_ = static_cast<int>(i);
+    }
+    const std::initializer_list<std::pair<int, const char*>> columns = {
+        {ca_, "task_a"}, {cb_, "task_b"}, {cm_, "mode"}, {cg_, "gain"}};
+    for (auto [c, name] : columns) {
+      if (c < 0) return Err(StrCat("missing column '", name, "'"));
+    }
+    // The format decides the columns: format 2 must have both steps
+    // columns, format 1 none (a steps column there is unversioned).
+    for (auto [c, name] : {std::pair{cs_, "gain_steps"}, std::pair{cc_, "steps_censored"}}) {
+      if (src_.format == 2 && c < 0) return Err(StrCat("gains-format 2 needs the column '", name, "'"));
+      if (src_.format == 1 && c >= 0) {
+        return Err(StrCat("column '", name, "' needs a '# gains-format: 2' line before the header"));
+      }
+    }
+    if (src_.format == 2) {
+      if (def_stated_ && *def_ != YmirGainsDefinition::kSpeedup) {
+        return Err("gains-format 2 is a speed-up table, but the file says gain-definition 'saved'");
+      }
+      if (def_ && *def_ != YmirGainsDefinition::kSpeedup) {
+        return Err("gains-format 2 is a speed-up table; the definition 'saved' asked for contradicts it");
+      }
+      def_ = YmirGainsDefinition::kSpeedup;
+    } else if (options_.column == "gain_steps") {
+      return Err("gain_steps asked for, but the file is gains-format 1 (one gain column)");
+    }
+    use_steps_ = src_.format == 2 && options_.column != "gain";
+    src_.column = use_steps_ ? "gain_steps" : "gain";
+    ncols_ = f.size();
+    return absl::OkStatus();
+  }
+
+  // A gain in column `col`: finite, and above -1 (speed-up) or below 1 (saved).
+  absl::Status Number(const std::vector<std::string>& f, int col, const char* name, bool speedup, double* v) const {
+    const std::string& text = f[static_cast<size_t>(col)];
+    if (!absl::SimpleAtod(text, v) || !std::isfinite(*v) || (speedup ? *v <= -1 : *v >= 1)) {
+      return Err(StrCat("column '", name, "': expected a finite number ", speedup ? "above -1" : "below 1",
+                        " (gain-definition ", speedup ? "speedup" : "saved", "), got '", text, "'"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Row(const std::vector<std::string>& f) {
+    if (f.size() < ncols_) return Err(StrCat("expected ", ncols_, " fields, got ", f.size()));
+    const std::string& a = f[static_cast<size_t>(ca_)];
+    const std::string& b = f[static_cast<size_t>(cb_)];
+    if (a.empty() || b.empty()) return Err("empty task name");
+    if (a == b) return Err(StrCat("task '", a, "' paired with itself"));
+    std::string m = absl::AsciiStrToLower(f[static_cast<size_t>(cm_)]);
+    ymir::Mode mode;
+    if (m == "temporal") {
+      mode = ymir::Mode::kTemporal;
+    } else if (m == "spatial") {
+      mode = ymir::Mode::kSpatial;
+    } else {
+      return Err(StrCat("column 'mode': expected temporal or spatial, got '", f[static_cast<size_t>(cm_)], "'"));
+    }
+    const bool speedup = def_.value_or(YmirGainsDefinition::kSaved) == YmirGainsDefinition::kSpeedup;
+    double gain = 0;
+    SLICESCHED_RETURN_IF_ERROR(Number(f, cg_, "gain", speedup, &gain));
+    bool censored = false;
+    if (src_.format == 2) {
+      double steps = 0;
+      SLICESCHED_RETURN_IF_ERROR(Number(f, cs_, "gain_steps", speedup, &steps));
+      const std::string& c = f[static_cast<size_t>(cc_)];
+      if (c != "0" && c != "1") return Err(StrCat("column 'steps_censored': expected 0 or 1, got '", c, "'"));
+      if (src_.measure == "steps" && std::abs(gain - steps) > 1e-6) {
+        return Err(StrCat("gain-measure is 'steps', but gain ", f[static_cast<size_t>(cg_)],
+                          " differs from gain_steps ", f[static_cast<size_t>(cs_)]));
+      }
+      if (use_steps_) {
+        gain = steps;
+        censored = c == "1";
+        src_.censored_rows += censored ? 1 : 0;
+      }
+    }
+    // Duplicates: ordered rows for temporal and for kSpeedup spatial
+    // (whose (A,B) and (B,A) rows are the two tasks' gains), unordered for
+    // kSaved spatial.
+    auto key = mode == ymir::Mode::kSpatial && !speedup ? GainKey(a, b, mode) : std::make_tuple(a, b, ModeKey(mode));
+    if (!seen_.emplace(key, lineno_).second) {
+      return Err(StrCat("duplicate ", m, " gain for ", a, ", ", b, " (first on line ", seen_[key], ")"));
+    }
+    if (mode == ymir::Mode::kSpatial && speedup) {
+      Spatial& acc = spatial_[{std::min(a, b), std::max(a, b)}];
+      acc.sum += 1 / (1 + gain);
+      acc.n += 1;
+      acc.censored = acc.censored || censored;
+      return absl::OkStatus();
+    }
+    gains_.Set(a, b, mode, speedup ? gain / (1 + gain) : gain);
+    if (censored) gains_.SetCensored(a, b, mode);
+    return absl::OkStatus();
+  }
+
+  const std::string& path_;
+  const YmirGainsLoadOptions& options_;
+  int lineno_ = 0;
+  int ca_ = -1, cb_ = -1, cm_ = -1, cg_ = -1, cs_ = -1, cc_ = -1;
+  size_t ncols_ = 0;
+  YmirGains gains_;
+  YmirGainsSource src_{.format = 1};
+  std::optional<YmirGainsDefinition> def_;
+  bool def_stated_ = false;
+  bool use_steps_ = false;
+  std::map<std::tuple<std::string, std::string, int>, int> seen_;
+  // kSpeedup spatial rows: per unordered pair, the sum and count of 1 / (1 + gain), and any censored.
+  struct Spatial {
+    double sum = 0;
+    int n = 0;
+    bool censored = false;
+  };
+  std::map<std::pair<std::string, std::string>, Spatial> spatial_;
+};
+
 }  // namespace
 
 absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options) {
@@ -163,167 +349,13 @@ absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGains
     return absl::InvalidArgumentError(
         StrCat("gains column (--gains-column) must be 'gain' or 'gain_steps', got '", options.column, "'"));
   }
+  GainsParser parser(path, options);
   std::string line;
-  int lineno = 0;
-  int ca = -1, cb = -1, cm = -1, cg = -1, cs = -1, cc = -1;
-  size_t ncols = 0;
-  YmirGains gains;
-  YmirGainsSource src{.format = 1};
-  std::optional<YmirGainsDefinition> def = options.definition;
-  bool def_stated = false;
-  bool use_steps = false;
-  std::map<std::tuple<std::string, std::string, int>, int> seen;
-  // kSpeedup spatial rows: per unordered pair, the sum and count of 1 / (1 + gain), and any censored.
-  struct Spatial {
-    double sum = 0;
-    int n = 0;
-    bool censored = false;
-  };
-  std::map<std::pair<std::string, std::string>, Spatial> spatial;
-  while (std::getline(in, line)) {
-    ++lineno;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (lineno == 1 && line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line = line.substr(3);
-    const std::string stripped(ToStd(absl::StripAsciiWhitespace(line)));
-    if (stripped.empty()) continue;
-    auto err = [&](const std::string& what) {
-      return absl::InvalidArgumentError(StrCat(path, ":", lineno, ": ", what));
-    };
-    if (stripped[0] == '#') {
-      const std::string lower = absl::AsciiStrToLower(stripped);
-      for (const char* key : {"gains-format", "gain-definition", "gain-measure"}) {
-        std::optional<std::string> v = Directive(lower, key);
-        if (!v) continue;
-        if (ca >= 0) return err(StrCat("the ", key, " comment must come before the header"));
-        if (std::string(key) == "gains-format") {
-          if (*v != "1" && *v != "2") return err(StrCat("gains-format must be 1 or 2, got '", *v, "'"));
-          src.format = *v == "1" ? 1 : 2;
-        } else if (std::string(key) == "gain-measure") {
-          if (*v != "area" && *v != "steps") return err(StrCat("gain-measure must be 'area' or 'steps', got '", *v, "'"));
-          src.measure = *v;
-        } else {
-          if (*v != "saved" && *v != "speedup") {
-            return err(StrCat("gain-definition must be 'saved' or 'speedup', got '", *v, "'"));
-          }
-          const YmirGainsDefinition d = *v == "saved" ? YmirGainsDefinition::kSaved : YmirGainsDefinition::kSpeedup;
-          if (options.definition && d != *options.definition) {
-            return err(StrCat("the file says gain-definition '", *v, "', which contradicts the one asked for"));
-          }
-          def = d;
-          def_stated = true;
-        }
-      }
-      continue;
-    }
-    std::vector<std::string> f;
-    for (absl::string_view p : absl::StrSplit(line, ',')) {
-      f.emplace_back(ToStd(absl::StripAsciiWhitespace(p)));
-    }
-    if (ca < 0) {
-      for (size_t i = 0; i < f.size(); ++i) {
-        std::string h = absl::AsciiStrToLower(f[i]);
-        if (h == "task_a") ca = static_cast<int>(i);
-        if (h == "task_b") cb = static_cast<int>(i);
-        if (h == "mode") cm = static_cast<int>(i);
-        if (h == "gain") cg = static_cast<int>(i);
-        if (h == "gain_steps") cs = static_cast<int>(i);
-        if (h == "steps_censored") cc = static_cast<int>(i);
-      }
-      const std::initializer_list<std::pair<int, const char*>> columns = {
-          {ca, "task_a"}, {cb, "task_b"}, {cm, "mode"}, {cg, "gain"}};
-      for (auto [c, name] : columns) {
-        if (c < 0) return err(StrCat("missing column '", name, "'"));
-      }
-      // The format decides the columns: format 2 must have both steps
-      // columns, format 1 none (a steps column there is unversioned).
-      for (auto [c, name] : {std::pair{cs, "gain_steps"}, std::pair{cc, "steps_censored"}}) {
-        if (src.format == 2 && c < 0) return err(StrCat("gains-format 2 needs the column '", name, "'"));
-        if (src.format == 1 && c >= 0) {
-          return err(StrCat("column '", name, "' needs a '# gains-format: 2' line before the header"));
-        }
-      }
-      if (src.format == 2) {
-        if (def_stated && *def != YmirGainsDefinition::kSpeedup) {
-          return err("gains-format 2 is a speed-up table, but the file says gain-definition 'saved'");
-        }
-        if (def && *def != YmirGainsDefinition::kSpeedup) {
-          return err("gains-format 2 is a speed-up table; the definition 'saved' asked for contradicts it");
-        }
-        def = YmirGainsDefinition::kSpeedup;
-      } else if (options.column == "gain_steps") {
-        return err("gain_steps asked for, but the file is gains-format 1 (one gain column)");
-      }
-      use_steps = src.format == 2 && options.column != "gain";
-      src.column = use_steps ? "gain_steps" : "gain";
-      ncols = f.size();
-      continue;
-    }
-    if (f.size() < ncols) return err(StrCat("expected ", ncols, " fields, got ", f.size()));
-    const std::string& a = f[static_cast<size_t>(ca)];
-    const std::string& b = f[static_cast<size_t>(cb)];
-    if (a.empty() || b.empty()) return err("empty task name");
-    if (a == b) return err(StrCat("task '", a, "' paired with itself"));
-    std::string m = absl::AsciiStrToLower(f[static_cast<size_t>(cm)]);
-    ymir::Mode mode;
-    if (m == "temporal") {
-      mode = ymir::Mode::kTemporal;
-    } else if (m == "spatial") {
-      mode = ymir::Mode::kSpatial;
-    } else {
-      return err(StrCat("column 'mode': expected temporal or spatial, got '", f[static_cast<size_t>(cm)], "'"));
-    }
-    const bool speedup = def.value_or(YmirGainsDefinition::kSaved) == YmirGainsDefinition::kSpeedup;
-    auto number = [&](int col, const char* name, double* v) -> absl::Status {
-      const std::string& text = f[static_cast<size_t>(col)];
-      if (!absl::SimpleAtod(text, v) || !std::isfinite(*v) || (speedup ? *v <= -1 : *v >= 1)) {
-        return err(StrCat("column '", name, "': expected a finite number ", speedup ? "above -1" : "below 1",
-                          " (gain-definition ", speedup ? "speedup" : "saved", "), got '", text, "'"));
-      }
-      return absl::OkStatus();
-    };
-    double gain = 0;
-    SLICESCHED_RETURN_IF_ERROR(number(cg, "gain", &gain));
-    bool censored = false;
-    if (src.format == 2) {
-      double steps = 0;
-      SLICESCHED_RETURN_IF_ERROR(number(cs, "gain_steps", &steps));
-      const std::string& c = f[static_cast<size_t>(cc)];
-      if (c != "0" && c != "1") return err(StrCat("column 'steps_censored': expected 0 or 1, got '", c, "'"));
-      if (src.measure == "steps" && std::abs(gain - steps) > 1e-6) {
-        return err(StrCat("gain-measure is 'steps', but gain ", f[static_cast<size_t>(cg)], " differs from gain_steps ",
-                          f[static_cast<size_t>(cs)]));
-      }
-      if (use_steps) {
-        gain = steps;
-        censored = c == "1";
-        src.censored_rows += censored ? 1 : 0;
-      }
-    }
-    // Duplicates: ordered rows for temporal and for kSpeedup spatial
-    // (whose (A,B) and (B,A) rows are the two tasks' gains), unordered for
-    // kSaved spatial.
-    auto key = mode == ymir::Mode::kSpatial && !speedup ? GainKey(a, b, mode) : std::make_tuple(a, b, ModeKey(mode));
-    if (!seen.emplace(key, lineno).second) {
-      return err(StrCat("duplicate ", m, " gain for ", a, ", ", b, " (first on line ", seen[key], ")"));
-    }
-    if (mode == ymir::Mode::kSpatial && speedup) {
-      Spatial& acc = spatial[{std::min(a, b), std::max(a, b)}];
-      acc.sum += 1 / (1 + gain);
-      acc.n += 1;
-      acc.censored = acc.censored || censored;
-      continue;
-    }
-    gains.Set(a, b, mode, speedup ? gain / (1 + gain) : gain);
-    if (censored) gains.SetCensored(a, b, mode);
+    SLICESCHED_RETURN_IF_ERROR(parser.Line(lineno, line));
   }
-  for (const auto& [pair, acc] : spatial) {
-    gains.Set(pair.first, pair.second, ymir::Mode::kSpatial, 1 - acc.sum / acc.n);
-    if (acc.censored) gains.SetCensored(pair.first, pair.second, ymir::Mode::kSpatial);
-  }
-  if (ca < 0) return absl::InvalidArgumentError(StrCat(path, ": empty gains table"));
-  if (gains.size() == 0) return absl::InvalidArgumentError(StrCat(path, ": gains table has no rows"));
-  src.definition = def.value_or(YmirGainsDefinition::kSaved) == YmirGainsDefinition::kSpeedup ? "speedup" : "saved";
-  gains.set_source(std::move(src));
-  return gains;
+  return parser.Finish();
 }
 }  // namespace slicesched::ymir
