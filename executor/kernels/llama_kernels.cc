@@ -634,7 +634,7 @@ absl::Status LlamaKernelRunner::RunOptimizerStep(const KernelCall& call) {
       } else {
         std::vector<TaskState*> ptrs;
         for (TaskState& s : next) ptrs.push_back(&s);
-        if (absl::Status s = JointOptimizerStep(ptrs); !s.ok()) return Annotate(s, Label(call));
+        if (absl::Status s = JointOptimizerStep(ptrs, jobs[0]->joint_rule); !s.ok()) return Annotate(s, Label(call));
       }
     }
     for (size_t t = 0; t < T; ++t) {

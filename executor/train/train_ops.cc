@@ -656,6 +656,7 @@ absl::Status AdamWStep(TaskState& state) {
   SLICESCHED_RETURN_IF_ERROR(CheckAccumulated(state, kOp));
   SLICESCHED_RETURN_IF_ERROR(state.adamw.Validate());
   const AdamWOptions o = state.adamw;
+  const double lr = o.LrAt(state.step);
   const double t = static_cast<double>(state.step + 1);
   const double bc1 = 1.0 - std::pow(o.beta1, t);
   const double bc2 = 1.0 - std::pow(o.beta2, t);
@@ -665,7 +666,7 @@ absl::Status AdamWStep(TaskState& state) {
                         r.m = m * o.beta1 + g * (1.0 - o.beta1);
                         r.v = v * o.beta2 + g * g * (1.0 - o.beta2);
                         const at::Tensor denom = (r.v / bc2).sqrt() + o.eps;
-                        r.p = param * (1.0 - o.lr * o.weight_decay) - (r.m / bc1) / denom * o.lr;
+                        r.p = param * (1.0 - lr * o.weight_decay) - (r.m / bc1) / denom * lr;
                         return r;
                       });
 }
@@ -673,7 +674,7 @@ absl::Status AdamWStep(TaskState& state) {
 absl::Status SgdStep(TaskState& state) {
   constexpr std::string_view kOp = "SgdStep";
   SLICESCHED_RETURN_IF_ERROR(CheckAccumulated(state, kOp));
-  const double lr = state.adamw.lr, wd = state.adamw.weight_decay, mu = state.momentum;
+  const double lr = state.adamw.LrAt(state.step), wd = state.adamw.weight_decay, mu = state.momentum;
   if (!std::isfinite(lr) || lr < 0.0) {
     return absl::InvalidArgumentError(StrCat(kOp, ": lr must be >= 0, got ", lr));
   }

@@ -120,6 +120,9 @@ absl::Status AdamWOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("AdamW: weight_decay must be >= 0, got ", weight_decay));
   }
+  if (warmup_steps < 0) {
+    return absl::InvalidArgumentError(StrCat("AdamW: warmup_steps must be >= 0, got ", warmup_steps));
+  }
   return absl::OkStatus();
 }
 
@@ -330,6 +333,7 @@ absl::Status SaveTaskCheckpoint(const std::string& path, const TaskState& state)
       {"adamw_beta2", ExactDouble(state.adamw.beta2)},
       {"adamw_eps", ExactDouble(state.adamw.eps)},
       {"adamw_weight_decay", ExactDouble(state.adamw.weight_decay)},
+      {"adamw_warmup_steps", std::to_string(state.adamw.warmup_steps)},
       {"optimizer", state.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw"},
       {"sgd_momentum", ExactDouble(state.momentum)},
       {"step", std::to_string(state.step)},
@@ -376,6 +380,10 @@ absl::StatusOr<TaskState> LoadTaskCheckpoint(const std::string& path, const Llam
   SLICESCHED_ASSIGN_OR_RETURN(s.adamw.beta2, get_double("adamw_beta2"));
   SLICESCHED_ASSIGN_OR_RETURN(s.adamw.eps, get_double("adamw_eps"));
   SLICESCHED_ASSIGN_OR_RETURN(s.adamw.weight_decay, get_double("adamw_weight_decay"));
+  // Optional (files written before the warm-up existed had none).
+  if (meta.contains("adamw_warmup_steps")) {
+    SLICESCHED_ASSIGN_OR_RETURN(s.adamw.warmup_steps, get_int("adamw_warmup_steps"));
+  }
   // Optional (files written before SGD existed are AdamW states).
   if (auto it = meta.find("optimizer"); it != meta.end()) {
     if (it->second == "sgd") {

@@ -15,6 +15,7 @@
 #include "slicesched/common/strings.h"
 #include "slicesched/gmg/llama.h"
 #include "slicesched/synth/tasks.h"
+#include "slicesched/synth/wordnet.h"
 
 namespace slicesched::jobs {
 namespace {
@@ -221,25 +222,65 @@ void ParseSyntheticDataset(const ConfigReader& s, DatasetSpec* ds) {
   CheckRange(s, "num_classes", syn.num_classes, 2, kMaxClasses);
 }
 
+void ParseWordNetDataset(const ConfigReader& w, const JobSpecOptions& options, DatasetSpec* ds) {
+  ds->kind = DatasetSpec::Kind::kWordNet;
+  WordNetDataset& wn = ds->wordnet;
+  if (!w.IsMap()) {
+    w.Error("expected a map such as {task: animal-plant, seed: 3}");
+    return;
+  }
+  w.RejectUnknownKeys({"task", "seed", "examples", "sequence_length", "dir"});
+  wn.task = RequiredString(w, "task");
+  if (!wn.task.empty()) {
+    auto known = synth::FindWordNetTask(wn.task);
+    w.Check(known.ok(), "task", std::string(known.status().message()));
+  }
+  if (auto seed = RequiredValue<int64_t>(w, "seed")) {
+    w.Check(*seed >= 0, "seed", StrCat("must not be negative, got ", *seed));
+    wn.seed = static_cast<uint64_t>(std::max<int64_t>(*seed, 0));
+  }
+  // Two examples at least: one to train on, one to evaluate.
+  wn.examples = w.Optional<int64_t>("examples", wn.examples);
+  CheckRange(w, "examples", wn.examples, 2, kMaxExamples);
+  wn.sequence_length = w.Optional<int64_t>("sequence_length", wn.sequence_length);
+  CheckRange(w, "sequence_length", wn.sequence_length, 1, kMaxSequenceLength);
+  wn.dir = w.Optional<std::string>("dir", wn.dir);
+  // The runner reads it long after submission, from the daemon's directory.
+  if (!std::filesystem::path(wn.dir).is_absolute()) {
+    w.Check(false, "dir", StrCat("must be an absolute path, got '", wn.dir, "'"));
+    return;
+  }
+  if (!options.check_dataset_file) return;
+  std::error_code ec;
+  const std::filesystem::path noun = std::filesystem::path(wn.dir) / "data.noun";
+  w.Check(std::filesystem::is_regular_file(noun, ec), "dir",
+          StrCat("'", noun.string(), "' does not exist (WordNet 3.0: apt-get install wordnet-base)"));
+}
+
 void ParseDataset(const ConfigReader& r, const JobSpecOptions& options, DatasetSpec* ds) {
+  constexpr std::string_view kOneOf =
+      "'path' (a token file), 'synthetic' (the built-in generator) or 'wordnet' (WordNet gloss tasks)";
   ConfigReader d = r.RequiredChild("dataset");
   if (!d.present()) return;
   if (!d.IsMap()) {
-    d.Error("expected a map with 'path' (a token file) or 'synthetic' (the built-in generator)");
+    d.Error(StrCat("expected a map with ", kOneOf));
     return;
   }
-  d.RejectUnknownKeys({"path", "format", "synthetic"});
-  const bool has_path = d.Has("path");
-  const bool has_synthetic = d.Has("synthetic");
-  if (has_path == has_synthetic) {
-    d.Error("set exactly one of 'path' (a token file) or 'synthetic' (the built-in generator)");
+  d.RejectUnknownKeys({"path", "format", "synthetic", "wordnet"});
+  const int kinds = int{d.Has("path")} + int{d.Has("synthetic")} + int{d.Has("wordnet")};
+  if (kinds != 1) {
+    d.Error(StrCat("set exactly one of ", kOneOf));
     return;
   }
-  if (has_path) {
+  if (d.Has("path")) {
     ParseFileDataset(d, options, ds);
-  } else {
-    d.Check(!d.Has("format"), "format", "only applies to dataset.path");
+    return;
+  }
+  d.Check(!d.Has("format"), "format", "only applies to dataset.path");
+  if (d.Has("synthetic")) {
     ParseSyntheticDataset(d.Child("synthetic"), ds);
+  } else {
+    ParseWordNetDataset(d.Child("wordnet"), options, ds);
   }
 }
 
@@ -248,7 +289,7 @@ void ParseHyperparameters(const ConfigReader& r, Hyperparameters* h) {
   if (!hp.present()) return;
   hp.RejectUnknownKeys(
       {"learning_rate", "batch_size", "grad_accumulation", "lora_rank", "lora_alpha", "optimizer", "momentum",
-       "seed"});
+       "seed", "head_init", "warmup_steps"});
   if (auto lr = RequiredValue<double>(hp, "learning_rate")) {
     h->learning_rate = *lr;
     CheckPositiveAtMost(hp, "learning_rate", h->learning_rate, kMaxLearningRate);
@@ -280,6 +321,14 @@ void ParseHyperparameters(const ConfigReader& r, Hyperparameters* h) {
   const int64_t seed = hp.Optional<int64_t>("seed", 0);
   hp.Check(seed >= 0, "seed", StrCat("must not be negative, got ", seed));
   h->seed = static_cast<uint64_t>(std::max<int64_t>(seed, 0));
+  const std::string head = hp.Optional<std::string>("head_init", "random");
+  if (head == "zero") {
+    h->head_init = HeadInit::kZero;
+  } else {
+    hp.Check(head == "random", "head_init", StrCat("must be random or zero, got '", head, "'"));
+  }
+  h->warmup_steps = hp.Optional<int64_t>("warmup_steps", h->warmup_steps);
+  CheckRange(hp, "warmup_steps", h->warmup_steps, 0, kMaxEpochs);
 }
 
 void ParseStop(const ConfigReader& r, StopCondition* stop) {
@@ -395,6 +444,17 @@ void ParseTenancy(const ConfigReader& r, const JobSpecOptions& options, JobSpec*
 }  // namespace
 
 std::string_view OptimizerName(Optimizer o) { return o == Optimizer::kAdamW ? "adamw" : "sgd"; }
+
+std::string_view HeadInitName(HeadInit h) { return h == HeadInit::kZero ? "zero" : "random"; }
+
+std::string_view DatasetTaskName(const DatasetSpec& ds) {
+  switch (ds.kind) {
+    case DatasetSpec::Kind::kSynthetic: return ds.synthetic.task;
+    case DatasetSpec::Kind::kWordNet: return ds.wordnet.task;
+    case DatasetSpec::Kind::kFile: break;
+  }
+  return {};
+}
 
 std::string_view StopMetricName(StopMetric m) {
   switch (m) {

@@ -227,15 +227,25 @@ void ParsePlannerTimeLut(const ConfigReader& p, absl::string_view base_dir, Plan
 
 void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConfig* c) {
   p.RejectUnknownKeys({"interval_s", "mode", "gains", "checkpoint_interval_s", "prefetch_s", "eval_every_steps",
-                       "time_lut", "profile_from_lut"});
+                       "time_lut", "profile_from_lut", "spatial_step"});
   c->interval = DurationKnob(p, "interval_s", 1e9, "s", c->interval, /*allow_zero=*/false);
   const std::string mode = absl::AsciiStrToLower(p.Optional<std::string>("mode", "ymir"));
   if (mode == "ymir") {
     c->mode = PlannerConfig::Mode::kYmir;
   } else if (mode == "elastic") {
     c->mode = PlannerConfig::Mode::kElastic;
+  } else if (mode == "srtf") {
+    c->mode = PlannerConfig::Mode::kSrtf;
+  } else if (mode == "pollux") {
+    c->mode = PlannerConfig::Mode::kPollux;
   } else {
-    p.Check(false, "mode", StrCat("expected ymir or elastic, got '", mode, "'"));
+    p.Check(false, "mode", StrCat("expected ymir, elastic, srtf or pollux, got '", mode, "'"));
+  }
+  const std::string step = p.Optional<std::string>("spatial_step", "mean");
+  if (step == "sum") {
+    c->spatial_step = PlannerConfig::SpatialStep::kSum;
+  } else {
+    p.Check(step == "mean", "spatial_step", StrCat("expected mean or sum, got '", step, "'"));
   }
   c->gains_path = p.Optional<std::string>("gains", "");
   if (!c->gains_path.empty() && c->gains_path.front() != '/' && !base_dir.empty()) {
@@ -464,7 +474,13 @@ absl::StatusOr<SlicedConfig> LoadSlicedConfig(const std::string& path) {
 }
 
 absl::string_view PlannerModeName(PlannerConfig::Mode mode) {
-  return mode == PlannerConfig::Mode::kYmir ? "ymir" : "elastic";
+  switch (mode) {
+    case PlannerConfig::Mode::kYmir: return "ymir";
+    case PlannerConfig::Mode::kElastic: return "elastic";
+    case PlannerConfig::Mode::kSrtf: return "srtf";
+    case PlannerConfig::Mode::kPollux: return "pollux";
+  }
+  return "ymir";
 }
 
 std::string_view DefaultSlicedConfigYaml() { return presets::kSlicedYaml; }

@@ -5,6 +5,8 @@
 // checkpoints and the pass (Tick); job_runner_internal.h names the others.
 #include "job_runner_internal.h"
 
+#include "slicesched/synth/wordnet.h"
+
 namespace slicesched {
 
 using job_runner_internal::CheckpointPath;
@@ -108,6 +110,14 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
       SLICESCHED_ASSIGN_OR_RETURN(synth::TaskInfo task, synth::FindTask(ds.synthetic.task));
       rt.next_token = task.kind == synth::TaskKind::kNextToken;
       rt.head_outputs = rt.next_token ? vocab : ds.synthetic.num_classes;
+    } else if (ds.kind == jobs::DatasetSpec::Kind::kWordNet) {
+      SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const synth::WordNetCorpus> corpus,
+                                  WordNetCorpusFor(ds.wordnet.dir, vocab));
+      SLICESCHED_ASSIGN_OR_RETURN(all, synth::GenerateWordNet(*corpus, {.task = ds.wordnet.task,
+                                                                         .seed = ds.wordnet.seed,
+                                                                         .examples = ds.wordnet.examples,
+                                                                         .sequence_length = ds.wordnet.sequence_length}));
+      rt.head_outputs = 2;
     } else {
       if (ds.format == jobs::DatasetFormat::kJsonl) {
         SLICESCHED_ASSIGN_OR_RETURN(all, LoadJsonl(ds.path));
@@ -146,6 +156,9 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
     const auto t0 = std::chrono::steady_clock::now();
     auto job = std::make_shared<LlamaTrainJob>();
     job->accumulation = rt.micro_per_iteration();
+    job->joint_rule = options_.planner.spatial_step == PlannerConfig::SpatialStep::kSum
+                          ? executor::JointStepRule::kSum
+                          : executor::JointStepRule::kMean;
     TaskState state;
     const std::string path = info.checkpoint_path;
     if (!path.empty()) {
@@ -157,9 +170,14 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
     } else {
       executor::AdamWOptions adamw;
       adamw.lr = hp.learning_rate;
+      adamw.warmup_steps = hp.warmup_steps;
       SLICESCHED_ASSIGN_OR_RETURN(state, TaskState::Init(rt.weights->dims(),
                                                          executor::LoraConfig{hp.lora_rank, hp.lora_alpha},
                                                          rt.head_outputs, hp.seed));
+      if (hp.head_init == jobs::HeadInit::kZero) {
+        SLICESCHED_ASSIGN_OR_RETURN(executor::TaskAdapters zeros, executor::TaskAdapters::ZerosLike(state.params));
+        state.params.head = zeros.head;
+      }
       state.adamw = adamw;  // lr (and weight decay) of either optimizer
       state.optimizer = hp.optimizer == jobs::Optimizer::kSgd ? executor::OptimizerKind::kSgd
                                                               : executor::OptimizerKind::kAdamW;
@@ -193,6 +211,17 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
     rt.last_eval_step = rt.step();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const synth::WordNetCorpus>> JobRunner::WordNetCorpusFor(const std::string& dir,
+                                                                                     int64_t vocab) {
+  auto& slot = wordnet_[{dir, vocab}];
+  if (slot == nullptr) {
+    // The backbone's vocabulary bounds the corpus's: its most frequent words.
+    SLICESCHED_ASSIGN_OR_RETURN(synth::WordNetCorpus corpus, synth::WordNetCorpus::Load(dir, vocab));
+    slot = std::make_shared<const synth::WordNetCorpus>(std::move(corpus));
+  }
+  return slot;
 }
 
 void JobRunner::FailJob(uint64_t id, const std::string& reason) {
@@ -248,8 +277,8 @@ JobRunner::Runtime& JobRunner::RuntimeFor(const jobs::JobInfo& j) {
     slot = std::make_unique<Runtime>();
     slot->id = j.id;
     slot->spec = j.spec;
-    slot->task_key =
-        j.spec.dataset.kind == jobs::DatasetSpec::Kind::kSynthetic ? j.spec.dataset.synthetic.task : j.spec.name;
+    const std::string_view task = jobs::DatasetTaskName(j.spec.dataset);
+    slot->task_key = task.empty() ? j.spec.name : std::string(task);
     slot->running = j.state == jobs::JobState::kRunning;
     slot->plan = j.plan;
   }

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "slicesched/common/status.h"
 #include "slicesched/common/strings.h"
+#include "slicesched/ymir/baselines.h"
 #include "slicesched/ymir/gains.h"
 #include "slicesched/server/job_runner_dp.h"
 #include "slicesched/synth/tasks.h"

@@ -453,7 +453,16 @@ absl::Status JobRunner::PlanRound(Timestamp now) {
   ymir::PlannerOptions po;
   po.round_s = options_.planner.interval.ToSecondsF();
   po.time_limit_s = 5;
-  SLICESCHED_ASSIGN_OR_RETURN(ymir::PlanResult plan, ymir::Plan(in.views, candidates.pairs, cluster, po));
+  auto solve = [&]() -> absl::StatusOr<ymir::PlanResult> {
+    switch (options_.planner.mode) {
+      case PlannerConfig::Mode::kSrtf: return ymir::PlanSrtf(in.views, cluster);
+      case PlannerConfig::Mode::kPollux: return ymir::PlanPolluxLike(in.views, cluster);
+      case PlannerConfig::Mode::kYmir:
+      case PlannerConfig::Mode::kElastic: break;
+    }
+    return ymir::Plan(in.views, candidates.pairs, cluster, po);
+  };
+  SLICESCHED_ASSIGN_OR_RETURN(ymir::PlanResult plan, solve());
   stats_.plans += 1;
   stats_.last_solve_s = plan.solve_seconds;
   const std::map<size_t, std::vector<uint32_t>> devs_of = PlaceOnDevices(plan, devices);

@@ -701,6 +701,47 @@ TEST(TrainOpsTest, SgdStepMatchesAPlainMomentumReference) {
   EXPECT_NE(e.message().find("momentum must be in [0, 1), got 1"), std::string::npos) << e;
 }
 
+// The linear warm-up: the step at the state's step k < W is the step of
+// lr (k + 1) / W, bit for bit, for AdamW and SGD; from step W on the full lr;
+// checkpoints keep W; a negative W is an error naming it.
+TEST(TrainOpsTest, WarmUpScalesTheFirstStepsLearningRate) {
+  auto w = TinyWeights();
+  const int64_t V = Tiny().vocab;
+  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
+    // Powers of two: lr (k + 1) / W is exact, so the states match bit for bit.
+    TaskState warm = NewTask(2, 95, 0.5);
+    warm.optimizer = kind;
+    warm.adamw.warmup_steps = 4;
+    TaskState plain = warm;
+    plain.adamw.warmup_steps = 0;
+    for (int step = 0; step < 5; ++step) {
+      const TrainBatch b = ClassBatch(3, 6, 2, V, 96 + step);
+      for (TaskState* s : {&warm, &plain}) {
+        const TaskAdapters* slot[] = {&s->params};
+        auto g = ComputeGradients(*w, slot, b);
+        ASSERT_TRUE(g.ok()) << g.status();
+        ASSERT_TRUE(AccumulateGradients(*s, g->grads[0]).ok());
+      }
+      EXPECT_EQ(warm.adamw.LrAt(warm.step), step < 4 ? 0.5 * (step + 1) / 4 : 0.5);
+      plain.adamw.lr = warm.adamw.LrAt(warm.step);
+      ASSERT_TRUE(OptimizerStep(warm).ok());
+      ASSERT_TRUE(OptimizerStep(plain).ok());
+      EXPECT_EQ(MaxDiff(warm.params, plain.params).first, 0.0) << "step " << step;
+    }
+  }
+  TaskState s = NewTask(2, 97);
+  s.adamw.warmup_steps = 12;
+  const std::string path = TempPath("warmup");
+  ASSERT_TRUE(SaveTaskCheckpoint(path, s).ok());
+  auto back = LoadTaskCheckpoint(path, Tiny());
+  std::filesystem::remove(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->adamw.warmup_steps, 12);
+  AdamWOptions bad;
+  bad.warmup_steps = -1;
+  EXPECT_NE(bad.Validate().message().find("warmup_steps must be >= 0, got -1"), std::string::npos) << bad.Validate();
+}
+
 // The kSum joint rule: the shared adapter moves by the SUM of the tasks' solo
 // steps from the same state (each task's own full AdamW update), heads and
 // moments are each task's solo ones, and the rule differs from kMean.

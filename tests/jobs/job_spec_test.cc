@@ -106,6 +106,46 @@ TEST(JobSpecTest, ExampleFieldsAreRead) {
   EXPECT_EQ(c->spec.trust_domain, "team-c");  // defaults to the tenant
 }
 
+TEST(JobSpecTest, AWordNetDatasetNamesAFamilyTaskAndTheInstalledCorpus) {
+  // The package's layout: DIR/data.noun (its contents are read by the runner).
+  const std::string dir = ::testing::TempDir() + "/job_spec_wordnet";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/data.noun") << "  1 header\n";
+  auto p = ParseJobSpec(Edit("  synthetic: {task: parity, seed: 1}",
+                             "  wordnet: {task: animal-plant@1, seed: 3, examples: 640, dir: " + dir + "}"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  const DatasetSpec& ds = p->spec.dataset;
+  EXPECT_EQ(ds.kind, DatasetSpec::Kind::kWordNet);
+  EXPECT_EQ(ds.wordnet.task, "animal-plant@1");
+  EXPECT_EQ(ds.wordnet.seed, 3u);
+  EXPECT_EQ(ds.wordnet.examples, 640);
+  EXPECT_EQ(ds.wordnet.sequence_length, 16);  // the estimators' default
+  EXPECT_EQ(ds.wordnet.dir, dir);
+  // The gains table is keyed by the task as written (NAME@K included).
+  EXPECT_EQ(DatasetTaskName(ds), "animal-plant@1");
+  // A reloaded job (check_dataset_file off) is not refused when the package
+  // is gone since.
+  JobSpecOptions reload;
+  reload.check_dataset_file = false;
+  auto r = ParseJobSpec(Edit("  synthetic: {task: parity, seed: 1}", "  wordnet: {task: cross-ap, seed: 1, dir: /gone}"),
+                        reload);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(DatasetTaskName(r->spec.dataset), "cross-ap");
+}
+
+TEST(JobSpecTest, HeadInitAndWarmUpAreHyperparameters) {
+  auto p = ParseJobSpec(Edit("  batch_size: 8", "  batch_size: 8\n  head_init: zero\n  warmup_steps: 4"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->spec.hyperparameters.head_init, HeadInit::kZero);
+  EXPECT_EQ(p->spec.hyperparameters.warmup_steps, 4);
+  EXPECT_EQ(HeadInitName(HeadInit::kZero), "zero");
+  auto d = ParseJobSpec(kBase);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->spec.hyperparameters.head_init, HeadInit::kRandom);
+  EXPECT_EQ(d->spec.hyperparameters.warmup_steps, 0);
+  EXPECT_EQ(DatasetTaskName(d->spec.dataset), "parity");
+}
+
 TEST(JobSpecTest, DefaultsOfAMinimalJob) {
   auto p = ParseJobSpec(kBase);
   ASSERT_TRUE(p.ok()) << p.status();
@@ -210,7 +250,7 @@ TEST(JobSpecTest, EveryFieldReportsItsError) {
        "dataset.synthetic: unknown field 'noise'", 4},
       {"  synthetic: {task: parity, seed: 1}", "  synthetic: parity", "dataset.synthetic: expected a map", 4},
       {"  synthetic: {task: parity, seed: 1}", "  synthetic: {task: parity, seed: 1}\n  path: /x.jsonl",
-       "dataset: set exactly one of 'path' (a token file) or 'synthetic'", 4},
+       "dataset: set exactly one of 'path' (a token file), 'synthetic' (the built-in generator) or 'wordnet'", 4},
       {"  synthetic: {task: parity, seed: 1}", "  format: jsonl", "dataset: set exactly one of", 4},
       {"  synthetic: {task: parity, seed: 1}", "  synthetic: {task: parity, seed: 1}\n  format: jsonl",
        "dataset.format: only applies to dataset.path", 5},
@@ -242,6 +282,25 @@ TEST(JobSpecTest, EveryFieldReportsItsError) {
       {"  synthetic: {task: parity, seed: 1}", "  path: /etc/hostname\n  format: csv",
        "dataset.format: must be jsonl or tokens-bin, got 'csv'", 5},
       {"dataset:\n  synthetic: {task: parity, seed: 1}\n", "dataset: 3\n", "dataset: expected a map", 3},
+      {"  synthetic: {task: parity, seed: 1}", "  wordnet: {task: animal-plant, seed: 1}\n  synthetic: {task: parity, seed: 1}",
+       "dataset: set exactly one of", 4},
+      {"  synthetic: {task: parity, seed: 1}", "  wordnet: {task: animal-vegetable, seed: 1}",
+       "dataset.wordnet.task: unknown WordNet task 'animal-vegetable'; known: animal-plant,", 4},
+      {"  synthetic: {task: parity, seed: 1}", "  wordnet: {task: animal-plant}",
+       "dataset.wordnet: missing required field 'seed'", 4},
+      {"  synthetic: {task: parity, seed: 1}", "  wordnet: {task: animal-plant, seed: 1, examples: 1}",
+       "dataset.wordnet.examples: must be at least 2, got 1", 4},
+      {"  synthetic: {task: parity, seed: 1}", "  wordnet: {task: animal-plant, seed: 1, dir: wordnet}",
+       "dataset.wordnet.dir: must be an absolute path, got 'wordnet'", 4},
+      {"  synthetic: {task: parity, seed: 1}", "  wordnet: {task: animal-plant, seed: 1, dir: /nonexistent/wn}",
+       "dataset.wordnet.dir: '/nonexistent/wn/data.noun' does not exist (WordNet 3.0: apt-get install wordnet-base)",
+       4},
+      {"  synthetic: {task: parity, seed: 1}", "  wordnet: {task: animal-plant, seed: 1, classes: 3}",
+       "dataset.wordnet: unknown field 'classes'", 4},
+      {"  batch_size: 8", "  batch_size: 8\n  head_init: ones", "hyperparameters.head_init: must be random or zero, got 'ones'",
+       8},
+      {"  batch_size: 8", "  batch_size: 8\n  warmup_steps: -1", "hyperparameters.warmup_steps: must be at least 0, got -1",
+       8},
       {"  target: 0.9\n", "",
        "stop: missing required field 'target'", 9},
   };

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -318,9 +319,10 @@ TEST(SlicedConfigTest, PlannerSection) {
   EXPECT_EQ(d->planner.checkpoint_interval, Duration::Seconds(30));
   EXPECT_EQ(d->planner.prefetch, Duration::Seconds(30));
   EXPECT_TRUE(d->planner.gains_path.empty());
+  EXPECT_EQ(d->planner.spatial_step, PlannerConfig::SpatialStep::kMean);
   auto c = Parse(std::string(kBase) +
                  "planner: {interval_s: 5, mode: elastic, gains: /g.csv, checkpoint_interval_s: 2, prefetch_s: 0, "
-                 "eval_every_steps: 8}\n");
+                 "eval_every_steps: 8, spatial_step: sum}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->planner.interval, Duration::Seconds(5));
   EXPECT_EQ(c->planner.mode, PlannerConfig::Mode::kElastic);
@@ -328,11 +330,20 @@ TEST(SlicedConfigTest, PlannerSection) {
   EXPECT_EQ(c->planner.checkpoint_interval, Duration::Seconds(2));
   EXPECT_EQ(c->planner.prefetch, Duration::Zero());
   EXPECT_EQ(c->planner.eval_every_steps, 8);
+  EXPECT_EQ(c->planner.spatial_step, PlannerConfig::SpatialStep::kSum);
+  for (const auto& [name, mode] : {std::pair{"srtf", PlannerConfig::Mode::kSrtf},
+                                   std::pair{"pollux", PlannerConfig::Mode::kPollux}}) {
+    auto b = Parse(std::string(kBase) + "planner: {mode: " + name + "}\n");
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->planner.mode, mode);
+    EXPECT_EQ(PlannerModeName(mode), name);
+  }
   const std::string err = ErrorOf(std::string(kBase) +
                                   "planner: {interval_s: 0, mode: greedy, checkpoint_interval_s: -1, prefetch_s: -2, "
-                                  "eval_every_steps: -3, colour: red}\n");
+                                  "eval_every_steps: -3, colour: red, spatial_step: max}\n");
   EXPECT_THAT(err, HasSubstr("planner.interval_s: must be positive"));
-  EXPECT_THAT(err, HasSubstr("planner.mode: expected ymir or elastic, got 'greedy'"));
+  EXPECT_THAT(err, HasSubstr("planner.mode: expected ymir, elastic, srtf or pollux, got 'greedy'"));
+  EXPECT_THAT(err, HasSubstr("planner.spatial_step: expected mean or sum, got 'max'"));
   EXPECT_THAT(err, HasSubstr("planner.checkpoint_interval_s: must be positive"));
   EXPECT_THAT(err, HasSubstr("planner.prefetch_s: must not be negative"));
   EXPECT_THAT(err, HasSubstr("planner.eval_every_steps: must not be negative"));

@@ -174,6 +174,9 @@ class JobRunnerSpatialTest : public JobRunnerFixture {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : TaskState{};
   }
+  // A (3 iterations) + B (4 iterations) planned as a spatial pair, checked
+  // against the training operators under `rule` (the first test below).
+  void CheckPairTrainsJointlyThenThePartnerAlone(executor::JointStepRule rule);
   // A (grad_accumulation 1) + B (grad_accumulation 2), 2 iterations each,
   // profiled and planned as a spatial pair.
   void PlanPairWithGradAccumulation1And2(uint64_t* a, uint64_t* b) {
@@ -193,6 +196,18 @@ class JobRunnerSpatialTest : public JobRunnerFixture {
 // B's is its slot 1 after 3 joint steps followed by one plain AdamW step:
 // decoupling kept B's part of the joint state bit for bit.
 TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromItsExactPart) {
+  CheckPairTrainsJointlyThenThePartnerAlone(executor::JointStepRule::kMean);
+}
+
+// The same under planner.spatial_step: sum, the rule the estimators measure
+// spatial gains with: the joint steps are JointOptimizerStep's kSum.
+TEST_F(JobRunnerSpatialTest, SumRulePairTrainsJointlyWithTheSumOfTheSoloSteps) {
+  planner_.spatial_step = PlannerConfig::SpatialStep::kSum;
+  NewRunner();
+  CheckPairTrainsJointlyThenThePartnerAlone(executor::JointStepRule::kSum);
+}
+
+void JobRunnerSpatialTest::CheckPairTrainsJointlyThenThePartnerAlone(executor::JointStepRule rule) {
   const uint64_t a = Submit(Spec("a", "fa-major", "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 3"));
   const uint64_t b = Submit(Spec("b", "fa-inv", "metric: accuracy, target: 0.999, max_epochs: 3, max_iterations: 4"));
   ASSERT_LT(a, b);
@@ -230,7 +245,7 @@ TEST_F(JobRunnerSpatialTest, PairTrainsJointlyAndThePartnerContinuesAloneFromIts
   for (int k = 0; k < 3; ++k) {
     auto l = executor::AccumulateJointMicroBatch(**weights, both, Mixed(da[static_cast<size_t>(k)], db[static_cast<size_t>(k)]));
     ASSERT_TRUE(l.ok()) << l.status();
-    ASSERT_TRUE(executor::JointOptimizerStep(both).ok());
+    ASSERT_TRUE(executor::JointOptimizerStep(both, rule).ok());
   }
   const TaskState got_a = Checkpoint(a, dims);
   EXPECT_EQ(got_a.step, 3);

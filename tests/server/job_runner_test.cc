@@ -29,6 +29,7 @@
 #include "slicesched/synth/tasks.h"
 #include "slicesched/ymir/time_lut.h"
 #include "job_runner_fixture.h"
+#include "synth/wordnet_fixture.h"
 
 namespace slicesched {
 namespace {
@@ -252,6 +253,67 @@ TEST_F(JobRunnerTest, BadDatasetFailsTheJobWithAReason) {
   EXPECT_THAT(j.message, HasSubstr("token id 999 outside the backbone's vocabulary"));
 }
 
+// A `wordnet` dataset: the job trains on glosses of the corpus in the
+// package's format (binary labels, the backbone's vocabulary), with a zero
+// head and a 2-step warm-up, exactly as the training operators train on the
+// job's own micro-batches. A corpus that is gone by the time the job is
+// prepared fails the job with a reason naming the file.
+TEST_F(JobRunnerTest, WordNetJobTrainsOnTheCorpusWithAZeroHeadAndAWarmUp) {
+  const std::string wn = synth::WriteWordNetFixture(StrCat("runner_wn_", ::getpid()), synth::kWordNetFixture);
+  StartDaemon(1);
+  NewRunner();
+  auto job = [&](const std::string& name, const std::string& corpus) {
+    return StrCat("name: ", name, "\nbackbone: tiny\n",
+                  "dataset: {wordnet: {task: animal-plant, seed: 3, examples: 80, sequence_length: 8, dir: ", corpus,
+                  "}}\nhyperparameters: {learning_rate: 0.01, batch_size: 8, head_init: zero, warmup_steps: 2}\n"
+                  "stop: {metric: loss, target: 0, max_epochs: 2, max_iterations: 5}\n");
+  };
+  const uint64_t id = Submit(job("wn-a", wn));
+  std::vector<executor::TrainBatch> mb;
+  ASSERT_TRUE(TickUntil([&] {
+    executor::TrainBatch x;
+    return runner_->MicroBatchOf(id, 0, &x);
+  }));
+  for (int k = 0; k < 5; ++k) {
+    executor::TrainBatch x;
+    ASSERT_TRUE(runner_->MicroBatchOf(id, k, &x));
+    for (int64_t t : x.tokens.ToInt64()) ASSERT_TRUE(t >= 0 && t < 256) << t;
+    mb.push_back(x);
+  }
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(id).state); }));
+  const jobs::JobInfo j = Job(id);
+  ASSERT_EQ(j.state, jobs::JobState::kCompleted) << j.message;
+  EXPECT_EQ(j.iterations_done, 5);
+  auto weights = master_->BackboneWeights("tiny-ft");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  const LlamaDims dims = (*weights)->dims();
+  auto got = executor::LoadTaskCheckpoint(j.checkpoint_path, dims);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->params.head_outputs(), 2);
+  EXPECT_EQ(got->adamw.warmup_steps, 2);
+  executor::SetIntraOpThreadsForThisThread(1);  // as on the device threads
+  executor::AdamWOptions o;
+  o.lr = 0.01;
+  o.warmup_steps = 2;
+  auto direct = executor::TaskState::Init(dims, executor::LoraConfig{8, 16}, 2, 0, o);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  auto zeros = executor::TaskAdapters::ZerosLike(direct->params);
+  ASSERT_TRUE(zeros.ok()) << zeros.status();
+  direct->params.head = zeros->head;
+  for (int k = 0; k < 5; ++k) {
+    ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, *direct, mb[static_cast<size_t>(k)]).ok());
+    ASSERT_TRUE(executor::AdamWStep(*direct).ok());
+  }
+  EXPECT_TRUE(BitEqual(*got, *direct)) << "not a zero head with a warm-up on the job's micro-batches";
+
+  const std::string gone = synth::WriteWordNetFixture(StrCat("runner_wn_gone_", ::getpid()), synth::kWordNetFixture);
+  const uint64_t bad = Submit(job("wn-gone", gone));
+  std::filesystem::remove(gone + "/data.noun");
+  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(bad).state); }, 50));
+  EXPECT_EQ(Job(bad).state, jobs::JobState::kFailed);
+  EXPECT_THAT(Job(bad).message, HasSubstr(gone + "/data.noun"));
+}
+
 // Datasets a user points a job at (the formats in
 // docs/operations.md): the same examples as a JSONL file, as a tokens-bin
 // file and from the built-in generator train bit-identical jobs (the same
@@ -373,6 +435,35 @@ TEST_F(JobRunnerPairingTest, ElasticFallbackNeverPairs) {
   for (uint64_t id : {a, b}) {
     const std::string m = RunMode(id);
     EXPECT_TRUE(m == "" || m == "alone") << "job " << id << ": " << m;
+  }
+}
+
+// The baseline planner modes drive the same runner. On one device, with a
+// related pair the gains table would pair: SRTF runs the job with less time
+// left (submitted second) and keeps the other queued; Pollux-like admits the
+// first arrival (equal waits on the test clock: the lower id). Neither pairs,
+// and both jobs complete.
+TEST_F(JobRunnerPairingTest, SrtfAndPolluxLikeModesPlanByTheirOwnRules) {
+  for (const auto mode : {PlannerConfig::Mode::kSrtf, PlannerConfig::Mode::kPollux}) {
+    SCOPED_TRACE(std::string(PlannerModeName(mode)));
+    if (runner_) runner_->Stop();
+    runner_.reset();
+    jobs_.reset();
+    if (master_) master_->Shutdown();
+    StartDaemon(1, WithGains(mode));
+    NewRunner();
+    const uint64_t longer = Submit(SyntheticJob("long", "fa-major", "trust_domain: lab\n", 400, 2));
+    const uint64_t shorter = Submit(SyntheticJob("short", "fa-inv", "trust_domain: lab\n", 80, 2));
+    ProfileAndPlan({longer, shorter});
+    const uint64_t first = mode == PlannerConfig::Mode::kSrtf ? shorter : longer;
+    const uint64_t second = first == shorter ? longer : shorter;
+    EXPECT_EQ(RunMode(first), "alone");
+    EXPECT_EQ(Job(second).state, jobs::JobState::kQueued);
+    ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(longer).state) && jobs::IsTerminal(Job(shorter).state); }));
+    for (uint64_t id : {longer, shorter}) {
+      EXPECT_EQ(Job(id).state, jobs::JobState::kCompleted) << Job(id).message;
+      EXPECT_EQ(RunMode(id), "alone");
+    }
   }
 }
 

@@ -8,41 +8,15 @@
 #include <set>
 #include <string>
 
+#include "synth/wordnet_fixture.h"
+
 namespace slicesched::synth {
 namespace {
 
 using ::testing::HasSubstr;
 
-// A small data.noun in WordNet 3.0's format (wndb(5WN)): the license header
-// (lines starting with two spaces), then one synset per line with the real
-// offsets of the roots the family names (mammal 01861778, bird 01503061).
-constexpr char kFixture[] =
-    "  1 This software and database is being provided to you, the LICENSEE, by\n"
-    "  2 Princeton University under the following license.\n"
-    "00015388 03 n 06 animal 0 animate_being 0 beast 0 brute 0 creature 0 fauna 0 001 @ 00004475 n 0000 "
-    "| a living organism characterized by voluntary movement\n"
-    "01861778 05 n 02 mammal 0 mammalian 0 001 @ 00015388 n 0000 "
-    "| any warm-blooded vertebrate having the skin more or less covered with hair\n"
-    "02084071 05 n 03 dog 0 domestic_dog 0 Canis_familiaris 0 001 @ 01861778 n 0000 "
-    "| a member of the genus Canis that has been domesticated by man\n"
-    "02121620 05 n 01 cat 0 001 @ 01861778 n 0000 | feline mammal usually having thick soft fur\n"
-    "01503061 05 n 01 bird 0 001 @ 00015388 n 0000 "
-    "| warm-blooded egg-laying vertebrates characterized by feathers and forelimbs modified as wings\n"
-    "01524359 05 n 01 passerine 0 001 @ 01503061 n 0000 | perching birds mostly small and living near the ground\n"
-    "13104059 20 n 01 tree 0 000 | a tall perennial woody plant having a main trunk and branches\n"
-    "11669921 20 n 01 flower 0 000 | a plant cultivated for its blooms or blossoms\n"
-    "03183080 06 n 01 device 0 000 | an instrumentality invented for a particular purpose\n"
-    "07705931 13 n 02 edible_fruit 0 fruit 0 000 | edible reproductive body of a seed plant having sweet flesh\n";
-
-std::string WriteFixture(const std::string& name, const std::string& text) {
-  const std::string dir = ::testing::TempDir() + "/" + name;
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/data.noun") << text;
-  return dir;
-}
-
 TEST(WordNetTest, LoadsSynsetsHypernymsAndGlossesFromThePackageFormat) {
-  auto c = WordNetCorpus::Load(WriteFixture("wn_ok", kFixture));
+  auto c = WordNetCorpus::Load(WriteWordNetFixture("wn_ok", kWordNetFixture));
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->synsets().size(), 10u);
   const WordNetSynset* dog = c->Find(2084071);
@@ -60,7 +34,7 @@ TEST(WordNetTest, LoadsSynsetsHypernymsAndGlossesFromThePackageFormat) {
   EXPECT_EQ(c->Word(ids[0]), "warm");
   EXPECT_EQ(c->Word(ids[1]), "blooded");
   EXPECT_EQ(c->Word(kWordNetPad), "<pad>");
-  auto small = WordNetCorpus::Load(WriteFixture("wn_ok", kFixture), 16);
+  auto small = WordNetCorpus::Load(WriteWordNetFixture("wn_ok", kWordNetFixture), 16);
   ASSERT_TRUE(small.ok());
   EXPECT_EQ(small->vocab_size(), 16);
   EXPECT_EQ(small->Encode("zebra"), (std::vector<int64_t>{kWordNetUnknown}));
@@ -70,15 +44,15 @@ TEST(WordNetTest, BadInputNamesTheFileLineAndWhat) {
   auto missing = WordNetCorpus::Load(::testing::TempDir() + "/no_such_wordnet");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("wordnet-base"));
-  auto no_gloss = WordNetCorpus::Load(WriteFixture("wn_bad1", "00015388 03 n 01 animal 0 000\n"));
+  auto no_gloss = WordNetCorpus::Load(WriteWordNetFixture("wn_bad1", "00015388 03 n 01 animal 0 000\n"));
   EXPECT_THAT(no_gloss.status().message(), HasSubstr("data.noun:1: no ' | '"));
-  auto short_ptrs = WordNetCorpus::Load(WriteFixture("wn_bad2", "  header\n00015388 03 n 01 animal 0 002 @ 1 n 0000 | x\n"));
+  auto short_ptrs = WordNetCorpus::Load(WriteWordNetFixture("wn_bad2", "  header\n00015388 03 n 01 animal 0 002 @ 1 n 0000 | x\n"));
   EXPECT_THAT(short_ptrs.status().message(), HasSubstr("data.noun:2: the line ends inside its 2 pointers"));
-  auto verb = WordNetCorpus::Load(WriteFixture("wn_bad3", "00015388 29 v 01 run 0 000 | move fast\n"));
+  auto verb = WordNetCorpus::Load(WriteWordNetFixture("wn_bad3", "00015388 29 v 01 run 0 000 | move fast\n"));
   EXPECT_THAT(verb.status().message(), HasSubstr("not a noun"));
-  auto twice = WordNetCorpus::Load(WriteFixture("wn_bad4", "00000001 03 n 01 a 0 000 | x\n00000001 03 n 01 b 0 000 | y\n"));
+  auto twice = WordNetCorpus::Load(WriteWordNetFixture("wn_bad4", "00000001 03 n 01 a 0 000 | x\n00000001 03 n 01 b 0 000 | y\n"));
   EXPECT_THAT(twice.status().message(), HasSubstr("data.noun:2: synset 1 appears twice"));
-  EXPECT_FALSE(WordNetCorpus::Load(WriteFixture("wn_ok", kFixture), 8).ok());
+  EXPECT_FALSE(WordNetCorpus::Load(WriteWordNetFixture("wn_ok", kWordNetFixture), 8).ok());
 }
 
 TEST(WordNetTest, TheFamilyHasSixteenTasksWithGradedRelatedness) {
@@ -93,7 +67,7 @@ TEST(WordNetTest, TheFamilyHasSixteenTasksWithGradedRelatedness) {
 }
 
 TEST(WordNetTest, ExamplesAreBalancedLeftPaddedGlossesOfTheirClass) {
-  auto c = WordNetCorpus::Load(WriteFixture("wn_ok", kFixture));
+  auto c = WordNetCorpus::Load(WriteWordNetFixture("wn_ok", kWordNetFixture));
   ASSERT_TRUE(c.ok());
   auto task = FindWordNetTask("mammal-bird");
   ASSERT_TRUE(task.ok());

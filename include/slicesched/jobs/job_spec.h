@@ -14,12 +14,14 @@
 //   name: sst2-lora               # [A-Za-z0-9._-], 1..64 characters
 //   backbone: tiny                # a model preset (tiny, small, llama3-8b)
 //                                 # or the name of a registered deployment
-//   dataset:                      # exactly one of `path` or `synthetic`
+//   dataset:                      # exactly one of `path`, `synthetic`, `wordnet`
 //     path: data/sst2.jsonl       # token file; relative to the YAML file's
 //                                 # directory, absolute when submitted over gRPC
 //     format: jsonl               # jsonl | tokens-bin; default from the suffix
 //     # synthetic: {task: parity, seed: 7, examples: 2048, sequence_length: 32,
 //     #             num_classes: 2}
+//     # wordnet: {task: animal-plant, seed: 3, examples: 1280, sequence_length: 16,
+//     #           dir: /usr/share/wordnet}
 //   hyperparameters:
 //     learning_rate: 1e-4         # in (0, 10] (required)
 //     batch_size: 16              # 1..65536 (required)
@@ -29,6 +31,10 @@
 //     optimizer: adamw            # adamw | sgd (default adamw)
 //     momentum: 0.9               # sgd only: in [0, 1) (default 0.9)
 //     seed: 0                     # >= 0 (default 0)
+//     head_init: random           # random | zero (default random): zero starts
+//                                 # at the uniform prediction (loss ln C)
+//     warmup_steps: 0             # 0..2^20: lr rises linearly over the first
+//                                 # steps (lr (k+1)/W at step k < W; default 0)
 //   stop:
 //     metric: accuracy            # accuracy | loss | perplexity
 //     target: 0.9                 # accuracy in (0, 1]; loss >= 0; perplexity >= 1
@@ -62,6 +68,15 @@
 // required), examples (1..2^24, default 1024), sequence_length (1..65536,
 // default 32), num_classes (2..65536, default 2).
 //
+// WordNet datasets are the gloss tasks of slicesched/synth/wordnet.h, read
+// by the job runner from WordNet 3.0's data.noun under `dir` (default
+// /usr/share/wordnet, Debian's wordnet-base). task: a name of
+// synth::WordNetTasks(), NAME@K for the same rule on other synsets; seed
+// (>= 0, required), examples (2..2^24, default 1024), sequence_length
+// (1..65536, default 16). Two classes; the backbone's vocabulary is the
+// corpus's most frequent gloss words. Parsing checks that DIR/data.noun
+// exists (unless check_dataset_file is off).
+//
 // Errors: parsing is one pass that reports every problem at once, each as
 // "SOURCE:LINE:COL: FIELD.PATH: MESSAGE" (common/config.h); unknown keys are
 // errors. The result is InvalidArgumentError listing them one per line.
@@ -81,6 +96,11 @@ namespace slicesched::jobs {
 enum class Optimizer : uint8_t { kAdamW, kSgd };
 std::string_view OptimizerName(Optimizer o);  // "adamw" / "sgd"
 
+// How a fresh classification head starts: seeded N(0, 1/hidden) weights, or
+// all zeros (the first prediction is uniform).
+enum class HeadInit : uint8_t { kRandom, kZero };
+std::string_view HeadInitName(HeadInit h);  // "random" / "zero"
+
 // What `stop.target` is compared with. Accuracy stops when the metric is >=
 // the target; loss and perplexity when it is <= the target.
 enum class StopMetric : uint8_t { kAccuracy, kLoss, kPerplexity };
@@ -98,13 +118,25 @@ struct SyntheticDataset {
   int64_t num_classes = 2;
 };
 
+struct WordNetDataset {
+  std::string task;  // synth::WordNetTasks() name, NAME@K accepted
+  uint64_t seed = 0;
+  int64_t examples = 1024;
+  int64_t sequence_length = 16;
+  std::string dir = "/usr/share/wordnet";  // holds data.noun
+};
+
 struct DatasetSpec {
-  enum class Kind : uint8_t { kFile, kSynthetic };
+  enum class Kind : uint8_t { kFile, kSynthetic, kWordNet };
   Kind kind = Kind::kSynthetic;
   std::string path;  // kFile: absolute after parsing
   DatasetFormat format = DatasetFormat::kJsonl;
   SyntheticDataset synthetic;  // kSynthetic
+  WordNetDataset wordnet;      // kWordNet
 };
+// The task name the Ymir gains table is keyed by: the synthetic or WordNet
+// task; a file dataset has none (empty).
+std::string_view DatasetTaskName(const DatasetSpec& ds);
 
 struct Hyperparameters {
   double learning_rate = 0;
@@ -115,6 +147,8 @@ struct Hyperparameters {
   Optimizer optimizer = Optimizer::kAdamW;
   double momentum = 0.9;  // SGD's momentum (optimizer sgd only)
   uint64_t seed = 0;
+  HeadInit head_init = HeadInit::kRandom;
+  int64_t warmup_steps = 0;  // linear learning-rate warm-up, optimizer steps
 };
 
 struct StopCondition {

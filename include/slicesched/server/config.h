@@ -119,9 +119,18 @@ struct SchedulerConfig {
 };
 
 struct PlannerConfig {
-  enum class Mode : uint8_t { kYmir, kElastic };
+  // kYmir: the joint ILP with transfer pairs; kElastic: the same ILP
+  // without pairs; kSrtf and kPollux: the baselines of ymir/baselines.h.
+  enum class Mode : uint8_t { kYmir, kElastic, kSrtf, kPollux };
+  // How a spatial pair's joint step moves the shared LoRA adapter: the mean
+  // of the two tasks' optimizer steps (a pair trains at most as fast as one
+  // task alone), or their sum (multi-task training on the summed loss, one
+  // optimizer per task; how the estimators measure spatial gains, so a
+  // gains table from `slicesim ymir-estimators` holds under it).
+  enum class SpatialStep : uint8_t { kMean, kSum };
   Duration interval = Duration::Seconds(120);
   Mode mode = Mode::kYmir;
+  SpatialStep spatial_step = SpatialStep::kMean;
   std::string gains_path;  // "" = no transfer estimates (no pairs)
   Duration checkpoint_interval = Duration::Seconds(30);
   Duration prefetch = Duration::Seconds(30);
@@ -135,7 +144,7 @@ struct PlannerConfig {
   // profiling (no micro-batches run) and is queued with the LUT's time.
   bool profile_from_lut = false;
 };
-absl::string_view PlannerModeName(PlannerConfig::Mode mode);  // "ymir" / "elastic"
+absl::string_view PlannerModeName(PlannerConfig::Mode mode);  // "ymir" / "elastic" / "srtf" / "pollux"
 
 struct ListenConfig {
   std::string unix_socket = "/run/sliced/sliced.sock";  // empty = disabled

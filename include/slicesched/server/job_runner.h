@@ -122,7 +122,7 @@
 // time x max(1, demand / devices); waited_s from the submission time to
 // now, both on the JobManager's clock (JobManager::NowUnixMs);
 // has_progress once a step ran. Tasks for the gains table are the
-// synthetic task names (file datasets: the job name), as `slicesim
+// synthetic or WordNet task names (file datasets: the job name), as `slicesim
 // ymir-estimators --gains-out` writes them (configs/ymir/gains_synth.csv);
 // the planner pairs only jobs on the same backbone. The table is read by
 // LoadYmirGains, which converts the estimators' speedup gains (a
@@ -299,6 +299,9 @@ struct PairEstimate;  // ymir/planner.h
 struct PlanResult;    // ymir/planner.h
 }  // namespace ymir
 
+namespace synth {
+class WordNetCorpus;  // synth/wordnet.h
+}  // namespace synth
 namespace executor {
 struct TaskState;   // executor/train/train_ops.h
 struct TrainBatch;  // executor/train/train_ops.h
@@ -422,6 +425,8 @@ class JobRunner final : public TrainingRunner {
   double SpanSeconds(const Runtime& rt, int64_t waves, double elapsed_s) const;
   void FailJob(uint64_t id, const std::string& reason);
   std::string DeploymentFor(const jobs::JobSpec& spec, absl::Status* error);
+  // The corpus of a `wordnet` dataset (wordnet_), loaded on first use.
+  absl::StatusOr<std::shared_ptr<const synth::WordNetCorpus>> WordNetCorpusFor(const std::string& dir, int64_t vocab);
 
   // Spatial joint training (job_runner.cc, "Spatial joint training").
   // The micro-batch of a running spatial pair: submitted in the pass of the
@@ -473,6 +478,9 @@ class JobRunner final : public TrainingRunner {
   std::unique_ptr<DpState> dp_;
   std::map<uint64_t, std::unique_ptr<Runtime>> runtimes_;
   std::map<uint64_t, uint64_t> temporal_source_;  // target job -> source job
+  // WordNet corpora of `wordnet` datasets, by (directory, vocabulary): read
+  // once (117k synsets), shared by every job on them.
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<const synth::WordNetCorpus>> wordnet_;
   // Keyed by (smaller id, larger id).
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<PairWatch>> pair_watch_;
   std::set<std::pair<uint64_t, uint64_t>> decoupled_pairs_;  // never re-paired

@@ -142,6 +142,9 @@ struct LlamaTrainJob {
   absl::Mutex mu;
   TaskState state ABSL_GUARDED_BY(mu);
   int64_t accumulation = 1;                        // micro-batches per optimizer step
+  // A spatial pair's shared-adapter step (train_ops.h): the rule of the
+  // request's first job applies. Set before the job is first scheduled.
+  JointStepRule joint_rule = JointStepRule::kMean;
   std::vector<double> losses ABSL_GUARDED_BY(mu);  // per micro-batch, in order
   // Data parallelism (see the header comment): gradients of micro-batches
   // that finished before an earlier-numbered one, by micro_index.

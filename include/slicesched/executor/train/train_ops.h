@@ -135,6 +135,15 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;  // decoupled (Loshchilov & Hutter), on every adapter tensor
+  // Linear warm-up: the step taken at the state's step k < warmup_steps uses
+  // lr (k + 1) / warmup_steps (a fresh zero head and untrained adapters
+  // otherwise take their largest steps on their noisiest gradients). It
+  // counts the state's own steps, so a temporal target (TransferLora
+  // restarts the optimizer) warms up again. 0 = constant lr.
+  int64_t warmup_steps = 0;
+  double LrAt(int64_t step) const {
+    return step < warmup_steps ? lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps) : lr;
+  }
   absl::Status Validate() const;
 };
 
