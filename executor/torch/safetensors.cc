@@ -66,6 +66,144 @@ std::string ShapeString(std::span<const int64_t> shape) {
   return out + "]";
 }
 
+// An error that names the file; every error Open returns is one.
+absl::Status FileError(const std::string& path, absl::StatusCode code, std::string_view what) {
+  return absl::Status(code, StrCat("safetensors file '", path, "': ", what));
+}
+
+// The length of the JSON header, checked against the file and the limit.
+absl::StatusOr<uint64_t> ReadHeaderLength(const std::string& path, const char* base,
+                                          uint64_t file_size) {
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, base, 8);  // little-endian host (static_assert above)
+  if (header_len > file_size - 8) {
+    return FileError(
+        path, absl::StatusCode::kInvalidArgument,
+        StrCat("header length ", header_len, " exceeds the file (", file_size - 8,
+               " bytes after the length field); the file is truncated or not safetensors"));
+  }
+  if (header_len > kMaxHeaderBytes) {
+    return FileError(path, absl::StatusCode::kInvalidArgument,
+                     StrCat("header length ", header_len, " exceeds the ", kMaxHeaderBytes,
+                            "-byte limit"));
+  }
+  if (header_len < 2) {
+    return FileError(path, absl::StatusCode::kInvalidArgument,
+                     StrCat("header length ", header_len, " is too small to hold a JSON object"));
+  }
+  return header_len;
+}
+
+// "__metadata__": an object of strings, added to `out`.
+absl::Status ParseMetadata(const std::string& path, const JsonValue& value,
+                           std::map<std::string, std::string>& out) {
+  const auto* meta = std::get_if<JsonObject>(&value.v);
+  if (meta == nullptr) {
+    return FileError(path, absl::StatusCode::kInvalidArgument, "__metadata__ is not an object");
+  }
+  for (const auto& [k, mv] : *meta) {
+    const auto* s = std::get_if<std::string>(&mv.v);
+    if (s == nullptr) {
+      return FileError(path, absl::StatusCode::kInvalidArgument,
+                       StrCat("__metadata__ value of '", k, "' is not a string"));
+    }
+    out.emplace(k, *s);
+  }
+  return absl::OkStatus();
+}
+
+// One tensor's header entry, checked field by field against the data section
+// (`data_size` bytes).
+absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& path, const std::string& name,
+                                            const JsonValue& value, uint64_t data_size) {
+  auto bad = [&](std::string_view what) {
+    return FileError(path, absl::StatusCode::kInvalidArgument, StrCat("tensor '", name, "': ", what));
+  };
+  const auto* fields = std::get_if<JsonObject>(&value.v);
+  if (fields == nullptr) return bad("entry is not an object");
+  const JsonValue* dtype_v = nullptr;
+  const JsonValue* shape_v = nullptr;
+  const JsonValue* offsets_v = nullptr;
+  for (const auto& [k, fv] : *fields) {
+    if (k == "dtype") dtype_v = &fv;
+    else if (k == "shape") shape_v = &fv;
+    else if (k == "data_offsets") offsets_v = &fv;
+    else return bad(StrCat("unexpected field \"", k, "\""));
+  }
+  if (dtype_v == nullptr || shape_v == nullptr || offsets_v == nullptr) {
+    return bad("needs \"dtype\", \"shape\" and \"data_offsets\"");
+  }
+  SafetensorsEntry entry;
+  entry.name = name;
+  const auto* dtype_s = std::get_if<std::string>(&dtype_v->v);
+  if (dtype_s == nullptr) return bad("dtype is not a string");
+  bool known = false;
+  for (const auto& d : kDTypes) {
+    if (d.name == *dtype_s) {
+      entry.dtype = d.dtype;
+      known = true;
+    }
+  }
+  if (!known) {
+    for (std::string_view s : kSpecOnlyDTypes) {
+      if (s == *dtype_s) return bad(StrCat("dtype ", s, " is not supported by the executor"));
+    }
+    return bad(StrCat("unknown dtype \"", *dtype_s, "\""));
+  }
+  const auto* shape_a = std::get_if<JsonArray>(&shape_v->v);
+  if (shape_a == nullptr) return bad("shape is not an array");
+  uint64_t numel = 1;
+  for (const auto& d : *shape_a) {
+    const auto dim = AsUint64(d);
+    if (!dim || *dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return bad("shape holds something other than a non-negative integer");
+    }
+    if (*dim != 0 && numel > std::numeric_limits<uint64_t>::max() / *dim) {
+      return bad("shape overflows");
+    }
+    numel *= *dim;
+    entry.shape.push_back(static_cast<int64_t>(*dim));
+  }
+  const auto* off_a = std::get_if<JsonArray>(&offsets_v->v);
+  if (off_a == nullptr || off_a->size() != 2) return bad("data_offsets is not [begin, end]");
+  const auto begin = AsUint64((*off_a)[0]);
+  const auto end = AsUint64((*off_a)[1]);
+  if (!begin || !end) return bad("data_offsets are not non-negative integers");
+  if (*begin > *end) return bad(StrCat("data_offsets [", *begin, ", ", *end, "] are reversed"));
+  if (*end > data_size) {
+    return bad(StrCat("data_offsets [", *begin, ", ", *end, "] run past the data section (",
+                      data_size, " bytes)"));
+  }
+  const uint64_t elem = static_cast<uint64_t>(DTypeSize(entry.dtype));
+  if (numel > std::numeric_limits<uint64_t>::max() / elem || numel * elem != *end - *begin) {
+    return bad(StrCat("data_offsets [", *begin, ", ", *end, "] span ", *end - *begin,
+                      " bytes but shape ", ShapeString(entry.shape), " x ", *dtype_s, " needs ",
+                      numel * elem));
+  }
+  entry.begin = *begin;
+  entry.end = *end;
+  return entry;
+}
+
+// Overlaps: sort by begin; each tensor must start at or after the previous end.
+absl::Status CheckNoOverlaps(const std::string& path, const std::vector<SafetensorsEntry>& entries) {
+  std::vector<const SafetensorsEntry*> order;
+  for (const auto& e : entries) {
+    if (e.end > e.begin) order.push_back(&e);  // empty tensors occupy nothing
+  }
+  std::sort(order.begin(), order.end(),
+            [](const auto* a, const auto* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (order[i]->begin < order[i - 1]->end) {
+      return FileError(path, absl::StatusCode::kInvalidArgument,
+                       StrCat("tensors '", order[i - 1]->name, "' [", order[i - 1]->begin, ", ",
+                              order[i - 1]->end, ") and '", order[i]->name, "' [", order[i]->begin,
+                              ", ", order[i]->end, ") overlap"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view SafetensorsDTypeName(DType dtype) {
@@ -87,28 +225,27 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
 SafetensorsFile::~SafetensorsFile() = default;
 
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  auto fail = [&](absl::StatusCode code, std::string_view what) {
-    return absl::Status(code, StrCat("safetensors file '", path, "': ", what));
-  };
+absl::StatusOr<std::shared_ptr<SafetensorsFile::Mapping>> SafetensorsFile::MapReadOnly(
+    const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    return fail(err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kUnavailable,
-                StrCat("cannot open: ", std::strerror(err)));
+    return FileError(path,
+                     err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kUnavailable,
+                     StrCat("cannot open: ", std::strerror(err)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return fail(absl::StatusCode::kUnavailable, StrCat("cannot stat: ", std::strerror(err)));
+    return FileError(path, absl::StatusCode::kUnavailable, StrCat("cannot stat: ", std::strerror(err)));
   }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {
     ::close(fd);
-    return fail(absl::StatusCode::kInvalidArgument,
-                StrCat("truncated: ", file_size,
-                       " bytes, shorter than the 8-byte header length field"));
+    return FileError(path, absl::StatusCode::kInvalidArgument,
+                     StrCat("truncated: ", file_size,
+                            " bytes, shorter than the 8-byte header length field"));
   }
   auto mapping = std::make_shared<Mapping>();
   mapping->size = static_cast<size_t>(file_size);
@@ -116,136 +253,40 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const int map_err = errno;
   ::close(fd);
   if (mapping->addr == MAP_FAILED) {
-    return fail(absl::StatusCode::kUnavailable, StrCat("cannot mmap: ", std::strerror(map_err)));
+    return FileError(path, absl::StatusCode::kUnavailable,
+                     StrCat("cannot mmap: ", std::strerror(map_err)));
   }
-  const char* base = static_cast<const char*>(mapping->addr);
+  return mapping;
+}
 
-  uint64_t header_len = 0;
-  std::memcpy(&header_len, base, 8);  // little-endian host (static_assert above)
-  if (header_len > file_size - 8) {
-    return fail(absl::StatusCode::kInvalidArgument,
-                StrCat("header length ", header_len, " exceeds the file (", file_size - 8,
-                       " bytes after the length field); the file is truncated or not safetensors"));
-  }
-  if (header_len > kMaxHeaderBytes) {
-    return fail(absl::StatusCode::kInvalidArgument,
-                StrCat("header length ", header_len, " exceeds the ", kMaxHeaderBytes,
-                       "-byte limit"));
-  }
-  if (header_len < 2) {
-    return fail(absl::StatusCode::kInvalidArgument,
-                StrCat("header length ", header_len, " is too small to hold a JSON object"));
-  }
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<Mapping> mapping, MapReadOnly(path));
+  const char* base = static_cast<const char*>(mapping->addr);
+  const uint64_t file_size = mapping->size;
+  SLICESCHED_ASSIGN_OR_RETURN(const uint64_t header_len, ReadHeaderLength(path, base, file_size));
   const std::string_view header(base + 8, static_cast<size_t>(header_len));
   const uint64_t data_size = file_size - 8 - header_len;
 
   auto parsed = ParseJson(header, "JSON header");
-  if (!parsed.ok()) return fail(absl::StatusCode::kInvalidArgument, ToStd(parsed.status().message()));
+  if (!parsed.ok()) {
+    return FileError(path, absl::StatusCode::kInvalidArgument, ToStd(parsed.status().message()));
+  }
   const auto* top = std::get_if<JsonObject>(&parsed->v);
   if (top == nullptr) {
-    return fail(absl::StatusCode::kInvalidArgument, "header JSON is not an object");
+    return FileError(path, absl::StatusCode::kInvalidArgument, "header JSON is not an object");
   }
 
   SafetensorsFile file;
   file.path_ = path;
   for (const auto& [name, value] : *top) {
-    auto bad = [&](std::string_view what) {
-      return fail(absl::StatusCode::kInvalidArgument, StrCat("tensor '", name, "': ", what));
-    };
     if (name == "__metadata__") {
-      const auto* meta = std::get_if<JsonObject>(&value.v);
-      if (meta == nullptr) return fail(absl::StatusCode::kInvalidArgument, "__metadata__ is not an object");
-      for (const auto& [k, mv] : *meta) {
-        const auto* s = std::get_if<std::string>(&mv.v);
-        if (s == nullptr) {
-          return fail(absl::StatusCode::kInvalidArgument,
-                      StrCat("__metadata__ value of '", k, "' is not a string"));
-        }
-        file.metadata_.emplace(k, *s);
-      }
+      SLICESCHED_RETURN_IF_ERROR(ParseMetadata(path, value, file.metadata_));
       continue;
     }
-    const auto* fields = std::get_if<JsonObject>(&value.v);
-    if (fields == nullptr) return bad("entry is not an object");
-    const JsonValue* dtype_v = nullptr;
-    const JsonValue* shape_v = nullptr;
-    const JsonValue* offsets_v = nullptr;
-    for (const auto& [k, fv] : *fields) {
-      if (k == "dtype") dtype_v = &fv;
-      else if (k == "shape") shape_v = &fv;
-      else if (k == "data_offsets") offsets_v = &fv;
-      else return bad(StrCat("unexpected field \"", k, "\""));
-    }
-    if (dtype_v == nullptr || shape_v == nullptr || offsets_v == nullptr) {
-      return bad("needs \"dtype\", \"shape\" and \"data_offsets\"");
-    }
-    SafetensorsEntry entry;
-    entry.name = name;
-    const auto* dtype_s = std::get_if<std::string>(&dtype_v->v);
-    if (dtype_s == nullptr) return bad("dtype is not a string");
-    bool known = false;
-    for (const auto& d : kDTypes) {
-      if (d.name == *dtype_s) {
-        entry.dtype = d.dtype;
-        known = true;
-      }
-    }
-    if (!known) {
-      for (std::string_view s : kSpecOnlyDTypes) {
-        if (s == *dtype_s) return bad(StrCat("dtype ", s, " is not supported by the executor"));
-      }
-      return bad(StrCat("unknown dtype \"", *dtype_s, "\""));
-    }
-    const auto* shape_a = std::get_if<JsonArray>(&shape_v->v);
-    if (shape_a == nullptr) return bad("shape is not an array");
-    uint64_t numel = 1;
-    for (const auto& d : *shape_a) {
-      const auto dim = AsUint64(d);
-      if (!dim || *dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return bad("shape holds something other than a non-negative integer");
-      }
-      if (*dim != 0 && numel > std::numeric_limits<uint64_t>::max() / *dim) {
-        return bad("shape overflows");
-      }
-      numel *= *dim;
-      entry.shape.push_back(static_cast<int64_t>(*dim));
-    }
-    const auto* off_a = std::get_if<JsonArray>(&offsets_v->v);
-    if (off_a == nullptr || off_a->size() != 2) return bad("data_offsets is not [begin, end]");
-    const auto begin = AsUint64((*off_a)[0]);
-    const auto end = AsUint64((*off_a)[1]);
-    if (!begin || !end) return bad("data_offsets are not non-negative integers");
-    if (*begin > *end) return bad(StrCat("data_offsets [", *begin, ", ", *end, "] are reversed"));
-    if (*end > data_size) {
-      return bad(StrCat("data_offsets [", *begin, ", ", *end, "] run past the data section (",
-                        data_size, " bytes)"));
-    }
-    const uint64_t elem = static_cast<uint64_t>(DTypeSize(entry.dtype));
-    if (numel > std::numeric_limits<uint64_t>::max() / elem || numel * elem != *end - *begin) {
-      return bad(StrCat("data_offsets [", *begin, ", ", *end, "] span ", *end - *begin,
-                        " bytes but shape ", ShapeString(entry.shape), " x ", *dtype_s, " needs ",
-                        numel * elem));
-    }
-    entry.begin = *begin;
-    entry.end = *end;
+    SLICESCHED_ASSIGN_OR_RETURN(SafetensorsEntry entry, ParseEntry(path, name, value, data_size));
     file.entries_.push_back(std::move(entry));
   }
-
-  // Overlaps: sort by begin; each tensor must start at or after the previous end.
-  std::vector<const SafetensorsEntry*> order;
-  for (const auto& e : file.entries_) {
-    if (e.end > e.begin) order.push_back(&e);  // empty tensors occupy nothing
-  }
-  std::sort(order.begin(), order.end(),
-            [](const auto* a, const auto* b) { return a->begin < b->begin; });
-  for (size_t i = 1; i < order.size(); ++i) {
-    if (order[i]->begin < order[i - 1]->end) {
-      return fail(absl::StatusCode::kInvalidArgument,
-                  StrCat("tensors '", order[i - 1]->name, "' [", order[i - 1]->begin, ", ",
-                         order[i - 1]->end, ") and '", order[i]->name, "' [", order[i]->begin,
-                         ", ", order[i]->end, ") overlap"));
-    }
-  }
+  SLICESCHED_RETURN_IF_ERROR(CheckNoOverlaps(path, file.entries_));
   file.mapping_ = std::move(mapping);
   file.data_ = base + 8 + header_len;
   return file;

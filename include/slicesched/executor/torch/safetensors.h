@@ -65,6 +65,9 @@ class SafetensorsFile {
  private:
   struct Mapping;
   SafetensorsFile() = default;
+  // Open's first step: the whole file mapped read-only (at least the 8-byte
+  // header length field).
+  static absl::StatusOr<std::shared_ptr<Mapping>> MapReadOnly(const std::string& path);
 
   std::string path_;
   std::shared_ptr<Mapping> mapping_;
