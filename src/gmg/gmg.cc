@@ -146,147 +146,183 @@ void GlobalMappingGraph::RemoveFromUnscheduled(const Instance& inst, const OpNod
 // ---------------------------------------------------------------------------
 // Instantiation
 
+namespace {
+
+// Instantiate's errors name the template.
+absl::Status InstanceError(const GraphTemplate& tpl, absl::StatusCode code, std::string msg) {
+  return absl::Status(code, StrCat("instance of '", tpl.name(), "': ", msg));
+}
+
+// The spec's bindings on top of the template's defines: each symbol bound
+// exactly once, none fixed by the template, none left unbound.
+absl::Status BindSymbols(Instance& inst) {
+  const GraphTemplate& tpl = *inst.tpl;
+  inst.symbols = tpl.defines();
+  for (const auto& [name, value] : inst.spec.bindings) {
+    auto sym = tpl.symbols().Find(name);
+    if (!sym.has_value()) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument, StrCat("unknown symbol '", name, "'"));
+    }
+    if (tpl.defines().IsBound(*sym)) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument,
+                           StrCat("symbol '", name, "' is fixed by the template"));
+    }
+    if (inst.symbols.IsBound(*sym)) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument, StrCat("symbol '", name, "' bound twice"));
+    }
+    inst.symbols.Set(*sym, value);
+  }
+  for (size_t s = 0; s < tpl.symbols().size(); ++s) {
+    if (!inst.symbols.IsBound(static_cast<int>(s))) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument,
+                           StrCat("symbol '", tpl.symbols().name(static_cast<int>(s)), "' is not bound"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checkpoints: each checkpoint input attached exactly once, to a resident,
+// idle checkpoint of exactly the expected size.
+absl::Status AttachCheckpoints(const GlobalMappingGraph& gmg, Instance& inst) {
+  const GraphTemplate& tpl = *inst.tpl;
+  inst.attached.assign(tpl.checkpoint_inputs().size(), CheckpointId());
+  for (const auto& [name, ck_id] : inst.spec.checkpoints) {
+    int ck = tpl.FindCheckpointInput(name);
+    if (ck < 0) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument,
+                           StrCat("template has no checkpoint input '@", name, "'"));
+    }
+    if (inst.attached[ck].valid()) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument,
+                           StrCat("checkpoint '@", name, "' attached twice"));
+    }
+    const Checkpoint* c = gmg.FindCheckpoint(ck_id);
+    if (c == nullptr) {
+      return InstanceError(tpl, absl::StatusCode::kNotFound,
+                           StrCat("checkpoint ", ck_id, " for '@", name, "' is not retained"));
+    }
+    if (c->updating.valid()) {
+      return InstanceError(tpl, absl::StatusCode::kFailedPrecondition,
+                           StrCat("checkpoint ", ck_id, " is being updated by node ", c->updating));
+    }
+    const auto& cin = tpl.checkpoint_inputs()[ck];
+    auto elems = NumElements(cin.dims, inst.symbols);
+    if (!elems.ok()) {
+      return Annotate(elems.status(), StrCat("instance of '", tpl.name(), "': checkpoint '@", name, "'"));
+    }
+    const Bytes expect(*elems * DTypeSize(cin.dtype));
+    if (expect != c->bytes) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument,
+                           StrCat("checkpoint ", ck_id, " for '@", name, "' holds ", c->bytes.count(),
+                                  " bytes but the template expects ", expect.count()));
+    }
+    inst.attached[ck] = ck_id;
+  }
+  for (size_t ck = 0; ck < inst.attached.size(); ++ck) {
+    if (!inst.attached[ck].valid()) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument,
+                           StrCat("checkpoint input '@", tpl.checkpoint_inputs()[ck].name, "' is not attached"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Output `o` of op `i` with concrete bytes; a checkpoint update is charged
+// its growth only.
+absl::Status BuildOutput(const GlobalMappingGraph& gmg, const Instance& inst, int i, size_t o,
+                         TensorState& t) {
+  const GraphTemplate& tpl = *inst.tpl;
+  const OpSpec& op = tpl.op(i);
+  const TensorSpec& ts = op.outputs[o];
+  auto shape = EvaluateShape(ts.dims, inst.symbols);
+  if (!shape.ok()) {
+    return Annotate(shape.status(),
+                    StrCat("instance of '", tpl.name(), "': op '", op.name, "' output '", ts.name, "'"));
+  }
+  auto elems = NumElements(ts.dims, inst.symbols);
+  if (!elems.ok()) return elems.status();
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(*elems, DTypeSize(ts.dtype), &bytes)) {
+    return InstanceError(tpl, absl::StatusCode::kOutOfRange,
+                         StrCat("op '", op.name, "' output '", ts.name, "' is too large"));
+  }
+  t.bytes = Bytes(bytes);
+  t.pending_consumers = tpl.NumConsumers(i, static_cast<int>(o));
+  t.retained = ts.retain;
+  if (!ts.updates.empty()) {
+    t.update_of = op.checkpoint_update_of;
+    const Checkpoint* c = gmg.FindCheckpoint(inst.attached[t.update_of]);
+    if (t.bytes < c->bytes) {
+      return InstanceError(tpl, absl::StatusCode::kInvalidArgument,
+                           StrCat("op '", op.name, "' output '", ts.name, "' would shrink checkpoint ", c->id,
+                                  " from ", c->bytes.count(), " to ", t.bytes.count(), " bytes"));
+    }
+    t.bytes = t.bytes - c->bytes;  // an update is charged its growth only
+  }
+  return absl::OkStatus();
+}
+
+// Node `i` of `inst` (symbols bound, checkpoints attached) with concrete
+// bytes, workspace and attributes.
+absl::Status BuildNode(const GlobalMappingGraph& gmg, const Instance& inst, int i, OpNode& n) {
+  const GraphTemplate& tpl = *inst.tpl;
+  const OpSpec& op = tpl.op(i);
+  n.id = ComputeNodeId(inst.id, i);
+  n.instance = inst.id;
+  n.kind = op.kind;
+  n.op_index = i;
+  n.unscheduled_preds = static_cast<int32_t>(op.preds.size());
+  n.unscheduled_succs = static_cast<int32_t>(op.succs.size());
+  n.outputs.resize(op.outputs.size());
+  for (size_t o = 0; o < op.outputs.size(); ++o) {
+    SLICESCHED_RETURN_IF_ERROR(BuildOutput(gmg, inst, i, o, n.outputs[o]));
+  }
+  auto ws = op.workspace.Evaluate(inst.symbols);
+  if (!ws.ok()) {
+    return Annotate(ws.status(), StrCat("instance of '", tpl.name(), "': op '", op.name, "' workspace"));
+  }
+  if (*ws < 0) {
+    return InstanceError(tpl, absl::StatusCode::kInvalidArgument,
+                         StrCat("op '", op.name, "' workspace evaluated to ", *ws, " bytes"));
+  }
+  n.workspace = Bytes(*ws);
+  for (const auto& [aname, expr] : op.attrs) {
+    auto v = expr.Evaluate(inst.symbols);
+    if (!v.ok()) {
+      return Annotate(v.status(),
+                      StrCat("instance of '", tpl.name(), "': op '", op.name, "' attribute '", aname, "'"));
+    }
+    n.attrs.push_back(*v);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<InstanceId> GlobalMappingGraph::Instantiate(const InstanceSpec& spec) {
   const GraphTemplate* tpl = templates_.Find(spec.template_id);
   if (tpl == nullptr) {
     return absl::NotFoundError(StrCat("no template with id ", spec.template_id));
   }
-  auto fail = [&](absl::StatusCode code, std::string msg) {
-    return absl::Status(code, StrCat("instance of '", tpl->name(), "': ", msg));
-  };
   if (tpl->num_ops() >= (1 << kOpIndexBits)) {
-    return fail(absl::StatusCode::kInvalidArgument, "template has too many ops");
+    return InstanceError(*tpl, absl::StatusCode::kInvalidArgument, "template has too many ops");
   }
   // The frontier orders by -priority (KeyOf), which INT32_MIN has not.
   if (spec.priority == std::numeric_limits<int32_t>::min()) {
-    return fail(absl::StatusCode::kInvalidArgument,
-                StrCat("priority ", spec.priority, " is out of range (at least ",
-                       std::numeric_limits<int32_t>::min() + 1, ")"));
+    return InstanceError(*tpl, absl::StatusCode::kInvalidArgument,
+                         StrCat("priority ", spec.priority, " is out of range (at least ",
+                                std::numeric_limits<int32_t>::min() + 1, ")"));
   }
 
   auto inst = std::make_unique<Instance>();
   inst->id = InstanceId(next_instance_);
   inst->tpl = tpl;
   inst->spec = spec;
-  inst->symbols = tpl->defines();
-  for (const auto& [name, value] : spec.bindings) {
-    auto sym = tpl->symbols().Find(name);
-    if (!sym.has_value()) {
-      return fail(absl::StatusCode::kInvalidArgument, StrCat("unknown symbol '", name, "'"));
-    }
-    if (tpl->defines().IsBound(*sym)) {
-      return fail(absl::StatusCode::kInvalidArgument,
-                  StrCat("symbol '", name, "' is fixed by the template"));
-    }
-    if (inst->symbols.IsBound(*sym)) {
-      return fail(absl::StatusCode::kInvalidArgument, StrCat("symbol '", name, "' bound twice"));
-    }
-    inst->symbols.Set(*sym, value);
-  }
-  for (size_t s = 0; s < tpl->symbols().size(); ++s) {
-    if (!inst->symbols.IsBound(static_cast<int>(s))) {
-      return fail(absl::StatusCode::kInvalidArgument,
-                  StrCat("symbol '", tpl->symbols().name(static_cast<int>(s)), "' is not bound"));
-    }
-  }
-
-  // Checkpoints: each checkpoint input attached exactly once, to a resident,
-  // idle checkpoint of exactly the expected size.
-  inst->attached.assign(tpl->checkpoint_inputs().size(), CheckpointId());
-  for (const auto& [name, ck_id] : spec.checkpoints) {
-    int ck = tpl->FindCheckpointInput(name);
-    if (ck < 0) {
-      return fail(absl::StatusCode::kInvalidArgument,
-                  StrCat("template has no checkpoint input '@", name, "'"));
-    }
-    if (inst->attached[ck].valid()) {
-      return fail(absl::StatusCode::kInvalidArgument, StrCat("checkpoint '@", name, "' attached twice"));
-    }
-    const Checkpoint* c = FindCheckpoint(ck_id);
-    if (c == nullptr) {
-      return fail(absl::StatusCode::kNotFound,
-                  StrCat("checkpoint ", ck_id, " for '@", name, "' is not retained"));
-    }
-    if (c->updating.valid()) {
-      return fail(absl::StatusCode::kFailedPrecondition,
-                  StrCat("checkpoint ", ck_id, " is being updated by node ", c->updating));
-    }
-    const auto& cin = tpl->checkpoint_inputs()[ck];
-    auto elems = NumElements(cin.dims, inst->symbols);
-    if (!elems.ok()) return Annotate(elems.status(), StrCat("instance of '", tpl->name(), "': checkpoint '@", name, "'"));
-    const Bytes expect(*elems * DTypeSize(cin.dtype));
-    if (expect != c->bytes) {
-      return fail(absl::StatusCode::kInvalidArgument,
-                  StrCat("checkpoint ", ck_id, " for '@", name, "' holds ", c->bytes.count(),
-                               " bytes but the template expects ", expect.count()));
-    }
-    inst->attached[ck] = ck_id;
-  }
-  for (size_t ck = 0; ck < inst->attached.size(); ++ck) {
-    if (!inst->attached[ck].valid()) {
-      return fail(absl::StatusCode::kInvalidArgument,
-                  StrCat("checkpoint input '@", tpl->checkpoint_inputs()[ck].name, "' is not attached"));
-    }
-  }
-
-  // Nodes with concrete bytes.
+  SLICESCHED_RETURN_IF_ERROR(BindSymbols(*inst));
+  SLICESCHED_RETURN_IF_ERROR(AttachCheckpoints(*this, *inst));
   inst->nodes.resize(tpl->num_ops());
   for (int i = 0; i < tpl->num_ops(); ++i) {
-    const OpSpec& op = tpl->op(i);
-    OpNode& n = inst->nodes[i];
-    n.id = ComputeNodeId(inst->id, i);
-    n.instance = inst->id;
-    n.kind = op.kind;
-    n.op_index = i;
-    n.unscheduled_preds = static_cast<int32_t>(op.preds.size());
-    n.unscheduled_succs = static_cast<int32_t>(op.succs.size());
-    n.outputs.resize(op.outputs.size());
-    for (size_t o = 0; o < op.outputs.size(); ++o) {
-      const TensorSpec& ts = op.outputs[o];
-      auto shape = EvaluateShape(ts.dims, inst->symbols);
-      if (!shape.ok()) {
-        return Annotate(shape.status(), StrCat("instance of '", tpl->name(), "': op '",
-                                                     op.name, "' output '", ts.name, "'"));
-      }
-      auto elems = NumElements(ts.dims, inst->symbols);
-      if (!elems.ok()) return elems.status();
-      int64_t bytes = 0;
-      if (__builtin_mul_overflow(*elems, DTypeSize(ts.dtype), &bytes)) {
-        return fail(absl::StatusCode::kOutOfRange,
-                    StrCat("op '", op.name, "' output '", ts.name, "' is too large"));
-      }
-      TensorState& t = n.outputs[o];
-      t.bytes = Bytes(bytes);
-      t.pending_consumers = tpl->NumConsumers(i, static_cast<int>(o));
-      t.retained = ts.retain;
-      if (!ts.updates.empty()) {
-        t.update_of = op.checkpoint_update_of;
-        const Checkpoint* c = FindCheckpoint(inst->attached[t.update_of]);
-        if (t.bytes < c->bytes) {
-          return fail(absl::StatusCode::kInvalidArgument,
-                      StrCat("op '", op.name, "' output '", ts.name, "' would shrink checkpoint ",
-                                   c->id, " from ", c->bytes.count(), " to ", t.bytes.count(), " bytes"));
-        }
-        t.bytes = t.bytes - c->bytes;  // an update is charged its growth only
-      }
-    }
-    auto ws = op.workspace.Evaluate(inst->symbols);
-    if (!ws.ok()) {
-      return Annotate(ws.status(), StrCat("instance of '", tpl->name(), "': op '", op.name, "' workspace"));
-    }
-    if (*ws < 0) {
-      return fail(absl::StatusCode::kInvalidArgument,
-                  StrCat("op '", op.name, "' workspace evaluated to ", *ws, " bytes"));
-    }
-    n.workspace = Bytes(*ws);
-    for (const auto& [aname, expr] : op.attrs) {
-      auto v = expr.Evaluate(inst->symbols);
-      if (!v.ok()) {
-        return Annotate(v.status(), StrCat("instance of '", tpl->name(), "': op '", op.name,
-                                                 "' attribute '", aname, "'"));
-      }
-      n.attrs.push_back(*v);
-    }
+    SLICESCHED_RETURN_IF_ERROR(BuildNode(*this, *inst, i, inst->nodes[i]));
   }
 
   // Commit.
