@@ -213,13 +213,78 @@ struct ExecutorSet::DeviceScratch {
   std::vector<std::shared_ptr<void>> handed_back;
 };
 
-void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
+namespace {
+
+// Pins the calling thread to `cpu` (best effort; a negative one: unpinned).
+void PinToCpu(int cpu) {
   if (cpu >= 0 && cpu < CPU_SETSIZE) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
     (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);  // best effort
   }
+}
+
+}  // namespace
+
+[[gnu::always_inline]] inline void ExecutorSet::CollectHandedBack(DeviceState& s, DeviceScratch& x) {
+  if (s.graveyard.empty()) return;
+  if (x.handed_back.empty()) {
+    x.handed_back.swap(s.graveyard);
+  } else {  // kept from a pass that skipped its operator with the lock held
+    std::move(s.graveyard.begin(), s.graveyard.end(), std::back_inserter(x.handed_back));
+    s.graveyard.clear();
+  }
+  s.graveyard_bytes = 0;
+}
+
+[[gnu::always_inline]] inline bool ExecutorSet::AllocateMemory(DeviceId d, DevicePool& pool, const WorkItem& w,
+                                                               DeviceScratch& x, Allocation& workspace) {
+  // One pool critical section for all of them (same order, accounting
+  // and failures as one Allocate() each).
+  const size_t n_out = w.output_bytes.size();
+  x.requests.clear();
+  for (Bytes b : w.output_bytes) x.requests.push_back({b, AllocPurpose::kOutput});
+  x.requests.push_back({w.workspace, AllocPurpose::kWorkspace});
+  x.allocs.resize(x.requests.size());  // empty: the last pass moved them all out
+  const absl::Status alloc =
+      pool.AllocateEach(x.requests, std::span<Allocation>(x.allocs.data(), x.allocs.size()));
+  if (alloc.ok()) {
+    workspace = std::move(x.allocs[n_out]);
+    return true;
+  }
+  x.allocs.clear();  // releases what was allocated before the failure
+  Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
+             StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node),
+                    ": memory allocation failed: ", alloc.message()),
+             {}});
+  return false;
+}
+
+[[gnu::always_inline]] inline void ExecutorSet::NoteStart(size_t di, DeviceState& s, const WorkItem& w,
+                                                          DeviceScratch& x) {
+  // The start is recorded with the node's completion (one record per
+  // operator); until then the owner reads it here (see Drain()).
+  s.running = w.node;
+  // (vDSO: no system call.) Stored only when it changes: the owner reads
+  // it per nap, and a store would take the line back from its cache.
+  if (const int on = sched_getcpu(); device_cpu_[di].cpu.load(std::memory_order_relaxed) != on) {
+    device_cpu_[di].cpu.store(on, std::memory_order_relaxed);
+  }
+  s.running_start = x.boundary.is_never() ? clock_->Now() : x.boundary;
+  x.boundary = Timestamp::Never();
+  s.running_seq = seq_++;
+  x.started_at = s.running_start;
+  x.started_seq = s.running_seq;
+  // An owner waiting for any event (WaitForCompletion) hears of the
+  // start when it blocks; one waiting for completions (the daemon's
+  // loop included) does not.
+  start_unseen_.store(true, std::memory_order_relaxed);
+  if (owner_wait_.load(std::memory_order_relaxed) == OwnerWait::kEvent) MaybeWakeOwner(di);
+}
+
+void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
+  PinToCpu(cpu);
   const size_t di = d.value();
   DevicePool& pool = *pools_[di];
   // One critical section per operator: the lock taken to record a node's
@@ -234,17 +299,6 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
   };
   auto may_finish = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !paused_; };
   DeviceScratch x;
-  auto collect_handed_back = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    DeviceState& s = devices_[di];
-    if (s.graveyard.empty()) return;
-    if (x.handed_back.empty()) {
-      x.handed_back.swap(s.graveyard);
-    } else {  // kept from a pass that skipped its operator with the lock held
-      std::move(s.graveyard.begin(), s.graveyard.end(), std::back_inserter(x.handed_back));
-      s.graveyard.clear();
-    }
-    s.graveyard_bytes = 0;
-  };
   mu_.Lock();
   for (;;) {
     // The item runs in its slot (no per-operator move; see
@@ -268,7 +322,7 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
         MaybeWakeOwner(di);
         mu_.Await(absl::Condition(&can_go));
       }
-      collect_handed_back();
+      CollectHandedBack(devices_[di], x);
       if (shutdown_) {
         mu_.Unlock();
         return;
@@ -310,44 +364,11 @@ void ExecutorSet::DeviceLoop(DeviceId d, int cpu) {
       }
       // Outputs and workspace first: a node that cannot get its memory
       // fails here, before it starts.
-      // One pool critical section for all of them (same order, accounting
-      // and failures as one Allocate() each).
-      const size_t n_out = w.output_bytes.size();
-      x.requests.clear();
-      for (Bytes b : w.output_bytes) x.requests.push_back({b, AllocPurpose::kOutput});
-      x.requests.push_back({w.workspace, AllocPurpose::kWorkspace});
-      x.allocs.resize(x.requests.size());  // empty: the last pass moved them all out
-      const absl::Status alloc =
-          pool.AllocateEach(x.requests, std::span<Allocation>(x.allocs.data(), x.allocs.size()));
-      if (alloc.ok()) {
-        workspace = std::move(x.allocs[n_out]);
-      } else {
-        x.allocs.clear();  // releases what was allocated before the failure
-        Post(Event{Event::Kind::kFailed, w.node, d, Timestamp(),
-                   StrCat("node ", NodeLabel(w.tpl, w.op_index, w.node),
-                          ": memory allocation failed: ", alloc.message()),
-                   {}});
+      if (!AllocateMemory(d, pool, w, x, workspace)) {
         drop();
         continue;
       }
-      // The start is recorded with the node's completion (one record per
-      // operator); until then the owner reads it here (see Drain()).
-      s.running = w.node;
-      // (vDSO: no system call.) Stored only when it changes: the owner reads
-      // it per nap, and a store would take the line back from its cache.
-      if (const int on = sched_getcpu(); device_cpu_[di].cpu.load(std::memory_order_relaxed) != on) {
-        device_cpu_[di].cpu.store(on, std::memory_order_relaxed);
-      }
-      s.running_start = x.boundary.is_never() ? clock_->Now() : x.boundary;
-      x.boundary = Timestamp::Never();
-      s.running_seq = seq_++;
-      x.started_at = s.running_start;
-      x.started_seq = s.running_seq;
-      // An owner waiting for any event (WaitForCompletion) hears of the
-      // start when it blocks; one waiting for completions (the daemon's
-      // loop included) does not.
-      start_unseen_.store(true, std::memory_order_relaxed);
-      if (owner_wait_.load(std::memory_order_relaxed) == OwnerWait::kEvent) MaybeWakeOwner(di);
+      NoteStart(di, s, w, x);
     }
     mu_.Unlock();
     x.handed_back.clear();  // frees what the owner handed back, on this thread

@@ -507,6 +507,15 @@ class ExecutorSet final : public ExecutionBackend {
   absl::Status RunKernel(DeviceId d, const WorkItem& w, Bytes workspace, DeviceScratch& x);
   void RecordFinish(DeviceId d, uint32_t item, WorkItem& w, absl::Status st, DeviceScratch& x)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The per-operator steps before the kernel (lock held; inline, defined in
+  // device_loop.cc): taking what the owner handed back into `x` (freed
+  // after unlocking), getting the item's outputs and workspace (false: the
+  // node failed, its event posted), and publishing its start.
+  inline void CollectHandedBack(DeviceState& s, DeviceScratch& x) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline bool AllocateMemory(DeviceId d, DevicePool& pool, const WorkItem& w, DeviceScratch& x,
+                             Allocation& workspace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void NoteStart(size_t di, DeviceState& s, const WorkItem& w, DeviceScratch& x)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `e` for the owner, stamped with the clock's now unless `stamp`
   // is false (e.time is then already set).
   void Post(Event e, bool stamp = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
