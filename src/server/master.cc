@@ -260,36 +260,157 @@ absl::Status Master::RunOnLoop(std::function<void()> fn) {
   return absl::OkStatus();
 }
 
+Master::LoopWake Master::AwaitWork() {
+  Impl& im = *impl_;
+  // The backend is asked before taking mu_: its notifier takes mu_ while
+  // holding the executors' lock, so mu_ -> executors' lock must not occur.
+  // The executors notify only an owner that said it sleeps, and only
+  // when progress needs it; otherwise NextEventTime() ends the wait
+  // after their nap (ExecutorSet, "Owner waits").
+  im.OwnerSleeps();
+  const Timestamp next = im.backend->NextEventTime();
+  const Timestamp now = clock_.Now();
+  absl::Duration wait = absl::Milliseconds(50);
+  if (next != Timestamp::Infinite()) {
+    wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, next.nanos() - now.nanos())));
+  }
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !commands_.empty() || stop_ || backend_event_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+  im.OwnerAwake();
+  LoopWake wake;
+  wake.commands.swap(commands_);
+  backend_event_ = false;
+  wake.stop = stop_;
+  return wake;
+}
+
+void Master::ApplyFeedback(Timestamp now) {
+  Impl& im = *impl_;
+  im.feedback.clear();
+  const absl::Status s = im.backend->AdvanceTo(now, &im.feedback);
+  if (!s.ok()) spdlog::error("backend: {}", s.ToString());
+  for (const Feedback& f : im.feedback) {
+    bool class_known = true;
+    TimelineEntry e = TimelineEntryOf(f, &class_known);  // before the learner updates
+    const bool offline = class_known && e.priority_class == PriorityClass::kOffline;
+    im.obs->pending.emplace_back(std::move(e), class_known);
+    im.learner.Apply(f, /*score=*/true);
+    if (f.kind != Feedback::Kind::kOp) continue;
+    im.busy_ns[f.device.value()] += f.measured().nanos();
+    ++im.ops_done[f.device.value()];
+    if (offline) im.busy_offline_ns[f.device.value()] += f.measured().nanos();
+    if (!class_known) im.busy_unclassified.push_back({f.instance.value(), f.device.value(), f.measured().nanos()});
+    if (auto g = im.step_owner.find(f.instance.value()); g != im.step_owner.end()) {
+      Impl::Generation& gen = im.generations.at(g->second);
+      if (gen.first_start == Timestamp::Never()) gen.first_start = f.start;
+      if (gen.args.client_tag.starts_with(kBatchClientTagPrefix)) {
+        im.busy_batch_ns[f.device.value()] += f.measured().nanos();
+      }
+    }
+  }
+  if (!im.feedback.empty()) im.LogCalibration(now);
+}
+
+void Master::ReportRetired(Timestamp now) {
+  Impl& im = *impl_;
+  const std::vector<RetiredInstance> retired = im.gmg.TakeRetired();
+  for (const Impl::UnclassifiedBusy& b : im.busy_unclassified) {  // retired before their feedback was read
+    for (const RetiredInstance& r : retired) {
+      if (r.id.value() == b.instance && r.priority_class == PriorityClass::kOffline) {
+        im.busy_offline_ns[b.device] += b.ns;
+      }
+    }
+  }
+  im.busy_unclassified.clear();
+  for (const RetiredInstance& r : retired) {
+    ObserveRetired(r);
+    auto it = im.live.find(r.id.value());
+    if (it == im.live.end()) continue;
+    Impl::Tracked& t = it->second;
+    InstanceUpdate u;
+    u.state = r.state;
+    u.time = r.finished;
+    u.ops_total = t.ops_total;
+    u.ops_done = r.state == InstanceState::kDone ? t.ops_total : t.ops_done;
+    if (r.state == InstanceState::kDone) {
+      for (CheckpointId c : r.produced) {
+        u.produced_checkpoints.push_back(c.value());
+        im.checkpoint_used[c.value()] = now;
+      }
+    }
+    u.message = r.failure;
+    t.record->Append(std::move(u));
+    im.finished.emplace(r.id.value(), t.record);
+    im.finished_order.push_back(r.id.value());
+    im.live.erase(it);
+    if (auto g = im.step_owner.find(r.id.value()); g != im.step_owner.end()) {
+      const uint64_t request = g->second;
+      im.step_owner.erase(g);
+      StepRetired(request, r, now);  // takes the step's token first
+    }
+    im.EraseRequest(r.id);
+  }
+  FlushTimeline();
+  while (im.finished_order.size() > options_.max_terminal_records) {
+    im.finished.erase(im.finished_order.front());
+    im.finished_order.pop_front();
+  }
+}
+
+void Master::ReportProgress(Timestamp now) {
+  Impl& im = *impl_;
+  for (auto& [id, t] : im.live) {
+    const Instance* inst = im.gmg.FindInstance(t.id);
+    if (inst == nullptr) continue;
+    uint32_t done = 0;
+    for (const OpNode& n : inst->nodes) done += n.state == NodeState::kDone ? 1 : 0;
+    InstanceState st = inst->state;
+    if (IsTerminalInstanceState(st)) continue;  // reported when retired
+    if (st != t.state || done != t.ops_done) {
+      t.state = st;
+      t.ops_done = done;
+      t.record->Append(InstanceUpdate{.state = st, .time = now, .ops_done = done, .ops_total = t.ops_total});
+    }
+  }
+}
+
+void Master::ReleaseExpiredCheckpoints(Timestamp now) {
+  Impl& im = *impl_;
+  for (auto it = im.checkpoint_used.begin(); it != im.checkpoint_used.end();) {
+    auto cur = it++;
+    if (now - cur->second < options_.checkpoint_ttl) continue;
+    const Checkpoint* c = im.gmg.FindCheckpoint(CheckpointId(cur->first));
+    if (c == nullptr) {
+      im.checkpoint_used.erase(cur);
+    } else if (!c->updating.valid() && im.gmg.ReleaseCheckpoint(CheckpointId(cur->first)).ok()) {
+      im.checkpoint_used.erase(cur);
+    }
+  }
+}
+
+void Master::SampleBusy(Timestamp now) {
+  Impl& im = *impl_;
+  if (!im.busy_samples.empty() && now - im.busy_samples.back().time < Duration::Seconds(1)) return;
+  Impl::BusySample b{.time = now};
+  for (size_t d = 0; d < im.gmg.accelerators().size(); ++d) {
+    b.busy_ns.push_back(im.busy_ns[d]);
+    b.busy_offline_ns.push_back(im.busy_offline_ns[d]);
+  }
+  im.busy_samples.push_back(std::move(b));
+  while (im.busy_samples.size() > 2 && now - im.busy_samples[1].time >= Duration::Seconds(60)) {
+    im.busy_samples.pop_front();
+  }
+}
+
 void Master::Loop() {
   Impl& im = *impl_;
   while (true) {
-    std::deque<std::function<void()>> cmds;
-    bool stop = false;
-    {
-      // The backend is asked before taking mu_: its notifier takes mu_ while
-      // holding the executors' lock, so mu_ -> executors' lock must not occur.
-      // The executors notify only an owner that said it sleeps, and only
-      // when progress needs it; otherwise NextEventTime() ends the wait
-      // after their nap (ExecutorSet, "Owner waits").
-      im.OwnerSleeps();
-      const Timestamp next = im.backend->NextEventTime();
-      const Timestamp now = clock_.Now();
-      absl::Duration wait = absl::Milliseconds(50);
-      if (next != Timestamp::Infinite()) {
-        wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, next.nanos() - now.nanos())));
-      }
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !commands_.empty() || stop_ || backend_event_;
-      };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
-      im.OwnerAwake();
-      cmds.swap(commands_);
-      backend_event_ = false;
-      stop = stop_;
-    }
-    for (auto& c : cmds) c();
-    if (stop) {
+    LoopWake wake = AwaitWork();
+    for (auto& c : wake.commands) c();
+    if (wake.stop) {
       // Commands posted between the swap and now still get an answer.
       absl::MutexLock lock(&mu_);
       for (auto& c : commands_) c();
@@ -298,88 +419,9 @@ void Master::Loop() {
     }
 
     const Timestamp now = clock_.Now();
-    im.feedback.clear();
-    absl::Status s = im.backend->AdvanceTo(now, &im.feedback);
-    if (!s.ok()) spdlog::error("backend: {}", s.ToString());
-    for (const Feedback& f : im.feedback) {
-      bool class_known = true;
-      TimelineEntry e = TimelineEntryOf(f, &class_known);  // before the learner updates
-      const bool offline = class_known && e.priority_class == PriorityClass::kOffline;
-      im.obs->pending.emplace_back(std::move(e), class_known);
-      im.learner.Apply(f, /*score=*/true);
-      if (f.kind != Feedback::Kind::kOp) continue;
-      im.busy_ns[f.device.value()] += f.measured().nanos();
-      ++im.ops_done[f.device.value()];
-      if (offline) im.busy_offline_ns[f.device.value()] += f.measured().nanos();
-      if (!class_known) im.busy_unclassified.push_back({f.instance.value(), f.device.value(), f.measured().nanos()});
-      if (auto g = im.step_owner.find(f.instance.value()); g != im.step_owner.end()) {
-        Impl::Generation& gen = im.generations.at(g->second);
-        if (gen.first_start == Timestamp::Never()) gen.first_start = f.start;
-        if (gen.args.client_tag.starts_with(kBatchClientTagPrefix)) {
-          im.busy_batch_ns[f.device.value()] += f.measured().nanos();
-        }
-      }
-    }
-
-    if (!im.feedback.empty()) im.LogCalibration(now);
-
-    // Retired instances: their final state.
-    const std::vector<RetiredInstance> retired = im.gmg.TakeRetired();
-    for (const Impl::UnclassifiedBusy& b : im.busy_unclassified) {  // retired before their feedback was read
-      for (const RetiredInstance& r : retired) {
-        if (r.id.value() == b.instance && r.priority_class == PriorityClass::kOffline) {
-          im.busy_offline_ns[b.device] += b.ns;
-        }
-      }
-    }
-    im.busy_unclassified.clear();
-    for (const RetiredInstance& r : retired) {
-      ObserveRetired(r);
-      auto it = im.live.find(r.id.value());
-      if (it == im.live.end()) continue;
-      Impl::Tracked& t = it->second;
-      InstanceUpdate u;
-      u.state = r.state;
-      u.time = r.finished;
-      u.ops_total = t.ops_total;
-      u.ops_done = r.state == InstanceState::kDone ? t.ops_total : t.ops_done;
-      if (r.state == InstanceState::kDone) {
-        for (CheckpointId c : r.produced) {
-          u.produced_checkpoints.push_back(c.value());
-          im.checkpoint_used[c.value()] = now;
-        }
-      }
-      u.message = r.failure;
-      t.record->Append(std::move(u));
-      im.finished.emplace(r.id.value(), t.record);
-      im.finished_order.push_back(r.id.value());
-      im.live.erase(it);
-      if (auto g = im.step_owner.find(r.id.value()); g != im.step_owner.end()) {
-        const uint64_t request = g->second;
-        im.step_owner.erase(g);
-        StepRetired(request, r, now);  // takes the step's token first
-      }
-      im.EraseRequest(r.id);
-    }
-    FlushTimeline();
-    while (im.finished_order.size() > options_.max_terminal_records) {
-      im.finished.erase(im.finished_order.front());
-      im.finished_order.pop_front();
-    }
-    // Progress of the live ones.
-    for (auto& [id, t] : im.live) {
-      const Instance* inst = im.gmg.FindInstance(t.id);
-      if (inst == nullptr) continue;
-      uint32_t done = 0;
-      for (const OpNode& n : inst->nodes) done += n.state == NodeState::kDone ? 1 : 0;
-      InstanceState st = inst->state;
-      if (IsTerminalInstanceState(st)) continue;  // reported when retired
-      if (st != t.state || done != t.ops_done) {
-        t.state = st;
-        t.ops_done = done;
-        t.record->Append(InstanceUpdate{.state = st, .time = now, .ops_done = done, .ops_total = t.ops_total});
-      }
-    }
+    ApplyFeedback(now);
+    ReportRetired(now);
+    ReportProgress(now);
 
     if (!im.gmg.unscheduled_frontier().empty()) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -387,33 +429,11 @@ void Master::Loop() {
       ObserveSchedule(st.ok() ? &*st : nullptr, std::chrono::steady_clock::now() - t0);
       if (!st.ok()) spdlog::error("scheduler: {}", st.status().ToString());
     }
-    s = im.backend->Dispatch(now);
+    const absl::Status s = im.backend->Dispatch(now);
     if (!s.ok()) spdlog::error("backend dispatch: {}", s.ToString());
 
-    // Retained checkpoints past their TTL.
-    for (auto it = im.checkpoint_used.begin(); it != im.checkpoint_used.end();) {
-      auto cur = it++;
-      if (now - cur->second < options_.checkpoint_ttl) continue;
-      const Checkpoint* c = im.gmg.FindCheckpoint(CheckpointId(cur->first));
-      if (c == nullptr) {
-        im.checkpoint_used.erase(cur);
-      } else if (!c->updating.valid() && im.gmg.ReleaseCheckpoint(CheckpointId(cur->first)).ok()) {
-        im.checkpoint_used.erase(cur);
-      }
-    }
-
-    // Busy samples for Devices (one a second, a minute's worth).
-    if (im.busy_samples.empty() || now - im.busy_samples.back().time >= Duration::Seconds(1)) {
-      Impl::BusySample b{.time = now};
-      for (size_t d = 0; d < im.gmg.accelerators().size(); ++d) {
-        b.busy_ns.push_back(im.busy_ns[d]);
-        b.busy_offline_ns.push_back(im.busy_offline_ns[d]);
-      }
-      im.busy_samples.push_back(std::move(b));
-      while (im.busy_samples.size() > 2 && now - im.busy_samples[1].time >= Duration::Seconds(60)) {
-        im.busy_samples.pop_front();
-      }
-    }
+    ReleaseExpiredCheckpoints(now);
+    SampleBusy(now);
 
     if (now - im.last_save >= options_.estimator_save_interval) {
       im.last_save = now;

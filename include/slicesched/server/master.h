@@ -433,7 +433,27 @@ class Master {
   // Runs `fn` on the loop thread and waits for it. Unavailable once stopped.
   absl::Status RunOnLoop(std::function<void()> fn);
   void Loop();
-  // The executors' event notifier (any thread; see the lock order in Loop).
+  // Loop's steps, in the order it runs them. The wait for work (commands,
+  // a backend event, the backend's next event or 50 ms) and what it took:
+  // the queued commands and whether the master stops.
+  struct LoopWake {
+    std::deque<std::function<void()>> commands;
+    bool stop = false;
+  };
+  LoopWake AwaitWork();
+  // The backend's completions up to `now`: estimators, timeline and busy
+  // counters.
+  void ApplyFeedback(Timestamp now);
+  // Instances the GMG retired: their final state to their records.
+  void ReportRetired(Timestamp now);
+  // The live instances' progress to their records.
+  void ReportProgress(Timestamp now);
+  // Releases the retained checkpoints unused for checkpoint_ttl.
+  void ReleaseExpiredCheckpoints(Timestamp now);
+  // One busy sample a second for Devices, a minute's worth.
+  void SampleBusy(Timestamp now);
+  // The executors' event notifier (any thread; see the lock order in
+  // AwaitWork).
   void NotifyBackendEvent();
   // Loop: a step of generation `request` retired: emit its token, start the
   // next step or end the request.
