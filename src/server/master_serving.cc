@@ -10,9 +10,11 @@ using master_internal::ValidDeploymentName;
 // Serving
 // ---------------------------------------------------------------------------
 
-absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec, bool replace) {
-  if (draining_.load()) return absl::FailedPreconditionError("the daemon is draining; no new deployments");
-  // The tokenizer is read here, off the loop thread.
+namespace {
+
+// The deployment's tokenizer (none when spec.tokenizer is empty); its pieces
+// must fit the model's vocabulary.
+absl::StatusOr<std::shared_ptr<const jobs::Tokenizer>> LoadDeploymentTokenizer(const DeploymentConfig& spec) {
   std::shared_ptr<const jobs::Tokenizer> tokenizer;
   if (!spec.tokenizer.empty()) {
     auto t = jobs::Tokenizer::Load(spec.tokenizer);
@@ -23,147 +25,176 @@ absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec,
     }
     tokenizer = *std::move(t);
   }
+  return tokenizer;
+}
+
+// The partitions of `prefill` the deployment enables: those spec.partitions
+// names (each must exist and fit the `num_devices` devices), or, when it
+// names none, every one that fits.
+absl::StatusOr<std::vector<const CandidatePartition*>> EnabledPartitions(const DeploymentConfig& spec,
+                                                                         const GraphTemplate& prefill,
+                                                                         size_t num_devices) {
+  std::vector<const CandidatePartition*> enabled;
+  for (const CandidatePartition& p : prefill.partitions()) {
+    const bool wanted = spec.partitions.empty() ||
+                        std::find(spec.partitions.begin(), spec.partitions.end(), p.name) != spec.partitions.end();
+    if (wanted && (static_cast<size_t>(p.num_slots) <= num_devices || !spec.partitions.empty())) {
+      enabled.push_back(&p);
+    }
+  }
+  std::vector<std::string> offered;
+  for (const CandidatePartition& p : prefill.partitions()) offered.push_back(p.name);
+  for (const std::string& name : spec.partitions) {
+    auto it = std::find_if(enabled.begin(), enabled.end(), [&](const CandidatePartition* p) { return p->name == name; });
+    if (it == enabled.end()) {
+      return absl::InvalidArgumentError(StrCat("spec.partitions: the model has no partition '", name,
+                                               "' (it offers: ", absl::StrJoin(offered, ", "), ")"));
+    }
+    if (static_cast<size_t>((*it)->num_slots) > num_devices) {
+      return absl::InvalidArgumentError(StrCat("spec.partitions: '", name, "' needs ", (*it)->num_slots,
+                                               " devices but the cluster has ", num_devices));
+    }
+  }
+  if (enabled.empty()) return absl::InvalidArgumentError("spec.partitions: no partition fits the cluster");
+  return enabled;
+}
+
+// The weights to load: one replica per aligned device group of every enabled
+// partition, each (device, weight key) not resident yet once.
+struct WeightPlan {
+  std::vector<std::pair<DeviceId, const OpSpec*>> loads;  // into `prefill`'s ops
+  int64_t weight_bytes = 0;                              // one replica
+};
+
+// Checks capacity before anything is loaded.
+absl::StatusOr<WeightPlan> PlanWeights(const GlobalMappingGraph& gmg, const GraphTemplate& prefill,
+                                       const std::vector<const CandidatePartition*>& enabled) {
+  const size_t num_devices = gmg.accelerators().size();
+  WeightPlan plan;
+  std::vector<int64_t> extra(num_devices, 0);
+  std::set<std::pair<uint16_t, std::string>> planned;
+  std::set<std::string> seen_keys;
+  for (const OpSpec& op : prefill.ops()) {
+    if (!op.weight_key.empty() && seen_keys.insert(op.weight_key).second) plan.weight_bytes += op.weight_bytes.count();
+  }
+  for (const CandidatePartition* p : enabled) {
+    const size_t groups = num_devices / static_cast<size_t>(p->num_slots);
+    for (size_t g = 0; g < groups; ++g) {
+      for (int op = 0; op < prefill.num_ops(); ++op) {
+        const OpSpec& spec_op = prefill.ops()[static_cast<size_t>(op)];
+        if (spec_op.weight_key.empty()) continue;
+        const auto dev = static_cast<uint16_t>(g * static_cast<size_t>(p->num_slots) +
+                                               static_cast<size_t>(p->slot_of_op[static_cast<size_t>(op)]));
+        if (gmg.HasWeights(DeviceId(dev), spec_op.weight_key)) continue;
+        if (!planned.insert({dev, spec_op.weight_key}).second) continue;
+        plan.loads.emplace_back(DeviceId(dev), &spec_op);
+        extra[dev] += spec_op.weight_bytes.count();
+      }
+    }
+  }
+  for (size_t d = 0; d < num_devices; ++d) {
+    const DeviceId id(static_cast<uint16_t>(d));
+    const int64_t cap = gmg.accelerators().device(id).memory.count();
+    const int64_t used = gmg.memory(id).total().count();
+    if (extra[d] > 0 && used + extra[d] > cap) {
+      return absl::ResourceExhaustedError(
+          StrCat("spec.model: the weights need ", Bytes(extra[d]).ToString(), " more on ",
+                 gmg.accelerators().device(id).name, ", which has ", Bytes(cap - used).ToString(), " free"));
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<DeploymentInfo> Master::RegisterDeployment(DeploymentConfig spec, bool replace) {
+  if (draining_.load()) return absl::FailedPreconditionError("the daemon is draining; no new deployments");
+  // The tokenizer is read here, off the loop thread.
+  SLICESCHED_ASSIGN_OR_RETURN(std::shared_ptr<const jobs::Tokenizer> tokenizer, LoadDeploymentTokenizer(spec));
   absl::StatusOr<DeploymentInfo> result = absl::InternalError("not run");
-  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] {
-    Impl& im = *impl_;
-    result = [&]() -> absl::StatusOr<DeploymentInfo> {
-      if (!ValidDeploymentName(spec.name)) {
-        return absl::InvalidArgumentError(
-            StrCat("spec.name: '", spec.name, "' is not a valid name (1..128 of letters, digits, '.', '_', '-')"));
-      }
-      LlamaDims dims = spec.model;
-      dims.name = spec.name;  // templates and weight keys are per deployment
-      if (absl::Status v = dims.Validate(); !v.ok()) {
-        return absl::InvalidArgumentError(StrCat("spec.model: ", v.message()));
-      }
-      auto existing = im.deployments.find(spec.name);
-      if (existing != im.deployments.end()) {
-        if (!replace) {
-          return absl::AlreadyExistsError(
-              StrCat("spec.name: deployment '", spec.name, "' exists (set replace to replace it)"));
-        }
-        if (!SameModel(existing->second.spec.model, spec.model)) {
-          return absl::UnimplementedError(
-              StrCat("spec.model: replacing deployment '", spec.name,
-                     "' with a different model is not supported yet; register it under a new name"));
-        }
-      }
-      auto templates = BuildLlamaTemplates(dims);
-      if (!templates.ok()) return absl::InvalidArgumentError(StrCat("spec.model: ", templates.status().message()));
-      auto train_template = BuildLlamaTrainTemplate(dims);
-      if (!train_template.ok()) {
-        return absl::InvalidArgumentError(StrCat("spec.model: ", train_template.status().message()));
-      }
-
-      // Enabled partitions.
-      const size_t num_devices = im.gmg.accelerators().size();
-      std::vector<const CandidatePartition*> enabled;
-      for (const CandidatePartition& p : templates->prefill->partitions()) {
-        const bool wanted = spec.partitions.empty() ||
-                            std::find(spec.partitions.begin(), spec.partitions.end(), p.name) != spec.partitions.end();
-        if (wanted && (static_cast<size_t>(p.num_slots) <= num_devices || !spec.partitions.empty())) {
-          enabled.push_back(&p);
-        }
-      }
-      std::vector<std::string> offered;
-      for (const CandidatePartition& p : templates->prefill->partitions()) offered.push_back(p.name);
-      for (const std::string& name : spec.partitions) {
-        auto it = std::find_if(enabled.begin(), enabled.end(), [&](const CandidatePartition* p) { return p->name == name; });
-        if (it == enabled.end()) {
-          return absl::InvalidArgumentError(StrCat("spec.partitions: the model has no partition '", name,
-                                                   "' (it offers: ", absl::StrJoin(offered, ", "), ")"));
-        }
-        if (static_cast<size_t>((*it)->num_slots) > num_devices) {
-          return absl::InvalidArgumentError(StrCat("spec.partitions: '", name, "' needs ", (*it)->num_slots,
-                                                   " devices but the cluster has ", num_devices));
-        }
-      }
-      if (enabled.empty()) return absl::InvalidArgumentError("spec.partitions: no partition fits the cluster");
-
-      // Weights: one replica per aligned device group of every enabled
-      // partition. Check capacity before loading anything.
-      std::vector<std::pair<DeviceId, const OpSpec*>> loads;
-      std::vector<int64_t> extra(num_devices, 0);
-      std::set<std::pair<uint16_t, std::string>> planned;
-      int64_t weight_bytes = 0;
-      std::set<std::string> seen_keys;
-      for (const OpSpec& op : templates->prefill->ops()) {
-        if (!op.weight_key.empty() && seen_keys.insert(op.weight_key).second) weight_bytes += op.weight_bytes.count();
-      }
-      for (const CandidatePartition* p : enabled) {
-        const size_t groups = num_devices / static_cast<size_t>(p->num_slots);
-        for (size_t g = 0; g < groups; ++g) {
-          for (int op = 0; op < templates->prefill->num_ops(); ++op) {
-            const OpSpec& spec_op = templates->prefill->ops()[static_cast<size_t>(op)];
-            if (spec_op.weight_key.empty()) continue;
-            const auto dev = static_cast<uint16_t>(g * static_cast<size_t>(p->num_slots) +
-                                                   static_cast<size_t>(p->slot_of_op[static_cast<size_t>(op)]));
-            if (im.gmg.HasWeights(DeviceId(dev), spec_op.weight_key)) continue;
-            if (!planned.insert({dev, spec_op.weight_key}).second) continue;
-            loads.emplace_back(DeviceId(dev), &spec_op);
-            extra[dev] += spec_op.weight_bytes.count();
-          }
-        }
-      }
-      for (size_t d = 0; d < num_devices; ++d) {
-        const DeviceId id(static_cast<uint16_t>(d));
-        const int64_t cap = im.gmg.accelerators().device(id).memory.count();
-        const int64_t used = im.gmg.memory(id).total().count();
-        if (extra[d] > 0 && used + extra[d] > cap) {
-          return absl::ResourceExhaustedError(
-              StrCat("spec.model: the weights need ", Bytes(extra[d]).ToString(), " more on ",
-                     im.gmg.accelerators().device(id).name, ", which has ", Bytes(cap - used).ToString(), " free"));
-        }
-      }
-
-      // Real weights before anything is registered (the loader's errors name
-      // the bad tensor; a failure leaves no trace).
-      if (absl::Status w = im.AddModel(dims, spec.weights); !w.ok()) {
-        return absl::Status(w.code(), StrCat("spec.weights: ", w.message()));
-      }
-
-      // Templates (new deployments only; a replacement keeps its templates).
-      DeploymentInfo info;
-      info.prefill_template = templates->prefill->name();
-      info.decode_template = templates->decode->name();
-      info.train_template = (*train_template)->name();
-      if (existing == im.deployments.end()) {
-        std::vector<std::shared_ptr<const GraphTemplate>> all = {templates->prefill, templates->decode,
-                                                                 *train_template};
-        for (int k = 2; k <= kMaxPrefillChunks; ++k) {  // the scheduler's PrefillChunks picks one
-          auto chunked = BuildLlamaChunkedPrefill(dims, k);
-          if (!chunked.ok()) return absl::InvalidArgumentError(StrCat("spec.model: ", chunked.status().message()));
-          all.push_back(*std::move(chunked));
-        }
-        for (const auto& tpl : all) {
-          auto tid = im.gmg.RegisterTemplate(tpl);
-          if (!tid.ok()) return Annotate(tid.status(), "spec.name");
-          for (const DeviceSpec& d : im.gmg.accelerators().devices()) im.ctx.OpKeys(d.type, tid->value());
-          im.template_owner[tpl->name()] = spec.name;
-        }
-      }
-      for (const auto& [dev, op] : loads) {
-        SLICESCHED_RETURN_IF_ERROR(im.gmg.LoadWeights(dev, op->weight_key, op->weight_bytes));
-      }
-
-      SLICESCHED_RETURN_IF_ERROR(store_->PutDeployment(spec.name, spec.ToYaml()));
-      SLICESCHED_ASSIGN_OR_RETURN(StoredDeployment stored, store_->GetDeployment(spec.name));
-      info.spec = spec;
-      for (const CandidatePartition* p : enabled) info.partitions.emplace_back(p->name, p->num_slots);
-      info.weight_bytes = weight_bytes;
-      info.kv_bytes_per_token = dims.KvBytesPerTokenPerLayer() * dims.layers;
-      info.created_unix_ms = stored.created_unix_ms;
-      info.tokenizer = tokenizer;
-      im.deployments[spec.name] = info;
-      spdlog::info("deployment '{}' registered: templates {} / {}, partitions [{}], {} of weights per replica",
-                   spec.name, info.prefill_template, info.decode_template,
-                   absl::StrJoin(info.partitions, ", ",
-                                 [](std::string* out, const auto& p) { out->append(p.first); }),
-                   Bytes(weight_bytes).ToString());
-      return info;
-    }();
-  }));
+  SLICESCHED_RETURN_IF_ERROR(RunOnLoop([&] { result = RegisterDeploymentOnLoop(spec, replace, tokenizer); }));
   return result;
+}
+
+absl::StatusOr<DeploymentInfo> Master::RegisterDeploymentOnLoop(
+    const DeploymentConfig& spec, bool replace, const std::shared_ptr<const jobs::Tokenizer>& tokenizer) {
+  Impl& im = *impl_;
+  if (!ValidDeploymentName(spec.name)) {
+    return absl::InvalidArgumentError(
+        StrCat("spec.name: '", spec.name, "' is not a valid name (1..128 of letters, digits, '.', '_', '-')"));
+  }
+  LlamaDims dims = spec.model;
+  dims.name = spec.name;  // templates and weight keys are per deployment
+  if (absl::Status v = dims.Validate(); !v.ok()) {
+    return absl::InvalidArgumentError(StrCat("spec.model: ", v.message()));
+  }
+  auto existing = im.deployments.find(spec.name);
+  if (existing != im.deployments.end()) {
+    if (!replace) {
+      return absl::AlreadyExistsError(
+          StrCat("spec.name: deployment '", spec.name, "' exists (set replace to replace it)"));
+    }
+    if (!SameModel(existing->second.spec.model, spec.model)) {
+      return absl::UnimplementedError(
+          StrCat("spec.model: replacing deployment '", spec.name,
+                 "' with a different model is not supported yet; register it under a new name"));
+    }
+  }
+  auto templates = BuildLlamaTemplates(dims);
+  if (!templates.ok()) return absl::InvalidArgumentError(StrCat("spec.model: ", templates.status().message()));
+  auto train_template = BuildLlamaTrainTemplate(dims);
+  if (!train_template.ok()) {
+    return absl::InvalidArgumentError(StrCat("spec.model: ", train_template.status().message()));
+  }
+  SLICESCHED_ASSIGN_OR_RETURN(std::vector<const CandidatePartition*> enabled,
+                              EnabledPartitions(spec, *templates->prefill, im.gmg.accelerators().size()));
+  SLICESCHED_ASSIGN_OR_RETURN(const WeightPlan weights, PlanWeights(im.gmg, *templates->prefill, enabled));
+
+  // Real weights before anything is registered (the loader's errors name
+  // the bad tensor; a failure leaves no trace).
+  if (absl::Status w = im.AddModel(dims, spec.weights); !w.ok()) {
+    return absl::Status(w.code(), StrCat("spec.weights: ", w.message()));
+  }
+
+  // Templates (new deployments only; a replacement keeps its templates).
+  DeploymentInfo info;
+  info.prefill_template = templates->prefill->name();
+  info.decode_template = templates->decode->name();
+  info.train_template = (*train_template)->name();
+  if (existing == im.deployments.end()) {
+    std::vector<std::shared_ptr<const GraphTemplate>> all = {templates->prefill, templates->decode,
+                                                             *train_template};
+    for (int k = 2; k <= kMaxPrefillChunks; ++k) {  // the scheduler's PrefillChunks picks one
+      auto chunked = BuildLlamaChunkedPrefill(dims, k);
+      if (!chunked.ok()) return absl::InvalidArgumentError(StrCat("spec.model: ", chunked.status().message()));
+      all.push_back(*std::move(chunked));
+    }
+    for (const auto& tpl : all) {
+      auto tid = im.gmg.RegisterTemplate(tpl);
+      if (!tid.ok()) return Annotate(tid.status(), "spec.name");
+      for (const DeviceSpec& d : im.gmg.accelerators().devices()) im.ctx.OpKeys(d.type, tid->value());
+      im.template_owner[tpl->name()] = spec.name;
+    }
+  }
+  for (const auto& [dev, op] : weights.loads) {
+    SLICESCHED_RETURN_IF_ERROR(im.gmg.LoadWeights(dev, op->weight_key, op->weight_bytes));
+  }
+
+  SLICESCHED_RETURN_IF_ERROR(store_->PutDeployment(spec.name, spec.ToYaml()));
+  SLICESCHED_ASSIGN_OR_RETURN(StoredDeployment stored, store_->GetDeployment(spec.name));
+  info.spec = spec;
+  for (const CandidatePartition* p : enabled) info.partitions.emplace_back(p->name, p->num_slots);
+  info.weight_bytes = weights.weight_bytes;
+  info.kv_bytes_per_token = dims.KvBytesPerTokenPerLayer() * dims.layers;
+  info.created_unix_ms = stored.created_unix_ms;
+  info.tokenizer = tokenizer;
+  im.deployments[spec.name] = info;
+  spdlog::info("deployment '{}' registered: templates {} / {}, partitions [{}], {} of weights per replica",
+               spec.name, info.prefill_template, info.decode_template,
+               absl::StrJoin(info.partitions, ", ",
+                             [](std::string* out, const auto& p) { out->append(p.first); }),
+               Bytes(weights.weight_bytes).ToString());
+  return info;
 }
 
 absl::StatusOr<std::vector<DeploymentInfo>> Master::ListDeployments() {

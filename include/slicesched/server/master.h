@@ -432,6 +432,10 @@ class Master {
   Master(SlicedConfig config, MasterOptions options);
   // Runs `fn` on the loop thread and waits for it. Unavailable once stopped.
   absl::Status RunOnLoop(std::function<void()> fn);
+  // RegisterDeployment's work on the loop thread, with the tokenizer it
+  // read before.
+  absl::StatusOr<DeploymentInfo> RegisterDeploymentOnLoop(const DeploymentConfig& spec, bool replace,
+                                                          const std::shared_ptr<const jobs::Tokenizer>& tokenizer);
   void Loop();
   // Loop's steps, in the order it runs them. The wait for work (commands,
   // a backend event, the backend's next event or 50 ms) and what it took:
