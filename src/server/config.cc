@@ -227,7 +227,7 @@ void ParsePlannerTimeLut(const ConfigReader& p, absl::string_view base_dir, Plan
 
 void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConfig* c) {
   p.RejectUnknownKeys({"interval_s", "mode", "gains", "checkpoint_interval_s", "prefetch_s", "eval_every_steps",
-                       "time_lut", "profile_from_lut", "spatial_step"});
+                       "time_lut", "profile_from_lut", "spatial_step", "max_eval_examples"});
   c->interval = DurationKnob(p, "interval_s", 1e9, "s", c->interval, /*allow_zero=*/false);
   const std::string mode = absl::AsciiStrToLower(p.Optional<std::string>("mode", "ymir"));
   if (mode == "ymir") {
@@ -257,6 +257,9 @@ void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConf
   c->prefetch = DurationKnob(p, "prefetch_s", 1e9, "s", c->prefetch, /*allow_zero=*/true);
   c->eval_every_steps = p.Optional<int64_t>("eval_every_steps", c->eval_every_steps);
   p.Check(c->eval_every_steps >= 0, "eval_every_steps", StrCat("must not be negative, got ", c->eval_every_steps));
+  c->max_eval_examples = p.Optional<int64_t>("max_eval_examples", c->max_eval_examples);
+  p.Check(c->max_eval_examples >= 1 && c->max_eval_examples <= (int64_t{1} << 20), "max_eval_examples",
+          StrCat("must be in 1..1048576, got ", c->max_eval_examples));
   ParsePlannerTimeLut(p, base_dir, c);
 }
 

@@ -144,7 +144,7 @@ absl::Status JobRunner::Prepare(Runtime& rt, const jobs::JobInfo& info, bool wit
       return absl::InvalidArgumentError(StrCat("dataset: ", all.size(), " examples; at least 2 are needed (train + eval)"));
     }
     const auto n_eval = static_cast<size_t>(std::clamp<int64_t>(static_cast<int64_t>(all.size()) / 5, 1,
-                                                                 options_.max_eval_examples));
+                                                                 options_.planner.max_eval_examples));
     rt.eval.assign(all.end() - static_cast<std::ptrdiff_t>(n_eval), all.end());
     all.resize(all.size() - n_eval);
     rt.train = std::move(all);

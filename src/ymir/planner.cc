@@ -235,11 +235,13 @@ StatusOr<CandidateSet> GenerateCandidates(const std::vector<JobView>& jobs,
                             {(1 - gain) * dst.remaining_iterations, t_dst, pair_ref}},
                            Stall(src, g), H);
       };
-      if (m.has_temporal_ab) {
+      // A temporal target starts from its source's trained parameters: one
+      // that has trained already cannot (it would only wait for the source).
+      if (m.has_temporal_ab && !B.has_progress) {
         add(Mode::kTemporal, m.a, m.b, TA, TA + (1 - m.temporal_ab) * TB,
             temporal(A, B, ta, tb, m.temporal_ab));
       }
-      if (m.has_temporal_ba) {
+      if (m.has_temporal_ba && !A.has_progress) {
         add(Mode::kTemporal, m.b, m.a, TB, TB + (1 - m.temporal_ba) * TA,
             temporal(B, A, tb, ta, m.temporal_ba));
       }

@@ -261,6 +261,31 @@ TEST(YmirPlannerTest, SpatialNeverForJobWithProgress) {
   }
 }
 
+// A temporal target starts from its source's trained parameters, so a job
+// that has trained is never offered as one; a source with progress is (it
+// only has to finish first).
+TEST(YmirPlannerTest, TemporalTargetNeverAJobWithProgress) {
+  Instance inst = BeneficialPair();  // 1 -> 2 temporal, gain 0.8
+  PlannerOptions opt;
+  auto temporal_into = [&](const Instance& p, int target) {
+    auto set = GenerateCandidates(p.jobs, p.pairs, p.cluster, opt);
+    EXPECT_TRUE(set.ok()) << set.status();
+    int n = 0;
+    for (const Candidate& c : set->candidates) n += c.mode == Mode::kTemporal && c.jobs[1] == target;
+    return n;
+  };
+  EXPECT_GT(temporal_into(inst, 1), 0);
+  Instance source_ran = inst;
+  source_ran.jobs[0].has_progress = true;
+  EXPECT_GT(temporal_into(source_ran, 1), 0);
+  Instance target_ran = inst;
+  target_ran.jobs[1].has_progress = true;
+  EXPECT_EQ(temporal_into(target_ran, 1), 0);
+  auto r = Plan(target_ran.jobs, target_ran.pairs, target_ran.cluster, opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const Assignment& a : r->assignments) EXPECT_NE(a.mode, Mode::kTemporal);
+}
+
 // A pair already training jointly (both members name each other as
 // joint_partner: one shared adapter at the same step) keeps its spatial
 // candidate despite its progress; a one-sided or mismatched joint_partner

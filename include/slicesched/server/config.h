@@ -135,6 +135,10 @@ struct PlannerConfig {
   Duration checkpoint_interval = Duration::Seconds(30);
   Duration prefetch = Duration::Seconds(30);
   int64_t eval_every_steps = 0;
+  // Held-out examples of a job: the last fifth of its dataset, at most this
+  // many (1..2^20). More makes each evaluation steadier (a loss target is
+  // met on the measured curve, not on its noise) and slower.
+  int64_t max_eval_examples = 128;
   // Ymir's time LUT (ymir/time_lut.h CSV, `slicesim ymir-lut`): "" = none.
   // With it the runner derives the iteration times of GPU counts it has not
   // measured from the LUT, and folds measured iterations back into it

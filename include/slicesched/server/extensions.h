@@ -91,7 +91,6 @@ struct JobRunnerOptions {
   // (reported, never planned with) are always the elapsed times.
   std::function<double(uint64_t job_id, int64_t waves, double elapsed_s)> span_seconds;
   double default_iter_time_s = 0.05;
-  int64_t max_eval_examples = 128;
 };
 
 // The daemon's handle on the runner (server/job_runner.h).

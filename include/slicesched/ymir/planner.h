@@ -35,7 +35,8 @@
 //    for both jobs of a pair.
 //
 //  * Pair eligibility: same backbone, both allow_sharing, same trust_domain
-//    (the tenant alone does not matter); spatial additionally needs
+//    (the tenant alone does not matter); a temporal A -> B needs
+//    !has_progress on B (it starts from A's parameters); spatial needs
 //    !has_progress on both jobs, or the two jobs naming each other as
 //    joint_partner (a pair already training jointly: kept, or resumed after
 //    a restart). Estimates naming unknown jobs, a job with
