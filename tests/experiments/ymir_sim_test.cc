@@ -458,8 +458,9 @@ TEST(YmirSim, StepsGainShortensTheTargetByExactlyItsFactor) {
   for (const YmirJobOutcome& o : alone.jobs) EXPECT_EQ(o.transfer, ymir::Mode::kNormal);
 }
 
-// The first setup's table stays for tools/ymir_real_run, whose job mix is
-// that family (fab-major -> fb-major is its positive pair).
+// The first setup's table stays for tools/ymir_real_run --family
+// first-setup, whose job mix is that family (fab-major -> fb-major is its
+// positive pair).
 TEST(YmirSim, FirstSetupTableIsKeptForTheRealRun) {
   auto g = ymir::LoadYmirGains(std::string(SLICESCHED_SOURCE_DIR) + "/configs/ymir/gains_first_setup.csv");
   ASSERT_TRUE(g.ok()) << g.status();

@@ -55,6 +55,34 @@ class JobRunnerTest : public JobRunnerFixture {
     planner_ = planner;
     OpenJobs();
   }
+  // A job of `iterations` one-micro-batch iterations run to completion: the
+  // runner's own micro-batches, the final checkpoint, and the backbone.
+  struct FinishedJob {
+    std::vector<executor::TrainBatch> micro_batches;
+    executor::TaskState state;
+    std::shared_ptr<const executor::LlamaWeights> weights;
+  };
+  void RunToCompletion(uint64_t id, int iterations, FinishedJob* out) {
+    ASSERT_TRUE(TickUntil([&] {
+      executor::TrainBatch x;
+      return runner_->MicroBatchOf(id, 0, &x);
+    }));
+    for (int k = 0; k < iterations; ++k) {
+      executor::TrainBatch x;
+      ASSERT_TRUE(runner_->MicroBatchOf(id, k, &x));
+      out->micro_batches.push_back(x);
+    }
+    ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(id).state); }));
+    const jobs::JobInfo j = Job(id);
+    ASSERT_EQ(j.state, jobs::JobState::kCompleted) << j.message;
+    EXPECT_EQ(j.iterations_done, iterations);
+    auto weights = master_->BackboneWeights("tiny-ft");
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    out->weights = *weights;
+    auto got = executor::LoadTaskCheckpoint(j.checkpoint_path, out->weights->dims());
+    ASSERT_TRUE(got.ok()) << got.status();
+    out->state = *std::move(got);
+  }
   const JobEvent* FindEvent(uint64_t id, const std::string& kind, std::vector<JobEvent>* keep) {
     *keep = Events(id);
     for (const JobEvent& e : *keep) {
@@ -119,26 +147,11 @@ TEST_F(JobRunnerTest, SgdJobTrainsWithMomentumExactlyAsTheOperators) {
   yaml.replace(yaml.find("batch_size: 8"), 13, "batch_size: 8, optimizer: sgd, momentum: 0.5");
   yaml.replace(yaml.find("max_epochs: 2"), 13, "max_epochs: 2, max_iterations: 5");
   const uint64_t id = Submit(yaml);
-  ASSERT_TRUE(TickUntil([&] { return runner_->TrainingPosition(id).first >= 0; }));
-  std::vector<executor::TrainBatch> mb;
-  ASSERT_TRUE(TickUntil([&] {
-    executor::TrainBatch x;
-    return runner_->MicroBatchOf(id, 0, &x);
-  }));
-  for (int k = 0; k < 5; ++k) {
-    executor::TrainBatch x;
-    ASSERT_TRUE(runner_->MicroBatchOf(id, k, &x));
-    mb.push_back(x);
-  }
-  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(id).state); }));
-  const jobs::JobInfo j = Job(id);
-  ASSERT_EQ(j.state, jobs::JobState::kCompleted) << j.message;
-  EXPECT_EQ(j.iterations_done, 5);
-  auto weights = master_->BackboneWeights("tiny-ft");
-  ASSERT_TRUE(weights.ok()) << weights.status();
-  const LlamaDims dims = (*weights)->dims();
-  auto got = executor::LoadTaskCheckpoint(j.checkpoint_path, dims);
-  ASSERT_TRUE(got.ok()) << got.status();
+  FinishedJob f;
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(id, 5, &f));
+  const LlamaDims dims = f.weights->dims();
+  const executor::TaskState* got = &f.state;
+  const std::vector<executor::TrainBatch>& mb = f.micro_batches;
   EXPECT_EQ(got->optimizer, executor::OptimizerKind::kSgd);
   EXPECT_EQ(got->momentum, 0.5);
   executor::SetIntraOpThreadsForThisThread(1);  // as on the device threads
@@ -149,7 +162,7 @@ TEST_F(JobRunnerTest, SgdJobTrainsWithMomentumExactlyAsTheOperators) {
   direct->optimizer = executor::OptimizerKind::kSgd;
   direct->momentum = 0.5;
   for (int k = 0; k < 5; ++k) {
-    ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, *direct, mb[static_cast<size_t>(k)]).ok());
+    ASSERT_TRUE(executor::AccumulateMicroBatch(*f.weights, *direct, mb[static_cast<size_t>(k)]).ok());
     ASSERT_TRUE(executor::SgdStep(*direct).ok());
   }
   EXPECT_TRUE(BitEqual(*got, *direct)) << "not SGD with momentum on the job's micro-batches";
@@ -269,26 +282,13 @@ TEST_F(JobRunnerTest, WordNetJobTrainsOnTheCorpusWithAZeroHeadAndAWarmUp) {
                   "stop: {metric: loss, target: 0, max_epochs: 2, max_iterations: 5}\n");
   };
   const uint64_t id = Submit(job("wn-a", wn));
-  std::vector<executor::TrainBatch> mb;
-  ASSERT_TRUE(TickUntil([&] {
-    executor::TrainBatch x;
-    return runner_->MicroBatchOf(id, 0, &x);
-  }));
-  for (int k = 0; k < 5; ++k) {
-    executor::TrainBatch x;
-    ASSERT_TRUE(runner_->MicroBatchOf(id, k, &x));
+  FinishedJob f;
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(id, 5, &f));
+  for (const executor::TrainBatch& x : f.micro_batches) {
     for (int64_t t : x.tokens.ToInt64()) ASSERT_TRUE(t >= 0 && t < 256) << t;
-    mb.push_back(x);
   }
-  ASSERT_TRUE(TickUntil([&] { return jobs::IsTerminal(Job(id).state); }));
-  const jobs::JobInfo j = Job(id);
-  ASSERT_EQ(j.state, jobs::JobState::kCompleted) << j.message;
-  EXPECT_EQ(j.iterations_done, 5);
-  auto weights = master_->BackboneWeights("tiny-ft");
-  ASSERT_TRUE(weights.ok()) << weights.status();
-  const LlamaDims dims = (*weights)->dims();
-  auto got = executor::LoadTaskCheckpoint(j.checkpoint_path, dims);
-  ASSERT_TRUE(got.ok()) << got.status();
+  const LlamaDims dims = f.weights->dims();
+  const executor::TaskState* got = &f.state;
   EXPECT_EQ(got->params.head_outputs(), 2);
   EXPECT_EQ(got->adamw.warmup_steps, 2);
   executor::SetIntraOpThreadsForThisThread(1);  // as on the device threads
@@ -301,7 +301,7 @@ TEST_F(JobRunnerTest, WordNetJobTrainsOnTheCorpusWithAZeroHeadAndAWarmUp) {
   ASSERT_TRUE(zeros.ok()) << zeros.status();
   direct->params.head = zeros->head;
   for (int k = 0; k < 5; ++k) {
-    ASSERT_TRUE(executor::AccumulateMicroBatch(**weights, *direct, mb[static_cast<size_t>(k)]).ok());
+    ASSERT_TRUE(executor::AccumulateMicroBatch(*f.weights, *direct, f.micro_batches[static_cast<size_t>(k)]).ok());
     ASSERT_TRUE(executor::AdamWStep(*direct).ok());
   }
   EXPECT_TRUE(BitEqual(*got, *direct)) << "not a zero head with a warm-up on the job's micro-batches";
