@@ -143,6 +143,120 @@ std::unique_ptr<PlacementPolicy> MakePolicy(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+// One policy's replay in progress: the conversations in flight (by live
+// instance id) and the counters its result is computed from.
+struct ReplayState {
+  absl::flat_hash_map<uint64_t, Conversation> conv;
+  std::vector<std::vector<int64_t>> online_tokens;  // per finished online request
+  int64_t end_ns = 0;
+  // Offline requests that arrived this long before the end should be done
+  // by then, unless the policy falls behind.
+  int64_t settle_ns = 0;
+  bool offline_on = false;
+  double offline_gap_ns = 0;
+  int64_t offline_arrived = 0, offline_queued = 0, offline_tenant = 0;
+  int64_t tokens_online = 0, tokens_offline = 0, offline_settled_done = 0;
+  double offline_busy_ns = 0;
+
+  int64_t NextOfflineNs() const {
+    return offline_on ? static_cast<int64_t>(offline_gap_ns * static_cast<double>(offline_arrived + 1))
+                      : std::numeric_limits<int64_t>::max();
+  }
+};
+
+// Finished instances: a prefill or decode step that has tokens to go issues
+// the conversation's next decode step; a finished conversation releases its
+// KV cache and is counted.
+absl::Status RetireFinished(const Server& server, Timestamp now, ReplayState& st, RunOutput& out) {
+  GlobalMappingGraph& g = *server.g;
+  for (const RetiredInstance& r : g.TakeRetired()) {
+    auto it = st.conv.find(r.id.value());
+    if (it == st.conv.end()) continue;
+    Conversation c = std::move(it->second);
+    st.conv.erase(it);
+    if (r.state != InstanceState::kDone) continue;
+    if (server.IsPrefill(r.template_id)) {
+      c.kv = r.produced;
+      if (c.online) out.ttft_ms.push_back(static_cast<double>(r.finished.nanos() - c.arrival_ns) / 1e6);
+    } else {
+      ++c.context;
+    }
+    if (c.online) c.token_ns.push_back(r.finished.nanos());
+    (c.online ? st.tokens_online : st.tokens_offline) += 1;
+    if (c.remaining > 0) {
+      --c.remaining;
+      const PriorityClass cls = c.online ? PriorityClass::kOnline : PriorityClass::kOffline;
+      InstanceSpec ds = LlamaDecodeStep(c.online ? server.dec8 : server.off_dec, c.context, c.kv, cls,
+                                        DecodeStepArrival(cls, Timestamp::FromNanos(c.arrival_ns), now));
+      ds.tenant = TenantId(c.online ? 0 : kOfflineTenantBase);
+      SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ds));
+      st.conv[id.value()] = std::move(c);
+    } else {
+      for (CheckpointId k : c.kv) SLICESCHED_RETURN_IF_ERROR(g.ReleaseCheckpoint(k));
+      (c.online ? out.result.online_completed : out.result.offline_completed) += 1;
+      if (!c.online && c.offered_ns <= st.settle_ns) ++st.offline_settled_done;
+      if (!c.online) out.offline_latency_s.push_back(static_cast<double>(now.nanos() - c.offered_ns) / 1e9);
+      if (c.online) st.online_tokens.push_back(std::move(c.token_ns));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The result's figures from the finished replay (the online requests still
+// without a first token, and the token gaps of those still generating,
+// count too).
+void Summarize(const std::string& name, const RunSettings& o, const GlobalMappingGraph& g, PlacementPolicy* policy,
+               ReplayState& st, RunOutput& out) {
+  const int64_t end_ns = st.end_ns;
+  for (auto& [id, c] : st.conv) {
+    const Instance* inst = g.FindInstance(InstanceId(id));
+    if (c.online && inst != nullptr && inst->tpl->checkpoint_inputs().empty() && c.token_ns.empty()) {
+      out.waiting_ms.push_back(static_cast<double>(end_ns - c.arrival_ns) / 1e6);
+    }
+    if (c.online) st.online_tokens.push_back(std::move(c.token_ns));
+  }
+  const double span_s = static_cast<double>(end_ns) / 1e9;
+  PolicyResult& r = out.result;
+  r.policy = name;
+  r.online_req_per_s = static_cast<double>(r.online_completed) / span_s;
+  r.req_per_s = static_cast<double>(r.online_completed + r.offline_completed) / span_s;
+  r.tok_per_s = static_cast<double>(st.tokens_online + st.tokens_offline) / span_s;
+  r.offline_tok_per_s = static_cast<double>(st.tokens_offline) / span_s;
+  r.offline_offered_per_s = o.offline_rate;
+  const double offered_tokens = std::floor(o.offline_rate * span_s) * static_cast<double>(kReplayOfflineOutput);
+  r.offline_completed_frac = offered_tokens > 0 ? static_cast<double>(st.tokens_offline) / offered_tokens : 0;
+  r.offline_busy_s = st.offline_busy_ns / 1e9;
+  const double settled_offered =
+      st.offline_on && st.settle_ns > 0 ? std::floor(static_cast<double>(st.settle_ns) / st.offline_gap_ns) : 0;
+  r.offline_settled_frac = settled_offered > 0 ? static_cast<double>(st.offline_settled_done) / settled_offered : 0;
+  r.offline_backlog = st.offline_arrived - r.offline_completed;
+  r.offline_latency_p50_s = Percentile(out.offline_latency_s, 0.5);
+  r.offline_latency_p90_s = Percentile(out.offline_latency_s, 0.9);
+  r.ttft_p50_ms = Percentile(out.ttft_ms, 0.5);
+  r.ttft_p99_ms = Percentile(out.ttft_ms, 0.99);
+  std::vector<double> tbt = TimeBetweenTokensMs(st.online_tokens);
+  std::sort(tbt.begin(), tbt.end());
+  r.tbt_p50_ms = QuantileOfSorted(tbt, 0.5);
+  r.tbt_p99_ms = QuantileOfSorted(tbt, 0.99);
+  double busy_ns = 0;
+  for (auto& dev : out.busy) {
+    for (const BusyInterval& b : dev) busy_ns += static_cast<double>(std::min(b.end_ns, end_ns) - b.start_ns);
+  }
+  r.gpu_util = busy_ns / (static_cast<double>(end_ns) * static_cast<double>(out.busy.size()));
+  if (auto* s = dynamic_cast<SliceScheduler*>(policy)) {
+    std::vector<double> lat = s->round_latency_us();
+    r.round_p50_us = Percentile(lat, 0.5);
+    r.round_p99_us = Percentile(lat, 0.99);
+    double sum = 0;
+    for (int c : s->round_candidates()) sum += c;
+    r.mean_candidates = s->round_candidates().empty() ? 0 : sum / static_cast<double>(s->round_candidates().size());
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<TaggedRequest>& online,
                                     const RunSettings& o) {
   RunOutput out;
@@ -165,30 +279,21 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
   ThreadPool pool(threads);
   SchedulerEnv env{&g, &cluster, &ctx, &pool};
 
-  absl::flat_hash_map<uint64_t, Conversation> conv;  // by live instance id
-  std::vector<std::vector<int64_t>> online_tokens;    // per finished online request
+  ReplayState st;
   out.busy.assign(devices, {});
-  const int64_t end_ns = static_cast<int64_t>(o.minutes * 60e9);
-  const bool offline_on = policy->accepts_offline() && o.offline_rate > 0;
-  const double offline_gap_ns = offline_on ? 1e9 / o.offline_rate : 0;
-  int64_t offline_arrived = 0, offline_queued = 0, offline_tenant = 0;
-  int64_t tokens_online = 0, tokens_offline = 0, offline_settled_done = 0;
-  double offline_busy_ns = 0;
-  // Offline requests that arrived this long before the end should be done
-  // by then, unless the policy falls behind.
-  const int64_t settle_ns = end_ns - static_cast<int64_t>(kOfflineSettle.nanos());
+  st.end_ns = static_cast<int64_t>(o.minutes * 60e9);
+  st.offline_on = policy->accepts_offline() && o.offline_rate > 0;
+  st.offline_gap_ns = st.offline_on ? 1e9 / o.offline_rate : 0;
+  st.settle_ns = st.end_ns - static_cast<int64_t>(kOfflineSettle.nanos());
+  const int64_t end_ns = st.end_ns;
   size_t next_req = 0;
   std::vector<Feedback> feedback;
   Progress progress(o.progress, name, o.minutes * 60);
-  auto next_offline_ns = [&] {
-    return offline_on ? static_cast<int64_t>(offline_gap_ns * static_cast<double>(offline_arrived + 1))
-                      : std::numeric_limits<int64_t>::max();
-  };
 
   while (true) {
     const int64_t arrival = next_req < online.size() ? static_cast<int64_t>(online[next_req].arrival_s * 1e9)
                                                      : std::numeric_limits<int64_t>::max();
-    const int64_t next = std::min({arrival, next_offline_ns(), cluster.NextEventTime().nanos()});
+    const int64_t next = std::min({arrival, st.NextOfflineNs(), cluster.NextEventTime().nanos()});
     if (next > end_ns) break;
     const Timestamp now = Timestamp::FromNanos(next);
     feedback.clear();
@@ -197,42 +302,12 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       learner.Apply(f, false);
       if (f.kind != Feedback::Kind::kOp) continue;
       out.busy[f.device.value()].push_back({f.start.nanos(), f.end.nanos()});
-      auto it = conv.find(f.instance.value());
-      if (it != conv.end() && !it->second.online) {
-        offline_busy_ns += static_cast<double>(std::min(f.end.nanos(), end_ns) - f.start.nanos());
+      auto it = st.conv.find(f.instance.value());
+      if (it != st.conv.end() && !it->second.online) {
+        st.offline_busy_ns += static_cast<double>(std::min(f.end.nanos(), end_ns) - f.start.nanos());
       }
     }
-    for (const RetiredInstance& r : g.TakeRetired()) {
-      auto it = conv.find(r.id.value());
-      if (it == conv.end()) continue;
-      Conversation c = std::move(it->second);
-      conv.erase(it);
-      if (r.state != InstanceState::kDone) continue;
-      const bool prefill = server.IsPrefill(r.template_id);
-      if (prefill) {
-        c.kv = r.produced;
-        if (c.online) out.ttft_ms.push_back(static_cast<double>(r.finished.nanos() - c.arrival_ns) / 1e6);
-      } else {
-        ++c.context;
-      }
-      if (c.online) c.token_ns.push_back(r.finished.nanos());
-      (c.online ? tokens_online : tokens_offline) += 1;
-      if (c.remaining > 0) {
-        --c.remaining;
-        const PriorityClass cls = c.online ? PriorityClass::kOnline : PriorityClass::kOffline;
-        InstanceSpec ds = LlamaDecodeStep(c.online ? server.dec8 : server.off_dec, c.context, c.kv, cls,
-                                          DecodeStepArrival(cls, Timestamp::FromNanos(c.arrival_ns), now));
-        ds.tenant = TenantId(c.online ? 0 : kOfflineTenantBase);
-        SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ds));
-        conv[id.value()] = std::move(c);
-      } else {
-        for (CheckpointId k : c.kv) SLICESCHED_RETURN_IF_ERROR(g.ReleaseCheckpoint(k));
-        (c.online ? out.result.online_completed : out.result.offline_completed) += 1;
-        if (!c.online && c.offered_ns <= settle_ns) ++offline_settled_done;
-        if (!c.online) out.offline_latency_s.push_back(static_cast<double>(now.nanos() - c.offered_ns) / 1e9);
-        if (c.online) online_tokens.push_back(std::move(c.token_ns));
-      }
-    }
+    SLICESCHED_RETURN_IF_ERROR(RetireFinished(server, now, st, out));
     while (next_req < online.size() && static_cast<int64_t>(online[next_req].arrival_s * 1e9) <= next) {
       const TaggedRequest& req = online[next_req++];
       InstanceSpec ps =
@@ -244,16 +319,16 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       c.arrival_ns = next;
       c.context = std::max<int64_t>(1, req.context);
       c.remaining = std::max<int64_t>(0, req.output - 1);
-      conv[id.value()] = std::move(c);
+      st.conv[id.value()] = std::move(c);
       ++out.result.online_requests;
     }
-    while (offline_on && next_offline_ns() <= next) {
-      ++offline_arrived;
-      ++offline_queued;
+    while (st.offline_on && st.NextOfflineNs() <= next) {
+      ++st.offline_arrived;
+      ++st.offline_queued;
     }
-    for (int admit = policy->OfflineAdmissions(env, now); admit > 0 && offline_queued > 0; --admit) {
+    for (int admit = policy->OfflineAdmissions(env, now); admit > 0 && st.offline_queued > 0; --admit) {
       InstanceSpec ps = server.Prefill(*policy, server.off_pre, kReplayOfflineInput, PriorityClass::kOffline, now);
-      ps.tenant = TenantId(static_cast<uint32_t>(kOfflineTenantBase + (offline_tenant++ % 2)));
+      ps.tenant = TenantId(static_cast<uint32_t>(kOfflineTenantBase + (st.offline_tenant++ % 2)));
       SLICESCHED_ASSIGN_OR_RETURN(InstanceId id, g.Instantiate(ps));
       Conversation c;
       c.online = false;
@@ -262,63 +337,21 @@ absl::StatusOr<RunOutput> RunPolicy(const std::string& name, const std::vector<T
       c.remaining = kReplayOfflineOutput - 1;
       // Requests are admitted in arrival order: this is arrival number
       // offline_arrived - offline_queued (from 0).
-      c.offered_ns = static_cast<int64_t>(offline_gap_ns * static_cast<double>(offline_arrived - offline_queued + 1));
-      conv[id.value()] = std::move(c);
-      --offline_queued;
+      c.offered_ns =
+          static_cast<int64_t>(st.offline_gap_ns * static_cast<double>(st.offline_arrived - st.offline_queued + 1));
+      st.conv[id.value()] = std::move(c);
+      --st.offline_queued;
     }
     if (!g.unscheduled_frontier().empty()) {
-      SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats st, policy->Schedule(env, now));
-      out.result.rounds += st.rounds;
+      SLICESCHED_ASSIGN_OR_RETURN(ScheduleStats stats, policy->Schedule(env, now));
+      out.result.rounds += stats.rounds;
     }
     SLICESCHED_RETURN_IF_ERROR(cluster.Dispatch(now));
     progress.Update(static_cast<double>(next) / 1e9);
   }
-  // Online requests still without a first token at the end; the token gaps
-  // of those still generating count too.
-  for (auto& [id, c] : conv) {
-    const Instance* inst = g.FindInstance(InstanceId(id));
-    if (c.online && inst != nullptr && inst->tpl->checkpoint_inputs().empty() && c.token_ns.empty()) {
-      out.waiting_ms.push_back(static_cast<double>(end_ns - c.arrival_ns) / 1e6);
-    }
-    if (c.online) online_tokens.push_back(std::move(c.token_ns));
-  }
-  const double span_s = static_cast<double>(end_ns) / 1e9;
-  PolicyResult& r = out.result;
-  r.policy = name;
-  r.online_req_per_s = static_cast<double>(r.online_completed) / span_s;
-  r.req_per_s = static_cast<double>(r.online_completed + r.offline_completed) / span_s;
-  r.tok_per_s = static_cast<double>(tokens_online + tokens_offline) / span_s;
-  r.offline_tok_per_s = static_cast<double>(tokens_offline) / span_s;
-  r.offline_offered_per_s = o.offline_rate;
-  const double offered_tokens = std::floor(o.offline_rate * span_s) * static_cast<double>(kReplayOfflineOutput);
-  r.offline_completed_frac = offered_tokens > 0 ? static_cast<double>(tokens_offline) / offered_tokens : 0;
-  r.offline_busy_s = offline_busy_ns / 1e9;
-  const double settled_offered = offline_on && settle_ns > 0 ? std::floor(static_cast<double>(settle_ns) / offline_gap_ns) : 0;
-  r.offline_settled_frac = settled_offered > 0 ? static_cast<double>(offline_settled_done) / settled_offered : 0;
-  r.offline_backlog = offline_arrived - r.offline_completed;
-  r.offline_latency_p50_s = Percentile(out.offline_latency_s, 0.5);
-  r.offline_latency_p90_s = Percentile(out.offline_latency_s, 0.9);
-  r.ttft_p50_ms = Percentile(out.ttft_ms, 0.5);
-  r.ttft_p99_ms = Percentile(out.ttft_ms, 0.99);
-  std::vector<double> tbt = TimeBetweenTokensMs(online_tokens);
-  std::sort(tbt.begin(), tbt.end());
-  r.tbt_p50_ms = QuantileOfSorted(tbt, 0.5);
-  r.tbt_p99_ms = QuantileOfSorted(tbt, 0.99);
-  double busy_ns = 0;
-  for (auto& dev : out.busy) {
-    for (const BusyInterval& b : dev) busy_ns += static_cast<double>(std::min(b.end_ns, end_ns) - b.start_ns);
-  }
-  r.gpu_util = busy_ns / (static_cast<double>(end_ns) * static_cast<double>(devices));
-  if (auto* s = dynamic_cast<SliceScheduler*>(policy.get())) {
-    std::vector<double> lat = s->round_latency_us();
-    r.round_p50_us = Percentile(lat, 0.5);
-    r.round_p99_us = Percentile(lat, 0.99);
-    double sum = 0;
-    for (int c : s->round_candidates()) sum += c;
-    r.mean_candidates = s->round_candidates().empty() ? 0 : sum / static_cast<double>(s->round_candidates().size());
-  }
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  progress.Done(r.wall_s);
+  Summarize(name, o, g, policy.get(), st, out);
+  out.result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  progress.Done(out.result.wall_s);
   return out;
 }
 
