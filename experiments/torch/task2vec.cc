@@ -49,7 +49,7 @@ std::string SetupJson(const YmirExperimentOptions& o) {
       "\"%s\", \"time_shift\": %s, \"recency_half_life\": %g, \"quadratic\": %s}, "
       "\"iter_online\": %s, \"iter_transfer_watch\": %g, \"iter_transfer_fit\": \"%s\", "
       "\"iter_transfer_prior_points\": %g, \"predictions_beyond_max_steps\": \"scored as max_steps + 1\", "
-      "\"direction\": \"%s\", \"fit_on_rows\": %d},\n",
+      "\"direction\": \"%s\", \"fit_on_rows\": %d, \"holdout_tasks\": \"%s\"},\n",
       o.seed, names, o.repeats, o.learning_rate, o.lr_warmup_steps, o.zero_head ? "zero" : "random",
       o.spatial_rule == JointStepRule::kSum ? "sum" : "mean", o.normal_steps, o.max_steps_factor * o.normal_steps, o.eval_every, o.eval_examples, o.probe_steps,
       o.probe == YmirProbe::kHead ? "head" : "trained", o.fisher_examples,
@@ -63,7 +63,8 @@ std::string SetupJson(const YmirExperimentOptions& o) {
       o.iter_fit.quadratic ? "true" : "false", o.iter_online ? "true" : "false",
       o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0,
       o.iter_transfer_watch.fit == ymir::WatchFit::kLoss ? "loss" : "time", o.iter_transfer_watch.prior_points,
-      o.direction == YmirDirection::kAsymmetry ? "asymmetry" : "none", o.fit_on.size());
+      o.direction == YmirDirection::kAsymmetry ? "asymmetry" : "none", o.fit_on.size(),
+      absl::StrJoin(o.holdout_tasks, ","));
 }
 
 // One YmirIterationErrors as a JSON object.
@@ -207,6 +208,27 @@ absl::Status YmirExperimentOptions::Validate() const {
       }
     }
   }
+  for (const std::string& h : holdout_tasks) {
+    const bool known = std::any_of(tasks.begin(), tasks.end(), [&](const YmirTaskSpec& t) { return t.name == h; });
+    if (!known) {
+      return absl::InvalidArgumentError(
+          StrCat("holdout_tasks (slicesim --holdout-tasks): '", h, "' is not one of the run's tasks"));
+    }
+  }
+  if (!holdout_tasks.empty()) {
+    // The model needs rows without a held-out task, and something to score.
+    const size_t need = direction == YmirDirection::kAsymmetry ? 3 : 2;
+    size_t kept = 0, base = 0;
+    for (const YmirTaskSpec& t : tasks) kept += InvolvesHeldOutTask(holdout_tasks, t.name, t.name) ? 0 : 1;
+    for (const YmirTrainingPair& t : fit_on) base += InvolvesHeldOutTask(holdout_tasks, t.task_a, t.task_b) ? 0 : 1;
+    if (fit_on.empty() ? kept * (kept - 1) < need : base < 2 * need) {
+      return absl::InvalidArgumentError(
+          "holdout_tasks: too few pairs without a held-out task are left to fit the gain model on");
+    }
+    if (kept == tasks.size()) {
+      return absl::InvalidArgumentError("holdout_tasks: no task of the run is held out");
+    }
+  }
   if (!(target_fraction > 0 && target_fraction <= 1)) {
     return absl::InvalidArgumentError(
         StrCat("target_fraction must be in (0, 1], got ", target_fraction));
@@ -333,6 +355,31 @@ double AreaEquivalentSpeedup(const std::vector<ymir::LossPoint>& reference,
   return std::exp(0.5 * (lo + hi));
 }
 
+bool InvolvesHeldOutTask(const std::vector<std::string>& holdout, std::string_view a, std::string_view b) {
+  auto base = [](std::string_view t) { return t.substr(0, t.find('@')); };
+  for (const std::string& h : holdout) {
+    if (base(a) == base(h) || base(b) == base(h)) return true;
+  }
+  return false;
+}
+
+std::vector<size_t> GainModelFitRows(const YmirExperimentOptions& o, const std::vector<YmirPair>& pairs,
+                                     std::string_view mode) {
+  std::vector<size_t> rows;
+  if (!o.fit_on.empty()) {
+    for (size_t i = 0; i < o.fit_on.size(); ++i) {
+      const YmirTrainingPair& t = o.fit_on[i];
+      if (t.mode == mode && !InvolvesHeldOutTask(o.holdout_tasks, t.task_a, t.task_b)) rows.push_back(i);
+    }
+    return rows;
+  }
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const YmirPair& p = pairs[i];
+    if (p.mode == mode && !InvolvesHeldOutTask(o.holdout_tasks, p.task_a, p.task_b)) rows.push_back(i);
+  }
+  return rows;
+}
+
 absl::StatusOr<std::vector<YmirTrainingPair>> ParseYmirPairsCsv(const std::string& text) {
   const std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
   constexpr char kHeader[] = "task_a,task_b,mode,similarity,asymmetry,gain";
@@ -346,7 +393,7 @@ absl::StatusOr<std::vector<YmirTrainingPair>> ParseYmirPairsCsv(const std::strin
       return absl::InvalidArgumentError(
           StrCat("Ymir pairs CSV line ", i + 1, ": expected 6 fields, got ", f.size()));
     }
-    YmirTrainingPair row{.mode = f[2]};
+    YmirTrainingPair row{.task_a = f[0], .task_b = f[1], .mode = f[2]};
     if (row.mode != "temporal" && row.mode != "spatial") {
       return absl::InvalidArgumentError(
           StrCat("Ymir pairs CSV line ", i + 1, ": mode '", row.mode, "' is not temporal or spatial"));

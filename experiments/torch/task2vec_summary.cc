@@ -86,11 +86,19 @@ void FitGainModels(const YmirExperimentOptions& o, YmirEstimatorReport& rep) {
     sc.pairs = static_cast<int64_t>(idx.size());
     sc.fit = FitLine(x, y);
     sc.correlation = PearsonCorrelation(x, y);
-    if (!o.fit_on.empty()) {
+    if (!o.fit_on.empty() || !o.holdout_tasks.empty()) {
+      // Out of sample: fitted on other seeds' rows or on the pairs without a
+      // held-out task (GainModelFitRows), and applied to every pair.
       std::vector<std::vector<double>> train;
       std::vector<double> train_y;
-      for (const YmirTrainingPair& t : o.fit_on) {
-        if (t.mode == mode) train.push_back(GainRegressors(o, t.similarity, t.asymmetry)), train_y.push_back(t.gain);
+      for (size_t i : GainModelFitRows(o, rep.pairs, mode)) {
+        if (!o.fit_on.empty()) {
+          const YmirTrainingPair& t = o.fit_on[i];
+          train.push_back(GainRegressors(o, t.similarity, t.asymmetry)), train_y.push_back(t.gain);
+        } else {
+          const YmirPair& p = rep.pairs[i];
+          train.push_back(GainRegressors(o, p.similarity, p.asymmetry)), train_y.push_back(p.gain);
+        }
       }
       sc.model = FitLeastSquares(train, train_y);
       for (size_t k = 0; k < idx.size(); ++k) rep.pairs[idx[k]].predicted_gain = PredictGain(sc.model, rows[k]);
@@ -116,6 +124,8 @@ void ScoreMode(const YmirExperimentOptions& o, const YmirEstimatorReport& rep, Y
   double ape = 0, ape_in = 0;
   for (const YmirPair& p : rep.pairs) {
     if (mode != "all" && p.mode != mode) continue;
+    // With held-out tasks only their pairs are scored (the rest were fitted on).
+    if (!o.holdout_tasks.empty() && !InvolvesHeldOutTask(o.holdout_tasks, p.task_a, p.task_b)) continue;
     const double in = PredictGain(rep.scores[p.mode == "temporal" ? 0 : 1].model,
                                   GainRegressors(o, p.similarity, p.asymmetry));
     measured.push_back(p.gain);

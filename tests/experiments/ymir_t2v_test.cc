@@ -1188,6 +1188,35 @@ TEST(Task2Vec, DirectionTermIsFittedLeaveOneOutOrOnTrainingSeeds) {
       }
     }
   }
+  // A held-out task: each mode's model is fitted on exactly the pairs
+  // without fb-major, and exactly fb-major's pairs are scored.
+  YmirExperimentOptions ho = o;
+  ho.fit_on.clear();
+  ho.direction = YmirDirection::kNone;
+  ho.holdout_tasks = {"fb-major"};
+  auto h = RunYmirEstimators(**wts, ho);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->GainsCsv(), r->GainsCsv());
+  for (int m = 0; m < 2; ++m) {
+    const std::vector<size_t> fit = GainModelFitRows(ho, h->pairs, h->scores[m].mode);
+    std::vector<std::vector<double>> xs;
+    std::vector<double> ys;
+    int64_t scored = 0;
+    for (size_t i = 0; i < h->pairs.size(); ++i) {
+      const YmirPair& p = h->pairs[i];
+      if (p.mode != h->scores[m].mode) continue;
+      const bool held_out = p.task_a == "fb-major" || p.task_b == "fb-major";
+      const bool fitted = std::find(fit.begin(), fit.end(), i) != fit.end();
+      EXPECT_NE(held_out, fitted) << p.task_a << "->" << p.task_b;
+      if (fitted) xs.push_back({1.0, p.similarity}), ys.push_back(p.gain);
+      scored += held_out ? 1 : 0;
+    }
+    const std::vector<double> model = FitLeastSquares(xs, ys);
+    ASSERT_EQ(h->scores[m].model.size(), model.size());
+    for (size_t i = 0; i < model.size(); ++i) EXPECT_DOUBLE_EQ(h->scores[m].model[i], model[i]);
+    EXPECT_EQ(h->scores[m].pairs, scored);
+  }
+  EXPECT_THAT(h->ToJson(), testing::HasSubstr("\"holdout_tasks\": \"fb-major\""));
   // Bad CSV text and too few training rows are named.
   EXPECT_THAT(std::string(ParseYmirPairsCsv("a,b\n").status().message()), testing::HasSubstr("first line"));
   EXPECT_THAT(std::string(ParseYmirPairsCsv("task_a,task_b,mode,similarity,asymmetry,gain\n"
@@ -1202,6 +1231,41 @@ TEST(Task2Vec, DirectionTermIsFittedLeaveOneOutOrOnTrainingSeeds) {
               testing::HasSubstr("mode 'sideways'"));
   o.fit_on.resize(2);
   EXPECT_THAT(std::string(RunYmirEstimators(**wts, o).status().message()), testing::HasSubstr("--fit-on"));
+}
+
+// The held-out split never leaks a task into the gain model's rows: a pair
+// naming a held-out task (or the same rule on other data, NAME@K) is left
+// out of the rows it is fitted on, whether those come from this run or from
+// training seeds' files; a held-out name the run does not have, or one that
+// leaves too few rows, is refused by name.
+TEST(Task2Vec, HeldOutTasksNeverReachTheGainModelsRows) {
+  YmirExperimentOptions o;
+  o.holdout_tasks = {"animal-plant"};
+  EXPECT_TRUE(InvolvesHeldOutTask(o.holdout_tasks, "animal-plant@1", "cross-ap"));
+  EXPECT_TRUE(InvolvesHeldOutTask(o.holdout_tasks, "cross-ap", "animal-plant"));
+  EXPECT_FALSE(InvolvesHeldOutTask(o.holdout_tasks, "animal-artifact", "cross-ap"));
+  o.fit_on = {{.task_a = "cross-ap", .task_b = "animal-artifact", .mode = "temporal"},
+              {.task_a = "animal-plant@1", .task_b = "cross-ap", .mode = "temporal"},
+              {.task_a = "artifact-food", .task_b = "cross-ap", .mode = "spatial"},
+              {.task_a = "cross-ap", .task_b = "animal-plant", .mode = "temporal"}};
+  EXPECT_EQ(GainModelFitRows(o, {}, "temporal"), (std::vector<size_t>{0}));
+  EXPECT_EQ(GainModelFitRows(o, {}, "spatial"), (std::vector<size_t>{2}));
+  o.fit_on.clear();
+  std::vector<YmirPair> pairs(4);
+  pairs[0].task_a = "animal-plant", pairs[0].task_b = "cross-ap", pairs[0].mode = "temporal";
+  pairs[1].task_a = "cross-ap", pairs[1].task_b = "artifact-food", pairs[1].mode = "temporal";
+  pairs[2].task_a = "artifact-food", pairs[2].task_b = "animal-plant@2", pairs[2].mode = "spatial";
+  pairs[3].task_a = "artifact-food", pairs[3].task_b = "cross-ap", pairs[3].mode = "spatial";
+  EXPECT_EQ(GainModelFitRows(o, pairs, "temporal"), (std::vector<size_t>{1}));
+  EXPECT_EQ(GainModelFitRows(o, pairs, "spatial"), (std::vector<size_t>{3}));
+
+  YmirExperimentOptions v;  // the synthetic family: fa-bins, fa-bins@1, fb-bins, first-class
+  v.holdout_tasks = {"first-class"};
+  EXPECT_TRUE(v.Validate().ok()) << v.Validate();
+  v.holdout_tasks = {"fc-bins"};
+  EXPECT_THAT(std::string(v.Validate().message()), testing::HasSubstr("'fc-bins' is not one of the run's tasks"));
+  v.holdout_tasks = {"fa-bins", "first-class"};  // leaves fb-bins alone: no pair to fit on
+  EXPECT_THAT(std::string(v.Validate().message()), testing::HasSubstr("too few pairs without a held-out task"));
 }
 
 TEST(Task2Vec, RejectsBadOptions) {

@@ -192,7 +192,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
   std::string time_shift = o.iter_fit.time_shift ? "on" : "off";
   std::string online = o.iter_online ? "on" : "off";
   std::string direction = o.direction == slicesched::executor::YmirDirection::kAsymmetry ? "asymmetry" : "none";
-  std::string fit_on, pairs_out, model, backbone_cache;
+  std::string fit_on, pairs_out, model, backbone_cache, holdout;
   std::string family = "synthetic", wordnet_dir = slicesched::synth::kWordNetDefaultDir;
   double transfer_watch = o.iter_transfer_online ? o.iter_transfer_watch.watch : 0.0;
   std::string transfer_fit = o.iter_transfer_watch.fit == slicesched::ymir::WatchFit::kLoss ? "loss" : "time";
@@ -242,6 +242,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
                    .Num("--iter-transfer-prior-points", &o.iter_transfer_watch.prior_points)
                    .Choice("--direction", {"none", "asymmetry"}, &direction)
                    .Text("--fit-on", &fit_on)
+                   .Text("--holdout-tasks", &holdout)
                    .Text("--pairs-out", &pairs_out)
                    .Text("--gains-out", &gains_out)
                    .Switch("--curves-only", &o.curves_only)
@@ -280,6 +281,7 @@ int YmirEstimators(const std::vector<std::string>& args) {
       transfer_fit == "loss" ? slicesched::ymir::WatchFit::kLoss : slicesched::ymir::WatchFit::kTime;
   o.direction = direction == "asymmetry" ? ex::YmirDirection::kAsymmetry : ex::YmirDirection::kNone;
   if (absl::Status st = ReadFitOn(fit_on, &o.fit_on); !st.ok()) return Failed("ymir-estimators", st);
+  if (!holdout.empty()) o.holdout_tasks = absl::StrSplit(holdout, ',', absl::SkipEmpty());
   if (!tasks.empty()) {
     auto parsed = ParseTaskList(tasks);
     if (!parsed.ok()) return UsageError("ymir-estimators", std::string(parsed.status().message()));

@@ -134,6 +134,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -222,11 +223,15 @@ enum class YmirDirection : uint8_t {
 // One row of a training seed's pairs (YmirEstimatorReport::PairsCsv), for a
 // gain model fitted on other seeds than the one it is judged on.
 struct YmirTrainingPair {
+  std::string task_a, task_b;
   std::string mode;  // "temporal" or "spatial"
   double similarity = 0;
   double asymmetry = 0;
   double gain = 0;
 };
+// Whether the pair (a, b) involves a task of `holdout` (by base name: NAME@K
+// is NAME).
+bool InvolvesHeldOutTask(const std::vector<std::string>& holdout, std::string_view a, std::string_view b);
 // Parses PairsCsv's text: the header line, then task_a, task_b, mode,
 // similarity, asymmetry, gain per line. InvalidArgument naming the line and
 // field that is wrong.
@@ -339,6 +344,14 @@ struct YmirExperimentOptions {
   // every prediction of this run is out of sample and no pair is left out.
   YmirDirection direction = YmirDirection::kAsymmetry;
   std::vector<YmirTrainingPair> fit_on;
+  // Held-out tasks (slicesim --holdout-tasks): the gain model is fitted only
+  // on pairs (fit_on's or this run's) that involve none of them, and scored
+  // only on pairs that involve one, so every scored prediction concerns a
+  // task the model never saw. A task is matched by its base name: holding
+  // out animal-plant holds out animal-plant@1 too (the same rule on other
+  // examples would leak it). Empty: every pair is scored (leave-one-out or
+  // fit_on, above). Each must name a task of `tasks`.
+  std::vector<std::string> holdout_tasks;
   // W of kArea, a multiple of eval_every; 0 = normal_steps (the whole normal
   // run). The whole run rather than its first half (normal_steps / 2)
   // lowers the neutral band (seed 1: 0.93 -> 0.34, seed 2: 0.50 -> 0.41,
@@ -468,6 +481,12 @@ struct YmirPair {
   int64_t stop_loss_step = 0;
   double steps_transfer_stop_loss = 0;
 };
+
+// The rows the gain model of `mode` is fitted on: with fit_on set, indices
+// into o.fit_on, else into `pairs` (this run's), of that mode; with
+// o.holdout_tasks, none that involves a held-out task.
+std::vector<size_t> GainModelFitRows(const YmirExperimentOptions& o, const std::vector<YmirPair>& pairs,
+                                     std::string_view mode);
 
 // Iteration estimator errors (%, see above) for one prefix: normal runs
 // over the tasks; transfer runs over the uncensored pairs, with the
