@@ -18,13 +18,6 @@
 namespace slicesched {
 namespace {
 
-using estimate_internal::FitRelativeNnls;
-using estimate_internal::kStateVersion;
-using estimate_internal::MeanUnbias;
-using estimate_internal::MeasuredNs;
-using estimate_internal::NanosToDuration;
-using estimate_internal::ReadStateRoot;
-
 constexpr absl::string_view kTransferSource = "<transfer estimator state>";
 
 }  // namespace
@@ -126,14 +119,14 @@ double TransferEstimator::delivery_gap_ns(DeviceId dst) const {
 }
 
 Duration TransferEstimator::Predict(DeviceId src, DeviceId dst, Bytes size) const {
-  return NanosToDuration(PredictNs(src, dst, size.count()));
+  return estimate_internal::NanosToDuration(PredictNs(src, dst, size.count()));
 }
 
 void TransferEstimator::Observe(DeviceId src, DeviceId dst, Bytes size, Duration measured) {
   const size_t n = names_.size();
   if (src == dst || !src.valid() || !dst.valid() || src.value() >= n || dst.value() >= n) return;
   Pair& p = pairs_[src.value() * n + dst.value()];
-  const double t = MeasuredNs(measured);
+  const double t = estimate_internal::MeasuredNs(measured);
   p.mape.Add(PredictLinkNs(src, dst, size.count()), t);
   ++p.samples;
   if (p.t.empty()) {
@@ -175,8 +168,8 @@ void TransferEstimator::Refit(Pair& p) {
   }
   std::vector<double> scratch;
   double beta[2] = {p.alpha, p.c};
-  if (!FitRelativeNnls(x.data(), p.t.data(), p.count, 2, scratch, beta)) return;
-  MeanUnbias(x.data(), p.t.data(), p.count, 2, beta);
+  if (!estimate_internal::FitRelativeNnls(x.data(), p.t.data(), p.count, 2, scratch, beta)) return;
+  estimate_internal::MeanUnbias(x.data(), p.t.data(), p.count, 2, beta);
   p.alpha = beta[0];
   p.c = beta[1];
   p.fitted = true;
@@ -205,7 +198,7 @@ std::vector<TransferEstimator::PairStats> TransferEstimator::Stats() const {
 std::string TransferEstimator::Save() const {
   YAML::Emitter out;
   out.SetDoublePrecision(std::numeric_limits<double>::max_digits10);
-  out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << kStateVersion;
+  out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << estimate_internal::kStateVersion;
   out << YAML::Key << "transfers" << YAML::Value << YAML::BeginSeq;
   const size_t n = names_.size();
   for (size_t s = 0; s < n; ++s) {
@@ -231,7 +224,7 @@ absl::Status TransferEstimator::Restore(std::string_view text) {
   SLICESCHED_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlString(ToAbsl(text), kTransferSource));
   ConfigErrors errors;
   ConfigReader r(root, kTransferSource, &errors);
-  const ConfigReader list = ReadStateRoot(r, "transfers", &errors);
+  const ConfigReader list = estimate_internal::ReadStateRoot(r, "transfers", &errors);
   struct Staged {
     size_t index;
     double alpha, c;
