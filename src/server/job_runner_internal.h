@@ -65,6 +65,7 @@ struct JobRunner::PairWatch {
 struct JobRunner::PlanInputs {
   std::vector<ymir::JobView> views;
   std::map<uint64_t, std::string> task_of;  // job id -> its gains-table task
+  bool contended = false;  // the listed jobs' gpus.min exceed the devices
 };
 
 struct JobRunner::PairCandidates {

@@ -413,6 +413,19 @@ TEST_F(JobRunnerPairingTest, YmirPairsRelatedJobsTemporally) {
   EXPECT_THAT(progress->details_json, HasSubstr(StrCat("\"temporal_source\":", source)));
 }
 
+// With a device for each job, pairing would only make one wait or share:
+// the related pair of the test above runs alone, in parallel.
+TEST_F(JobRunnerPairingTest, YmirPairsOnlyWhileTheDevicesAreContended) {
+  StartDaemon(2, WithGains(PlannerConfig::Mode::kYmir));
+  NewRunner();
+  const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
+  const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
+  ProfileAndPlan({a, b});
+  EXPECT_EQ(RunMode(a), "alone");
+  EXPECT_EQ(RunMode(b), "alone");
+  EXPECT_NE(Job(a).plan.devices, Job(b).plan.devices);
+}
+
 TEST_F(JobRunnerPairingTest, OptOutAndOtherTrustDomainAreNeverPaired) {
   StartDaemon(1, WithGains(PlannerConfig::Mode::kYmir));
   NewRunner();

@@ -124,7 +124,9 @@
 // has_progress once a step ran. Tasks for the gains table are the
 // synthetic or WordNet task names (file datasets: the job name), as `slicesim
 // ymir-estimators --gains-out` writes them (configs/ymir/gains_synth.csv);
-// the planner pairs only jobs on the same backbone. The table is read by
+// the planner pairs only jobs on the same backbone, and only while the
+// listed jobs' gpus.min exceed the devices (with one to spare, each job
+// alone finishes sooner). The table is read by
 // LoadYmirGains, which converts the estimators' speedup gains (a
 // "# gain-definition: speedup" line) into the planner's saved fraction of
 // iterations (from a format-2 table's steps-to-target gain, gain_steps);
