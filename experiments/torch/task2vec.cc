@@ -188,9 +188,17 @@ absl::Status YmirExperimentOptions::Validate() const {
   SLICESCHED_RETURN_IF_ERROR(ymir::StopLossOptions{.window_epochs = stop_loss_window_epochs}.Validate());
   SLICESCHED_RETURN_IF_ERROR(iter_plateau.Validate());
   SLICESCHED_RETURN_IF_ERROR(Annotate(iter_fit.Validate(), "Ymir experiment (slicesim --iter-half-life)"));
+  for (const std::string& h : holdout_tasks) {
+    const bool known = std::any_of(tasks.begin(), tasks.end(), [&](const YmirTaskSpec& t) { return t.name == h; });
+    if (!known) {
+      return absl::InvalidArgumentError(
+          StrCat("holdout_tasks (slicesim --holdout-tasks): '", h, "' is not one of the run's tasks"));
+    }
+  }
+  // Enough rows of each mode for the model's weights (YmirDirection), held-out
+  // tasks' rows not counted.
+  const size_t need = direction == YmirDirection::kAsymmetry ? 3 : 2;
   if (!fit_on.empty()) {
-    // Enough rows of each mode for the model's weights (YmirDirection).
-    const size_t need = direction == YmirDirection::kAsymmetry ? 3 : 2;
     for (const char* mode : {"temporal", "spatial"}) {
       size_t rows = 0;
       for (const YmirTrainingPair& t : fit_on) {
@@ -200,7 +208,7 @@ absl::Status YmirExperimentOptions::Validate() const {
         if (!std::isfinite(t.similarity) || !std::isfinite(t.asymmetry) || !std::isfinite(t.gain)) {
           return absl::InvalidArgumentError("fit_on: a row's similarity, asymmetry or gain is not finite");
         }
-        rows += t.mode == mode ? 1 : 0;
+        rows += t.mode == mode && !InvolvesHeldOutTask(holdout_tasks, t.task_a, t.task_b) ? 1 : 0;
       }
       if (rows < need) {
         return absl::InvalidArgumentError(StrCat("fit_on (slicesim --fit-on) has ", rows, " ", mode,
@@ -208,25 +216,13 @@ absl::Status YmirExperimentOptions::Validate() const {
       }
     }
   }
-  for (const std::string& h : holdout_tasks) {
-    const bool known = std::any_of(tasks.begin(), tasks.end(), [&](const YmirTaskSpec& t) { return t.name == h; });
-    if (!known) {
-      return absl::InvalidArgumentError(
-          StrCat("holdout_tasks (slicesim --holdout-tasks): '", h, "' is not one of the run's tasks"));
-    }
-  }
-  if (!holdout_tasks.empty()) {
-    // The model needs rows without a held-out task, and something to score.
-    const size_t need = direction == YmirDirection::kAsymmetry ? 3 : 2;
-    size_t kept = 0, base = 0;
+  if (fit_on.empty() && !holdout_tasks.empty()) {
+    // This run's pairs without a held-out task: kept x (kept - 1) per mode.
+    size_t kept = 0;
     for (const YmirTaskSpec& t : tasks) kept += InvolvesHeldOutTask(holdout_tasks, t.name, t.name) ? 0 : 1;
-    for (const YmirTrainingPair& t : fit_on) base += InvolvesHeldOutTask(holdout_tasks, t.task_a, t.task_b) ? 0 : 1;
-    if (fit_on.empty() ? kept * (kept - 1) < need : base < 2 * need) {
+    if (kept * (kept > 0 ? kept - 1 : 0) < need) {
       return absl::InvalidArgumentError(
           "holdout_tasks: too few pairs without a held-out task are left to fit the gain model on");
-    }
-    if (kept == tasks.size()) {
-      return absl::InvalidArgumentError("holdout_tasks: no task of the run is held out");
     }
   }
   if (!(target_fraction > 0 && target_fraction <= 1)) {

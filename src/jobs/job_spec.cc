@@ -193,6 +193,21 @@ void ParseFileDataset(const ConfigReader& d, const JobSpecOptions& options, Data
   if (path_ok && options.check_dataset_file) CheckDatasetFile(d, ds);
 }
 
+// The fields every generated dataset has: seed (required, >= 0), examples
+// (min_examples..2^24) and sequence_length (1..65536); defaults are the
+// values passed in.
+void ParseGeneratedSizes(const ConfigReader& r, int64_t min_examples, uint64_t* seed, int64_t* examples,
+                         int64_t* sequence_length) {
+  if (auto v = RequiredValue<int64_t>(r, "seed")) {
+    r.Check(*v >= 0, "seed", StrCat("must not be negative, got ", *v));
+    *seed = static_cast<uint64_t>(std::max<int64_t>(*v, 0));
+  }
+  *examples = r.Optional<int64_t>("examples", *examples);
+  CheckRange(r, "examples", *examples, min_examples, kMaxExamples);
+  *sequence_length = r.Optional<int64_t>("sequence_length", *sequence_length);
+  CheckRange(r, "sequence_length", *sequence_length, 1, kMaxSequenceLength);
+}
+
 void ParseSyntheticDataset(const ConfigReader& s, DatasetSpec* ds) {
   ds->kind = DatasetSpec::Kind::kSynthetic;
   SyntheticDataset& syn = ds->synthetic;
@@ -210,14 +225,7 @@ void ParseSyntheticDataset(const ConfigReader& s, DatasetSpec* ds) {
       s.Check(known.ok(), "task", std::string(known.status().message()));
     }
   }
-  if (auto seed = RequiredValue<int64_t>(s, "seed")) {
-    s.Check(*seed >= 0, "seed", StrCat("must not be negative, got ", *seed));
-    syn.seed = static_cast<uint64_t>(std::max<int64_t>(*seed, 0));
-  }
-  syn.examples = s.Optional<int64_t>("examples", syn.examples);
-  CheckRange(s, "examples", syn.examples, 1, kMaxExamples);
-  syn.sequence_length = s.Optional<int64_t>("sequence_length", syn.sequence_length);
-  CheckRange(s, "sequence_length", syn.sequence_length, 1, kMaxSequenceLength);
+  ParseGeneratedSizes(s, 1, &syn.seed, &syn.examples, &syn.sequence_length);
   syn.num_classes = s.Optional<int64_t>("num_classes", syn.num_classes);
   CheckRange(s, "num_classes", syn.num_classes, 2, kMaxClasses);
 }
@@ -235,15 +243,8 @@ void ParseWordNetDataset(const ConfigReader& w, const JobSpecOptions& options, D
     auto known = synth::FindWordNetTask(wn.task);
     w.Check(known.ok(), "task", std::string(known.status().message()));
   }
-  if (auto seed = RequiredValue<int64_t>(w, "seed")) {
-    w.Check(*seed >= 0, "seed", StrCat("must not be negative, got ", *seed));
-    wn.seed = static_cast<uint64_t>(std::max<int64_t>(*seed, 0));
-  }
   // Two examples at least: one to train on, one to evaluate.
-  wn.examples = w.Optional<int64_t>("examples", wn.examples);
-  CheckRange(w, "examples", wn.examples, 2, kMaxExamples);
-  wn.sequence_length = w.Optional<int64_t>("sequence_length", wn.sequence_length);
-  CheckRange(w, "sequence_length", wn.sequence_length, 1, kMaxSequenceLength);
+  ParseGeneratedSizes(w, 2, &wn.seed, &wn.examples, &wn.sequence_length);
   wn.dir = w.Optional<std::string>("dir", wn.dir);
   // The runner reads it long after submission, from the daemon's directory.
   if (!std::filesystem::path(wn.dir).is_absolute()) {

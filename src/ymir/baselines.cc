@@ -89,14 +89,19 @@ StatusOr<PlanResult> PlanPolluxLike(const std::vector<JobView>& jobs, const Clus
   std::vector<size_t> step(jobs.size(), 0);  // index into allowed[i]
   int free = cluster.gpus;
   const double fair_g = std::max(1.0, static_cast<double>(cluster.gpus) / std::max<size_t>(1, jobs.size()));
-  // Lower is better: the fair-share speed over the speed on g GPUs.
-  auto value = [&](size_t i, int g) {
+  // Per job, its time per iteration at its fair share: the largest allowed
+  // count within fair_g (else its smallest).
+  std::vector<double> fair_time(jobs.size(), 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (allowed[i].empty()) continue;
     int fair = allowed[i].front();
     for (int a : allowed[i]) {
       if (a <= fair_g) fair = a;
     }
-    return IterTime(jobs[i], g) / IterTime(jobs[i], fair);
-  };
+    fair_time[i] = IterTime(jobs[i], fair);
+  }
+  // Lower is better: the fair-share speed over the speed on g GPUs.
+  auto value = [&](size_t i, int g) { return IterTime(jobs[i], g) / fair_time[i]; };
   using Item = std::tuple<double, uint64_t, size_t>;  // gain per GPU, ~id (lower id first), job
   std::priority_queue<Item> heap;
   auto push = [&](size_t i) {
