@@ -227,7 +227,7 @@ void ParsePlannerTimeLut(const ConfigReader& p, absl::string_view base_dir, Plan
 
 void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConfig* c) {
   p.RejectUnknownKeys({"interval_s", "mode", "gains", "checkpoint_interval_s", "prefetch_s", "eval_every_steps",
-                       "time_lut", "profile_from_lut", "spatial_step", "max_eval_examples"});
+                       "time_lut", "profile_from_lut", "spatial_step", "max_eval_examples", "neutral_pairs"});
   c->interval = DurationKnob(p, "interval_s", 1e9, "s", c->interval, /*allow_zero=*/false);
   const std::string mode = absl::AsciiStrToLower(p.Optional<std::string>("mode", "ymir"));
   if (mode == "ymir") {
@@ -252,6 +252,9 @@ void ParsePlanner(const ConfigReader& p, absl::string_view base_dir, PlannerConf
     c->gains_path = StrCat(base_dir, "/", c->gains_path);
   }
   CheckNotDirectory(p, "gains", c->gains_path, "a gains table (a CSV file)");
+  const std::string neutral = absl::AsciiStrToLower(p.Optional<std::string>("neutral_pairs", "skip"));
+  p.Check(neutral == "skip" || neutral == "plan", "neutral_pairs", StrCat("expected skip or plan, got '", neutral, "'"));
+  c->pair_neutral = neutral == "plan";
   c->checkpoint_interval =
       DurationKnob(p, "checkpoint_interval_s", 1e9, "s", c->checkpoint_interval, /*allow_zero=*/false);
   c->prefetch = DurationKnob(p, "prefetch_s", 1e9, "s", c->prefetch, /*allow_zero=*/true);

@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(Master* master, job
   std::unique_ptr<JobRunner> r(new JobRunner(master, jobs, std::move(options)));
   r->gains_ = std::make_unique<Gains>();
   if (!r->options_.planner.gains_path.empty()) {
-    auto g = ymir::LoadYmirGains(r->options_.planner.gains_path);
+    auto g = ymir::LoadYmirGains(r->options_.planner.gains_path, {.pair_neutral = r->options_.planner.pair_neutral});
     if (!g.ok()) return Annotate(g.status(), "planner.gains");
     r->gains_->table = *std::move(g);
   }

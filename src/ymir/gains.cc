@@ -56,6 +56,14 @@ bool YmirGains::Censored(const std::string& a, const std::string& b, ymir::Mode 
   return censored_.count(GainKey(a, b, mode)) > 0;
 }
 
+void YmirGains::SetNeutral(const std::string& a, const std::string& b, ymir::Mode mode) {
+  neutral_.insert(GainKey(a, b, mode));
+}
+
+bool YmirGains::Neutral(const std::string& a, const std::string& b, ymir::Mode mode) const {
+  return neutral_.count(GainKey(a, b, mode)) > 0;
+}
+
 std::string YmirGainsSource::Describe() const {
   if (format == 0) return "stand-in (fraction of iterations saved)";
   std::string out = StrCat(column, " (format ", format, ", ", definition);
@@ -65,6 +73,10 @@ std::string YmirGainsSource::Describe() const {
     out += StrCat(", gain-measure ", measure);
   }
   if (censored_rows > 0) out += StrCat("; ", censored_rows, " censored rows: bounds, never paired");
+  if (neutral_rows > 0) {
+    out += StrCat("; ", neutral_rows, " neutral rows: ",
+                  pair_neutral ? "paired on their point estimates" : "interval includes 0, never paired");
+  }
   return out + ")";
 }
 
@@ -91,11 +103,12 @@ YmirGains YmirGains::WithBackbones(const std::vector<std::string>& backbones) co
     const auto& [a, b, mode] = key;
     const bool keep_a = a.find('/') != std::string::npos, keep_b = b.find('/') != std::string::npos;
     const ymir::Mode m = mode == 1 ? ymir::Mode::kSpatial : ymir::Mode::kTemporal;
-    const bool censored = censored_.count(key) > 0;
+    const bool censored = censored_.count(key) > 0, neutral = neutral_.count(key) > 0;
     for (const auto& bb : backbones) {
       const std::string na = keep_a ? a : bb + "/" + a, nb = keep_b ? b : bb + "/" + b;
       out.Set(na, nb, m, gain);
       if (censored) out.SetCensored(na, nb, m);
+      if (neutral) out.SetNeutral(na, nb, m);
     }
   }
   out.source_ = source_;
@@ -171,6 +184,9 @@ class GainsParser {
     for (const auto& [pair, acc] : spatial_) {
       gains_.Set(pair.first, pair.second, ymir::Mode::kSpatial, 1 - acc.sum / acc.n);
       if (acc.censored) gains_.SetCensored(pair.first, pair.second, ymir::Mode::kSpatial);
+      if (acc.neutral == acc.n && !options_.pair_neutral) {
+        gains_.SetNeutral(pair.first, pair.second, ymir::Mode::kSpatial);
+      }
     }
     if (ca_ < 0) return absl::InvalidArgumentError(StrCat(path_, ": empty gains table"));
     if (gains_.size() == 0) return absl::InvalidArgumentError(StrCat(path_, ": gains table has no rows"));
@@ -221,6 +237,7 @@ class GainsParser {
       if (h == "gain") cg_ = static_cast<int>(i);
       if (h == "gain_steps") cs_ = static_cast<int>(i);
       if (h == "steps_censored") cc_ = static_cast<int>(i);
+      if (h == "sign") csign_ = static_cast<int>(i);
     }
     const std::initializer_list<std::pair<int, const char*>> columns = {
         {ca_, "task_a"}, {cb_, "task_b"}, {cm_, "mode"}, {cg_, "gain"}};
@@ -248,6 +265,7 @@ class GainsParser {
     }
     use_steps_ = src_.format == 2 && options_.column != "gain";
     src_.column = use_steps_ ? "gain_steps" : "gain";
+    src_.pair_neutral = options_.pair_neutral;
     ncols_ = f.size();
     return absl::OkStatus();
   }
@@ -296,6 +314,16 @@ class GainsParser {
         src_.censored_rows += censored ? 1 : 0;
       }
     }
+    bool neutral = false;
+    if (csign_ >= 0) {
+      const std::string sign = absl::AsciiStrToLower(f[static_cast<size_t>(csign_)]);
+      if (sign != "positive" && sign != "negative" && sign != "neutral") {
+        return Err(StrCat("column 'sign': expected positive, negative or neutral, got '",
+                          f[static_cast<size_t>(csign_)], "'"));
+      }
+      neutral = sign == "neutral";
+      src_.neutral_rows += neutral ? 1 : 0;
+    }
     // Duplicates: ordered rows for temporal and for kSpeedup spatial
     // (whose (A,B) and (B,A) rows are the two tasks' gains), unordered for
     // kSaved spatial.
@@ -308,17 +336,19 @@ class GainsParser {
       acc.sum += 1 / (1 + gain);
       acc.n += 1;
       acc.censored = acc.censored || censored;
+      acc.neutral += neutral ? 1 : 0;
       return absl::OkStatus();
     }
     gains_.Set(a, b, mode, speedup ? gain / (1 + gain) : gain);
     if (censored) gains_.SetCensored(a, b, mode);
+    if (neutral && !options_.pair_neutral) gains_.SetNeutral(a, b, mode);
     return absl::OkStatus();
   }
 
   const std::string& path_;
   const YmirGainsLoadOptions& options_;
   int lineno_ = 0;
-  int ca_ = -1, cb_ = -1, cm_ = -1, cg_ = -1, cs_ = -1, cc_ = -1;
+  int ca_ = -1, cb_ = -1, cm_ = -1, cg_ = -1, cs_ = -1, cc_ = -1, csign_ = -1;
   size_t ncols_ = 0;
   YmirGains gains_;
   YmirGainsSource src_{.format = 1};
@@ -326,11 +356,13 @@ class GainsParser {
   bool def_stated_ = false;
   bool use_steps_ = false;
   std::map<std::tuple<std::string, std::string, int>, int> seen_;
-  // kSpeedup spatial rows: per unordered pair, the sum and count of 1 / (1 + gain), and any censored.
+  // kSpeedup spatial rows: per unordered pair, the sum and count of 1 /
+  // (1 + gain), any censored, and how many are neutral.
   struct Spatial {
     double sum = 0;
     int n = 0;
     bool censored = false;
+    int neutral = 0;
   };
   std::map<std::pair<std::string, std::string>, Spatial> spatial_;
 };

@@ -322,8 +322,10 @@ TEST(SlicedConfigTest, PlannerSection) {
   EXPECT_EQ(d->planner.spatial_step, PlannerConfig::SpatialStep::kMean);
   auto c = Parse(std::string(kBase) +
                  "planner: {interval_s: 5, mode: elastic, gains: /g.csv, checkpoint_interval_s: 2, prefetch_s: 0, "
-                 "eval_every_steps: 8, spatial_step: sum, max_eval_examples: 512}\n");
+                 "eval_every_steps: 8, spatial_step: sum, max_eval_examples: 512, neutral_pairs: plan}\n");
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->planner.pair_neutral);
+  EXPECT_FALSE(d->planner.pair_neutral);
   EXPECT_EQ(c->planner.interval, Duration::Seconds(5));
   EXPECT_EQ(c->planner.mode, PlannerConfig::Mode::kElastic);
   EXPECT_EQ(c->planner.gains_path, "/g.csv");
@@ -342,11 +344,13 @@ TEST(SlicedConfigTest, PlannerSection) {
   }
   const std::string err = ErrorOf(std::string(kBase) +
                                   "planner: {interval_s: 0, mode: greedy, checkpoint_interval_s: -1, prefetch_s: -2, "
-                                  "eval_every_steps: -3, colour: red, spatial_step: max, max_eval_examples: 0}\n");
+                                  "eval_every_steps: -3, colour: red, spatial_step: max, max_eval_examples: 0, "
+                                  "neutral_pairs: maybe}\n");
   EXPECT_THAT(err, HasSubstr("planner.interval_s: must be positive"));
   EXPECT_THAT(err, HasSubstr("planner.mode: expected ymir, elastic, srtf or pollux, got 'greedy'"));
   EXPECT_THAT(err, HasSubstr("planner.spatial_step: expected mean or sum, got 'max'"));
   EXPECT_THAT(err, HasSubstr("planner.max_eval_examples: must be in 1..1048576, got 0"));
+  EXPECT_THAT(err, HasSubstr("planner.neutral_pairs: expected skip or plan, got 'maybe'"));
   EXPECT_THAT(err, HasSubstr("planner.checkpoint_interval_s: must be positive"));
   EXPECT_THAT(err, HasSubstr("planner.prefetch_s: must not be negative"));
   EXPECT_THAT(err, HasSubstr("planner.eval_every_steps: must not be negative"));

@@ -369,13 +369,15 @@ TEST_F(JobRunnerTest, JsonlAndTokensBinFilesTrainLikeTheGeneratorsDataset) {
 // never pairs.
 class JobRunnerPairingTest : public JobRunnerTest {
  protected:
-  PlannerConfig WithGains(PlannerConfig::Mode mode) {
+  // `temporal_sign`: a sign column, the temporal rows' value ("" = none).
+  PlannerConfig WithGains(PlannerConfig::Mode mode, const std::string& temporal_sign = "") {
     const std::string gains = StrCat(::testing::TempDir(), "/gains_", ::getpid(), ".csv");
     std::ofstream out(gains);
-    out << "task_a,task_b,mode,gain\n"
-           "fa-major,fa-inv,temporal,0.9\n"
-           "fa-inv,fa-major,temporal,0.9\n"
-           "fa-major,fa-inv,spatial,-0.5\n";
+    const std::string t = temporal_sign.empty() ? "" : "," + temporal_sign;
+    out << "task_a,task_b,mode,gain" << (t.empty() ? "" : ",sign") << "\n"
+        << "fa-major,fa-inv,temporal,0.9" << t << "\n"
+        << "fa-inv,fa-major,temporal,0.9" << t << "\n"
+        << "fa-major,fa-inv,spatial,-0.5" << (t.empty() ? "" : ",negative") << "\n";
     PlannerConfig p;
     p.mode = mode;
     p.gains_path = gains;
@@ -411,6 +413,37 @@ TEST_F(JobRunnerPairingTest, YmirPairsRelatedJobsTemporally) {
   const JobEvent* progress = FindEventWith(target, "progress", "temporal_source", &ev);
   ASSERT_NE(progress, nullptr);
   EXPECT_THAT(progress->details_json, HasSubstr(StrCat("\"temporal_source\":", source)));
+}
+
+// A gain whose repeats' interval includes 0 (sign neutral) is not offered:
+// the related pair of the tests above runs alone, one job after the other.
+TEST_F(JobRunnerPairingTest, NeutralGainsAreNotPaired) {
+  StartDaemon(1, WithGains(PlannerConfig::Mode::kYmir, "neutral"));
+  NewRunner();
+  const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
+  const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
+  ProfileAndPlan({a, b});
+  EXPECT_EQ(RunMode(a) + RunMode(b), "alone") << RunMode(a) << " / " << RunMode(b);
+}
+
+// planner.neutral_pairs: plan pairs them on their point estimates again; a
+// positive sign is paired either way.
+TEST_F(JobRunnerPairingTest, NeutralGainsArePairedWhenAskedFor) {
+  for (const bool neutral : {true, false}) {
+    SCOPED_TRACE(neutral ? "neutral, pair_neutral" : "positive");
+    if (runner_) runner_->Stop();
+    runner_.reset();
+    jobs_.reset();
+    if (master_) master_->Shutdown();
+    PlannerConfig p = WithGains(PlannerConfig::Mode::kYmir, neutral ? "neutral" : "positive");
+    p.pair_neutral = neutral;
+    StartDaemon(1, p);
+    NewRunner();
+    const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
+    const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
+    ProfileAndPlan({a, b});
+    EXPECT_TRUE(RunMode(a) == "temporal" || RunMode(b) == "temporal") << RunMode(a) << " / " << RunMode(b);
+  }
 }
 
 // With a device for each job, pairing would only make one wait or share:

@@ -38,12 +38,54 @@ TEST(GainRepeats, TheIntervalDecidesTheSign) {
   EXPECT_EQ(s.negative, 1);
   EXPECT_EQ(s.neutral, 1);
   EXPECT_NEAR(StudentT975(2), 4.303, 1e-9);
-  // The combined table is a gains table the simulator loads (extra columns
-  // ignored).
+  // The combined table is a gains table the planners load: the interval
+  // columns ignored, the neutral row kept but never paired.
   const std::string path = ::testing::TempDir() + "/combined_gains.csv";
   std::ofstream(path) << *out;
   auto loaded = LoadYmirGains(path);
-  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  double g = 0;
+  EXPECT_TRUE(loaded->Neutral("b", "a", Mode::kTemporal));
+  EXPECT_TRUE(loaded->Get("b", "a", Mode::kTemporal, &g));
+  EXPECT_FALSE(loaded->Plannable("b", "a", Mode::kTemporal, &g));
+  EXPECT_FALSE(loaded->Neutral("c", "d", Mode::kSpatial));  // negative: measured, a planner may weigh it
+  EXPECT_TRUE(loaded->Plannable("c", "d", Mode::kSpatial, &g));
+  EXPECT_EQ(loaded->source().neutral_rows, 1);
+  EXPECT_THAT(loaded->source().Describe(), HasSubstr("1 neutral rows: interval includes 0, never paired"));
+  // planner.neutral_pairs: plan pairs it on its point estimate.
+  auto point = LoadYmirGains(path, {.pair_neutral = true});
+  ASSERT_TRUE(point.ok()) << point.status();
+  EXPECT_FALSE(point->Neutral("b", "a", Mode::kTemporal));
+  EXPECT_TRUE(point->Plannable("b", "a", Mode::kTemporal, &g));
+  EXPECT_NEAR(g, 0.1 / 1.1, 1e-9);  // gain_steps 0.1 as a saved fraction
+  EXPECT_THAT(point->source().Describe(), HasSubstr("1 neutral rows: paired on their point estimates"));
+}
+
+// A speed-up spatial pair's two rows make one symmetric gain: neutral only
+// when both rows are (one measured row is a measured pair). The flag
+// survives WithBackbones; a sign that is not one of the three is named.
+TEST(GainRepeats, NeutralRowsAreLoadedButNotPlannable) {
+  const std::string head =
+      "# gains-format: 2\ntask_a,task_b,mode,gain,gain_steps,steps_censored,sign\n";
+  const std::string path = ::testing::TempDir() + "/neutral_gains.csv";
+  std::ofstream(path) << head << "a,b,spatial,0.1,0.1,0,neutral\nb,a,spatial,0.3,0.3,0,positive\n"
+                      << "c,d,spatial,0.1,0.1,0,neutral\nd,c,spatial,0.0,0.0,0,Neutral\n"
+                      << "a,c,temporal,0.5,0.5,0,positive\n";
+  auto g = LoadYmirGains(path);
+  ASSERT_TRUE(g.ok()) << g.status();
+  double v = 0;
+  EXPECT_TRUE(g->Plannable("a", "b", Mode::kSpatial, &v));
+  EXPECT_FALSE(g->Plannable("c", "d", Mode::kSpatial, &v));
+  EXPECT_FALSE(g->Plannable("d", "c", Mode::kSpatial, &v));
+  EXPECT_TRUE(g->Plannable("a", "c", Mode::kTemporal, &v));
+  EXPECT_EQ(g->source().neutral_rows, 3);
+  const YmirGains bb = g->WithBackbones({"vit"});
+  EXPECT_FALSE(bb.Plannable("vit/c", "vit/d", Mode::kSpatial, &v));
+  EXPECT_TRUE(bb.Plannable("vit/a", "vit/b", Mode::kSpatial, &v));
+  const std::string bad = ::testing::TempDir() + "/bad_sign.csv";
+  std::ofstream(bad) << head << "a,b,temporal,0.1,0.1,0,positive\na,c,temporal,0.1,0.1,0,maybe\n";
+  EXPECT_THAT(LoadYmirGains(bad).status().message(),
+              HasSubstr("bad_sign.csv:4: column 'sign': expected positive, negative or neutral, got 'maybe'"));
 }
 
 TEST(GainRepeats, TablesThatDoNotMatchAreNamed) {

@@ -132,6 +132,10 @@ struct PlannerConfig {
   Mode mode = Mode::kYmir;
   SpatialStep spatial_step = SpatialStep::kMean;
   std::string gains_path;  // "" = no transfer estimates (no pairs)
+  // A gains table's neutral rows (its `sign` column: the repeats' interval
+  // includes 0): false = never paired (the default), true = paired on their
+  // point estimates (ymir::YmirGainsLoadOptions::pair_neutral).
+  bool pair_neutral = false;
   Duration checkpoint_interval = Duration::Seconds(30);
   Duration prefetch = Duration::Seconds(30);
   int64_t eval_every_steps = 0;

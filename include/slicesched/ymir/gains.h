@@ -23,6 +23,9 @@ struct YmirGainsSource {
   std::string definition;  // "saved" or "speedup" (the file's gain-definition)
   std::string measure;     // format 2's gain-measure ("area" or "steps"); "" when not stated
   int censored_rows = 0;   // rows read as censoring bounds (gain_steps with steps_censored = 1)
+  // Rows whose `sign` column says neutral: the repeats' interval includes 0.
+  int neutral_rows = 0;
+  bool pair_neutral = false;  // YmirGainsLoadOptions::pair_neutral
   // One line, e.g. "gain_steps (format 2, speedup in steps to target; 6
   // censored rows: bounds, never paired)".
   std::string Describe() const;
@@ -41,11 +44,17 @@ class YmirGains {
   // The simulator never offers a censored pair for transfer.
   void SetCensored(const std::string& a, const std::string& b, ymir::Mode mode);
   bool Censored(const std::string& a, const std::string& b, ymir::Mode mode) const;
-  // A gain a planner may act on: in the table and not censored (a censored
-  // gain is only a bound). The simulator's and the daemon's planners both
+  // Marks a pair's gain as neutral: measured with repeats whose interval
+  // includes 0, so not even its sign is established (the mean is noise).
+  void SetNeutral(const std::string& a, const std::string& b, ymir::Mode mode);
+  bool Neutral(const std::string& a, const std::string& b, ymir::Mode mode) const;
+  // A gain a planner may act on: in the table, not censored (a censored
+  // gain is only a bound) and not neutral (pairing on a gain that the
+  // repeats cannot tell from 0 costs the temporal target its wait for
+  // nothing measurable). The simulator's and the daemon's planners both
   // pair through this.
   bool Plannable(const std::string& a, const std::string& b, ymir::Mode mode, double* gain) const {
-    return Get(a, b, mode, gain) && !Censored(a, b, mode);
+    return Get(a, b, mode, gain) && !Censored(a, b, mode) && !Neutral(a, b, mode);
   }
   const YmirGainsSource& source() const { return source_; }
   void set_source(YmirGainsSource source) { source_ = std::move(source); }
@@ -61,6 +70,7 @@ class YmirGains {
  private:
   std::map<std::tuple<std::string, std::string, int>, double> gains_;
   std::set<std::tuple<std::string, std::string, int>> censored_;
+  std::set<std::tuple<std::string, std::string, int>> neutral_;
   std::map<std::string, int> tasks_;
   YmirGainsSource source_;
 };
@@ -113,12 +123,20 @@ enum class YmirGainsDefinition {
 // kSpeedup: finite and > -1; a repeated row is an error, except that
 // kSpeedup takes both (A,B) and (B,A) spatial rows; format-2 columns in a
 // format-1 file; a format-2 file without them).
+// An optional `sign` column (positive, negative or neutral; `slicesim
+// ymir-gains --combine` writes it from the repeats' 95% interval) marks the
+// neutral rows (YmirGains::Neutral; a spatial pair is neutral when each of
+// its rows is); any other value is an error naming it.
 struct YmirGainsLoadOptions {
   // Forced definition (the file's directive, if any, must agree); unset: the file's.
   std::optional<YmirGainsDefinition> definition;
   // "" = gain_steps in format 2, gain in format 1; "gain" or "gain_steps"
   // (format 2 only) to choose.
   std::string column;
+  // True: neutral rows are paired on their point estimates, as a table
+  // without a sign column is (counted in YmirGainsSource::neutral_rows all
+  // the same).
+  bool pair_neutral = false;
 };
 absl::StatusOr<YmirGains> LoadYmirGains(const std::string& path, const YmirGainsLoadOptions& options = {});
 

@@ -11,8 +11,9 @@
 // ground truth. steps_censored is 1 if any repeat's was.
 //
 // The output is gains-format 2 with the extra columns repeats, gain_sd,
-// ci_low, ci_high and sign, which LoadYmirGains ignores, so the combined
-// table feeds `slicesim ymir --gains` as it is.
+// ci_low, ci_high (which LoadYmirGains ignores) and sign, whose neutral
+// rows it loads as not plannable, so the combined table feeds `slicesim
+// ymir --gains` and the daemon's planner as it is.
 #pragma once
 
 #include <string>
