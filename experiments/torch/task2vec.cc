@@ -300,15 +300,23 @@ double SignScore::NonNeutralMajorityPct() const {
   return Percentage(std::max(non_neutral_positive, m - non_neutral_positive), m);
 }
 
+double SignScore::ThreeWayAccuracyPct() const { return Percentage(three_way_agree, pairs); }
+double SignScore::ThreeWayMajorityPct() const {
+  const int64_t negative = pairs - neutral - non_neutral_positive;
+  return Percentage(std::max({non_neutral_positive, negative, neutral}), pairs);
+}
+
 SignScore ScoreSigns(const std::vector<double>& predicted, const std::vector<double>& measured,
                      double band) {
   SignScore s;  // pairs beyond the shorter vector are not scored
+  auto cls = [&](double g) { return std::abs(g) < band ? 0 : (g > 0 ? 1 : -1); };
   for (size_t i = 0; i < std::min(predicted.size(), measured.size()); ++i) {
     const bool pos = measured[i] > 0;
     const bool agree = (predicted[i] > 0) == pos;
     ++s.pairs;
     s.positive += pos ? 1 : 0;
     s.agree += agree ? 1 : 0;
+    s.three_way_agree += cls(predicted[i]) == cls(measured[i]) ? 1 : 0;
     if (std::abs(measured[i]) < band) {
       ++s.neutral;
       continue;
@@ -452,11 +460,12 @@ std::string YmirEstimatorReport::ToJson() const {
         "  \"iter_observed_steps_mean\": %.1f,\n  \"iter_err_normal_first_window_pct\": %.1f,\n"
         "  \"iter_err_transfer_first_window_pct\": %.1f,\n"
         "  \"transfer_cls_accuracy_non_neutral\": %.1f,\n  \"neutral_pairs\": %d,\n"
-        "  \"neutral_band\": %.4f,\n",
+        "  \"neutral_band\": %.4f,\n  \"transfer_cls3_accuracy\": %.1f,\n  \"transfer_cls3_majority\": %.1f,\n",
         all ? all->accuracy_pct : 0.0, all ? all->mape_pct : 0.0, iteration.normal_pct,
         iteration.transfer_pct, iteration.transfer_prior_pct, iteration.watch_steps, iteration.observed_steps_mean, iteration_first_window.normal_pct,
         iteration_first_window.transfer_pct, all ? all->non_neutral_accuracy_pct : 0.0,
-        all ? all->neutral : 0, neutral_band);
+        all ? all->neutral : 0, neutral_band, all ? all->three_way_accuracy_pct : 0.0,
+        all ? all->three_way_majority_pct : 0.0);
   }
   j += SetupJson(options);
   j += "  \"similarity_matrix\": {\"tasks\": [";
@@ -557,12 +566,13 @@ std::string YmirEstimatorReport::ToJson() const {
     j += absl::StrFormat(
         "%s\n    {\"mode\": \"%s\", \"pairs\": %d, \"positive\": %d, \"accuracy_pct\": %.1f, "
         "\"majority_accuracy_pct\": %.1f, \"neutral\": %d, \"non_neutral_accuracy_pct\": %.1f, "
-        "\"non_neutral_majority_pct\": %.1f, \"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": "
+        "\"non_neutral_majority_pct\": %.1f, \"three_way_accuracy_pct\": %.1f, \"three_way_majority_pct\": %.1f, "
+        "\"gain_mape_pct\": %.1f, \"in_sample_accuracy_pct\": "
         "%.1f, "
         "\"in_sample_gain_mape_pct\": %.1f, \"correlation\": %.3f, \"fit\": {\"intercept\": %.4f, "
         "\"slope\": %.4f}, \"model\": [%s]}",
         i ? "," : "", s.mode, s.pairs, s.positive, s.accuracy_pct, s.majority_accuracy_pct, s.neutral,
-        s.non_neutral_accuracy_pct, s.non_neutral_majority_pct, s.mape_pct, s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept,
+        s.non_neutral_accuracy_pct, s.non_neutral_majority_pct, s.three_way_accuracy_pct, s.three_way_majority_pct, s.mape_pct, s.in_sample_accuracy_pct, s.in_sample_mape_pct, s.correlation, s.fit.intercept,
         s.fit.slope, absl::StrJoin(s.model, ", ", [](std::string* out, double w) { absl::StrAppendFormat(out, "%.4f", w); }));
   }
   j += "],\n  \"pairs\": [";

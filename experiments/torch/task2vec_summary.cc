@@ -142,6 +142,8 @@ void ScoreMode(const YmirExperimentOptions& o, const YmirEstimatorReport& rep, Y
   sc.neutral = signs.neutral;
   sc.non_neutral_accuracy_pct = signs.NonNeutralAccuracyPct();
   sc.non_neutral_majority_pct = signs.NonNeutralMajorityPct();
+  sc.three_way_accuracy_pct = signs.ThreeWayAccuracyPct();
+  sc.three_way_majority_pct = signs.ThreeWayMajorityPct();
   sc.in_sample_accuracy_pct = ScoreSigns(in_sample, measured, rep.neutral_band).AccuracyPct();
   const double c = static_cast<double>(std::max<int64_t>(signs.pairs, 1));
   sc.mape_pct = 100.0 * ape / c;

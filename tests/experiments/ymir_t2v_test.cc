@@ -1042,10 +1042,17 @@ TEST(Task2Vec, NeutralBandSetsPairsApart) {
   EXPECT_DOUBLE_EQ(s.MajorityPct(), 60.0);           // 3 of 5 positive
   EXPECT_NEAR(s.NonNeutralAccuracyPct(), 200.0 / 3.0, 1e-12);  // 1.0 and 0.4 of 1.0, -0.5, 0.4
   EXPECT_NEAR(s.NonNeutralMajorityPct(), 200.0 / 3.0, 1e-12);
+  // Three classes by the same band (+-0.316): measured +, -, 0, 0, +;
+  // predicted +, 0, 0, 0, 0: agree on 1.0, 0.1, -0.2 (3 of 5); the most
+  // common measured class (positive or neutral) is 2 of 5.
+  EXPECT_EQ(s.three_way_agree, 3);
+  EXPECT_DOUBLE_EQ(s.ThreeWayAccuracyPct(), 60.0);
+  EXPECT_DOUBLE_EQ(s.ThreeWayMajorityPct(), 40.0);
   // No band: every pair is scored by its sign.
   const SignScore none = ScoreSigns(predicted, measured, 0.0);
   EXPECT_EQ(none.neutral, 0);
   EXPECT_DOUBLE_EQ(none.NonNeutralAccuracyPct(), none.AccuracyPct());
+  EXPECT_EQ(none.three_way_agree, none.agree);  // no band, no neutral class: the sign agreement
   // Every pair neutral: no non-neutral accuracy to report.
   EXPECT_EQ(ScoreSigns(predicted, measured, 5.0).NonNeutralAccuracyPct(), 0.0);
 }

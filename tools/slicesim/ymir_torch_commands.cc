@@ -337,10 +337,12 @@ void PrintEstimatorReport(const slicesched::executor::YmirEstimatorReport& r,
   } else {
     for (const auto& s : rep->scores) {
       std::printf("%-8s %3lld pairs (%lld positive): sign accuracy %.1f%% (majority %.1f%%), gain MAPE %.1f%%, r=%.2f;"
-                  " %lld neutral, non-neutral accuracy %.1f%% (majority %.1f%%)\n",
+                  " %lld neutral, non-neutral accuracy %.1f%% (majority %.1f%%),"
+                  " three-way %.1f%% (majority %.1f%%)\n",
                   s.mode.c_str(), static_cast<long long>(s.pairs), static_cast<long long>(s.positive), s.accuracy_pct,
                   s.majority_accuracy_pct, s.mape_pct, s.correlation, static_cast<long long>(s.neutral),
-                  s.non_neutral_accuracy_pct, s.non_neutral_majority_pct);
+                  s.non_neutral_accuracy_pct, s.non_neutral_majority_pct, s.three_way_accuracy_pct,
+                  s.three_way_majority_pct);
     }
     std::printf("neutral band %.4f (%g x RMS of %zu null-run gains)\n", rep->neutral_band, o.band_k,
                 rep->null_runs.size());

@@ -266,7 +266,14 @@ struct SignScore {
   int64_t neutral = 0;
   int64_t non_neutral_positive = 0;
   int64_t non_neutral_agree = 0;
+  // Three classes, the interval rule of the ground truth: a prediction is
+  // positive at >= band, negative at <= -band, neutral between; it agrees
+  // when the measured gain falls in the same class. Majority: always
+  // predicting the most common measured class.
+  int64_t three_way_agree = 0;
   double AccuracyPct() const;
+  double ThreeWayAccuracyPct() const;
+  double ThreeWayMajorityPct() const;
   double MajorityPct() const;
   double NonNeutralAccuracyPct() const;  // 0 when every pair is neutral
   double NonNeutralMajorityPct() const;
@@ -561,6 +568,9 @@ struct YmirModeScore {
   int64_t neutral = 0;
   double non_neutral_accuracy_pct = 0;
   double non_neutral_majority_pct = 0;
+  // Positive / neutral / negative, the prediction classed by the same band.
+  double three_way_accuracy_pct = 0;
+  double three_way_majority_pct = 0;
   double mape_pct = 0;                // on 1 + gain, leave-one-out
   double in_sample_accuracy_pct = 0;  // with the fit on all pairs
   double in_sample_mape_pct = 0;
