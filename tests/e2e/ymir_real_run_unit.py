@@ -75,8 +75,8 @@ def summary(ymir, elastic, worse=()):
             "elastic": {"avg_jct_s": elastic, "worse_than_normal": []}}
 
 
-runs = [(1, 0.1, {}, summary(10.0, 12.0), {}), (2, 0.1, {}, summary(10.0, 14.0, ["x-3"]), {}),
-        (3, 0.1, {}, summary(5.0, 8.0), {})]
+runs = [{"seed": seed, "noise": 0.1, "targets": {}, "summary": s, "jobs": {}}
+        for seed, s in [(1, summary(10.0, 12.0)), (2, summary(10.0, 14.0, ["x-3"])), (3, summary(5.0, 8.0))]]
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     rr.print_spread(runs)

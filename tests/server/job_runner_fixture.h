@@ -113,7 +113,10 @@ class JobRunnerFixture : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status();
     runner_ = *std::move(r);
   }
-  void TearDown() override {
+  void TearDown() override { StopDaemon(); }
+  // Stops the runner, the jobs and the master (a test that starts another
+  // daemon in its own state directory calls it first).
+  void StopDaemon() {
     if (runner_) runner_->Stop();
     runner_.reset();
     jobs_.reset();

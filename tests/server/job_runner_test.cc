@@ -383,6 +383,14 @@ class JobRunnerPairingTest : public JobRunnerTest {
     p.gains_path = gains;
     return p;
   }
+  // Submits the related pair of the gains table (fa-major a, fa-inv b, one
+  // trust domain), profiles both and plans once.
+  std::pair<uint64_t, uint64_t> SubmitRelatedPairAndPlan() {
+    const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
+    const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
+    ProfileAndPlan({a, b});
+    return {a, b};
+  }
   // Plans once; returns the mode of each job's first "running" event ("" if none).
   std::string RunMode(uint64_t id) {
     std::vector<JobEvent> ev;
@@ -398,9 +406,7 @@ class JobRunnerPairingTest : public JobRunnerTest {
 TEST_F(JobRunnerPairingTest, YmirPairsRelatedJobsTemporally) {
   StartDaemon(1, WithGains(PlannerConfig::Mode::kYmir));
   NewRunner();
-  const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
-  const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
-  ProfileAndPlan({a, b});
+  const auto [a, b] = SubmitRelatedPairAndPlan();
   const std::string ma = RunMode(a), mb = RunMode(b);
   ASSERT_TRUE(ma == "temporal" || mb == "temporal") << ma << " / " << mb;
   const uint64_t source = ma == "temporal" ? a : b, target = source == a ? b : a;
@@ -420,9 +426,7 @@ TEST_F(JobRunnerPairingTest, YmirPairsRelatedJobsTemporally) {
 TEST_F(JobRunnerPairingTest, NeutralGainsAreNotPaired) {
   StartDaemon(1, WithGains(PlannerConfig::Mode::kYmir, "neutral"));
   NewRunner();
-  const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
-  const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
-  ProfileAndPlan({a, b});
+  const auto [a, b] = SubmitRelatedPairAndPlan();
   EXPECT_EQ(RunMode(a) + RunMode(b), "alone") << RunMode(a) << " / " << RunMode(b);
 }
 
@@ -431,17 +435,12 @@ TEST_F(JobRunnerPairingTest, NeutralGainsAreNotPaired) {
 TEST_F(JobRunnerPairingTest, NeutralGainsArePairedWhenAskedFor) {
   for (const bool neutral : {true, false}) {
     SCOPED_TRACE(neutral ? "neutral, pair_neutral" : "positive");
-    if (runner_) runner_->Stop();
-    runner_.reset();
-    jobs_.reset();
-    if (master_) master_->Shutdown();
+    StopDaemon();
     PlannerConfig p = WithGains(PlannerConfig::Mode::kYmir, neutral ? "neutral" : "positive");
     p.pair_neutral = neutral;
     StartDaemon(1, p);
     NewRunner();
-    const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
-    const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
-    ProfileAndPlan({a, b});
+    const auto [a, b] = SubmitRelatedPairAndPlan();
     EXPECT_TRUE(RunMode(a) == "temporal" || RunMode(b) == "temporal") << RunMode(a) << " / " << RunMode(b);
   }
 }
@@ -451,9 +450,7 @@ TEST_F(JobRunnerPairingTest, NeutralGainsArePairedWhenAskedFor) {
 TEST_F(JobRunnerPairingTest, YmirPairsOnlyWhileTheDevicesAreContended) {
   StartDaemon(2, WithGains(PlannerConfig::Mode::kYmir));
   NewRunner();
-  const uint64_t a = Submit(SyntheticJob("a", "fa-major", "trust_domain: lab\n"));
-  const uint64_t b = Submit(SyntheticJob("b", "fa-inv", "trust_domain: lab\n"));
-  ProfileAndPlan({a, b});
+  const auto [a, b] = SubmitRelatedPairAndPlan();
   EXPECT_EQ(RunMode(a), "alone");
   EXPECT_EQ(RunMode(b), "alone");
   EXPECT_NE(Job(a).plan.devices, Job(b).plan.devices);
@@ -492,10 +489,7 @@ TEST_F(JobRunnerPairingTest, ElasticFallbackNeverPairs) {
 TEST_F(JobRunnerPairingTest, SrtfAndPolluxLikeModesPlanByTheirOwnRules) {
   for (const auto mode : {PlannerConfig::Mode::kSrtf, PlannerConfig::Mode::kPollux}) {
     SCOPED_TRACE(std::string(PlannerModeName(mode)));
-    if (runner_) runner_->Stop();
-    runner_.reset();
-    jobs_.reset();
-    if (master_) master_->Shutdown();
+    StopDaemon();
     StartDaemon(1, WithGains(mode));
     NewRunner();
     const uint64_t longer = Submit(SyntheticJob("long", "fa-major", "trust_domain: lab\n", 400, 2));
